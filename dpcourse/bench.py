@@ -1,0 +1,176 @@
+"""Benchmark a training step: compile time apart, warm-up, repeats x steps, median.
+
+Used by notebooks 02 and 04 to 07. Timing follows the course's rules: the
+compile is timed on its own (``lower(...).compile()``); ``warmup_steps``
+steps run untimed (the first steps after compilation are much slower than
+steady state); then ``repeats`` blocks of ``steps`` steps are timed, each
+ending with ``jax.block_until_ready`` on the outputs, and the median over
+blocks is reported. One run of this on a shared machine is noisy: quote
+medians and ratios, not single steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import jax
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The outcome of :func:`benchmark`.
+
+    Attributes:
+        label: what was measured (shown in tables).
+        n_devices: devices the step ran on.
+        global_batch: examples per step over all devices.
+        compile_s: seconds to lower and compile the step.
+        ms_per_step: median over repeats of the mean step time, milliseconds.
+        examples_per_s: ``global_batch / (ms_per_step / 1000)``.
+        final_loss, final_accuracy: metrics of the last step (means over its
+            global batch, computed before that step's update).
+        repeat_ms_per_step: the mean step time of every timed repeat, ms.
+        steps: total steps run (warm-up included).
+    """
+
+    label: str
+    n_devices: int
+    global_batch: int
+    compile_s: float
+    ms_per_step: float
+    examples_per_s: float
+    final_loss: float
+    final_accuracy: float
+    repeat_ms_per_step: list[float] = field(default_factory=list)
+    steps: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compile_step(step, *args):
+    """Lower and compile ``step`` for ``args``; return (compiled, seconds).
+
+    ``step`` must be a ``jax.jit`` or ``jax.pmap`` function. The compiled
+    executable is called with the same argument shapes and shardings.
+    """
+    start = time.perf_counter()
+    compiled = step.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def benchmark(
+    step,
+    params,
+    opt_state,
+    batches: Sequence[tuple[Any, Any]],
+    *,
+    warmup_steps: int,
+    repeats: int,
+    steps: int,
+    label: str,
+    n_devices: int,
+    global_batch: int,
+) -> tuple[BenchResult, Any, Any]:
+    """Time ``step(params, opt_state, x, y) -> (params, opt_state, metrics)``.
+
+    Step ``i`` (counting warm-up) uses ``batches[i % len(batches)]``; the
+    batches should already sit on the device(s) so that no host transfer is
+    timed. Parameters and optimizer state are threaded from step to step, so
+    the benchmark is also a short training run.
+
+    Args:
+        step: a ``jax.jit``/``jax.pmap`` training step.
+        batches: ``(x, y)`` pairs placed as ``step`` expects.
+        warmup_steps, repeats, steps: see the module docstring (repeats and
+            steps >= 1, warm-up >= 0).
+
+    Returns:
+        ``(result, params, opt_state)`` after the last step.
+
+    Raises:
+        ValueError: no batches, or repeats/steps < 1, or warm-up < 0.
+    """
+    if not batches:
+        raise ValueError("benchmark needs at least one batch.")
+    if repeats < 1 or steps < 1 or warmup_steps < 0:
+        raise ValueError(f"Need repeats >= 1, steps >= 1, warmup_steps >= 0; got {repeats}, {steps}, {warmup_steps}.")
+    x0, y0 = batches[0]
+    compiled, compile_s = compile_step(step, params, opt_state, x0, y0)
+    i = 0
+    metrics = None
+    for _ in range(warmup_steps):
+        x, y = batches[i % len(batches)]
+        params, opt_state, metrics = compiled(params, opt_state, x, y)
+        i += 1
+    jax.block_until_ready((params, opt_state, metrics))
+    repeat_ms = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            x, y = batches[i % len(batches)]
+            params, opt_state, metrics = compiled(params, opt_state, x, y)
+            i += 1
+        jax.block_until_ready((params, opt_state, metrics))
+        repeat_ms.append((time.perf_counter() - start) * 1000.0 / steps)
+    ms = statistics.median(repeat_ms)
+    loss = float(jax.device_get(metrics["loss"]).ravel()[0])
+    accuracy = float(jax.device_get(metrics["accuracy"]).ravel()[0])
+    result = BenchResult(
+        label=label,
+        n_devices=n_devices,
+        global_batch=global_batch,
+        compile_s=compile_s,
+        ms_per_step=ms,
+        examples_per_s=global_batch / (ms / 1000.0),
+        final_loss=loss,
+        final_accuracy=accuracy,
+        repeat_ms_per_step=repeat_ms,
+        steps=i,
+    )
+    return result, params, opt_state
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One global batch size of a sweep (notebook 07).
+
+    ``status`` is "ok", "skipped" (does not divide by the device count) or
+    "failed" (an exception, e.g. out of memory); ``reason`` says why.
+    """
+
+    global_batch: int
+    status: str
+    reason: str = ""
+    result: BenchResult | None = None
+
+
+def sweep(global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, progress: bool = True) -> list[SweepPoint]:
+    """Run ``run_one(global_batch) -> BenchResult`` for each size, and survive failures.
+
+    Sizes that do not divide by ``n_devices`` are skipped with the reason; an
+    exception in ``run_one`` (out of memory, a compile error) is recorded as
+    "failed" with its message and the sweep goes on; ``cleanup()`` (free
+    device buffers) runs after every size, whatever happened.
+    """
+    from tqdm.auto import tqdm
+
+    points = []
+    for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress):
+        if size < 1 or size % n_devices:
+            lower = max(n_devices, (size // n_devices) * n_devices)
+            points.append(SweepPoint(size, "skipped",
+                                     f"{size} does not divide by {n_devices} devices (nearest valid: {lower} or {lower + n_devices})"))
+            continue
+        try:
+            points.append(SweepPoint(size, "ok", result=run_one(size)))
+        except Exception as err:  # noqa: BLE001 - a failed size must not stop the sweep
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            points.append(SweepPoint(size, "failed", f"{type(err).__name__}: {message[:300]}"))
+        finally:
+            if cleanup is not None:
+                cleanup()
+    return points

@@ -1,0 +1,149 @@
+"""Tables, banners, bar charts and source listings for the notebooks.
+
+Every notebook uses these; all text put into HTML is escaped. Functions
+return objects that Jupyter renders (``IPython.display.HTML``) and that
+print as plain text in a terminal.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+from typing import Any, Iterable, Mapping, Sequence
+
+
+class Html:
+    """HTML for Jupyter with a plain-text fallback for terminals and logs."""
+
+    def __init__(self, html_text: str, plain: str):
+        self.html_text = html_text
+        self.plain = plain
+
+    def _repr_html_(self) -> str:
+        return self.html_text
+
+    def __repr__(self) -> str:
+        return self.plain
+
+    __str__ = __repr__
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0 or 1e-3 <= abs(value) < 1e6:
+            return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return f"{value:.3e}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if value is None:
+        return "n/a"
+    return str(value)
+
+
+def table(rows: Sequence[Mapping[str, Any]], caption: str = "", columns: Sequence[str] | None = None) -> Html:
+    """An HTML table of ``rows`` (dicts); columns default to the first row's keys.
+
+    Numbers are formatted with thousands separators; None shows as ``n/a``.
+    """
+    columns = list(columns or (rows[0].keys() if rows else []))
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells
+    )
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    html_text = f'<table class="dpcourse">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = [caption] if caption else []
+    lines.append("  ".join(str(c).ljust(w) for c, w in zip(columns, widths)))
+    lines.extend("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells)
+    return Html(html_text, "\n".join(lines))
+
+
+def key_values(pairs: Mapping[str, Any], caption: str = "") -> Html:
+    """A two-column table (name, value)."""
+    return table([{"": k, "value": v} for k, v in pairs.items()], caption, columns=["", "value"])
+
+
+def banner(text: str, level: str = "note") -> Html:
+    """A coloured box: ``level`` is "note", "warning" or "error"."""
+    colours = {"note": "#e8f1fb", "warning": "#fff4d6", "error": "#fde2e1"}
+    bg = colours.get(level, colours["note"])
+    style = f"background:{bg};padding:8px 12px;border-left:4px solid #888;margin:6px 0"
+    return Html(f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}</div>',
+                f"[{level.upper()}] {text}")
+
+
+def data_banner(source: str, note: str) -> Html:
+    """The banner every notebook shows about its data source."""
+    if source == "synthetic":
+        return banner(
+            "SYNTHETIC DATA: a generated Fashion-MNIST-shaped set, not the real images. "
+            f"{note} Loss and accuracy are not comparable with published Fashion-MNIST results.",
+            "warning",
+        )
+    return banner(f"Data: {note}", "note")
+
+
+def show_source(obj) -> Html:
+    """The source code of a function (how the package's helper is written)."""
+    src = inspect.getsource(obj)
+    return Html(f"<pre><code>{html.escape(src)}</code></pre>", src)
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[float], ylabel: str, title: str, note: str = ""):
+    """A matplotlib bar chart; returns the figure (shown by Jupyter, saved by the caller).
+
+    ``note`` is printed under the axis (e.g. "simulated devices never speed up").
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    bars = ax.bar(list(labels), list(values), color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(values)])
+    ax.bar_label(bars, labels=[_fmt(float(v)) for v in values], padding=2, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if note:
+        fig.text(0.01, -0.04, note, fontsize=8, ha="left", va="top")
+    fig.tight_layout()
+    return fig
+
+
+def records_table(results: Iterable[Any], data_source: str, extra: Sequence[str] = ()) -> Html:
+    """A results table from :class:`dpcourse.bench.BenchResult` objects.
+
+    Every results table names its data source (real or synthetic).
+    """
+    rows = []
+    for r in results:
+        row = {
+            "run": r.label,
+            "devices": r.n_devices,
+            "global batch": r.global_batch,
+            "compile s": r.compile_s,
+            "ms/step": r.ms_per_step,
+            "examples/s": r.examples_per_s,
+            "final loss": r.final_loss,
+            "final accuracy": r.final_accuracy,
+            "data": data_source,
+        }
+        rows.append(row)
+    return table(rows, caption=f"Benchmark (median over repeats; data: {data_source})")
+
+
+def shard_table(array, name: str = "array") -> Html:
+    """Per-device shard shapes of a ``jax.Array`` of any rank.
+
+    ``jax.debug.visualize_array_sharding`` draws only rank-1 and rank-2
+    arrays; this table covers the rest (e.g. stacked batches
+    ``[n_batches, global_batch, 784]``). Taught in notebook 04.
+    """
+    rows = []
+    for shard in sorted(array.addressable_shards, key=lambda s: s.device.id):
+        index = ", ".join(
+            ":" if (s.start is None and s.stop is None) else f"{s.start or 0}:{s.stop}" for s in shard.index
+        )
+        rows.append({"device": f"{shard.device.platform}:{shard.device.id}", "shard shape": str(tuple(shard.data.shape)),
+                     "slice of the global array": f"[{index}]"})
+    caption = f"{name}: global shape {tuple(array.shape)}, sharding {array.sharding.spec if hasattr(array.sharding, 'spec') else array.sharding}"
+    return table(rows, caption)

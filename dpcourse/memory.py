@@ -1,0 +1,57 @@
+"""Free device memory between experiments and show that it was freed.
+
+Used by notebooks 02 and 07. JAX frees a device buffer when the last Python
+reference to its array goes away; in a notebook, references hide in
+variables and in IPython's output history (``Out``, ``_``), so this helper
+drops named variables, collects garbage and counts what is still alive.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import MutableMapping
+
+
+@dataclass(frozen=True)
+class LiveBuffers:
+    """Live JAX arrays in this process: how many and their bytes (all devices)."""
+
+    count: int
+    bytes: int
+
+    def __str__(self) -> str:
+        return f"{self.count} live arrays, {self.bytes / 1e6:.2f} MB"
+
+
+def live_buffers() -> LiveBuffers:
+    """Count live ``jax.Array`` objects and their total bytes over all shards."""
+    import jax
+
+    arrays = jax.live_arrays()
+    return LiveBuffers(len(arrays), int(sum(a.nbytes for a in arrays)))
+
+
+def free(namespace: MutableMapping[str, object], *names: str) -> tuple[LiveBuffers, LiveBuffers]:
+    """Delete ``names`` from ``namespace`` (e.g. ``globals()``), collect, and report.
+
+    Names that are absent are ignored (a cell may be re-run). IPython's
+    output cache is cleared too when running under IPython, since it can
+    keep arrays alive.
+
+    Returns:
+        Live buffers before and after.
+    """
+    before = live_buffers()
+    for name in names:
+        namespace.pop(name, None)
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is not None:
+            ip.displayhook.flush()
+    except ImportError:  # pragma: no cover - IPython ships with the course
+        pass
+    gc.collect()
+    return before, live_buffers()

@@ -1,0 +1,102 @@
+"""The opening of every lesson notebook, in one call.
+
+:func:`start_lesson` configures devices (before JAX starts), picks the
+profile, chooses the devices, loads the data, sets the results context and
+shows the banners a learner must see (data source, simulated devices).
+Notebook 01 does the same steps one by one to teach them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpcourse import config as _config
+from dpcourse import data as _data
+from dpcourse import devices as _devices
+from dpcourse import display as _display
+from dpcourse import results as _results
+
+
+@dataclass
+class Lesson:
+    """What a notebook works with.
+
+    Attributes:
+        cfg: the workload configuration.
+        devices: devices the lesson's measurements run on.
+        dataset: prepared training data (host).
+        notes: banners shown at the start (also useful in tests).
+    """
+
+    cfg: _config.Config
+    devices: _devices.LessonDevices
+    dataset: _data.Dataset | None
+    notes: list
+
+    @property
+    def n_devices(self) -> int:
+        return self.devices.count
+
+
+def start_lesson(notebook: str, profile: str | None = None, n_cpu_devices: int = 8,
+                 min_devices: int = 1, load_data: bool = True, show: bool = True) -> Lesson:
+    """Set up a lesson notebook.
+
+    Args:
+        notebook: the notebook's name (``"04_sharding"``), stored in results.
+        profile: from the ``parameters`` cell; None reads ``DPCOURSE_PROFILE``.
+        n_cpu_devices: simulated CPU devices to configure.
+        min_devices: devices the lesson needs; 1 uses the default device.
+        load_data: load Fashion-MNIST (or the synthetic stand-in).
+        show: display the banners (in a notebook).
+
+    Raises:
+        ValueError: unknown profile.
+        DeviceSetupError: too few devices, or device settings changed after
+            JAX started (the messages say what to do).
+    """
+    _devices.setup_devices(n_cpu_devices)
+    import jax
+
+    cfg = _config.get_config(profile)
+    notes = []
+    if min_devices > 1:
+        chosen = _devices.lesson_devices(min_devices)
+    else:
+        default = jax.devices()
+        chosen = _devices.LessonDevices(default[:1], False, f"1 x {default[0].device_kind}")
+    if chosen.simulated and jax.default_backend() != "cpu":
+        notes.append(_display.banner(
+            f"Only {len(jax.devices())} {jax.default_backend().upper()} device(s): this lesson runs on "
+            f"{chosen.label}, which show placement and correctness, not speed.", "warning"))
+    if chosen.simulated and cfg.profile == "full":
+        cfg = _config.make_config("cpu")
+        notes.append(_display.banner(
+            "The full-size workload would take far too long on simulated CPU devices: "
+            "this lesson uses the 'cpu' profile instead.", "warning"))
+    if chosen.simulated and chosen.count > 1:
+        notes.append(_display.banner(
+            f"{chosen.label}: simulated devices share the same CPU cores, so they never speed "
+            "anything up. Use them to learn placement, collectives and correctness.", "note"))
+    dataset = None
+    if load_data:
+        dataset = _data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)
+        notes.append(_display.data_banner(dataset.source, dataset.note))
+    _results.set_context(
+        notebook=notebook,
+        profile=cfg.profile,
+        data_source=dataset.source if dataset is not None else "none",
+        backend=chosen.devices[0].platform,
+        device_kind=chosen.devices[0].device_kind,
+        device_count=chosen.count,
+    )
+    if show:
+        try:
+            from IPython.display import display
+
+            for note in notes:
+                display(note)
+        except ImportError:  # pragma: no cover
+            for note in notes:
+                print(note)
+    return Lesson(cfg, chosen, dataset, notes)

@@ -1,0 +1,270 @@
+"""The optimizer and the training step in its three data-parallel forms.
+
+- :func:`make_train_step`: one step of gradient descent, written for one
+  device (notebook 02). Jitted on arrays sharded over a mesh it becomes
+  automatic data parallelism: XLA inserts the all-reduce (notebook 04).
+- :func:`make_shard_map_step`: gradients per shard inside ``jax.shard_map``,
+  averaged with ``jax.lax.pmean`` over the mesh axis (notebook 05).
+- :func:`make_pmap_step`: the legacy ``jax.pmap`` form (notebook 06).
+
+All three compute the same update for the same global batch; the
+equivalence tests in ``tests/test_train.py`` hold them to it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpcourse.config import Config
+from dpcourse.model import loss_and_metrics
+
+StepFn = Callable  # (params, opt_state, x, y) -> (params, opt_state, metrics)
+
+
+def make_optimizer(cfg: Config) -> optax.GradientTransformation:
+    """AdamW with the config's learning rate and decoupled weight decay (optax)."""
+    return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def make_train_step(cfg: Config, optimizer: optax.GradientTransformation) -> StepFn:
+    """The plain training step (not jitted): ``jax.jit`` it where it is used.
+
+    ``train_step(params, opt_state, x, y) -> (params, opt_state, metrics)``
+    with ``x`` float32 ``[global_batch, 784]`` and ``y`` int32
+    ``[global_batch]``; ``metrics`` holds the scalar mean ``loss`` and
+    ``accuracy`` over the global batch, computed before the update.
+    """
+
+    def train_step(params, opt_state, x, y):
+        grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+        (_, metrics), grads = grad_fn(params, x, y, cfg)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return train_step
+
+
+def make_shard_map_step(
+    cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, axis: str = "data"
+) -> StepFn:
+    """The explicit data-parallel step: ``jax.shard_map`` + ``lax.pmean``.
+
+    Inside ``shard_map`` each device sees its shard, ``x`` ``[per_device_batch,
+    784]``, casts the replicated parameters to its own copy
+    (``lax.pcast(..., to="varying")``), and computes the gradient of its
+    local mean loss; ``pmean`` over
+    ``axis`` averages gradients, loss and accuracy, which equals the gradient
+    of the global mean loss because all shards have the same size. The
+    optimizer update runs outside, on replicated values.
+
+    Args:
+        mesh: a mesh with an axis named ``axis``; batches are sharded over it.
+
+    Returns:
+        ``train_step(params, opt_state, x, y)`` taking the global batch
+        (``[global_batch, 784]``, sharded ``P(axis, None)``), not jitted.
+    """
+
+    def local_grads(params, x, y):
+        # With check_vma on, params enter as invariant over `axis` (P()).
+        # Differentiating an invariant input inside shard_map already sums
+        # the gradient over the axis, with the sum placed where the value is
+        # used: inside the scan, once per block repeat. Casting to a
+        # per-device ("varying") copy first keeps each gradient local, so the
+        # one pmean below is the only reduction, after the loop.
+        params = jax.lax.pcast(params, axis, to="varying")
+        grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+        (_, metrics), grads = grad_fn(params, x, y, cfg)
+        grads = jax.lax.pmean(grads, axis_name=axis)
+        metrics = jax.lax.pmean(metrics, axis_name=axis)
+        return grads, metrics
+
+    sharded_grads = jax.shard_map(
+        local_grads,
+        mesh=mesh,
+        in_specs=(P(), P(axis, None), P(axis)),
+        out_specs=(P(), P()),
+        check_vma=True,
+    )
+
+    def train_step(params, opt_state, x, y):
+        grads, metrics = sharded_grads(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return train_step
+
+
+def make_pmap_step(
+    cfg: Config, optimizer: optax.GradientTransformation, devices: list | None = None, axis: str = "data"
+) -> StepFn:
+    """The legacy form: the whole step under ``jax.pmap`` with ``lax.pmean``.
+
+    Every argument carries a leading device axis: params and optimizer state
+    replicated ``[n_devices, ...]`` (see :func:`replicate`), ``x``
+    ``[n_devices, per_device_batch, 784]``, ``y`` ``[n_devices,
+    per_device_batch]`` (see :func:`split_for_pmap`). Outputs too; metrics are
+    ``[n_devices]`` with the same value on every device.
+
+    In JAX 0.10, ``jax.pmap`` is implemented with ``jax.jit`` and
+    ``jax.shard_map`` (see the docstring of ``jax.pmap``).
+    """
+
+    def step(params, opt_state, x, y):
+        grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+        (_, metrics), grads = grad_fn(params, x, y, cfg)
+        grads = jax.lax.pmean(grads, axis_name=axis)
+        metrics = jax.lax.pmean(metrics, axis_name=axis)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return jax.pmap(step, axis_name=axis, devices=devices)
+
+
+def nearest_valid_batches(global_batch: int, n_devices: int) -> tuple[int, int]:
+    """The multiples of ``n_devices`` just below and above ``global_batch``.
+
+    The lower one is at least ``n_devices`` (one example per device).
+    """
+    lower = max(n_devices, (global_batch // n_devices) * n_devices)
+    upper = -(-global_batch // n_devices) * n_devices
+    if upper == lower:
+        upper += n_devices
+    return lower, upper
+
+
+def check_global_batch(global_batch: int, n_devices: int) -> int:
+    """Check that a global batch splits evenly over ``n_devices`` devices.
+
+    Returns:
+        The per-device batch, ``global_batch // n_devices``.
+
+    Raises:
+        ValueError: ``global_batch`` < 1, ``n_devices`` < 1, or not divisible;
+            the message names the batch, the device count and the nearest
+            valid sizes.
+    """
+    if n_devices < 1:
+        raise ValueError(f"n_devices must be >= 1, got {n_devices}.")
+    if global_batch < 1 or global_batch % n_devices:
+        lower, upper = nearest_valid_batches(max(global_batch, 1), n_devices)
+        raise ValueError(
+            f"Global batch {global_batch} does not divide evenly over {n_devices} devices. "
+            f"Nearest valid global batches: {lower} or {upper} "
+            f"(a multiple of {n_devices})."
+        )
+    return global_batch // n_devices
+
+
+def split_for_pmap(x: np.ndarray, n_devices: int) -> np.ndarray:
+    """Reshape a global batch ``[global_batch, ...]`` to ``[n_devices, per_device_batch, ...]``.
+
+    Raises:
+        ValueError: the global batch does not divide by ``n_devices`` (see
+            :func:`check_global_batch`).
+    """
+    per_device = check_global_batch(x.shape[0], n_devices)
+    return x.reshape((n_devices, per_device) + x.shape[1:])
+
+
+def check_pmap_leading_axis(tree, n_devices: int) -> None:
+    """Check that every array in ``tree`` has leading axis ``n_devices``.
+
+    ``jax.pmap`` maps over the leading axis, one slice per device.
+
+    Raises:
+        ValueError: an array is a scalar or has another leading size; the
+            message gives its shape and the fix.
+    """
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        shape = np.shape(leaf)
+        if not shape or shape[0] != n_devices:
+            name = jax.tree_util.keystr(path) or "argument"
+            raise ValueError(
+                f"pmap input {name} has shape {shape}; its leading axis must be the device "
+                f"count {n_devices}. Reshape a global batch with "
+                f"split_for_pmap(x, {n_devices}) and replicate parameters with replicate()."
+            )
+
+
+def replicate(tree, devices: list):
+    """Put one copy of each array on every device, stacked on a new leading axis.
+
+    Today's replacement for the removed ``jax.device_put_replicated``: each
+    leaf ``[...]`` becomes a ``jax.Array`` ``[n_devices, ...]`` sharded
+    ``P("data")`` over a 1-D mesh of ``devices``, the layout ``jax.pmap``
+    expects.
+    """
+    mesh = Mesh(np.array(devices), ("data",))
+    sharding = NamedSharding(mesh, P("data"))
+    n = len(devices)
+    return jax.tree.map(lambda a: jax.device_put(np.broadcast_to(np.asarray(a), (n,) + np.shape(a)), sharding), tree)
+
+
+def unreplicate(tree):
+    """Take device 0's copy of each array: ``[n_devices, ...] -> [...]``."""
+    return jax.tree.map(lambda a: a[0], tree)
+
+
+def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, n_devices: int) -> StepFn:
+    """Automatic data parallelism with one gradient reduction per step.
+
+    Plain ``jax.jit`` on the same sharded arrays as :func:`make_train_step`,
+    but the global batch is reshaped to ``[n_devices, per_device_batch, 784]``
+    and the per-device gradients come from ``jax.vmap`` over that leading
+    axis. Each device then accumulates its own gradient through the backward
+    ``scan`` (an array ``[n_devices, ...]`` sharded over the mesh), and the
+    mean over the device axis after the loop is the only all-reduce.
+    Taught in notebook 04, where the plain step's all-reduce lands inside the
+    backward loop instead.
+
+    Raises:
+        ValueError: (when called) the global batch does not divide by ``n_devices``.
+    """
+
+    def per_device_loss(params, x, y):
+        loss, metrics = loss_and_metrics(params, x, y, cfg)
+        return loss, metrics
+
+    grad_fn = jax.vmap(jax.value_and_grad(per_device_loss, has_aux=True), in_axes=(None, 0, 0))
+
+    def train_step(params, opt_state, x, y):
+        per_device = check_global_batch(x.shape[0], n_devices)
+        xs = x.reshape(n_devices, per_device, x.shape[-1])
+        ys = y.reshape(n_devices, per_device)
+        (_, metrics), grads = grad_fn(params, xs, ys)
+        grads = jax.tree.map(lambda g: g.mean(axis=0), grads)
+        metrics = jax.tree.map(lambda m: m.mean(axis=0), metrics)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return train_step
+
+
+def max_abs_diff(tree_a, tree_b) -> float:
+    """Largest absolute element-wise difference between two pytrees of arrays.
+
+    Raises:
+        ValueError: the trees have different structure or leaf shapes.
+    """
+    leaves_a, def_a = jax.tree.flatten(tree_a)
+    leaves_b, def_b = jax.tree.flatten(tree_b)
+    if def_a != def_b:
+        raise ValueError(f"Different tree structures: {def_a} vs {def_b}.")
+    worst = 0.0
+    for a, b in zip(leaves_a, leaves_b):
+        a, b = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+        if a.shape != b.shape:
+            raise ValueError(f"Leaf shapes differ: {a.shape} vs {b.shape}.")
+        if a.size:
+            worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+    return worst

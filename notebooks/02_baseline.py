@@ -1,0 +1,192 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Baseline: data, model and one device
+#
+# **Goal.** Load Fashion-MNIST, build the shared-block MLP, write the
+# training step, and measure it on **one** device. Every later speed-up (or
+# slow-down) is read against this number.
+#
+# **Assumes.** Notebook 01 (devices are configured before JAX starts).
+#
+# **Time.** `smoke` a few seconds; `cpu` about half a minute on a 2-core
+# CPU; `full` depends on the GPU (see the README).
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("02_baseline", PROFILE, N_CPU_DEVICES, min_devices=1)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import jax
+import numpy as np
+from IPython.display import display
+
+from dpcourse import bench, costs, data, memory, model, results, train
+from dpcourse import display as show
+
+device = lesson.devices.devices[0]
+global_batch = cfg.per_device_batch  # one device: global batch = per-device batch
+
+# %% [markdown]
+# ## 1. The data
+#
+# `load_fashion_mnist` downloads the training files from the published
+# locations (or reuses the cache), checks each file's md5, shuffles once
+# with seed 0, scales pixels to [0, 1] and flattens each 28x28 image to 784
+# features. Without network access it falls back to a generated stand-in of
+# the same shapes, and the banner above says so.
+
+# %%
+print("images:", dataset.images.shape, dataset.images.dtype, " labels:", dataset.labels.shape, dataset.labels.dtype)
+print("pixel range:", float(dataset.images.min()), "to", float(dataset.images.max()))
+counts = np.bincount(dataset.labels, minlength=data.N_CLASSES)
+display(show.table([{"class": i, "name": n, "examples": int(c)} for i, (n, c) in enumerate(zip(data.CLASS_NAMES, counts))],
+                   caption=f"Examples per class ({dataset.source} data)"))
+
+# %% [markdown]
+# ## 2. The model: a shared-block MLP
+#
+# Input layer 784 → WIDTH with GELU; then **one** hidden block (WIDTH x
+# WIDTH dense + GELU) applied BLOCK_REPEATS times with `jax.lax.scan`, mixed
+# in residually, `h ← (1 − mix)·h + mix·block(h)`; output layer WIDTH → 10.
+# Re-using one block multiplies the compute per example by BLOCK_REPEATS but
+# not the number of parameters, so the gradient that data parallelism must
+# all-reduce stays small while each device has plenty to compute.
+
+# %%
+show.show_source(model.forward)
+
+# %%
+n_params = model.param_count(cfg)
+flops_per_example = model.train_flops_per_example(cfg)
+display(show.key_values({
+    "profile": cfg.profile,
+    "dataset": f"Fashion-MNIST train ({dataset.source}), {dataset.n_examples:,} examples",
+    "input / labels": "float32 [batch, 784] / int32 [batch]",
+    "WIDTH x BLOCK_REPEATS (mix)": f"{cfg.width} x {cfg.block_repeats} ({cfg.block_mix})",
+    "parameters": n_params,
+    "gradient per step (float32)": f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB",
+    "per-device batch / global batch": f"{cfg.per_device_batch} / {global_batch}",
+    "training FLOPs per example (6 x matmul MACs)": f"{flops_per_example / 1e9:.4f} GFLOP",
+    "training FLOPs per step": f"{costs.train_flops_per_step(cfg, global_batch) / 1e9:.2f} GFLOP",
+    "optimizer": f"AdamW, lr {cfg.learning_rate}, weight decay {cfg.weight_decay}",
+    "benchmark plan": f"{cfg.warmup_steps} warm-up steps, then {cfg.repeats} x {cfg.steps} timed steps, median",
+}, caption="The workload"))
+
+# %% [markdown]
+# **Why analytic FLOPs?** XLA's `compiled.cost_analysis()` counts the body of
+# a `lax.scan` once, not BLOCK_REPEATS times, so it under-counts this model
+# badly. The count above is 6 x the forward multiply-accumulates per example:
+# 2 FLOPs per multiply-accumulate, and the backward pass costs about twice
+# the forward.
+
+# %% [markdown]
+# ## 3. Put data and parameters on one device
+#
+# Parameters are drawn on the host with a fixed numpy seed (so every
+# notebook and every device count starts from the same values) and moved
+# with `jax.device_put`. The stacked training batches go to the device once,
+# so the benchmark never times a host-to-device copy.
+
+# %%
+optimizer = train.make_optimizer(cfg)
+params = jax.device_put(model.init_params(cfg), device)
+opt_state = optimizer.init(params)
+x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
+x_stack = jax.device_put(x_host, device)  # [n_batches, global_batch, 784]
+y_stack = jax.device_put(y_host, device)  # [n_batches, global_batch]
+batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
+print("x_stack:", x_stack.shape, "on", x_stack.devices())
+
+# %% [markdown]
+# ## 4. The training step
+#
+# `value_and_grad` gives the loss, its metrics and the gradient in one pass;
+# optax turns the gradient into an AdamW update. The package holds this one
+# definition (notebook 04 jits the very same function on sharded arrays):
+
+# %%
+show.show_source(train.make_train_step)
+
+# %%
+train_step = jax.jit(train.make_train_step(cfg, optimizer))
+loss0, metrics0 = model.loss_and_metrics(params, *batches[0], cfg)
+print(f"loss before training: {float(loss0):.4f} (ln 10 = {np.log(10):.4f} for a uniform guess)")
+
+# %% [markdown]
+# ## 5. Benchmark
+#
+# Compile once (timed apart), warm up, then time `repeats x steps` steps and
+# report the median; `jax.block_until_ready` makes sure the device finished
+# before the clock stops (JAX dispatches asynchronously).
+
+# %%
+result, params, opt_state = bench.benchmark(
+    train_step, params, opt_state, batches,
+    warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
+    label=f"1 x {device.device_kind}", n_devices=1, global_batch=global_batch)
+display(show.records_table([result], dataset.source))
+
+# %%
+achieved = costs.achieved_flops_per_s(cfg, global_batch, result.ms_per_step)
+peak = costs.find_peak(device.device_kind)
+utilisation = costs.mfu(cfg, global_batch, result.ms_per_step, 1, device.device_kind)
+display(show.key_values({
+    "achieved training FLOP/s": f"{achieved / 1e12:.3f} TFLOP/s",
+    "device peak (TF32, dense)": "unknown for this device" if peak is None else f"{peak.peak('tf32') / 1e12:.0f} TFLOP/s ({peak.source})",
+    "MFU": "not computed: no known peak for this device" if utilisation is None else f"{utilisation:.1%}",
+}, caption="Model-FLOPs utilisation"))
+
+# %% [markdown]
+# MFU compares the FLOPs the model needs with what the device could do at
+# its peak. JAX's default float32 matmuls run as TF32 on recent NVIDIA GPUs,
+# so the TF32 peak is the fair reference. On a CPU there is no stated peak,
+# so no MFU is printed rather than an invented one.
+
+# %%
+results.record("ms_per_step", result.ms_per_step, "ms", device_count=1)
+results.record("throughput", result.examples_per_s, "examples/s", device_count=1)
+results.record("compile_time", result.compile_s, "s", device_count=1)
+results.record("final_loss", result.final_loss, "loss", device_count=1)
+results.record("final_accuracy", result.final_accuracy, "fraction", device_count=1)
+results.record("achieved_flops", achieved, "FLOP/s", device_count=1)
+if utilisation is not None:
+    results.record("mfu", utilisation, "fraction", device_count=1)
+assert result.final_loss < float(loss0), "training should lower the loss"
+
+# %% [markdown]
+# ## 6. Free the device memory
+#
+# A device buffer lives as long as a Python reference to its array. Drop the
+# names, collect, and check that the live buffers are gone before the next
+# experiment (on a GPU this is what prevents a later out-of-memory error).
+
+# %%
+before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches",
+                            "train_step", "loss0", "metrics0")
+print("before:", before)
+print("after: ", after)
+assert after.bytes < before.bytes
+
+# %% [markdown]
+# ## What you learned
+#
+# - The workload: Fashion-MNIST, a shared-block MLP whose compute grows with
+#   BLOCK_REPEATS while its gradient stays the same size.
+# - A training step is `value_and_grad` + an optax update under `jax.jit`.
+# - Honest timing: compile apart, warm up, block until ready, take a median.
+# - MFU needs a stated peak; without one, say so.
+#
+# **Next:** [03_mesh](03_mesh.ipynb) arranges many devices into a mesh.

@@ -1,0 +1,149 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The mesh: naming your devices
+#
+# **Goal.** Arrange all devices into a `Mesh` with one axis named `data`,
+# and see what an axis name does (nothing, until a PartitionSpec or a
+# collective uses it). Compare `jax.make_mesh` with `Mesh(...)`, look ahead
+# at a 2-D (`data`, `model`) mesh, and at why the device topology matters.
+#
+# **Assumes.** Notebook 01. At least 2 devices (GPUs or simulated CPU devices).
+#
+# **Time.** Under 10 seconds on every profile (no training here).
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("03_mesh", PROFILE, N_CPU_DEVICES, min_devices=2, load_data=False)
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+from IPython.display import display
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpcourse import devices, results
+from dpcourse import display as show
+
+devs = lesson.devices.devices
+n = len(devs)
+print(f"{n} devices: {lesson.devices.label}")
+
+# %% [markdown]
+# ## 1. A 1-D mesh with the axis `data`
+#
+# A `Mesh` is an n-dimensional array of devices whose axes have names. For
+# data parallelism one axis is enough: every device holds a replica of the
+# parameters and a shard of the batch.
+
+# %%
+mesh = Mesh(np.array(devs), axis_names=("data",))
+print(mesh)
+print("shape:", dict(mesh.shape), " axis types:", mesh.axis_types)
+
+# %% [markdown]
+# ## 2. An axis name is only a label
+#
+# Nothing moves when a mesh is built. The name `data` gains meaning only when
+# a `PartitionSpec` refers to it (split this array dimension over the `data`
+# axis) or a collective reduces over it (`lax.pmean(x, "data")`). A spec that
+# names an axis the mesh lacks is an error:
+
+# %%
+x = jnp.arange(n * 4, dtype=jnp.float32).reshape(n, 4)
+sharded = jax.device_put(x, NamedSharding(mesh, P("data", None)))
+print("P('data', None): each device holds", sharded.addressable_shards[0].data.shape)
+replicated = jax.device_put(x, NamedSharding(mesh, P()))
+print("P():             each device holds", replicated.addressable_shards[0].data.shape)
+try:
+    jax.device_put(x, NamedSharding(mesh, P("model", None)))
+    raise AssertionError("an unknown axis name should be refused")
+except (ValueError, KeyError) as err:
+    print("P('model', None) on a mesh without 'model':", type(err).__name__, str(err).splitlines()[0][:160])
+
+# %%
+jax.debug.visualize_array_sharding(sharded)
+
+# %% [markdown]
+# ## 3. `jax.make_mesh` or `Mesh(...)`?
+#
+# `Mesh(devices, names)` uses the devices in the order you give. 
+# `jax.make_mesh(shape, names)` picks an order that suits the hardware's
+# topology (on GPUs and TPUs it keeps devices that are closely connected
+# next to each other), which is what you want on real multi-GPU systems.
+# The two also differ in their **axis types** in this JAX version:
+# `Mesh(...)` gives `Auto` axes (the compiler decides how intermediate values
+# are sharded), `jax.make_mesh` gives `Explicit` axes (shardings become part
+# of the array types and mismatches are errors). The course's data-parallel
+# lessons use `Auto` axes, the automatic partitioning that `jit` has always
+# done.
+
+# %%
+made_mesh = jax.make_mesh((n,), ("data",), devices=devs)
+made_auto = jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs)
+display(show.table([
+    {"built with": "Mesh(np.array(devs), ('data',))", "axis types": str(mesh.axis_types)},
+    {"built with": "jax.make_mesh((n,), ('data',))", "axis types": str(made_mesh.axis_types)},
+    {"built with": "jax.make_mesh(..., axis_types=(AxisType.Auto,))", "axis types": str(made_auto.axis_types)},
+], caption=f"Axis types in JAX {jax.__version__}"))
+
+# %% [markdown]
+# ## 4. Looking ahead: a 2-D mesh
+#
+# With more devices you can split two ways at once: the batch over `data` and
+# the weight matrices over `model` (tensor parallelism, beyond this course).
+# Here a `[rows, cols]` array is split over both axes; each device holds one
+# block.
+
+# %%
+if n % 2 == 0 and n >= 4:
+    mesh_2d = Mesh(np.array(devs).reshape(n // 2, 2), ("data", "model"))
+    print(mesh_2d)
+    w = jnp.arange(n * 4 * 2, dtype=jnp.float32).reshape(n, 8)
+    w_sharded = jax.device_put(w, NamedSharding(mesh_2d, P("data", "model")))
+    print("each device holds a block of shape", w_sharded.addressable_shards[0].data.shape)
+    jax.debug.visualize_array_sharding(w_sharded)
+else:
+    print(f"A 2-D mesh needs an even device count >= 4; this run has {n}.")
+
+# %% [markdown]
+# ## 5. Why the topology matters
+#
+# In data parallelism every step ends with an all-reduce of the gradient over
+# the `data` axis. A ring all-reduce sends about 2(N-1)/N times the gradient
+# through the slowest link of the ring, so NVLink (hundreds of GB/s) and
+# PCIe (about 32 GB/s each way for Gen4 x16) give very different step times
+# for the same model. Notebook 04 reads the all-reduce out of the compiled
+# program and 07 compares the cost model with measurements.
+
+# %%
+topology = devices.gpu_topology()
+print(topology if topology else "No nvidia-smi here: simulated CPU devices share host memory, there is no link to show.")
+
+# %%
+results.record("mesh_devices", n, "devices")
+results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
+
+# %% [markdown]
+# ## What you learned
+#
+# - A `Mesh` names the axes of an array of devices; building one moves nothing.
+# - A `PartitionSpec` maps array dimensions to mesh axes; `P()` replicates.
+# - `jax.make_mesh` orders devices for the hardware; in this JAX it defaults
+#   to `Explicit` axes, `Mesh(...)` to `Auto`.
+# - The topology decides how expensive the gradient all-reduce is.
+#
+# **Next:** [04_sharding](04_sharding.ipynb) shards the batch and lets the
+# compiler parallelise the training step.

@@ -1,0 +1,291 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Sharding: automatic data parallelism
+#
+# **Goal.** Shard the batch over the `data` axis, replicate the parameters,
+# and run the **same** jitted training step from notebook 02. The compiler
+# (XLA's SPMD partitioner) turns it into a data-parallel program and inserts
+# the gradient all-reduce for you. Then: find that all-reduce in the
+# compiled program, measure against one device, and check that the result
+# is the same as on one device.
+#
+# **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
+# least 2 devices.
+#
+# **Time.** `smoke` about 10 seconds; `cpu` about a minute on a 2-core CPU.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("04_sharding", PROFILE, N_CPU_DEVICES, min_devices=2)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import jax
+import numpy as np
+from IPython.display import display
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpcourse import bench, collectives, costs, data, memory, model, results, train
+from dpcourse import display as show
+
+devs = lesson.devices.devices
+n = len(devs)
+global_batch = cfg.global_batch(n)
+print(f"{lesson.devices.label}; per-device batch {cfg.per_device_batch}, global batch {global_batch}")
+
+# %% [markdown]
+# ## 1. Placements
+#
+# One mesh axis, `data`. The batch is split on its batch dimension, the
+# parameters and the optimizer state are replicated:
+#
+# | array | shape (global) | PartitionSpec |
+# |---|---|---|
+# | one batch of images | `[global_batch, 784]` | `P('data', None)` |
+# | one batch of labels | `[global_batch]` | `P('data')` |
+# | stacked images | `[n_batches, global_batch, 784]` | `P(None, 'data', None)` |
+# | stacked labels | `[n_batches, global_batch]` | `P(None, 'data')` |
+# | parameters, optimizer state | as they are | `P()` (replicated) |
+
+# %%
+mesh = Mesh(np.array(devs), ("data",))
+replicated = NamedSharding(mesh, P())
+stacked_x_sharding = NamedSharding(mesh, P(None, "data", None))
+stacked_y_sharding = NamedSharding(mesh, P(None, "data"))
+
+optimizer = train.make_optimizer(cfg)
+init_host = model.init_params(cfg)  # the same values as on one device
+params = jax.device_put(init_host, replicated)
+opt_state = optimizer.init(params)
+x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
+x_stack = jax.device_put(x_host, stacked_x_sharding)
+y_stack = jax.device_put(y_host, stacked_y_sharding)
+batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
+print("one image batch:", batches[0][0].sharding.spec, " labels:", batches[0][1].sharding.spec)
+
+# %% [markdown]
+# `jax.debug.visualize_array_sharding` draws rank-1 and rank-2 arrays. A
+# batch of images, `[global_batch, 784]`, is cut into N row blocks; the
+# labels into N pieces; the weights are on every device:
+
+# %%
+jax.debug.visualize_array_sharding(batches[0][0])
+jax.debug.visualize_array_sharding(batches[0][1])
+jax.debug.visualize_array_sharding(params["w_block"])
+
+# %% [markdown]
+# For the rank-3 stack of batches, a table of per-device shard shapes does
+# the job:
+
+# %%
+show.shard_table(x_stack, "x_stack")
+
+# %% [markdown]
+# ## 2. The same step, on sharded arrays
+#
+# Nothing in `train_step` mentions devices. `jax.jit` sees inputs sharded
+# over `data`, propagates those shardings through the program, and adds the
+# communication that makes the result correct: the gradient of a mean over
+# the global batch needs a sum over the devices' partial gradients, an
+# **all-reduce**.
+
+# %%
+train_step = jax.jit(train.make_train_step(cfg, optimizer))
+new_params, _, _ = train_step(params, opt_state, *batches[0])
+print("updated w_block sharding:", new_params["w_block"].sharding.spec, "(replicated, as it went in)")
+
+# %% [markdown]
+# ## 3. Where did the all-reduce go? Read the compiled program
+#
+# `train_step.lower(...).compile().as_text()` is the optimised program XLA
+# will run. `collective_report` lists its cross-device collectives, their
+# bytes, and whether they sit inside a loop. The ideal for data parallelism
+# is **one** reduction of the gradient per step:
+
+# %%
+report = collectives.collective_report(train_step, params, opt_state, *batches[0])
+ideal = costs.gradient_bytes(cfg)
+display(show.table(report.rows(), caption=f"Collectives of jit(train_step) on {n} devices"))
+display(show.key_values({
+    "ideal: one all-reduce of the gradient": f"{ideal:,} bytes per step",
+    "collective instructions in the program": report.count,
+    "of which inside a loop": report.in_loop_count,
+    "collective executions per step": report.runs_per_step,
+    "bytes through collectives per step": report.bytes_per_step,
+}, caption=f"Automatic data parallelism on {jax.default_backend()}, JAX {jax.__version__}"))
+
+# %% [markdown]
+# **What this shows (JAX 0.10.2, measured on CPU).** One all-reduce runs
+# *inside* the backward `scan`: the gradient of the shared block, reduced
+# once per block repeat, BLOCK_REPEATS times per step. Why? In the backward
+# pass each iteration adds its contribution to the shared block's gradient,
+# an accumulator carried through the loop. That accumulator is replicated
+# like the weight it belongs to, while each iteration's contribution is a
+# partial sum over only the local shard of the batch, so the partitioner
+# reduces each contribution right where it is made, inside the loop. It is
+# correct, but it moves BLOCK_REPEATS times the block's gradient per step.
+# The table above shows the count and bytes on *your* backend; a newer JAX
+# or another backend may place it differently.
+#
+# **A way to one reduction per step, still with plain `jit`.** Give each
+# device its own gradient accumulator: reshape the global batch to
+# `[N, per_device_batch, 784]` and take per-device gradients with `jax.vmap`.
+# The accumulator becomes an `[N, ...]` array sharded over `data`, so the
+# loop body needs no communication, and the mean over the device axis after
+# the loop is the single all-reduce:
+
+# %%
+show.show_source(train.make_device_axis_step)
+
+# %%
+device_axis_step = jax.jit(train.make_device_axis_step(cfg, optimizer, n))
+report_fixed = collectives.collective_report(device_axis_step, params, opt_state, *batches[0])
+display(show.table(report_fixed.rows(), caption="Collectives of jit(device-axis step)"))
+display(show.table([
+    {"step": "jit(train_step)", "collectives": report.count, "inside loop": report.in_loop_count,
+     "runs per step": report.runs_per_step, "bytes per step": report.bytes_per_step},
+    {"step": "jit(device-axis step)", "collectives": report_fixed.count, "inside loop": report_fixed.in_loop_count,
+     "runs per step": report_fixed.runs_per_step, "bytes per step": report_fixed.bytes_per_step},
+    {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+], caption="Collectives per step"))
+
+# %% [markdown]
+# ## 4. Same result as one device
+#
+# Data parallelism must change only *where* the work happens. Start one
+# device and N devices from the same parameters, feed the same global batch,
+# and compare the parameters after one step and after a few.
+
+# %%
+single = devs[0]
+params_1 = jax.device_put(init_host, single)
+state_1 = optimizer.init(params_1)
+batches_1 = [(jax.device_put(x_host[i], single), jax.device_put(y_host[i], single)) for i in range(cfg.n_batches)]
+params_n, state_n = params, opt_state
+rows = []
+for step_index in range(3):
+    params_1, state_1, m1 = train_step(params_1, state_1, *batches_1[step_index % cfg.n_batches])
+    params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
+    rows.append({"step": step_index + 1, "max |param diff|": train.max_abs_diff(params_1, params_n),
+                 "loss 1 device": float(m1["loss"]), f"loss {n} devices": float(mn["loss"])})
+display(show.table(rows, caption="1 device vs N devices, same global batch"))
+equiv = rows[-1]["max |param diff|"]
+# Tolerance: float32 sums of the same numbers in another order differ by a
+# few units in the last place (about 1e-7 relative); AdamW's first steps move
+# each weight by about the learning rate, so differences stay far below
+# 1e-5. A wrong gradient (e.g. N times too large) shows up in other tests.
+EQUIV_TOL = 1e-5
+assert equiv < EQUIV_TOL, equiv
+
+# %% [markdown]
+# ## 5. Benchmark: 1 device vs N devices
+#
+# Same global batch on both sides; the N-device run also shows the device-axis
+# step from section 3.
+
+# %%
+res_1, *_ = bench.benchmark(train_step, jax.device_put(init_host, single), optimizer.init(jax.device_put(init_host, single)),
+                            batches_1, warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
+                            label=f"1 x {single.device_kind}", n_devices=1, global_batch=global_batch)
+res_n, *_ = bench.benchmark(train_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
+                            repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, jit", n_devices=n,
+                            global_batch=global_batch)
+res_fix, *_ = bench.benchmark(device_axis_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
+                              repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, device-axis jit",
+                              n_devices=n, global_batch=global_batch)
+display(show.records_table([res_1, res_n, res_fix], dataset.source))
+ratio = res_n.examples_per_s / res_1.examples_per_s
+ratio_fix = res_fix.examples_per_s / res_1.examples_per_s
+note = ("Simulated CPU devices share the same cores: a ratio near or below 1 is expected."
+        if lesson.devices.simulated else "")
+show.bar_chart([r.label for r in (res_1, res_n, res_fix)], [r.examples_per_s for r in (res_1, res_n, res_fix)],
+               "examples/s", f"Throughput, global batch {global_batch} ({dataset.source} data)", note)
+
+# %% [markdown]
+# ### Reading the ratio honestly
+#
+# With N real GPUs, each device computes 1/N of the batch, then all of them
+# wait for the all-reduce. If compute dominates (large per-device batch,
+# many block repeats) the ratio approaches N; if the all-reduce dominates
+# (small batch, slow links) it stays far below. On **simulated** CPU devices
+# the N shards run on the same cores, so the ratio cannot exceed 1 and
+# usually falls below it: the extra work is the all-reduce and the
+# partitioning overhead.
+
+# %%
+link = costs.find_peak(single.device_kind)
+fit_overhead, fit_per_example = 0.0, res_1.ms_per_step / 1000.0 / global_batch
+pred = costs.predict_step(cfg, cfg.per_device_batch, n, fit_overhead, fit_per_example,
+                          None if link is None else link.link_bytes_per_s, shared_cores=lesson.devices.simulated)
+display(show.key_values({
+    "measured ratio (N devices / 1 device), jit": f"{ratio:.2f}",
+    "measured ratio, device-axis jit": f"{ratio_fix:.2f}",
+    "gradient all-reduce per step (ideal)": f"{ideal / 1e6:.3f} MB",
+    "link assumed": "unknown (simulated devices or unlisted GPU): all-reduce time left out" if link is None
+    else f"{link.link}, {link.link_bytes_per_s / 1e9:.0f} GB/s each way",
+    "predicted all-reduce time": f"{pred.allreduce_s * 1e3:.3f} ms",
+    "predicted step time (compute scaled from 1 device + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
+    "predicted ratio": f"{pred.examples_per_s / res_1.examples_per_s:.2f}",
+}, caption="Measured against the cost model"))
+
+# %%
+results.record("throughput_1_device", res_1.examples_per_s, "examples/s", device_count=1)
+results.record("throughput", res_n.examples_per_s, "examples/s")
+results.record("throughput_device_axis", res_fix.examples_per_s, "examples/s")
+results.record("ms_per_step", res_n.ms_per_step, "ms")
+results.record("ratio_n_vs_1", ratio, "ratio")
+results.record("final_loss", res_n.final_loss, "loss")
+results.record("final_accuracy", res_n.final_accuracy, "fraction")
+results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
+results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+results.record("collectives_per_step_jit", report.runs_per_step, "count")
+results.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
+results.record("collectives_in_loop_jit", report.in_loop_count, "count")
+results.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
+results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
+
+# %% [markdown]
+# ## 6. A batch that does not divide by the device count
+#
+# Every device must get the same number of examples. The package checks this
+# where the invariant lives and says what to use instead:
+
+# %%
+try:
+    train.check_global_batch(global_batch + 1, n)
+    raise AssertionError("an uneven batch should be refused")
+except ValueError as err:
+    print(err)
+
+# %%
+before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "params_1",
+                            "state_1", "batches_1", "params_n", "state_n", "new_params")
+print("freed:", before, "->", after)
+
+# %% [markdown]
+# ## What you learned
+#
+# - Data parallelism with `jit`: shard the batch `P('data', ...)`, replicate
+#   the parameters `P()`, and run the unchanged step.
+# - The compiler adds the all-reduce; the compiled program tells you where,
+#   how often and how many bytes. Here it landed inside the backward loop;
+#   per-device gradients via `vmap` bring it back to one per step.
+# - One step on N devices equals one step on one device, up to float32
+#   rounding.
+# - Simulated devices never speed anything up; real ones do when compute
+#   outweighs the all-reduce.
+#
+# **Next:** [05_shard_map](05_shard_map.ipynb) writes the per-device program
+# and its collective by hand.

@@ -1,0 +1,276 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · `shard_map`: the per-device program, by hand
+#
+# **Goal.** Write the data-parallel step explicitly: each device computes
+# the gradient of its own shard inside `jax.shard_map`, and `jax.lax.pmean`
+# over the `data` axis averages them. Compare it with the automatic version
+# of notebook 04 (speed, collectives, and the parameters it reaches), then
+# make the classic mistakes on purpose and read their messages.
+#
+# **Assumes.** Notebook 04. At least 2 devices.
+#
+# **Time.** `smoke` about 10 seconds; `cpu` about a minute on a 2-core CPU.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("05_shard_map", PROFILE, N_CPU_DEVICES, min_devices=2)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+from IPython.display import display
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpcourse import bench, collectives, costs, data, memory, model, results, train
+from dpcourse import display as show
+
+devs = lesson.devices.devices
+n = len(devs)
+global_batch = cfg.global_batch(n)
+mesh = Mesh(np.array(devs), ("data",))
+optimizer = train.make_optimizer(cfg)
+init_host = model.init_params(cfg)
+params = jax.device_put(init_host, NamedSharding(mesh, P()))
+opt_state = optimizer.init(params)
+x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
+x_stack = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
+y_stack = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
+batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
+print(f"{lesson.devices.label}; global batch {global_batch} = {n} x {cfg.per_device_batch}")
+
+# %% [markdown]
+# ## 1. What one shard sees
+#
+# Inside `shard_map` the function runs once per device on **local** arrays.
+# `in_specs` says how each global argument is cut; `out_specs` how the
+# per-device results are put back together. Here every device reports the
+# shape it sees:
+
+# %%
+def local_shapes(x, y):
+    shape = jnp.array([x.shape[0], x.shape[1], y.shape[0]])
+    return shape[None, :]  # one row per device
+
+
+seen = jax.shard_map(local_shapes, mesh=mesh, in_specs=(P("data", None), P("data")), out_specs=P("data"))(*batches[0])
+display(show.table([{"device": i, "x rows": int(r[0]), "x features": int(r[1]), "y rows": int(r[2])}
+                    for i, r in enumerate(np.asarray(seen))],
+                   caption=f"Local shapes inside shard_map (global x: {tuple(batches[0][0].shape)})"))
+
+# %% [markdown]
+# ## 2. The explicit step
+#
+# Three decisions, all visible in the code:
+#
+# 1. `in_specs=(P(), P('data', None), P('data'))`: parameters replicated,
+#    batch split.
+# 2. `lax.pcast(params, 'data', to='varying')`: each device differentiates
+#    its **own copy** of the parameters. With `check_vma=True` (the default)
+#    JAX tracks which values vary across the axis; differentiating a
+#    replicated (invariant) input directly would make JAX *sum* its gradient
+#    over the devices for you, placed inside the loop (section 5 shows it).
+# 3. `lax.pmean` over `data` on the local gradients, loss and accuracy: the
+#    mean of equal-sized shards' mean gradients is the global mean gradient.
+#
+# The optimizer update stays outside `shard_map`, on replicated values.
+
+# %%
+show.show_source(train.make_shard_map_step)
+
+# %%
+smap_step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
+auto_step = jax.jit(train.make_train_step(cfg, optimizer))
+
+# %% [markdown]
+# ## 3. Collectives: explicit vs automatic
+
+# %%
+rep_smap = collectives.collective_report(smap_step, params, opt_state, *batches[0])
+rep_auto = collectives.collective_report(auto_step, params, opt_state, *batches[0])
+ideal = costs.gradient_bytes(cfg)
+display(show.table(rep_smap.rows(), caption="Collectives of jit(shard_map step)"))
+display(show.table([
+    {"step": "jit on sharded arrays (04)", "collectives": rep_auto.count, "inside loop": rep_auto.in_loop_count,
+     "runs per step": rep_auto.runs_per_step, "bytes per step": rep_auto.bytes_per_step},
+    {"step": "shard_map + pmean", "collectives": rep_smap.count, "inside loop": rep_smap.in_loop_count,
+     "runs per step": rep_smap.runs_per_step, "bytes per step": rep_smap.bytes_per_step},
+    {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+], caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}"))
+
+# %% [markdown]
+# The explicit step reduces once, after the backward loop: exactly the
+# all-reduce you wrote (XLA packs the gradients and the two metrics into one
+# instruction). The automatic version reduced inside the loop (notebook 04).
+
+# %% [markdown]
+# ## 4. Same parameters, three ways
+#
+# One step, then a few, from the same start: a single device, the automatic
+# N-device step, and the `shard_map` step.
+
+# %%
+single = devs[0]
+p1 = jax.device_put(init_host, single)
+s1 = optimizer.init(p1)
+batches_1 = [(jax.device_put(x_host[i], single), jax.device_put(y_host[i], single)) for i in range(cfg.n_batches)]
+pa, sa, ps, ss = params, opt_state, params, opt_state
+rows = []
+for k in range(3):
+    p1, s1, m1 = auto_step(p1, s1, *batches_1[k % cfg.n_batches])
+    pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
+    ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
+    rows.append({"step": k + 1, "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
+                 "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
+                 "loss 1 device": float(m1["loss"]), "loss shard_map": float(ms["loss"])})
+display(show.table(rows, caption="Parameters after each step"))
+equiv = rows[-1]["max |diff| shard_map vs 1 device"]
+# Same tolerance and reason as notebook 04: float32 sums in another order.
+EQUIV_TOL = 1e-5
+assert equiv < EQUIV_TOL, equiv
+
+# %% [markdown]
+# ## 5. Classic mistakes, made on purpose
+#
+# Each cell below runs a wrong version and checks what goes wrong, so the
+# notebook fails loudly if a JAX upgrade changes the behaviour.
+#
+# **(a) A per-shard value returned as if it were replicated.** `out_specs=P()`
+# promises that the value is the same on every device. With `check_vma=True`
+# JAX knows the local loss varies over `data` and refuses:
+
+# %%
+def local_loss(p, x, y):
+    return model.loss_and_metrics(p, x, y, cfg)[0]
+
+
+try:
+    jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))(params, *batches[0])
+    raise AssertionError("check_vma should refuse a varying value under out_specs=P()")
+except ValueError as err:
+    print("Refused:", str(err).splitlines()[0][:300])
+
+# %% [markdown]
+# With the check switched off the same code runs and returns **one device's**
+# loss, not the global mean:
+
+# %%
+unchecked = jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")),
+                                  out_specs=P(), check_vma=False))
+wrong_loss = float(unchecked(params, *batches[0]))
+true_loss = float(model.loss_and_metrics(jax.device_put(init_host, single), x_host[0], y_host[0], cfg)[0])
+b = cfg.per_device_batch  # device i holds rows i*b to (i+1)*b of the global batch
+shard_losses = [float(model.loss_and_metrics(init_host, x_host[0][i * b:(i + 1) * b], y_host[0][i * b:(i + 1) * b], cfg)[0])
+                for i in range(n)]
+print(f"returned: {wrong_loss:.6f}   global mean: {true_loss:.6f}   device 0's shard: {shard_losses[0]:.6f}")
+assert abs(wrong_loss - shard_losses[0]) < 1e-4 and abs(wrong_loss - true_loss) > 1e-6
+
+# %% [markdown]
+# **(b) `psum` where `pmean` was meant** sums the N shards' mean gradients:
+# the gradient comes out N times too large. AdamW normalises the step size
+# and hides much of it, plain SGD would not; either way it is wrong.
+
+# %%
+def grads_with(reduce):
+    def local(p, x, y):
+        p = jax.lax.pcast(p, "data", to="varying")
+        return reduce(jax.grad(local_loss)(p, x, y), "data")
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))
+
+
+g_mean = grads_with(jax.lax.pmean)(params, *batches[0])
+g_sum = grads_with(jax.lax.psum)(params, *batches[0])
+scale = float(jnp.linalg.norm(g_sum["w_block"]) / jnp.linalg.norm(g_mean["w_block"]))
+print(f"|psum grad| / |pmean grad| = {scale:.3f} (N = {n})")
+assert abs(scale - n) < 1e-3 * n
+
+# %% [markdown]
+# **(c) Forgetting the cast to a per-device copy.** With `check_vma=True`,
+# the gradient of a replicated input is already summed over `data`; adding
+# `pmean` on top again gives N times the right gradient, and the sum sits
+# inside the loop:
+
+# %%
+def local_no_cast(p, x, y):
+    return jax.lax.pmean(jax.grad(local_loss)(p, x, y), "data")
+
+
+no_cast = jax.jit(jax.shard_map(local_no_cast, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))
+g_no_cast = no_cast(params, *batches[0])
+scale_nc = float(jnp.linalg.norm(g_no_cast["w_block"]) / jnp.linalg.norm(g_mean["w_block"]))
+rep_nc = collectives.collective_report(no_cast, params, *batches[0])
+print(f"|grad without pcast| / |correct grad| = {scale_nc:.3f}; collectives inside the loop: {rep_nc.in_loop_count}")
+assert abs(scale_nc - n) < 1e-3 * n
+
+# %% [markdown]
+# **(d) A collective outside any mapped axis.** `lax.pmean(x, 'data')` under
+# plain `jit` has no axis called `data` to reduce over:
+
+# %%
+try:
+    jax.jit(lambda x: jax.lax.pmean(x, "data"))(jnp.ones(4))
+    raise AssertionError("an unbound axis name should be an error")
+except NameError as err:
+    print("NameError:", str(err).splitlines()[0][:200])
+
+# %% [markdown]
+# ## 6. Benchmark: explicit vs automatic
+
+# %%
+res_auto, *_ = bench.benchmark(auto_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
+                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, jit", n_devices=n,
+                               global_batch=global_batch)
+res_smap, *_ = bench.benchmark(smap_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
+                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, shard_map", n_devices=n,
+                               global_batch=global_batch)
+display(show.records_table([res_auto, res_smap], dataset.source))
+note = "Simulated CPU devices share the same cores." if lesson.devices.simulated else ""
+show.bar_chart([res_auto.label, res_smap.label], [res_auto.examples_per_s, res_smap.examples_per_s], "examples/s",
+               f"Explicit vs automatic, global batch {global_batch}", note)
+
+# %%
+results.record("throughput", res_smap.examples_per_s, "examples/s")
+results.record("throughput_jit", res_auto.examples_per_s, "examples/s")
+results.record("ms_per_step", res_smap.ms_per_step, "ms")
+results.record("ratio_shard_map_vs_jit", res_smap.examples_per_s / res_auto.examples_per_s, "ratio")
+results.record("final_loss", res_smap.final_loss, "loss")
+results.record("final_accuracy", res_smap.final_accuracy, "fraction")
+results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
+results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
+results.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
+results.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")
+results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
+
+# %%
+before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "p1", "s1",
+                            "batches_1", "pa", "sa", "ps", "ss", "g_mean", "g_sum", "g_no_cast")
+print("freed:", before, "->", after)
+
+# %% [markdown]
+# ## What you learned
+#
+# - `jax.shard_map` runs your function per device on local shards;
+#   `in_specs`/`out_specs` connect local and global views.
+# - The data-parallel step is: local gradient of a per-device copy,
+#   `lax.pmean` over `data`, optimizer update outside.
+# - `check_vma` catches a varying value returned as replicated; the
+#   `psum`/`pmean` and missing-cast mistakes scale the gradient by N.
+# - Written by hand, the all-reduce happens exactly once per step.
+#
+# **Next:** [06_pmap](06_pmap.ipynb): the older `jax.pmap` way, and how it
+# maps onto what you just wrote.

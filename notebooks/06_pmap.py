@@ -1,0 +1,251 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · `jax.pmap`: the legacy way, done right
+#
+# **Goal.** Much existing JAX code uses `jax.pmap`. Learn to read and write
+# it correctly for this JAX version: the leading device axis, replicated
+# parameters without the removed helpers, one PRNG key per device, a step
+# with `axis_name` and `lax.pmean`, an epoch loop that keeps state on the
+# devices. Then see how `pmap` maps onto `jit` + `shard_map` today, and
+# check that it reaches the same parameters as notebook 05.
+#
+# **Assumes.** Notebook 05. At least 2 devices.
+#
+# **Time.** `smoke` about 10 seconds; `cpu` under a minute on a 2-core CPU.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("06_pmap", PROFILE, N_CPU_DEVICES, min_devices=2)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+from IPython.display import display
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpcourse import bench, data, memory, model, results, train
+from dpcourse import display as show
+
+devs = lesson.devices.devices
+n = len(devs)
+global_batch = cfg.global_batch(n)
+optimizer = train.make_optimizer(cfg)
+init_host = model.init_params(cfg)
+print(f"{lesson.devices.label}; global batch {global_batch} = {n} x {cfg.per_device_batch}")
+
+# %% [markdown]
+# ## 1. The leading axis is the device axis
+#
+# `pmap` maps a function over the **leading** axis of every argument, one
+# slice per device. A global batch `[global_batch, 784]` must become
+# `[n_devices, per_device_batch, 784]`, which only works when the global
+# batch divides by the device count:
+
+# %%
+x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
+x_dev = np.stack([train.split_for_pmap(x_host[i], n) for i in range(cfg.n_batches)])  # [n_batches, n, b, 784]
+y_dev = np.stack([train.split_for_pmap(y_host[i], n) for i in range(cfg.n_batches)])  # [n_batches, n, b]
+print("one pmap batch:", x_dev[0].shape, y_dev[0].shape)
+train.check_pmap_leading_axis((x_dev[0], y_dev[0]), n)
+
+try:
+    train.split_for_pmap(x_host[0][: global_batch - 1], n)
+except ValueError as err:
+    print("uneven global batch:", err)
+try:
+    train.check_pmap_leading_axis({"x": x_host[0]}, n)
+except ValueError as err:
+    print("forgot to reshape:", err)
+
+# %% [markdown]
+# Put the batches on the devices once, already split along the leading
+# axis, so no step copies them from the host:
+
+# %%
+device_axis = NamedSharding(Mesh(np.array(devs), ("data",)), P(None, "data"))
+x_stack = jax.device_put(x_dev, device_axis)
+y_stack = jax.device_put(y_dev, device_axis)
+batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
+
+# %% [markdown]
+# ## 2. Replicated parameters, with today's API
+#
+# `jax.device_put_replicated` and `jax.device_put_sharded` were removed from
+# JAX. A replicated pytree for `pmap` is a stack of N identical copies on a
+# leading axis, sharded over the devices, which `jax.device_put` with a
+# `NamedSharding` builds directly:
+
+# %%
+show.show_source(train.replicate)
+
+# %%
+params_r = train.replicate(init_host, devs)
+state_r = train.replicate(optimizer.init(init_host), devs)
+print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
+
+# %% [markdown]
+# ## 3. One PRNG key per device
+#
+# Randomness inside `pmap` (dropout, data augmentation) needs a **different**
+# key on each device, or every device draws the same mask. Split one key
+# into N and map over them. (The course's model has no dropout; this shows
+# the pattern on a toy dropout.)
+
+# %%
+def toy_dropout(key, x, rate=0.5):
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+ones = jnp.ones((n, 8))
+masks_good = jax.pmap(toy_dropout, devices=devs)(jax.random.split(jax.random.key(0), n), ones)
+same_key = jnp.stack([jax.random.key(0)] * n)
+masks_bad = jax.pmap(toy_dropout, devices=devs)(same_key, ones)
+print("split keys, distinct masks:", len({tuple(np.asarray(m)) for m in masks_good}), "of", n)
+print("one key copied, distinct masks:", len({tuple(np.asarray(m)) for m in masks_bad}), "of", n)
+assert len({tuple(np.asarray(m)) for m in masks_bad}) == 1
+
+# %% [markdown]
+# ## 4. The step
+#
+# The whole step runs under `pmap` with `axis_name='data'`; `lax.pmean`
+# averages gradients and metrics across devices, so every device applies the
+# same update and the replicas stay identical.
+
+# %%
+show.show_source(train.make_pmap_step)
+
+# %%
+p_step = train.make_pmap_step(cfg, optimizer, devs)
+
+# %% [markdown]
+# ## 5. An epoch that stays on the devices
+#
+# Keep parameters and optimizer state on the devices between steps; collect
+# the small per-step metrics as device arrays and bring them to the host once
+# at the end. Pulling a value to the host every step (`float(loss)`) would
+# make the host wait for each step to finish.
+
+# %%
+history = []
+p, s = params_r, state_r
+for i in range(cfg.n_batches):
+    p, s, metrics = p_step(p, s, *batches[i])
+    history.append(metrics)  # stays on device
+history = jax.device_get(history)  # one transfer
+display(show.table([{"step": i + 1, "loss": float(m["loss"][0]), "accuracy": float(m["accuracy"][0])}
+                    for i, m in enumerate(history)], caption="One pass over the stacked batches (metrics from device 0)"))
+replica_spread = train.max_abs_diff(jax.tree.map(lambda a: a[0], p), jax.tree.map(lambda a: a[-1], p))
+print(f"largest difference between the first and last replica: {replica_spread:.3g}")
+assert replica_spread == 0.0
+
+# %% [markdown]
+# ## 6. Debugging `pmap`
+#
+# - **Shape mistakes**: the leading axis must equal the device count (or the
+#   `devices=` list). Check with `check_pmap_leading_axis` before calling.
+# - **Silent recompiles**: a new shape or dtype compiles a new program. If a
+#   step is slow every time, print shapes, or run with
+#   `jax.config.update("jax_log_compiles", True)`.
+# - **Per-device printing**: `print` runs once while tracing; use
+#   `jax.debug.print` to see values from every device (order not fixed):
+
+# %%
+jax.pmap(lambda v: jax.debug.print("device value {v}", v=v), devices=devs)(jnp.arange(n, dtype=jnp.float32))
+jax.effects_barrier()
+
+# %% [markdown]
+# - **Out of memory**: everything replicated (parameters, optimizer state)
+#   costs its full size on *every* device; only the batch shrinks with N.
+#   Free arrays you no longer need (`memory.free`) before the next run.
+#
+# ## 7. From `pmap` to `jit` + `shard_map`
+#
+# In this JAX version `jax.pmap` is itself built from `jax.jit` and
+# `jax.shard_map` (see its docstring). The translation:
+#
+# | `pmap` | `jit` + `shard_map` |
+# |---|---|
+# | leading axis of every argument = devices | a `Mesh` with axis `data`; arguments keep their global shapes |
+# | `in_axes=0` | `in_specs=P('data', ...)` |
+# | `in_axes=None` (broadcast) | `in_specs=P()` |
+# | `out_axes=0` | `out_specs=P('data', ...)` |
+# | a value equal on all devices, stacked N times | `out_specs=P()`, one copy |
+# | `axis_name='data'` | the mesh axis name in `lax.pmean(x, 'data')` |
+# | `jax.device_put_replicated(x, devices)` (removed) | `jax.device_put(x, NamedSharding(mesh, P()))` |
+# | `jax.device_put_sharded(list, devices)` (removed) | `jax.device_put(x, NamedSharding(mesh, P('data')))` |
+# | `x[0]` to unreplicate | nothing to do: replicated arrays are one logical array |
+#
+# Both must give the same training step. Check it against the `shard_map`
+# step of notebook 05:
+
+# %%
+mesh = Mesh(np.array(devs), ("data",))
+smap_step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
+ps = jax.device_put(init_host, NamedSharding(mesh, P()))
+ss = optimizer.init(ps)
+x_flat = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
+y_flat = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
+pp, sp = params_r, state_r
+rows = []
+for k in range(3):
+    ps, ss, _ = smap_step(ps, ss, x_flat[k % cfg.n_batches], y_flat[k % cfg.n_batches])
+    pp, sp, _ = p_step(pp, sp, *batches[k % cfg.n_batches])
+    rows.append({"step": k + 1, "max |diff| pmap vs shard_map": train.max_abs_diff(ps, train.unreplicate(pp))})
+display(show.table(rows, caption="pmap vs shard_map, same start, same global batch"))
+equiv = rows[-1]["max |diff| pmap vs shard_map"]
+# Same tolerance and reason as notebooks 04 and 05: float32 sums in another order.
+EQUIV_TOL = 1e-5
+assert equiv < EQUIV_TOL, equiv
+
+# %% [markdown]
+# ## 8. Benchmark
+
+# %%
+res_pmap, *_ = bench.benchmark(p_step, params_r, state_r, batches, warmup_steps=cfg.warmup_steps,
+                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, pmap", n_devices=n,
+                               global_batch=global_batch)
+display(show.records_table([res_pmap], dataset.source))
+if lesson.devices.simulated:
+    print("Simulated CPU devices share the same cores: this throughput is not a speed-up.")
+
+# %%
+results.record("throughput", res_pmap.examples_per_s, "examples/s")
+results.record("ms_per_step", res_pmap.ms_per_step, "ms")
+results.record("final_loss", res_pmap.final_loss, "loss")
+results.record("final_accuracy", res_pmap.final_accuracy, "fraction")
+results.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
+results.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
+
+# %%
+before, after = memory.free(globals(), "params_r", "state_r", "x_stack", "y_stack", "batches", "p", "s", "ps",
+                            "ss", "pp", "sp", "x_flat", "y_flat", "masks_good", "masks_bad", "ones", "same_key")
+print("freed:", before, "->", after)
+
+# %% [markdown]
+# ## What you learned
+#
+# - `pmap` maps over the leading axis; reshape global batches to
+#   `[n_devices, per_device_batch, ...]` and check it.
+# - Replicate with `jax.device_put` and a `NamedSharding`; the old helpers
+#   are gone.
+# - Split PRNG keys per device.
+# - Keep state on the devices, pull metrics once.
+# - `pmap` is `jit` + `shard_map` underneath, and gives the same step.
+#
+# **Next:** [07_sweep](07_sweep.ipynb) measures throughput over global batch
+# sizes and compares it with the cost model.

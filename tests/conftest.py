@@ -1,0 +1,56 @@
+"""Test set-up: 8 simulated CPU devices, configured before JAX starts.
+
+Every test in this folder runs in one process that sees 8 CPU devices, as
+in the jax-ml/jax documentation's CI. Tests that need a fresh JAX (device
+settings, late changes) start a subprocess.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+N_TEST_DEVICES = 8
+
+from dpcourse import devices  # noqa: E402  (does not start JAX)
+
+devices.setup_devices(N_TEST_DEVICES)
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data" / "fashion-mnist"
+
+
+@pytest.fixture(scope="session")
+def cpu_devices():
+    import jax
+
+    devs = jax.devices("cpu")
+    assert len(devs) == N_TEST_DEVICES, "conftest must configure devices before JAX starts"
+    return devs
+
+
+@pytest.fixture()
+def shared_data_dir():
+    """The real Fashion-MNIST label files shipped beside the project, or skip."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (a fresh clone has no ../shared); real-byte tests skipped.")
+    return SHARED_DATA
+
+
+@pytest.fixture()
+def python_exe():
+    return sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _no_recording(monkeypatch):
+    """Tests never append to a results file unless they ask for it."""
+    monkeypatch.delenv("DPCOURSE_RESULTS", raising=False)
+    monkeypatch.delenv("DPCOURSE_PROFILE", raising=False)
+    monkeypatch.delenv("DPCOURSE_DATA", raising=False)
+    from dpcourse import results
+
+    results.disable()
+    yield
+    results.disable()
