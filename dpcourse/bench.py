@@ -56,7 +56,11 @@ def compile_step(step, *args):
 
     ``step`` must be a ``jax.jit`` or ``jax.pmap`` function. The compiled
     executable is called with the same argument shapes and shardings.
+    JAX keeps compiled programs in memory, so a step that already ran would
+    "compile" in microseconds; the caches are cleared first so that the time
+    is a real compile (other functions recompile on their next call).
     """
+    jax.clear_caches()
     start = time.perf_counter()
     compiled = step.lower(*args).compile()
     return compiled, time.perf_counter() - start

@@ -190,7 +190,8 @@ def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tup
     """Least-squares fit of ``step_s = overhead_s + per_example_s x batch``.
 
     Returns:
-        ``(overhead_s, per_example_s)``; the overhead is clipped at 0.
+        ``(overhead_s, per_example_s)``. When the best line would have a
+        negative overhead, the fit is redone through the origin (overhead 0).
 
     Raises:
         ValueError: fewer than two points, or all batches equal.
@@ -203,5 +204,8 @@ def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tup
     cov = sum((b - mean_b) * (t - mean_t) for b, t in zip(batches, step_s))
     var = sum((b - mean_b) ** 2 for b in batches)
     slope = cov / var
-    intercept = max(0.0, mean_t - slope * mean_b)
+    intercept = mean_t - slope * mean_b
+    if intercept < 0:  # a negative overhead is not physical: fit through the origin
+        intercept = 0.0
+        slope = sum(b * t for b, t in zip(batches, step_s)) / sum(b * b for b in batches)
     return intercept, slope

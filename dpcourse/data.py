@@ -131,7 +131,7 @@ def download(
                 tmp.unlink()
     tried = "\n  ".join(failures)
     raise DataError(
-        f"Could not download {name}. Locations tried:\n  {tried}\n"
+        f"Could not download {name} from any of {len(failures)} location(s). Tried:\n  {tried}\n"
         f"Cache folder: {directory}. Copy the file there by hand (md5 {expected}), "
         f"set {DATA_DIR_ENV} to a folder that holds it, or set {DATA_ENV}=synthetic."
     )

@@ -155,6 +155,34 @@ display(show.key_values({
 # so the TF32 peak is the fair reference. On a CPU there is no stated peak,
 # so no MFU is printed rather than an invented one.
 
+# %% [markdown]
+# ## 6. What would N devices give? The cost model
+#
+# Keep the per-device batch and add devices: each device computes what this
+# one did, then all of them all-reduce the gradient. A ring all-reduce sends
+# and receives 2(N-1)/N times the gradient over each device's link, so its
+# time is about `2(N-1)/N x gradient bytes / link bandwidth`. The table
+# assumes no overlap of communication with compute, and takes the link from
+# the device's entry in the peak table, or PCIe Gen4 x16 (about 32 GB/s each
+# way, the L4 node's link) where the device is not listed.
+
+# %%
+link_bytes_per_s = peak.link_bytes_per_s if peak is not None else 32e9
+link_name = peak.link if peak is not None else "PCIe Gen4 x16 (assumed)"
+per_example_s = result.ms_per_step / 1000.0 / global_batch
+rows = []
+for n_dev in (1, 2, 4, 8):
+    pred = costs.predict_step(cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s)
+    rows.append({"devices": n_dev, "global batch": pred.global_batch, "compute ms": pred.compute_s * 1e3,
+                 "all-reduce ms": pred.allreduce_s * 1e3, "step ms": pred.step_s * 1e3,
+                 "examples/s": pred.examples_per_s, "scaling efficiency": f"{pred.efficiency:.1%}"})
+display(show.table(rows, caption=f"Predicted data-parallel steps over {link_name}, "
+                                 f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB of gradient"))
+
+# %% [markdown]
+# The prediction for real devices only: on simulated CPU devices all shards
+# share the same cores, and notebook 04 measures what actually happens.
+
 # %%
 results.record("ms_per_step", result.ms_per_step, "ms", device_count=1)
 results.record("throughput", result.examples_per_s, "examples/s", device_count=1)
@@ -167,7 +195,7 @@ if utilisation is not None:
 assert result.final_loss < float(loss0), "training should lower the loss"
 
 # %% [markdown]
-# ## 6. Free the device memory
+# ## 7. Free the device memory
 #
 # A device buffer lives as long as a Python reference to its array. Drop the
 # names, collect, and check that the live buffers are gone before the next

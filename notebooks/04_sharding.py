@@ -216,6 +216,11 @@ show.bar_chart([r.label for r in (res_1, res_n, res_fix)], [r.examples_per_s for
 # %% [markdown]
 # ### Reading the ratio honestly
 #
+# The device-axis step moves fewer bytes, but it also stores an `[N, ...]`
+# gradient accumulator and reduces it with a mean instead of letting the
+# partitioner fuse the reduction; whether that wins depends on the backend
+# and on the sizes. Measure it where you run.
+#
 # With N real GPUs, each device computes 1/N of the batch, then all of them
 # wait for the all-reduce. If compute dominates (large per-device batch,
 # many block repeats) the ratio approaches N; if the all-reduce dominates
@@ -235,7 +240,7 @@ display(show.key_values({
     "gradient all-reduce per step (ideal)": f"{ideal / 1e6:.3f} MB",
     "link assumed": "unknown (simulated devices or unlisted GPU): all-reduce time left out" if link is None
     else f"{link.link}, {link.link_bytes_per_s / 1e9:.0f} GB/s each way",
-    "predicted all-reduce time": f"{pred.allreduce_s * 1e3:.3f} ms",
+    "predicted all-reduce time": "n/a (unknown link)" if link is None else f"{pred.allreduce_s * 1e3:.3f} ms",
     "predicted step time (compute scaled from 1 device + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
     "predicted ratio": f"{pred.examples_per_s / res_1.examples_per_s:.2f}",
 }, caption="Measured against the cost model"))
