@@ -1,0 +1,38 @@
+# Values derived from the variables only (no resources), so that
+# tests/infra can evaluate every validation rule offline against a copy of
+# variables.tf and this file.
+
+locals {
+  # GPUs built into each G2 machine type. G2 machines carry NVIDIA L4 GPUs
+  # only, and the count is fixed by the machine type (Compute Engine,
+  # "Accelerator-optimized machine family", G2 series table). Note the odd one
+  # out: g2-standard-32 has one GPU, fewer than g2-standard-24.
+  g2_gpus_per_machine_type = {
+    "g2-standard-4"  = 1
+    "g2-standard-8"  = 1
+    "g2-standard-12" = 1
+    "g2-standard-16" = 1
+    "g2-standard-24" = 2
+    "g2-standard-32" = 1
+    "g2-standard-48" = 4
+    "g2-standard-96" = 8
+  }
+
+  # APIs this module needs. compute and container create the network and the
+  # cluster; iam makes the node service account; cloudresourcemanager reads
+  # and writes the project IAM policy; logging and monitoring receive what
+  # the node service account writes.
+  required_apis = [
+    "cloudresourcemanager.googleapis.com",
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "monitoring.googleapis.com",
+  ]
+
+  labels = merge(var.labels, {
+    course     = "jax-data-parallel"
+    managed-by = "terraform"
+  })
+}

@@ -1,0 +1,151 @@
+variable "project_id" {
+  description = "Google Cloud project that holds the cluster (its ID, not its name or number)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project ID: 6 to 30 lowercase letters, digits or hyphens, starting with a letter (see `gcloud projects list`)."
+  }
+}
+
+variable "region" {
+  description = "Region of the network and subnet. It must contain var.zone."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "zone" {
+  description = "Zone of the cluster and its GPU nodes. NVIDIA L4 GPUs exist only in some zones (us-central1-a, -b and -c do); list them with `gcloud compute accelerator-types list --filter=\"name=nvidia-l4\"`."
+  type        = string
+  default     = "us-central1-a"
+
+  validation {
+    condition     = startswith(var.zone, "${var.region}-")
+    error_message = "zone must lie in region (for region us-central1, a zone such as us-central1-a): set zone and region together."
+  }
+}
+
+variable "cluster_name" {
+  description = "Name of the GKE cluster; also the prefix of the network, subnet and node service account."
+  type        = string
+  default     = "jax-course"
+
+  validation {
+    # The node service account ID is "<cluster_name>-nodes" and may hold at
+    # most 30 characters, which caps cluster_name at 24.
+    condition     = can(regex("^[a-z][a-z0-9-]{0,22}[a-z0-9]$", var.cluster_name))
+    error_message = "cluster_name must be 1 to 24 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen."
+  }
+}
+
+variable "machine_type" {
+  description = "G2 machine type of the GPU nodes. g2-standard-24 has 2 L4 GPUs, g2-standard-48 has 4 (the scaling exercise), g2-standard-96 has 8."
+  type        = string
+  default     = "g2-standard-24"
+
+  validation {
+    condition     = contains(keys(local.g2_gpus_per_machine_type), var.machine_type)
+    error_message = "machine_type must be a G2 machine type (the only machines with NVIDIA L4 GPUs): one of g2-standard-4, -8, -12, -16, -24, -32, -48, -96."
+  }
+}
+
+variable "gpu_type" {
+  description = "Accelerator type attached to the GPU nodes. G2 machines carry NVIDIA L4 only."
+  type        = string
+  default     = "nvidia-l4"
+
+  validation {
+    condition     = var.gpu_type == "nvidia-l4"
+    error_message = "gpu_type must be \"nvidia-l4\": G2 machine types come with L4 GPUs and no other type."
+  }
+}
+
+variable "gpu_count" {
+  description = "GPUs per node. Fixed by the machine type: 2 for g2-standard-24, 4 for g2-standard-48. deploy/*.yaml request the same number (nvidia.com/gpu)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.gpu_count == lookup(local.g2_gpus_per_machine_type, var.machine_type, -1)
+    error_message = "gpu_count must equal the GPUs built into machine_type: set gpu_count = ${lookup(local.g2_gpus_per_machine_type, var.machine_type, -1)} for ${var.machine_type} (2 for g2-standard-24, 4 for g2-standard-48), and the same count as nvidia.com/gpu in deploy/jupyter.yaml and deploy/notebook-tests.yaml."
+  }
+}
+
+variable "gpu_node_count" {
+  description = "Number of GPU nodes. The course runs on one node; more nodes are for multi-host work."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.gpu_node_count >= 1 && floor(var.gpu_node_count) == var.gpu_node_count
+    error_message = "gpu_node_count must be a whole number of at least 1."
+  }
+}
+
+variable "gpu_driver_version" {
+  description = "NVIDIA driver that GKE installs on the GPU nodes: DEFAULT (GKE's default for the node version) or LATEST. The course's jax[cuda12] wheels need driver 525 or newer, which both provide."
+  type        = string
+  default     = "DEFAULT"
+
+  validation {
+    condition     = contains(["DEFAULT", "LATEST"], var.gpu_driver_version)
+    error_message = "gpu_driver_version must be DEFAULT or LATEST. (INSTALLATION_DISABLED would leave pods waiting for a driver that never comes.)"
+  }
+}
+
+variable "disk_size_gb" {
+  description = "Boot disk of each GPU node in GB: container images plus the Job's scratch space (a fresh CUDA environment is about 8 GB)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.disk_size_gb >= 50
+    error_message = "disk_size_gb must be at least 50: the images and a CUDA-enabled Python environment do not fit in less."
+  }
+}
+
+variable "spot" {
+  description = "Run the GPU nodes as Spot VMs: much cheaper, but Compute Engine may reclaim them at any time, ending every running kernel. Leave false for a workshop."
+  type        = bool
+  default     = false
+}
+
+variable "release_channel" {
+  description = "GKE release channel, which picks the Kubernetes version and keeps it patched."
+  type        = string
+  default     = "REGULAR"
+
+  validation {
+    condition     = contains(["RAPID", "REGULAR", "STABLE"], var.release_channel)
+    error_message = "release_channel must be RAPID, REGULAR or STABLE."
+  }
+}
+
+variable "control_plane_authorized_cidrs" {
+  description = "CIDR blocks allowed to reach the Kubernetes API (kubectl), for example [{ cidr_block = \"203.0.113.7/32\", display_name = \"instructor\" }]. Empty: any address, still behind Google sign-in (works from Cloud Shell, whose address changes)."
+  type = list(object({
+    cidr_block   = string
+    display_name = string
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for block in var.control_plane_authorized_cidrs : can(cidrhost(block.cidr_block, 0)) && block.cidr_block != "0.0.0.0/0"])
+    error_message = "Each control_plane_authorized_cidrs entry needs a valid CIDR block other than 0.0.0.0/0 (leave the list empty for no restriction)."
+  }
+}
+
+variable "deletion_protection" {
+  description = "Refuse to delete the cluster. Off for a workshop cluster so that `terraform destroy` removes it."
+  type        = bool
+  # false on purpose: google provider 5.0 and later default deletion_protection
+  # to true, and `terraform destroy` then fails on the cluster, leaving the GPU
+  # node billing until someone notices.
+  default = false
+}
+
+variable "labels" {
+  description = "Extra labels on the cluster and its nodes (billing reports group by them)."
+  type        = map(string)
+  default     = {}
+}

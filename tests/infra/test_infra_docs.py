@@ -1,0 +1,107 @@
+"""docs/gke.md (the README's "Run it on GKE" section) matches terraform/ and deploy/.
+
+The guide is the part an instructor follows line by line; these checks catch
+it drifting from the files it describes: a renamed output, pod or ConfigMap,
+an API added to Terraform but not to the enable command, a missing step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hcl_eval import Evaluator
+from infra_files import ROOT
+
+GUIDE = ROOT / "docs" / "gke.md"
+
+
+@pytest.fixture(scope="module")
+def guide() -> str:
+    return GUIDE.read_text()
+
+
+def test_section_heading(guide):
+    assert guide.startswith("## Run it on GKE\n")
+
+
+def test_enable_command_covers_every_api_terraform_needs(guide, tf_module):
+    command = re.search(r"gcloud services enable (.*?)\n```", guide, re.S)
+    assert command, "the guide must enable the APIs with gcloud services enable"
+    enabled = set(re.findall(r"[a-z]+\.googleapis\.com", command.group(1)))
+    required = set(Evaluator({}, tf_module.local_expressions).local("required_apis"))
+    assert required <= enabled, f"missing from the guide: {sorted(required - enabled)}"
+
+
+def test_terraform_outputs_used_exist(guide, tf):
+    outputs = {name for entry in tf["outputs.tf"]["output"] for name in entry}
+    used = set(re.findall(r"terraform output -raw (\w+)", guide))
+    assert used and used <= outputs, f"unknown outputs: {used - outputs}"
+
+
+def test_kubernetes_names_match_the_manifests(guide, manifests):
+    names = {doc["metadata"]["name"] for docs in manifests.values() for doc in docs}
+    for name in ("jax-jupyter", "jax-jupyter-svc", "jax-notebook-tests", "jax-jupyter-workspace"):
+        assert name in names, f"{name} is not in deploy/"
+    referenced = set(re.findall(r"(?:pod|service|job)/([a-z0-9-]+)", guide))
+    referenced |= set(re.findall(r"kubectl (?:logs|exec|delete pod|get pod|describe pod)(?: -f)? (jax-[a-z0-9-]+)", guide))
+    assert referenced and referenced <= names, f"the guide names objects deploy/ does not have: {referenced - names}"
+    init_names = {c["name"] for docs in manifests.values() for d in docs if d["kind"] == "Pod" for c in d["spec"]["initContainers"]}
+    for container in re.findall(r"-c ([a-z-]+)", guide):
+        assert container in init_names, f"the guide reads the log of container {container}, which does not exist"
+
+
+def test_configmap_matches_what_the_pods_read(guide, manifests):
+    keys = set()
+    for docs in manifests.values():
+        for doc in docs:
+            spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Job" else doc.get("spec", {})
+            for container in spec.get("initContainers", []) + spec.get("containers", []):
+                for env in container.get("env", []):
+                    ref = env.get("valueFrom", {}).get("configMapKeyRef")
+                    if ref:
+                        keys.add((ref["name"], ref["key"]))
+    for name, key in keys:
+        assert f"kubectl create configmap {name}" in guide
+        assert f"--from-literal={key}=" in guide
+
+
+def test_every_step_is_there(guide):
+    steps = [
+        "gcloud services enable",
+        "cp terraform/terraform.tfvars.example terraform/terraform.tfvars",
+        "terraform init",
+        "terraform apply",
+        "get_credentials_command",
+        "kubectl apply -f deploy/jupyter.yaml",
+        "kubectl wait --for=condition=Ready pod/jax-jupyter",
+        "grep -o 'token=[a-z0-9]*'",
+        "jupyter server list",
+        "kubectl port-forward service/jax-jupyter-svc 8884:8884",
+        "loadBalancerSourceRanges",
+        "kubectl apply -f deploy/notebook-tests.yaml",
+        "kubectl delete -f deploy/jupyter.yaml",
+        "terraform destroy",
+        "gcloud container clusters list",
+    ]
+    positions = [guide.find(step) for step in steps]
+    missing = [step for step, at in zip(steps, positions, strict=True) if at < 0]
+    assert not missing, f"missing from the guide: {missing}"
+    cleanup = guide[guide.index("### Clean up") :]
+    assert 0 <= cleanup.find("kubectl delete -f deploy/jupyter.yaml") < cleanup.find("terraform destroy"), (
+        "delete the manifests (disk, load balancer) before destroying the cluster"
+    )
+
+
+def test_four_gpu_variant(guide):
+    section = guide[guide.index("### The 4-GPU variant") :]
+    section = section[: section.index("\n### ", 1)]
+    for text in ('machine_type = "g2-standard-48"', "gpu_count = 4", "nvidia.com/gpu: 4", "kubectl delete pod jax-jupyter"):
+        assert text in section
+
+
+def test_troubleshooting_covers_the_known_failures(guide):
+    section = guide[guide.index("### Troubleshooting") :]
+    for text in ("NVIDIA_L4_GPUS", "accelerator-types list", "ZONE_RESOURCE_POOL_EXHAUSTED", "Insufficient nvidia.com/gpu", "No token in the log", "/dev/shm"):
+        assert text in section, f"troubleshooting lacks {text!r}"
