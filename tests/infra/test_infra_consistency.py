@@ -60,6 +60,11 @@ def test_requirements_pin_jax_and_jaxlib_together(pins):
     assert "jupyterlab" in pins, "the GKE pod runs the JupyterLab that requirements.txt pins"
 
 
+def test_infra_requirements_share_pytest_with_the_dev_requirements():
+    infra, dev = read_pins(ROOT / "requirements-infra.txt"), read_pins(ROOT / "requirements-dev.txt")
+    assert infra["pytest"] == dev["pytest"], "one pytest for every test layer"
+
+
 def test_job_installs_the_dev_requirements_that_pin_nbmake():
     dev = read_pins(ROOT / "requirements-dev.txt")
     assert "nbmake" in dev and "pytest" in dev
