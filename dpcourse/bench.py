@@ -158,7 +158,8 @@ def sweep(global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, 
     Sizes that do not divide by ``n_devices`` are skipped with the reason; an
     exception in ``run_one`` (out of memory, a compile error) is recorded as
     "failed" with its message and the sweep goes on; ``cleanup()`` (free
-    device buffers) runs after every size, whatever happened.
+    device buffers) runs after every size that was attempted, whether it
+    passed or failed (a skipped size allocates nothing).
     """
     from tqdm.auto import tqdm
 

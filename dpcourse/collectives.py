@@ -46,6 +46,18 @@ def shape_bytes(type_text: str) -> int:
     return total
 
 
+def _result_bytes(opcode: str, type_text: str) -> int:
+    # An async all-reduce-start returns its result; the other "-start" forms
+    # return a tuple (operands..., output, [context]): count the output only,
+    # the largest array of the tuple for all-gather, else the last one.
+    if not opcode.endswith("-start") or opcode == "all-reduce-start":
+        return shape_bytes(type_text)
+    sizes = [shape_bytes(f"{d}[{dims}]") for d, dims in _SHAPE.findall(type_text)]
+    if not sizes:
+        return 0
+    return max(sizes) if opcode.startswith("all-gather") else sizes[-1]
+
+
 @dataclass(frozen=True)
 class Collective:
     """One collective instruction of the compiled program.
@@ -188,7 +200,7 @@ def parse_hlo(text: str) -> CollectiveReport:
                     kind=base,
                     name=m.group(2),
                     computation=name,
-                    bytes=shape_bytes(m.group(3)),
+                    bytes=_result_bytes(opcode, m.group(3)),
                     in_loop=looped.get(name, False),
                     runs_per_step=runs.get(name, 1),
                 )

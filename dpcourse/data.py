@@ -252,6 +252,7 @@ def load_fashion_mnist(
     seed: int = 0,
     directory: Path | None = None,
     mirrors: tuple[str, ...] = MIRRORS,
+    md5: dict[str, str] = MD5,
 ) -> Dataset:
     """Load the prepared Fashion-MNIST training set, or its synthetic stand-in.
 
@@ -262,7 +263,7 @@ def load_fashion_mnist(
             ``$DPCOURSE_DATA``, default ``"auto"``.
         limit: keep this many examples after the shuffle (None: all 60,000).
         seed: shuffle seed (0 in the course).
-        directory, mirrors: see :func:`download`.
+        directory, mirrors, md5: see :func:`download`.
 
     Returns:
         A :class:`Dataset`; ``images`` float32 ``[n, 784]``, ``labels`` int32 ``[n]``.
@@ -279,7 +280,7 @@ def load_fashion_mnist(
         x, y = prepare(images, labels, seed=seed, limit=limit)
         return Dataset(x, y, "synthetic", f"{DATA_ENV}=synthetic was set.")
     try:
-        paths = [download(name, directory=directory, mirrors=mirrors) for name in TRAIN_FILES]
+        paths = [download(name, directory=directory, mirrors=mirrors, md5=md5) for name in TRAIN_FILES]
         images, labels = read_idx(paths[0]), read_idx(paths[1])
     except DataError as err:
         if source == "real":

@@ -9,6 +9,7 @@ drops named variables, collects garbage and counts what is still alive.
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import dataclass
 from typing import MutableMapping
 
@@ -24,12 +25,23 @@ class LiveBuffers:
         return f"{self.count} live arrays, {self.bytes / 1e6:.2f} MB"
 
 
+def _device_bytes(array) -> int:
+    """Bytes an array holds on its devices: a copy replicated on N devices counts N times."""
+    shard_shape = array.sharding.shard_shape(array.shape)
+    return math.prod(shard_shape) * array.dtype.itemsize * len(array.sharding.addressable_devices)
+
+
 def live_buffers() -> LiveBuffers:
-    """Count live ``jax.Array`` objects and their total bytes over all shards."""
+    """Count live ``jax.Array`` objects and their total bytes over all shards.
+
+    ``jax.Array.nbytes`` is the size of the global (logical) array; device
+    memory also holds every replica, so each array counts its per-device
+    shard size times the devices that hold it.
+    """
     import jax
 
     arrays = jax.live_arrays()
-    return LiveBuffers(len(arrays), int(sum(a.nbytes for a in arrays)))
+    return LiveBuffers(len(arrays), int(sum(_device_bytes(a) for a in arrays)))
 
 
 def free(namespace: MutableMapping[str, object], *names: str) -> tuple[LiveBuffers, LiveBuffers]:

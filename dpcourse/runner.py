@@ -102,6 +102,8 @@ def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | N
         client.execute()
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
         status, error, error_cell = "failed", _error_text(err), current["index"]
+    except Exception as err:  # noqa: BLE001 - e.g. no such kernel: record it, run the next notebook
+        status, error, error_cell = "failed", f"{type(err).__name__}: {err}"[:600], current["index"]
     finally:
         for key, value in saved.items():
             if value is None:

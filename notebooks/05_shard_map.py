@@ -134,14 +134,19 @@ for k in range(3):
     p1, s1, m1 = auto_step(p1, s1, *batches_1[k % cfg.n_batches])
     pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
     ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
+    if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
+        grad_diff, grad_scale = train.first_step_gradient_diff(s1, ss)
     rows.append({"step": k + 1, "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
                  "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
                  "loss 1 device": float(m1["loss"]), "loss shard_map": float(ms["loss"])})
 display(show.table(rows, caption="Parameters after each step"))
 equiv = rows[-1]["max |diff| shard_map vs 1 device"]
-# Same tolerance and reason as notebook 04: float32 sums in another order.
-EQUIV_TOL = 1e-5
+# Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
+EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
 assert equiv < EQUIV_TOL, equiv
+GRAD_TOL = GRAD_REL_TOL * grad_scale  # relative to the largest gradient element
+print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g})")
+assert grad_diff < GRAD_TOL
 
 # %% [markdown]
 # ## 5. Classic mistakes, made on purpose
@@ -251,6 +256,8 @@ results.record("final_loss", res_smap.final_loss, "loss")
 results.record("final_accuracy", res_smap.final_accuracy, "fraction")
 results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
 results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+results.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
+results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
 results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
 results.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
 results.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")

@@ -205,12 +205,17 @@ rows = []
 for k in range(3):
     ps, ss, _ = smap_step(ps, ss, x_flat[k % cfg.n_batches], y_flat[k % cfg.n_batches])
     pp, sp, _ = p_step(pp, sp, *batches[k % cfg.n_batches])
+    if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
+        grad_diff, grad_scale = train.first_step_gradient_diff(ss, sp)
     rows.append({"step": k + 1, "max |diff| pmap vs shard_map": train.max_abs_diff(ps, train.unreplicate(pp))})
 display(show.table(rows, caption="pmap vs shard_map, same start, same global batch"))
 equiv = rows[-1]["max |diff| pmap vs shard_map"]
-# Same tolerance and reason as notebooks 04 and 05: float32 sums in another order.
-EQUIV_TOL = 1e-5
+# Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
+EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
 assert equiv < EQUIV_TOL, equiv
+GRAD_TOL = GRAD_REL_TOL * grad_scale  # relative to the largest gradient element
+print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g})")
+assert grad_diff < GRAD_TOL
 
 # %% [markdown]
 # ## 8. Benchmark
@@ -230,6 +235,8 @@ results.record("final_loss", res_pmap.final_loss, "loss")
 results.record("final_accuracy", res_pmap.final_accuracy, "fraction")
 results.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
 results.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
+results.record("max_abs_grad_diff_vs_shard_map", grad_diff, "abs")
+results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs")
 
 # %%
 before, after = memory.free(globals(), "params_r", "state_r", "x_stack", "y_stack", "batches", "p", "s", "ps",

@@ -52,5 +52,8 @@ def _no_recording(monkeypatch):
     from dpcourse import results
 
     results.disable()
+    saved = dict(results._context)
     yield
     results.disable()
+    results._context.clear()
+    results._context.update(saved)

@@ -1,0 +1,183 @@
+"""Tests of dpcourse.runner: the headless course runner (``python -m dpcourse run``).
+
+Kernel-starting tests build tiny notebooks with nbformat in a temporary
+folder and run them for real with nbclient (marked ``slow``: a kernel
+takes a few seconds to start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dpcourse import runner
+from dpcourse.results import RESULTS_ENV
+
+
+def write_notebook(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+# --------------------------------------------------------------------------
+# find_notebooks
+
+
+@pytest.fixture()
+def course_dir(tmp_path):
+    for name in ("03_mesh", "01_setup", "02_baseline", "README", "x1_draft"):
+        (tmp_path / f"{name}.ipynb").write_text("{}")
+    (tmp_path / "02_baseline.py").write_text("# jupytext pair")
+    return tmp_path
+
+
+def names(paths):
+    return [p.name for p in paths]
+
+
+def test_find_notebooks_lists_numbered_notebooks_in_order(course_dir):
+    assert names(runner.find_notebooks(course_dir)) == ["01_setup.ipynb", "02_baseline.ipynb", "03_mesh.ipynb"]
+
+
+@pytest.mark.parametrize("only, expected", [
+    (["03"], ["03_mesh.ipynb"]),
+    (["02_baseline"], ["02_baseline.ipynb"]),
+    (["03_mesh.ipynb"], ["03_mesh.ipynb"]),
+    (["03", "01"], ["01_setup.ipynb", "03_mesh.ipynb"]),  # course order, not argument order
+    (["01", "01_setup"], ["01_setup.ipynb"]),  # no duplicates
+])
+def test_find_notebooks_filters(course_dir, only, expected):
+    assert names(runner.find_notebooks(course_dir, only)) == expected
+
+
+def test_unknown_notebook_name_lists_the_valid_ones(course_dir):
+    with pytest.raises(FileNotFoundError) as err:
+        runner.find_notebooks(course_dir, ["04_sharding"])
+    message = str(err.value)
+    assert "'04_sharding'" in message
+    assert "01_setup, 02_baseline, 03_mesh" in message
+
+
+def test_folder_without_notebooks_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No numbered notebooks"):
+        runner.find_notebooks(tmp_path)
+
+
+def test_cli_unknown_notebook_exits_2_without_starting_kernels(course_dir, capsys):
+    from dpcourse.__main__ import main
+
+    code = main(["run", "--notebook-dir", str(course_dir), "--notebooks", "99", "--profile", "smoke",
+                 "--out", str(course_dir / "out")])
+    assert code == 2
+    assert "No notebook matches '99'" in capsys.readouterr().err
+    assert not (course_dir / "out").exists()
+
+
+def test_cli_rejects_an_unknown_profile(course_dir, capsys):
+    from dpcourse.__main__ import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["run", "--notebook-dir", str(course_dir), "--profile", "huge"])
+    assert err.value.code == 2
+    assert "full" in capsys.readouterr().err  # argparse lists the choices
+
+
+# --------------------------------------------------------------------------
+# Running real kernels
+
+
+@pytest.mark.slow
+def test_run_notebook_passing(tmp_path):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nb = write_notebook(src / "01_ok.ipynb",
+                        "x = 6 * 7",
+                        "open('ran_here.txt', 'w').write('yes')\nprint(x)")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = runner.run_notebook(nb, out, out / "records.jsonl", profile="smoke", cell_timeout_s=60)
+    assert (run.notebook, run.status, run.error_cell, run.error) == ("01_ok", "passed", None, None)
+    assert run.output == "01_ok.ipynb" and run.wall_s > 0
+    executed = nbformat.read(out / "01_ok.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0]["text"] == "42\n"
+    assert (src / "ran_here.txt").exists()  # the kernel runs in the notebook's folder
+
+
+@pytest.mark.slow
+def test_run_notebook_failing_names_the_cell_and_the_error(tmp_path):
+    nb = write_notebook(tmp_path / "02_bad.ipynb",
+                        "a = 1",
+                        "raise ValueError('boom in the second cell')",
+                        "open('never.txt', 'w').write('ran')")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = runner.run_notebook(nb, out, out / "records.jsonl", profile=None, cell_timeout_s=60)
+    assert run.status == "failed"
+    assert run.error_cell == 1  # 0-based index among all cells
+    assert "ValueError" in run.error and "boom in the second cell" in run.error
+    assert not (tmp_path / "never.txt").exists()  # execution stopped at the error
+    executed = nbformat.read(out / "02_bad.ipynb", as_version=4)
+    assert executed.cells[1].outputs[-1]["ename"] == "ValueError"  # saved with the traceback
+
+
+@pytest.mark.slow
+def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPCOURSE_PROFILE", "cpu")  # the runner must override, then restore it
+    nb = write_notebook(
+        tmp_path / "07_rec.ipynb",
+        "import os\n"
+        "from dpcourse import results\n"
+        "results.set_context(notebook='07_rec', profile=os.environ['DPCOURSE_PROFILE'], data_source='synthetic',\n"
+        "                    backend='cpu', device_kind='cpu', device_count=8, jax_version='test')\n"
+        "results.record('examples_per_s', 1234.5, 'examples/s')\n"
+        "results.record('final_loss', float('nan'), '')",
+    )
+    # A relative output folder, as `python -m dpcourse run` uses by default
+    # (results/<profile>/): the kernel runs in the notebook's folder, so the
+    # records file must still land in the output folder.
+    monkeypatch.chdir(tmp_path)
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    nb = nb.rename(nb_dir / nb.name)
+    out = tmp_path / "results" / "smoke"
+    payload = runner.run_course("smoke", [nb], Path("results") / "smoke", cell_timeout_s=120)
+
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == payload
+    assert payload["schema"] == runner.SCHEMA_VERSION and payload["profile"] == "smoke"
+    assert payload["created"]
+    (nb_run,) = payload["notebooks"]
+    assert nb_run == {"notebook": "07_rec", "status": "passed", "wall_s": nb_run["wall_s"],
+                      "error_cell": None, "error": None, "output": "07_rec.ipynb"}
+    first, second = payload["records"]
+    assert first == {"notebook": "07_rec", "metric": "examples_per_s", "value": 1234.5, "unit": "examples/s",
+                     "profile": "smoke", "data_source": "synthetic", "backend": "cpu", "device_kind": "cpu",
+                     "device_count": 8, "jax_version": "test"}
+    assert second["value"] == "nan"
+    assert (out / "07_rec.ipynb").exists()
+    # The runner's process environment is as it was.
+    assert os.environ["DPCOURSE_PROFILE"] == "cpu"
+    assert RESULTS_ENV not in os.environ
+
+
+def test_print_summary_shows_status_and_records(tmp_path, capsys):
+    payload = {
+        "notebooks": [
+            {"notebook": "01_setup", "status": "passed", "wall_s": 3.2, "error_cell": None, "error": None},
+            {"notebook": "02_baseline", "status": "failed", "wall_s": 1.0, "error_cell": 4, "error": "boom"},
+        ],
+        "records": [{"notebook": "01_setup", "metric": "examples_per_s", "value": 1234.5, "unit": "examples/s",
+                     "profile": "smoke", "data_source": "synthetic", "backend": "cpu", "device_kind": "cpu",
+                     "device_count": 8, "jax_version": "0.10.2"}],
+    }
+    runner.print_summary(payload, tmp_path)
+    text = capsys.readouterr().out
+    for piece in ("01_setup", "passed", "02_baseline", "failed", "boom", "examples_per_s", "1234", "synthetic"):
+        assert piece in text
