@@ -1,4 +1,4 @@
-"""docs/gke.md (the README's "Run it on GKE" section) matches terraform/ and deploy/.
+"""The README's "Run it on GKE" section matches terraform/ and deploy/.
 
 The guide is the part an instructor follows line by line; these checks catch
 it drifting from the files it describes: a renamed output, pod or ConfigMap,
@@ -14,12 +14,18 @@ import pytest
 from hcl_eval import Evaluator
 from infra_files import ROOT
 
-GUIDE = ROOT / "docs" / "gke.md"
+README = ROOT / "README.md"
+HEADING = "## Run it on GKE\n"
 
 
 @pytest.fixture(scope="module")
 def guide() -> str:
-    return GUIDE.read_text()
+    """The section, from its heading to the next level-2 heading."""
+    text = README.read_text()
+    assert HEADING in text, "README.md lacks the section '## Run it on GKE'"
+    section = text[text.index(HEADING):]
+    following = section.find("\n## ", len(HEADING))
+    return section if following < 0 else section[: following + 1]
 
 
 def test_section_heading(guide):
