@@ -54,7 +54,6 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 # devices.
 
 # %%
-import jax
 from IPython.display import display
 
 from dpcourse import config, results

@@ -37,7 +37,7 @@ import numpy as np
 from IPython.display import display
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from dpcourse import bench, collectives, costs, data, memory, model, results, train
+from dpcourse import bench, collectives, costs, data, memory, model, placement, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
@@ -170,9 +170,8 @@ display(show.table([
 
 # %%
 single = devs[0]
-params_1 = jax.device_put(init_host, single)
-state_1 = optimizer.init(params_1)
-batches_1 = [(jax.device_put(x_host[i], single), jax.device_put(y_host[i], single)) for i in range(cfg.n_batches)]
+one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+params_1, state_1, batches_1 = one.params, one.opt_state, one.batches
 params_n, state_n = params, opt_state
 rows = []
 for step_index in range(3):
@@ -202,8 +201,8 @@ assert grad_diff < GRAD_TOL
 # step from section 3.
 
 # %%
-res_1, *_ = bench.benchmark(train_step, jax.device_put(init_host, single), optimizer.init(jax.device_put(init_host, single)),
-                            batches_1, warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
+one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+res_1, *_ = bench.benchmark(train_step, one.params, one.opt_state, one.batches, warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
                             label=f"1 x {single.device_kind}", n_devices=1, global_batch=global_batch)
 res_n, *_ = bench.benchmark(train_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
                             repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, jit", n_devices=n,
@@ -284,7 +283,7 @@ except ValueError as err:
 
 # %%
 before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "params_1",
-                            "state_1", "batches_1", "params_n", "state_n", "new_params")
+                            "state_1", "batches_1", "params_n", "state_n", "new_params", "one")
 print("freed:", before, "->", after)
 
 # %% [markdown]

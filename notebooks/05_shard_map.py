@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec as P
 
-from dpcourse import bench, collectives, costs, data, memory, model, results, train
+from dpcourse import bench, collectives, costs, memory, model, placement, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
@@ -45,12 +45,10 @@ global_batch = cfg.global_batch(n)
 mesh = Mesh(np.array(devs), ("data",))
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
-params = jax.device_put(init_host, NamedSharding(mesh, P()))
-opt_state = optimizer.init(params)
-x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
-x_stack = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
-y_stack = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
-batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
+# The placements of notebook 04: parameters P(), batches P('data', None).
+placed = placement.place_data_parallel(cfg, dataset, mesh, optimizer, init_host, global_batch)
+params, opt_state, batches = placed.params, placed.opt_state, placed.batches
+x_host, y_host = placed.x_host, placed.y_host
 print(f"{lesson.devices.label}; global batch {global_batch} = {n} x {cfg.per_device_batch}")
 
 # %% [markdown]
@@ -125,9 +123,8 @@ display(show.table([
 
 # %%
 single = devs[0]
-p1 = jax.device_put(init_host, single)
-s1 = optimizer.init(p1)
-batches_1 = [(jax.device_put(x_host[i], single), jax.device_put(y_host[i], single)) for i in range(cfg.n_batches)]
+one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+p1, s1, batches_1 = one.params, one.opt_state, one.batches
 pa, sa, ps, ss = params, opt_state, params, opt_state
 rows = []
 for k in range(3):
@@ -265,7 +262,7 @@ results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
 
 # %%
 before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "p1", "s1",
-                            "batches_1", "pa", "sa", "ps", "ss", "g_mean", "g_sum", "g_no_cast")
+                            "batches_1", "pa", "sa", "ps", "ss", "g_mean", "g_sum", "g_no_cast", "placed", "one")
 print("freed:", before, "->", after)
 
 # %% [markdown]

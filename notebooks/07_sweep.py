@@ -35,9 +35,9 @@ cfg, dataset = lesson.cfg, lesson.dataset
 import jax
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
 
-from dpcourse import bench, costs, data, memory, model, results, train
+from dpcourse import bench, costs, memory, model, placement, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
@@ -61,13 +61,8 @@ step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
 
 
 def run_one(global_batch):
-    params = jax.device_put(init_host, NamedSharding(mesh, P()))
-    opt_state = optimizer.init(params)
-    x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
-    x_stack = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
-    y_stack = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
-    batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
-    result, _, _ = bench.benchmark(step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
+    placed = placement.place_data_parallel(cfg, dataset, mesh, optimizer, init_host, global_batch)
+    result, _, _ = bench.benchmark(step, placed.params, placed.opt_state, placed.batches, warmup_steps=cfg.warmup_steps,
                                    repeats=cfg.repeats, steps=cfg.steps, label=f"global batch {global_batch}",
                                    n_devices=n, global_batch=global_batch)
     return result
@@ -194,18 +189,14 @@ def compare_devices(block_repeats, per_device_batch):
     c = cfg.with_overrides(block_repeats=block_repeats, per_device_batch=per_device_batch, n_batches=2)
     opt = train.make_optimizer(c)
     gb = c.global_batch(n)
-    x_host, y_host = data.stacked_batches(dataset, c.n_batches, gb)
     host_params = model.init_params(c)
-    one = jax.device_put(host_params, devs[0])
-    one_batches = [(jax.device_put(x_host[i], devs[0]), jax.device_put(y_host[i], devs[0])) for i in range(c.n_batches)]
-    many = jax.device_put(host_params, NamedSharding(mesh, P()))
-    many_batches = [(jax.device_put(x_host[i], NamedSharding(mesh, P("data", None))),
-                     jax.device_put(y_host[i], NamedSharding(mesh, P("data")))) for i in range(c.n_batches)]
+    one = placement.place_single_device(c, dataset, devs[0], opt, host_params, gb)
+    many = placement.place_data_parallel(c, dataset, mesh, opt, host_params, gb)
     out = []
-    for label, st, p, bs, k in (("1 device", jax.jit(train.make_train_step(c, opt)), one, one_batches, 1),
-                                (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh)), many, many_batches, n)):
-        r, _, _ = bench.benchmark(st, p, opt.init(p), bs, warmup_steps=1, repeats=1, steps=3, label=label,
-                                  n_devices=k, global_batch=gb)
+    for label, st, placed, k in (("1 device", jax.jit(train.make_train_step(c, opt)), one, 1),
+                                 (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh)), many, n)):
+        r, _, _ = bench.benchmark(st, placed.params, placed.opt_state, placed.batches, warmup_steps=1, repeats=1,
+                                  steps=3, label=label, n_devices=k, global_batch=gb)
         out.append(r)
     return out
 
