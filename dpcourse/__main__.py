@@ -10,35 +10,50 @@ from dpcourse.config import profile_names
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dpcourse.config import PROFILE_ENV, resolve_profile
-    from dpcourse.runner import find_notebooks, print_summary, run_course
-
     import os
 
-    profile = args.profile or os.environ.get(PROFILE_ENV)
+    from dpcourse.config import PROFILE_ENV, resolve_profile
+    from dpcourse.data import DATA_ENV
+    from dpcourse.runner import OutputFolderError, RunInterrupted, find_notebooks, print_summary, run_course
+
+    profile = (args.profile or os.environ.get(PROFILE_ENV) or "").strip().lower() or None
+    data_source = (os.environ.get(DATA_ENV) or "auto").strip().lower()
+    if data_source not in ("auto", "real", "synthetic"):
+        print(f"error: {DATA_ENV}={data_source!r}: use auto, real or synthetic.", file=sys.stderr)
+        return 2
     if profile and profile != "auto":
-        resolve_profile(profile, backend="cpu")  # validate before starting kernels
+        try:
+            resolve_profile(profile, backend="cpu")  # validate before starting kernels
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     try:
         notebooks = find_notebooks(Path(args.notebook_dir), args.notebooks)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if profile and profile != "auto":
-        folder = profile
-    else:
+    if not profile or profile == "auto":
         # Resolve "auto" as the notebooks will, from JAX's default backend,
         # asked in a short subprocess so this process never holds a GPU.
         from dpcourse.config import default_profile
         from dpcourse.devices import probe_backend
 
-        folder = default_profile(probe_backend())
-        profile = folder
-    out = Path(args.out) if args.out else Path("results") / folder
-    payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout)
+        profile = default_profile(probe_backend())
+    out = Path(args.out) if args.out else Path("results") / profile
+    try:
+        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout)
+    except OutputFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunInterrupted as stop:
+        print(f"\nInterrupted in {stop.run.notebook}; results so far in {out / 'results.json'}.", file=sys.stderr)
+        return 130
     print_summary(payload, out)
     failed = [r for r in payload["notebooks"] if r["status"] != "passed"]
     for r in failed:
-        print(f"FAILED: {r['notebook']} at cell {r['error_cell']}: {r['error']}", file=sys.stderr)
+        where = f" at code cell {r['error_code_cell']}" if r.get("error_code_cell") else ""
+        print(f"FAILED: {r['notebook']}{where}: {r['error']} (executed notebook: {out / r['output']})",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -68,7 +83,22 @@ def main(argv: list[str] | None = None) -> int:
                       help="largest tolerated throughput drop, as a fraction (default 0.10)")
     cmp_.set_defaults(func=_compare)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as err:
+        print(f"error: {err}. This Python lacks the course's requirements: run `make install`, then "
+              f"`.venv/bin/python -m dpcourse ...` (or activate .venv).", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # e.g. JAX could not start in the backend probe
+        import os
+
+        hint = ""
+        if os.environ.get("JAX_PLATFORMS"):
+            hint = f" JAX_PLATFORMS={os.environ['JAX_PLATFORMS']} is set: unset it, or install that backend."
+        print(f"error: {err}{hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

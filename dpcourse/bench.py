@@ -161,7 +161,7 @@ def sweep(global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, 
     device buffers) runs after every size that was attempted, whether it
     passed or failed (a skipped size allocates nothing).
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # a text bar: its last state stays readable in saved notebooks
 
     points = []
     for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress):

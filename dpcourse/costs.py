@@ -186,15 +186,38 @@ def predict_step(
                       global_batch / step_s, single_s / step_s)
 
 
-def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tuple[float, float]:
-    """Least-squares fit of ``step_s = overhead_s + per_example_s x batch``.
+@dataclass(frozen=True)
+class StepTimeFit:
+    """``step_s = overhead_s + per_example_s x batch``, fitted to measurements.
 
-    Returns:
-        ``(overhead_s, per_example_s)``. When the best line would have a
-        negative overhead, the fit is redone through the origin (overhead 0).
+    Attributes:
+        overhead_s: fixed time per step, seconds (>= 0).
+        per_example_s: time per example of the batch, seconds (> 0).
+        through_origin: the unconstrained best line had a negative overhead,
+            which is not physical, so the line was refitted through zero.
+    """
+
+    overhead_s: float
+    per_example_s: float
+    through_origin: bool
+
+    def step_s(self, batch: float) -> float:
+        return self.overhead_s + self.per_example_s * batch
+
+    def examples_per_s(self, batch: float) -> float:
+        return batch / self.step_s(batch)
+
+
+def fit_step_time(batches: list[int], step_s: list[float]) -> StepTimeFit:
+    """Least-squares fit of ``step_s = overhead_s + per_example_s x batch`` (notebook 07).
+
+    When the best line has a negative overhead, it is refitted through the
+    origin and ``through_origin`` says so.
 
     Raises:
-        ValueError: fewer than two points, or all batches equal.
+        ValueError: fewer than two points, all batches equal, or a step time
+            that does not grow with the batch (slope <= 0): then no
+            overhead-plus-per-example model describes the measurements.
     """
     if len(batches) != len(step_s) or len(set(batches)) < 2:
         raise ValueError("Need at least two measurements at different batch sizes to fit.")
@@ -205,7 +228,17 @@ def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tup
     var = sum((b - mean_b) ** 2 for b in batches)
     slope = cov / var
     intercept = mean_t - slope * mean_b
-    if intercept < 0:  # a negative overhead is not physical: fit through the origin
+    through_origin = intercept < 0
+    if through_origin:
         intercept = 0.0
         slope = sum(b * t for b, t in zip(batches, step_s)) / sum(b * b for b in batches)
-    return intercept, slope
+    if slope <= 0:
+        raise ValueError("The step time does not grow with the batch in these measurements "
+                         "(noise, or too small a workload): no per-example time to fit.")
+    return StepTimeFit(intercept, slope, through_origin)
+
+
+def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tuple[float, float]:
+    """``(overhead_s, per_example_s)`` of :func:`fit_step_time` (same rules and errors)."""
+    fit = fit_step_time(batches, step_s)
+    return fit.overhead_s, fit.per_example_s

@@ -19,6 +19,7 @@ import hashlib
 import os
 import struct
 import tempfile
+import zlib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -105,14 +106,30 @@ def download(
     """
     expected = md5[name]
     directory = Path(directory) if directory is not None else cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / name
-    if target.exists() and md5_of(target) == expected:
-        return target
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        stale = None
+        target = directory / name
+        if target.is_file():
+            found = md5_of(target)
+            if found == expected:
+                return target
+            stale = found
+    except OSError as err:
+        raise DataError(
+            f"Cannot use the cache folder {directory} for {name}: {err}. "
+            f"Set {DATA_DIR_ENV} to a writable folder, or set {DATA_ENV}=synthetic."
+        ) from err
     failures = []
     for base in mirrors:
         url = base + name
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+        except OSError as err:
+            raise DataError(
+                f"Cannot write to the cache folder {directory} for {name}: {err}. "
+                f"Set {DATA_DIR_ENV} to a writable folder, or set {DATA_ENV}=synthetic."
+            ) from err
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
@@ -130,8 +147,12 @@ def download(
             if tmp.exists():
                 tmp.unlink()
     tried = "\n  ".join(failures)
+    note = ""
+    if stale is not None:
+        note = (f"The cache already holds a {name} with md5 {stale}: it is not the published file "
+                "and is not used (a successful download replaces it).\n")
     raise DataError(
-        f"Could not download {name} from any of {len(failures)} location(s). Tried:\n  {tried}\n"
+        f"Could not download {name} from any of {len(failures)} location(s). Tried:\n  {tried}\n{note}"
         f"Cache folder: {directory}. Copy the file there by hand (md5 {expected}), "
         f"set {DATA_DIR_ENV} to a folder that holds it, or set {DATA_ENV}=synthetic."
     )
@@ -153,7 +174,7 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with opener(path, "rb") as fh:
             raw = fh.read()
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise DataError(f"{path}: cannot read ({err}). Delete it and download again.") from err
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise DataError(f"{path}: not an IDX file (bad magic number).")
@@ -287,8 +308,10 @@ def load_fashion_mnist(
             raise
         images, labels = synthetic_images(min(limit or N_TRAIN, N_TRAIN), seed=seed)
         x, y = prepare(images, labels, seed=seed, limit=limit)
-        first_line = str(err).splitlines()[0]
-        return Dataset(x, y, "synthetic", f"Real data unavailable ({first_line}); using synthetic data.")
+        # First line (which file) and the first location's failure (why).
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = " ".join(lines[:3]).replace(" Tried:", "")
+        return Dataset(x, y, "synthetic", f"Real data unavailable: {reason}")
     x, y = prepare(images, labels, seed=seed, limit=limit)
     return Dataset(x, y, "real", "Fashion-MNIST training set, md5-checked.")
 

@@ -38,6 +38,8 @@ SIMULATED_DEVICES_HINT = (
 _snapshot: dict[str, str | None] | None = None
 # The device count this module appended to XLA_FLAGS, if it did.
 _appended: str | None = None
+# The argument of the call that configured the devices before JAX started.
+_requested: int | None = None
 
 
 class DeviceSetupError(RuntimeError):
@@ -71,39 +73,47 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
     affected: GPUs are used as they are, and the simulated CPU devices stay
     available for lessons that need more devices than there are GPUs.
 
-    Calling it again with the same count after the backend started is fine
-    (re-running a notebook cell); asking for another count is not.
+    Calling it again after the backend started with the count it already
+    has, or with the same argument as the call that configured it (re-running
+    a notebook cell), is fine; asking for another count is refused.
 
     Args:
-        n_cpu_devices: number of CPU devices to simulate (>= 1).
+        n_cpu_devices: number of CPU devices to simulate (an int >= 1).
 
     Returns:
         The number of CPU devices that will be simulated.
 
     Raises:
-        ValueError: ``n_cpu_devices`` < 1.
+        ValueError: ``n_cpu_devices`` is not an int >= 1.
         DeviceSetupError: the backend already started with another CPU
-            device count; the message says to restart the kernel.
+            device count (the message says to restart the kernel), or
+            ``XLA_FLAGS`` holds a device count that is not a positive integer.
     """
-    global _snapshot, _appended
-    if n_cpu_devices < 1:
-        raise ValueError(f"n_cpu_devices must be >= 1, got {n_cpu_devices}.")
+    global _snapshot, _appended, _requested
+    if isinstance(n_cpu_devices, bool) or not isinstance(n_cpu_devices, int) or n_cpu_devices < 1:
+        raise ValueError(f"n_cpu_devices must be an int >= 1, got {n_cpu_devices!r}.")
     flags = os.environ.get("XLA_FLAGS", "")
     user_value = _flag_value(flags, CPU_COUNT_FLAG)
     if user_value is not None and user_value == _appended:
         user_value = None  # the flag is ours, from an earlier call
+    if user_value is not None and not (user_value.isdigit() and int(user_value) >= 1):
+        raise DeviceSetupError(
+            f"XLA_FLAGS sets {CPU_COUNT_FLAG}={user_value}, which is not a positive whole number. "
+            "Fix or remove it, then restart the kernel."
+        )
     wanted = int(user_value) if user_value is not None else n_cpu_devices
 
     import jax
 
     if backend_started():
         have = len(jax.devices("cpu"))
-        if have != wanted:
-            raise DeviceSetupError(
-                f"The JAX backend already started with {have} CPU device(s); "
-                f"asking for {wanted} now has no effect. {RESTART_HINT}"
-            )
-        return have
+        if n_cpu_devices in (have, _requested):
+            return have
+        raise DeviceSetupError(
+            f"The JAX backend already started with {have} CPU device(s); "
+            f"asking for {n_cpu_devices} now has no effect. {RESTART_HINT}"
+        )
+    _requested = n_cpu_devices
     if user_value is None and _flag_value(flags, CPU_COUNT_FLAG) is None:
         os.environ["XLA_FLAGS"] = (flags + f" {CPU_COUNT_FLAG}={wanted}").strip()
         _appended = str(wanted)
@@ -237,10 +247,16 @@ def lesson_devices(min_devices: int = 2):
     cpu = jax.devices("cpu")
     if len(cpu) >= min_devices:
         return LessonDevices(cpu, True, _label(cpu, True))
+    user_count = _flag_value(os.environ.get("XLA_FLAGS", ""), CPU_COUNT_FLAG)
+    if user_count is not None and user_count != _appended:
+        hint = (f"Your XLA_FLAGS sets {CPU_COUNT_FLAG}={user_count}, which wins over the notebook's "
+                f"setting: raise it to at least {min_devices} or remove it, then restart the kernel.")
+    else:
+        hint = SIMULATED_DEVICES_HINT
     raise DeviceSetupError(
         f"This lesson needs at least {min_devices} devices; JAX sees "
-        f"{len(default)} {default[0].platform} device(s) and {len(cpu)} CPU "
-        f"device(s). {SIMULATED_DEVICES_HINT}"
+        f"{len(default)} {default[0].platform} device(s) on its default backend and {len(cpu)} CPU "
+        f"device(s). {hint}"
     )
 
 

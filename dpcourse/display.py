@@ -94,7 +94,7 @@ def show_source(obj) -> Html:
 def bar_chart(labels: Sequence[str], values: Sequence[float], ylabel: str, title: str, note: str = ""):
     """A matplotlib bar chart; returns the figure (shown by Jupyter, saved by the caller).
 
-    ``note`` is printed under the axis (e.g. "simulated devices never speed up").
+    ``note`` is printed under the axis (e.g. that simulated devices add no compute).
     """
     import matplotlib.pyplot as plt
 

@@ -106,6 +106,22 @@ def record(metric: str, value: Any, unit: str, **overrides: Any) -> Record | Non
     return rec
 
 
+def save_figure(fig, name: str) -> Path | None:
+    """Save a matplotlib figure as PNG beside the records, when recording is on.
+
+    The file is ``<notebook>_<name>.png`` in the folder of the records file
+    (the runner's output folder). Returns its path, or None when recording is
+    off (a notebook run by hand).
+    """
+    path = active_path()
+    if path is None:
+        return None
+    target = path.parent / f"{_context.get('notebook', 'figure')}_{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120, bbox_inches="tight")
+    return target
+
+
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Read a JSON-lines file written by :func:`record` (missing file: empty list).
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dpcourse.data import DATA_DIR_ENV
 from dpcourse.results import RESULTS_ENV, read_records, write_json_atomic
 
 SCHEMA_VERSION = 1
@@ -28,7 +30,8 @@ class NotebookRun:
     notebook: str
     status: str
     wall_s: float
-    error_cell: int | None = None  # 0-based index among all cells
+    error_cell: int | None = None  # 0-based index among all cells (markdown too)
+    error_code_cell: int | None = None  # 1-based number among code cells, as a learner counts
     error: str | None = None
     output: str | None = None  # executed notebook, relative to the output folder
 
@@ -58,11 +61,23 @@ def find_notebooks(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
     return sorted(chosen)
 
 
-def _error_text(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    # nbclient's message ends with the exception line; keep it short.
-    tail = [line for line in text if line.strip()][-3:]
-    return " | ".join(tail)[:600]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error_text(err: BaseException, cell_timeout_s: int | None = None) -> str:
+    """One line: the exception's type and the first line of its message, without colour codes."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    if isinstance(err, CellTimeoutError):
+        return f"CellTimeoutError: the cell ran longer than {cell_timeout_s} s (--cell-timeout)"
+    if isinstance(err, DeadKernelError):
+        return "DeadKernelError: the kernel died (out of memory?)"
+    ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
+    if ename:
+        lines = [line.strip() for line in _ANSI.sub("", str(evalue or "")).splitlines() if line.strip()]
+        return f"{ename}: {lines[0] if lines else ''}"[:600]
+    lines = [line.strip() for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:600]
 
 
 def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | None,
@@ -85,26 +100,41 @@ def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | N
         if on_cell is not None:
             on_cell(path.stem, cell_index, len(nb.cells))
 
-    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV)}
+    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV, DATA_DIR_ENV)}
     if profile:
         os.environ["DPCOURSE_PROFILE"] = profile
     os.environ[RESULTS_ENV] = str(results_file)
+    if os.environ.get(DATA_DIR_ENV):  # the kernel runs in notebooks/: keep relative paths the user's
+        os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     client = NotebookClient(
         nb,
         timeout=cell_timeout_s,
         kernel_name="python3",
+        # Quieter kernel start (ipykernel warns about its TCP transport on loopback).
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_start=started,
     )
     start = time.perf_counter()
     status, error, error_cell = "passed", None, None
+    interrupted = False
     try:
         client.execute()
+    except KeyboardInterrupt:
+        status, error, error_cell, interrupted = "interrupted", "KeyboardInterrupt: run stopped", current["index"], True
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
-        status, error, error_cell = "failed", _error_text(err), current["index"]
+        status, error, error_cell = "failed", _error_text(err, cell_timeout_s), current["index"]
+        if getattr(err, "ename", None) == "KeyboardInterrupt":
+            status, interrupted = "interrupted", True
     except Exception as err:  # noqa: BLE001 - e.g. no such kernel: record it, run the next notebook
-        status, error, error_cell = "failed", f"{type(err).__name__}: {err}"[:600], current["index"]
+        status, error, error_cell = "failed", _error_text(err), current["index"]
     finally:
+        # On SIGINT/SIGTERM nbclient's own handler shuts the kernel down (and
+        # marks it with this attribute); what surfaces here is then some
+        # unrelated error. Treat it as the interruption it was.
+        if hasattr(client, "_async_cleanup_kernel_future"):
+            status, interrupted = "interrupted", True
+            error = "KeyboardInterrupt: run stopped (SIGINT or SIGTERM)"
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -113,19 +143,39 @@ def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | N
     wall = time.perf_counter() - start
     out_path = out_dir / path.name
     nbformat.write(nb, out_path)
-    return NotebookRun(path.stem, status, round(wall, 2), error_cell, error, out_path.name)
+    code_cell = None
+    if error_cell is not None:
+        code_cell = sum(1 for c in nb.cells[: error_cell + 1] if c.cell_type == "code")
+    run = NotebookRun(path.stem, status, round(wall, 2), error_cell=error_cell, error=error,
+                      output=out_path.name, error_code_cell=code_cell)
+    if interrupted:
+        raise RunInterrupted(run)
+    return run
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a notebook: the run stops after saving what it has."""
+
+    def __init__(self, run: NotebookRun):
+        super().__init__(run.notebook)
+        self.run = run
 
 
 def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800) -> dict:
     """Run ``notebooks`` in order and write ``results.json`` in ``out_dir``.
 
     A failing notebook is recorded and the next one still runs (each starts
-    from a fresh kernel). Returns the results payload.
+    from a fresh kernel). Ctrl-C stops the run: the notebook is recorded as
+    "interrupted", ``results.json`` is written, and :class:`RunInterrupted`
+    propagates. Returns the results payload.
+
+    Raises:
+        OutputFolderError: ``out_dir`` cannot hold the results (a file, not
+            writable, or the notebooks' own folder).
     """
     from tqdm.auto import tqdm
 
-    out_dir = out_dir.resolve()  # kernels run in the notebooks' folder
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_output_folder(out_dir, notebooks)
     records_file = out_dir / "records.jsonl"
     if records_file.exists():
         records_file.unlink()
@@ -136,8 +186,7 @@ def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_t
     def on_cell(name, index, total):
         bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
 
-    for path in bar:
-        runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell))
+    def save() -> dict:
         payload = {
             "schema": SCHEMA_VERSION,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -146,8 +195,46 @@ def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_t
             "records": read_records(records_file),
         }
         write_json_atomic(out_dir / "results.json", payload)
-    bar.close()
+        return payload
+
+    try:
+        for path in bar:
+            try:
+                runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell))
+            except RunInterrupted as stop:
+                runs.append(stop.run)
+                raise
+            finally:
+                payload = save()
+    finally:
+        bar.close()
     return payload
+
+
+class OutputFolderError(ValueError):
+    """The output folder given to the runner cannot be used."""
+
+
+def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
+    """Create ``out_dir`` if needed and check it can take the results; return it absolute.
+
+    Raises:
+        OutputFolderError: it is a file, is not writable, or is the folder of
+            the notebooks (executed copies would overwrite the sources).
+    """
+    out_dir = Path(out_dir).expanduser().resolve()  # kernels run in the notebooks' folder
+    if any(out_dir == p.parent.resolve() for p in notebooks):
+        raise OutputFolderError(f"--out {out_dir} is the notebooks' folder: executed copies would overwrite "
+                                "the course's notebooks. Choose another folder.")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".dpcourse-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). "
+                                "Choose a writable folder.") from err
+    return out_dir
 
 
 def print_summary(payload: dict, out_dir: Path) -> None:
@@ -156,19 +243,25 @@ def print_summary(payload: dict, out_dir: Path) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # logs and CI: do not fold metric names
+        console = Console(width=160)
     nb_table = Table(title=f"Course run ({out_dir})")
     for col in ("notebook", "status", "wall s", "failed cell", "error"):
         nb_table.add_column(col)
     for r in payload["notebooks"]:
-        colour = "green" if r["status"] == "passed" else "red"
+        colour = {"passed": "green", "interrupted": "yellow"}.get(r["status"], "red")
         nb_table.add_row(r["notebook"], f"[{colour}]{r['status']}[/{colour}]", f"{r['wall_s']:.1f}",
-                         "" if r["error_cell"] is None else str(r["error_cell"]), r["error"] or "")
+                         "" if r.get("error_code_cell") is None else f"code cell {r['error_code_cell']}",
+                         r["error"] or "")
     console.print(nb_table)
     records = payload.get("records", [])
     if records:
-        first = records[0]
-        rec_table = Table(title=(f"Recorded figures: profile {first['profile']}, data {first['data_source']}, "
-                                 f"JAX {first['jax_version']}"))
+        def distinct(field):
+            values = sorted({str(r[field]) for r in records if r[field] not in (None, "none", "n/a")})
+            return ", ".join(values) or "none"
+
+        rec_table = Table(title=(f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
+                                 f"JAX {distinct('jax_version')}"))
         for col in ("notebook", "metric", "value", "unit", "devices"):
             rec_table.add_column(col)
         for rec in records:

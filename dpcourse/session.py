@@ -76,8 +76,9 @@ def start_lesson(notebook: str, profile: str | None = None, n_cpu_devices: int =
             "this lesson uses the 'cpu' profile instead.", "warning"))
     if chosen.simulated and chosen.count > 1:
         notes.append(_display.banner(
-            f"{chosen.label}: simulated devices share the same CPU cores, so they never speed "
-            "anything up. Use them to learn placement, collectives and correctness.", "note"))
+            f"{chosen.label}: simulated devices share the same CPU cores and add no compute, so they "
+            "never give a real speed-up; timing ratios on them reflect scheduling, not scaling. "
+            "Use them to learn placement, collectives and correctness.", "note"))
     dataset = None
     if load_data:
         dataset = _data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)

@@ -22,7 +22,9 @@
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU
 # devices*: XLA splits the host CPU into N logical devices. They behave like
 # real devices for placement, collectives and correctness, but they share
-# the same cores, so **simulated devices never speed anything up**.
+# the same cores: **simulated devices add no compute, so they never give a
+# real speed-up**. Timing ratios measured on them, above or below 1, come
+# from how the same cores are scheduled and say nothing about GPUs.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -82,7 +84,8 @@ display(show.table([
 # %% [markdown]
 # ## 2. The gate: enough devices for the multi-device lessons?
 #
-# Notebooks 03 to 07 need at least 2 devices. `lesson_devices` picks the
+# Notebooks 03 to 07 need at least 2 devices (08 launches its own
+# processes and needs 8 CPU devices in this kernel for its reference run). `lesson_devices` picks the
 # GPUs when there are 2 or more, else the simulated CPU devices, and raises a
 # clear error with the fix when there are neither.
 
@@ -149,7 +152,7 @@ results.set_context(notebook="01_setup", profile=profile, data_source="none", ba
                     device_kind=report.device_kind, device_count=report.device_count)
 results.record("device_count", report.device_count, "devices")
 results.record("cpu_device_count", report.cpu_device_count, "devices")
-results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices")
+results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices");
 
 # %% [markdown]
 # ## What you learned

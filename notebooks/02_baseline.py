@@ -206,7 +206,7 @@ before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stac
                             "train_step", "loss0", "metrics0")
 print("before:", before)
 print("after: ", after)
-assert after.bytes < before.bytes
+assert after.bytes <= before.bytes  # equal when this cell runs a second time
 
 # %% [markdown]
 # ## What you learned

@@ -134,7 +134,7 @@ print(topology if topology else "No nvidia-smi here: simulated CPU devices share
 
 # %%
 results.record("mesh_devices", n, "devices")
-results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
+results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text");
 
 # %% [markdown]
 # ## What you learned

@@ -226,7 +226,7 @@ res_pmap, *_ = bench.benchmark(p_step, params_r, state_r, batches, warmup_steps=
                                global_batch=global_batch)
 display(show.records_table([res_pmap], dataset.source))
 if lesson.devices.simulated:
-    print("Simulated CPU devices share the same cores: this throughput is not a speed-up.")
+    print("Simulated CPU devices add no compute: this throughput says nothing about real devices.")
 
 # %%
 results.record("throughput", res_pmap.examples_per_s, "examples/s")
@@ -236,7 +236,7 @@ results.record("final_accuracy", res_pmap.final_accuracy, "fraction")
 results.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
 results.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
 results.record("max_abs_grad_diff_vs_shard_map", grad_diff, "abs")
-results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs")
+results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs");
 
 # %%
 before, after = memory.free(globals(), "params_r", "state_r", "x_stack", "y_stack", "batches", "p", "s", "ps",

@@ -105,21 +105,28 @@ ok = [pt for pt in points if pt.status == "ok"]
 sizes = [pt.global_batch for pt in ok]
 step_s = [pt.result.ms_per_step / 1000.0 for pt in ok]
 fit = None
-if len(set(sizes)) >= 2:
-    overhead_s, per_example_s = costs.fit_overhead_and_per_example(sizes, step_s)
-    fit = (overhead_s, per_example_s)
-    predicted = [b / (overhead_s + per_example_s * b) for b in sizes]
+try:
+    fit = costs.fit_step_time(sizes, step_s)
+except ValueError as err:
+    print(f"No fit: {err}")
+if fit is not None:
+    errors = [(fit.examples_per_s(b) - pt.result.examples_per_s) / pt.result.examples_per_s for b, pt in zip(sizes, ok)]
     display(show.table([
-        {"global batch": b, "measured examples/s": pt.result.examples_per_s, "model examples/s": p,
-         "model error": f"{(p - pt.result.examples_per_s) / pt.result.examples_per_s:+.1%}"}
-        for b, pt, p in zip(sizes, ok, predicted)
-    ], caption=f"Fit: overhead {overhead_s * 1e3:.2f} ms + {per_example_s * 1e6:.2f} µs per example"))
+        {"global batch": b, "measured examples/s": pt.result.examples_per_s, "model examples/s": fit.examples_per_s(b),
+         "model error": f"{e:+.1%}"}
+        for b, pt, e in zip(sizes, ok, errors)
+    ], caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + {fit.per_example_s * 1e6:.2f} µs per example"))
+    if fit.through_origin:
+        print("The best straight line had a negative overhead, which is not physical: the fit was redone "
+              "through zero, so the model is a constant throughput.")
+    worst = max(errors, key=abs)
+    print(f"Largest model error: {worst:+.1%}. "
+          + ("The model describes these measurements well." if abs(worst) < 0.10 else
+             "The model misses some sizes by more than 10%: see the reading below."))
     peak = costs.find_peak(devs[0].device_kind)
     if peak is not None:
         ar_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n, peak.link_bytes_per_s)
         print(f"Of the overhead, the ring all-reduce over {peak.link} accounts for about {ar_s * 1e3:.3f} ms.")
-else:
-    print("Fewer than two sizes ran: no fit.")
 
 # %%
 import matplotlib.pyplot as plt
@@ -129,7 +136,7 @@ if ok:
     ax.plot(sizes, [pt.result.examples_per_s for pt in ok], "o-", label="measured")
 if fit is not None:
     grid = np.geomspace(min(sizes), max(sizes), 50)
-    ax.plot(grid, grid / (fit[0] + fit[1] * grid), "--", label="fit: overhead + per-example time")
+    ax.plot(grid, [fit.examples_per_s(b) for b in grid], "--", label="fit: overhead + per-example time")
 peak = costs.find_peak(devs[0].device_kind)
 if peak is not None and ok:
     bound = n * peak.peak("tf32") / model.train_flops_per_example(cfg)
@@ -143,15 +150,21 @@ ax.set_ylabel("examples/s")
 ax.set_title(f"Throughput vs global batch, {lesson.devices.label} ({dataset.source} data)", fontsize=9)
 ax.legend(fontsize=8)
 if lesson.devices.simulated:
-    fig.text(0.01, -0.02, "Simulated CPU devices share the same cores: shapes, not speed-ups.", fontsize=8)
+    fig.text(0.01, -0.02, "Simulated CPU devices add no compute: read the shape of the curve, not its height.", fontsize=8)
 fig.tight_layout()
+results.save_figure(fig, "sweep");
 
 # %% [markdown]
-# **Reading it.** Throughput climbs with the batch while the fixed overhead
-# is spread over more examples, then flattens once compute per example
-# dominates. On real GPUs the flat part should sit below the peak line; the
-# gap is the MFU you lose to element-wise work, memory traffic and the
-# all-reduce. Red lines mark sizes that were skipped or failed.
+# **Reading it.** Where the model fits, throughput climbs with the batch
+# while the fixed overhead is spread over more examples, and flattens once
+# the time per example dominates; on real GPUs the flat part sits below the
+# peak line, and the gap is the MFU lost to element-wise work, memory
+# traffic and the all-reduce. Where it does not fit, the measurements say
+# something the model leaves out. A common case on CPUs: throughput *falls*
+# at the largest sizes, once a per-device batch's activations no longer fit
+# the caches, so the time per example itself grows. On simulated devices
+# the runs are also noisy (shared cores). Red lines mark sizes that were
+# skipped or failed.
 
 # %%
 for pt in points:
@@ -162,8 +175,8 @@ results.record("sizes_ok", len(ok), "count")
 results.record("sizes_skipped", sum(pt.status == "skipped" for pt in points), "count")
 results.record("sizes_failed", sum(pt.status == "failed" for pt in points), "count")
 if fit is not None:
-    results.record("fit_overhead", fit[0] * 1e3, "ms")
-    results.record("fit_per_example", fit[1] * 1e6, "us")
+    results.record("fit_overhead", fit.overhead_s * 1e3, "ms")
+    results.record("fit_per_example", fit.per_example_s * 1e6, "us")
 if ok:
     best = max(ok, key=lambda pt: pt.result.examples_per_s)
     results.record("throughput", best.result.examples_per_s, "examples/s")
@@ -209,17 +222,27 @@ button = widgets.Button(description="re-run comparison")
 output = widgets.Output()
 
 
+def show_comparison(rows):
+    display(show.records_table(rows, dataset.source))
+    print(f"ratio {n} devices / 1 device: {rows[1].examples_per_s / rows[0].examples_per_s:.2f}"
+          + (" (simulated devices: scheduling, not scaling)" if lesson.devices.simulated else ""))
+
+
 def on_click(_):
     with output:
         output.clear_output()
-        rows = compare_devices(repeats_slider.value, batch_slider.value)
-        display(show.records_table(rows, dataset.source))
-        print(f"ratio {n} devices / 1 device: {rows[1].examples_per_s / rows[0].examples_per_s:.2f}")
+        show_comparison(compare_devices(repeats_slider.value, batch_slider.value))
 
 
 button.on_click(on_click)
 display(widgets.VBox([repeats_slider, batch_slider, button, output]))
-on_click(None)  # one run at the defaults, so the output is never empty
+
+# %% [markdown]
+# The comparison at the defaults, run once here so that it shows in every
+# copy of the notebook (the widget area above stays empty until you click):
+
+# %%
+show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
 
 # %%
 before, after = memory.free(globals(), "step")
@@ -236,5 +259,6 @@ print("freed:", before, "->", after)
 # - More compute per gradient byte (BLOCK_REPEATS, per-device batch) is what
 #   lets data parallelism scale.
 #
-# **Where next.** Multi-host training with `jax.distributed`, and running the
-# course on GKE GPUs: see the README.
+# **Next:** [08_multihost](08_multihost.ipynb) runs the same step as several
+# cooperating processes with `jax.distributed`. To run the course on GKE
+# GPUs, see the README.

@@ -152,6 +152,8 @@ print(f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.
       f"compile {summary['compile_s']:.2f} s; {summary['ms_per_step']:.1f} ms/step")
 
 # %% [markdown]
+# Global device ids need not run 0 to 7: JAX numbers each process's CPU
+# devices in a range of its own (the table above shows the ids it chose).
 # Each process logged its view on stderr: 4 local of 8 global devices and
 # one half of every batch. Both processes computed the same parameters:
 # `replicas agree` compares a digest of every process's copy, gathered
@@ -203,6 +205,8 @@ print(f"max |param diff| after {STEPS} steps: {diff:.3g} (tolerance {MULTIHOST_T
       f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
       f"{N_PROCESSES} processes {summary['params_digest']}")
 assert diff < MULTIHOST_TOL, diff
+# The two digests differ: a digest changes with any bit, and float32 sums in
+# another order change the last bits. The difference above is what counts.
 # The first-step gradients, relative to their largest element: tolerance
 # train.GRAD_REL_TOL (1e-4, see its docstring). A pmean that averaged over
 # one process's devices only, or a psum, would be off by a factor of 2 or more.
@@ -265,7 +269,7 @@ results.record("final_accuracy", summary["accuracies"][-1], "fraction")
 results.record("max_abs_param_diff_vs_single_process", diff, "abs")
 results.record("max_abs_param_diff_vs_single_process_tolerance", MULTIHOST_TOL, "abs")
 results.record("rel_grad_diff_vs_single_process", grad_rel_diff, "ratio")
-results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
+results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio");
 
 # %% [markdown]
 # ## 6. What changes on real hosts

@@ -147,3 +147,18 @@ def test_predict_step_on_simulated_devices_never_speeds_up():
     assert pred.compute_s == pytest.approx(0.001 + 1e-4 * 1024)
     single = predict_step(FULL, 1024, 1, overhead_s=0.001, per_example_s=1e-4, link_bytes_per_s=None)
     assert pred.examples_per_s <= single.examples_per_s * (1 + 1e-12)
+
+
+def test_fit_step_time_says_when_it_went_through_the_origin():
+    from dpcourse.costs import fit_step_time
+
+    assert fit_step_time([100, 200], [0.0, 1.0]).through_origin
+    fit = fit_step_time([100, 200], [1.0, 2.0])
+    assert not fit.through_origin and fit.examples_per_s(100) == pytest.approx(100.0)
+
+
+def test_a_step_time_that_falls_with_the_batch_cannot_be_fitted():
+    from dpcourse.costs import fit_step_time
+
+    with pytest.raises(ValueError, match="does not grow with the batch"):
+        fit_step_time([16, 32, 64], [0.010, 0.009, 0.008])

@@ -432,3 +432,38 @@ def test_stacked_batches_rejects_empty_requests(n_batches, global_batch):
 def test_stacked_batches_rejects_an_empty_dataset():
     with pytest.raises(ValueError, match="empty"):
         data.stacked_batches(_dataset(0), 1, 4)
+
+
+def test_a_cache_folder_that_is_a_file_is_a_clear_error_and_auto_falls_back(tmp_path, monkeypatch):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("")
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(not_a_folder))
+    with pytest.raises(DataError, match="Cannot use the cache folder") as info:
+        data.load_fashion_mnist("real", limit=50)
+    assert data.DATA_DIR_ENV in str(info.value)
+    fallback = data.load_fashion_mnist("auto", limit=50)
+    assert fallback.source == "synthetic" and "Cannot use the cache folder" in fallback.note
+
+
+def test_a_corrupt_cached_file_is_named_when_no_location_works(tmp_path):
+    (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b" + b"\0" * 100)
+    with pytest.raises(DataError, match="not the published file"):
+        data.download("train-labels-idx1-ubyte.gz", directory=tmp_path, mirrors=("http://127.0.0.1:9/",),
+                      timeout_s=2)
+    assert (tmp_path / "train-labels-idx1-ubyte.gz").stat().st_size == 102  # left as it was, still unused
+
+
+def test_a_damaged_gzip_stream_is_a_data_error(tmp_path):
+    good = gz(idx_bytes(np.arange(100, dtype=np.uint8)))
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF  # flip bits inside the deflate stream
+    path = tmp_path / "x-idx1-ubyte.gz"
+    path.write_bytes(bytes(bad))
+    with pytest.raises(DataError):
+        data.read_idx(path)
+
+
+def test_the_synthetic_banner_note_keeps_the_reason(tmp_path):
+    ds = data.load_fashion_mnist("auto", limit=50, directory=tmp_path, mirrors=("http://127.0.0.1:9/",))
+    assert ds.source == "synthetic"
+    assert "127.0.0.1:9" in ds.note and not ds.note.endswith("Tried:)")

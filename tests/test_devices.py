@@ -175,3 +175,53 @@ def test_settings_unchanged_in_this_process(cpu_devices):
 def test_gpu_topology_is_none_without_nvidia_smi(monkeypatch):
     monkeypatch.setattr(devices.shutil, "which", lambda name: None)
     assert devices.gpu_topology() is None
+
+
+@slow
+def test_a_user_set_count_wins_and_a_late_request_for_another_is_still_refused(python_exe):
+    # Notebook 01 does this: setup (the user's XLA_FLAGS wins), start JAX, then ask for one more.
+    result = run_fresh(python_exe, """
+        import json
+        from dpcourse import devices
+        n = devices.setup_devices(8)
+        import jax
+        have = len(jax.devices("cpu"))
+        again = devices.setup_devices(8)  # re-running the first cell
+        try:
+            devices.setup_devices(n + 1)
+            refused = ""
+        except devices.DeviceSetupError as err:
+            refused = str(err)
+        print(json.dumps({"n": n, "have": have, "again": again, "refused": refused}))
+    """, XLA_FLAGS="--xla_force_host_platform_device_count=3")
+    assert result["n"] == result["have"] == result["again"] == 3
+    assert "Restart the kernel" in result["refused"]
+
+
+@slow
+def test_too_few_devices_from_the_users_flag_names_that_flag(python_exe):
+    result = run_fresh(python_exe, """
+        import json
+        from dpcourse import devices
+        devices.setup_devices(8)
+        try:
+            devices.lesson_devices(2)
+            message = ""
+        except devices.DeviceSetupError as err:
+            message = str(err)
+        print(json.dumps({"message": message}))
+    """, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    assert "Your XLA_FLAGS sets --xla_force_host_platform_device_count=1" in result["message"]
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "abc"])
+def test_a_bad_count_in_xla_flags_is_a_clear_error(bad, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count={bad}")
+    with pytest.raises(devices.DeviceSetupError, match="not a positive whole number"):
+        devices.setup_devices(8)
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "8"])
+def test_setup_rejects_a_count_that_is_not_an_int(bad):
+    with pytest.raises(ValueError, match="int >= 1"):
+        devices.setup_devices(bad)

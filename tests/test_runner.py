@@ -155,7 +155,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
     assert payload["created"]
     (nb_run,) = payload["notebooks"]
     assert nb_run == {"notebook": "07_rec", "status": "passed", "wall_s": nb_run["wall_s"],
-                      "error_cell": None, "error": None, "output": "07_rec.ipynb"}
+                      "error_cell": None, "error_code_cell": None, "error": None, "output": "07_rec.ipynb"}
     first, second = payload["records"]
     assert first == {"notebook": "07_rec", "metric": "examples_per_s", "value": 1234.5, "unit": "examples/s",
                      "profile": "smoke", "data_source": "synthetic", "backend": "cpu", "device_kind": "cpu",
@@ -181,3 +181,58 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
     text = capsys.readouterr().out
     for piece in ("01_setup", "passed", "02_baseline", "failed", "boom", "examples_per_s", "1234", "synthetic"):
         assert piece in text
+
+
+@pytest.mark.slow
+def test_failure_reports_the_exception_line_and_the_code_cell_a_learner_counts(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("a = 1"),
+                nbformat.v4.new_markdown_cell("text"),
+                nbformat.v4.new_code_cell("raise RuntimeError('first line\\nsecond line')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "01_x.ipynb")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = runner.run_notebook(tmp_path / "01_x.ipynb", out, out / "records.jsonl", profile=None, cell_timeout_s=60)
+    assert run.error == "RuntimeError: first line"  # type and first line, no colour codes
+    assert (run.error_cell, run.error_code_cell) == (3, 2)
+
+
+@pytest.mark.parametrize("kind", ["file", "notebook folder"])
+def test_an_unusable_output_folder_is_refused_before_anything_runs(tmp_path, kind):
+    nb = write_notebook(tmp_path / "01_x.ipynb", "a = 1")
+    out = tmp_path / "taken" if kind == "file" else tmp_path
+    if kind == "file":
+        out.write_text("")
+    with pytest.raises(runner.OutputFolderError):
+        runner.run_course("smoke", [nb], out)
+    assert not (tmp_path / "01_x.ipynb").read_text().count('"outputs": [\n     {')  # source untouched
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_run_saves_results_and_leaves_no_kernel(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    write_notebook(folder / "01_slow.ipynb", "import time; time.sleep(60)")
+    write_notebook(folder / "02_never.ipynb", "open('ran.txt', 'w').write('x')")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "dpcourse", "run", "--profile", "smoke", "--notebook-dir",
+                             str(folder), "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out / "records.jsonl").parent.exists():
+        time.sleep(0.2)
+    time.sleep(6)  # the kernel is in its sleep(60) cell
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    payload = json.loads((out / "results.json").read_text())
+    assert [(r["notebook"], r["status"]) for r in payload["notebooks"]] == [("01_slow", "interrupted")]
+    assert not (tmp_path / "ran.txt").exists()
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.strip()
+    assert not left
