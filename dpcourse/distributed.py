@@ -924,6 +924,12 @@ def _launch_main(args: argparse.Namespace) -> int:
         _devices.setup_devices(n_devices)
         import jax
 
+        have = len(jax.devices("cpu"))
+        if have < n_devices:
+            print(f"error: --compare needs {n_devices} CPU devices in this process for the single-process "
+                  f"reference, but JAX has {have} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} wins). "
+                  "Unset the device count in XLA_FLAGS or raise it.", file=sys.stderr)
+            return 2
         reference, _, first_moment = single_process_reference(args.profile, args.steps, jax.devices("cpu")[:n_devices],
                                                 result.summary["data_source"], args.global_batch)
         print(f"max |param diff| vs one process with {n_devices} devices: "

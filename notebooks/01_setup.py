@@ -16,7 +16,8 @@
 # **Assumes.** Python and the course's pinned requirements (`make course` or
 # `make lab` installs them). No earlier notebook.
 #
-# **Time.** Under 10 seconds on every profile (no training here).
+# **Time.** Under 10 seconds on every profile (no training here; measured on
+# a 2-core CPU).
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU

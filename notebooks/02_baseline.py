@@ -15,8 +15,10 @@
 #
 # **Assumes.** Notebook 01 (devices are configured before JAX starts).
 #
-# **Time.** `smoke` a few seconds; `cpu` about half a minute on a 2-core
-# CPU; `full` depends on the GPU (see the README).
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke` and
+# `cpu` under 10 seconds.
+# `full`: not yet measured on a GPU (none was available when this was
+# written); a GPU run's `results.json` records it.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -16,7 +16,8 @@
 #
 # **Assumes.** Notebook 01. At least 2 devices (GPUs or simulated CPU devices).
 #
-# **Time.** Under 10 seconds on every profile (no training here).
+# **Time.** Under 10 seconds on every profile (no training here; measured on
+# a 2-core CPU).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -19,7 +19,10 @@
 # **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
 # least 2 devices.
 #
-# **Time.** `smoke` about 10 seconds; `cpu` about a minute on a 2-core CPU.
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke` 10
+# to 15 seconds; `cpu` 20 to 50 seconds, depending on the machine's load.
+# `full`: not yet measured on a GPU (none was available when this was
+# written); a GPU run's `results.json` records it.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

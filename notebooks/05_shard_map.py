@@ -17,7 +17,10 @@
 #
 # **Assumes.** Notebook 04. At least 2 devices.
 #
-# **Time.** `smoke` about 10 seconds; `cpu` about a minute on a 2-core CPU.
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke` 15
+# to 20 seconds; `cpu` 20 to 40 seconds.
+# `full`: not yet measured on a GPU (none was available when this was
+# written); a GPU run's `results.json` records it.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

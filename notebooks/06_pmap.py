@@ -18,7 +18,10 @@
 #
 # **Assumes.** Notebook 05. At least 2 devices.
 #
-# **Time.** `smoke` about 10 seconds; `cpu` under a minute on a 2-core CPU.
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
+# about 10 seconds; `cpu` 10 to 20 seconds.
+# `full`: not yet measured on a GPU (none was available when this was
+# written); a GPU run's `results.json` records it.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

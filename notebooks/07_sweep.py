@@ -18,8 +18,10 @@
 # **Assumes.** Notebooks 04 and 05 (the data-parallel steps). At least 2
 # devices.
 #
-# **Time.** `smoke` about 10 seconds; `cpu` one to two minutes on a 2-core
-# CPU.
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
+# about 10 seconds; `cpu` 35 to 55 seconds.
+# `full`: not yet measured on a GPU (none was available when this was
+# written); a GPU run's `results.json` records it.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
