@@ -242,7 +242,7 @@ results.save_figure(fig, "throughput");
 # direction: N smaller per-device matmuls may use the cores and caches
 # better or worse than one large one, and the all-reduce and partitioning
 # cost extra work. On the course's 2-core build machine it came out between
-# 1.0 and 1.7 from run to run. Read it as scheduling noise, not as scaling.
+# 1.0 and 1.8 from run to run. Read it as scheduling noise, not as scaling.
 
 # %%
 # The same link rule as notebook 02: the device's own link where it is listed,
