@@ -109,7 +109,7 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], ylabel: str, title
     return fig
 
 
-def records_table(results: Iterable[Any], data_source: str, extra: Sequence[str] = ()) -> Html:
+def records_table(results: Iterable[Any], data_source: str) -> Html:
     """A results table from :class:`dpcourse.bench.BenchResult` objects.
 
     Every results table names its data source (real or synthetic).

@@ -13,6 +13,7 @@ equivalence tests in ``tests/test_train.py`` hold them to it.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -230,11 +231,8 @@ def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, 
         ValueError: (when called) the global batch does not divide by ``n_devices``.
     """
 
-    def per_device_loss(params, x, y):
-        loss, metrics = loss_and_metrics(params, x, y, cfg)
-        return loss, metrics
-
-    grad_fn = jax.vmap(jax.value_and_grad(per_device_loss, has_aux=True), in_axes=(None, 0, 0))
+    grad_fn = jax.vmap(jax.value_and_grad(functools.partial(loss_and_metrics, cfg=cfg), has_aux=True),
+                       in_axes=(None, 0, 0))
 
     def train_step(params, opt_state, x, y):
         per_device = check_global_batch(x.shape[0], n_devices)
@@ -333,10 +331,11 @@ def first_step_gradient_diff(state_ref, state_other, b1: float = 0.9) -> tuple[f
     """
     mu_ref = adam_first_moment(state_ref)
     mu_other = adam_first_moment(state_other)
-    ref_shapes = [np.shape(a) for a in jax.tree.leaves(mu_ref)]
-    if [np.shape(a) for a in jax.tree.leaves(mu_other)] != ref_shapes:
+    # A pmap state has one more (leading, device) axis on every leaf.
+    extra_axes = np.ndim(jax.tree.leaves(mu_other)[0]) - np.ndim(jax.tree.leaves(mu_ref)[0])
+    if extra_axes == 1:
         mu_other = unreplicate(mu_other)
-    if [np.shape(a) for a in jax.tree.leaves(mu_ref)] != [np.shape(a) for a in jax.tree.leaves(mu_other)]:
+    elif extra_axes == -1:
         mu_ref = unreplicate(mu_ref)
     diff = max_abs_diff(mu_ref, mu_other) / (1.0 - b1)
     scale = max(float(np.max(np.abs(np.asarray(jax.device_get(a))))) for a in jax.tree.leaves(mu_ref)) / (1.0 - b1)

@@ -5,7 +5,6 @@ in the jax-ml/jax documentation's CI. Tests that need a fresh JAX (device
 settings, late changes) start a subprocess.
 """
 
-import os
 import sys
 from pathlib import Path
 

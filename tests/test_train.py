@@ -388,3 +388,13 @@ def test_first_step_gradient_diff_sees_a_scaled_gradient_that_adamw_hides():
     # A pmap-style state (leading device axis) is compared through device 0's copy.
     stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * 2), state_ref)
     assert train.first_step_gradient_diff(state_ref, stacked)[0] == 0.0
+
+
+def test_first_step_gradient_diff_accepts_the_pmap_state_on_either_side():
+    opt = train.make_optimizer(CFG)
+    params = model.init_params(CFG)
+    grads = jax.tree.map(lambda a: np.ones_like(a), params)
+    _, state = opt.update(grads, opt.init(params), params)
+    stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * 2), state)
+    assert train.first_step_gradient_diff(stacked, state)[0] == 0.0
+    assert train.first_step_gradient_diff(stacked, state)[1] == pytest.approx(1.0)
