@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test unit-test notebook-test lab sync clean install dev-install
+.PHONY: course test lint unit-test notebook-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ dev-install: $(VENV)/.dev-installed
 course: $(VENV)/.installed
 	$(PY) -m dpcourse run $(if $(PROFILE),--profile $(PROFILE),)
 
+# Layer 0: ruff, lint and format check (settings in pyproject.toml).
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests --ignore=tests/infra
@@ -42,7 +47,7 @@ notebook-test: $(VENV)/.dev-installed
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
 
-test: unit-test notebook-test infra-test
+test: lint unit-test notebook-test infra-test
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -52,8 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     failed = [r for r in payload["notebooks"] if r["status"] != "passed"]
     for r in failed:
         where = f" at code cell {r['error_code_cell']}" if r.get("error_code_cell") else ""
-        print(f"FAILED: {r['notebook']}{where}: {r['error']} (executed notebook: {out / r['output']})",
-              file=sys.stderr)
+        print(f"FAILED: {r['notebook']}{where}: {r['error']} (executed notebook: {out / r['output']})", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -67,27 +66,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpcourse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute the notebooks headlessly and write results.json")
-    run.add_argument("--profile", choices=profile_names() + ["auto"], default=None,
-                     help="workload profile (default: $DPCOURSE_PROFILE, else full on GPU, cpu on CPU)")
-    run.add_argument("--notebooks", nargs="+", metavar="NAME",
-                     help="only these notebooks, by name or number (e.g. 01 03_mesh)")
+    run.add_argument(
+        "--profile",
+        choices=profile_names() + ["auto"],
+        default=None,
+        help="workload profile (default: $DPCOURSE_PROFILE, else full on GPU, cpu on CPU)",
+    )
+    run.add_argument(
+        "--notebooks", nargs="+", metavar="NAME", help="only these notebooks, by name or number (e.g. 01 03_mesh)"
+    )
     run.add_argument("--out", help="output folder (default: results/<profile>/)")
-    run.add_argument("--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"),
-                     help=argparse.SUPPRESS)
+    run.add_argument(
+        "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
+    )
     run.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell (default 1800)")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="compare two results.json files and flag regressions")
     cmp_.add_argument("old", type=Path)
     cmp_.add_argument("new", type=Path)
-    cmp_.add_argument("--threshold", type=float, default=0.10,
-                      help="largest tolerated throughput drop, as a fraction (default 0.10)")
+    cmp_.add_argument(
+        "--threshold", type=float, default=0.10, help="largest tolerated throughput drop, as a fraction (default 0.10)"
+    )
     cmp_.set_defaults(func=_compare)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except ModuleNotFoundError as err:
-        print(f"error: {err}. This Python lacks the course's requirements: run `make install`, then "
-              f"`.venv/bin/python -m dpcourse ...` (or activate .venv).", file=sys.stderr)
+        print(
+            f"error: {err}. This Python lacks the course's requirements: run `make install`, then "
+            f"`.venv/bin/python -m dpcourse ...` (or activate .venv).",
+            file=sys.stderr,
+        )
         return 2
     except RuntimeError as err:  # e.g. JAX could not start in the backend probe
         import os

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 
@@ -152,7 +153,9 @@ class SweepPoint:
     result: BenchResult | None = None
 
 
-def sweep(global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, progress: bool = True) -> list[SweepPoint]:
+def sweep(
+    global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, progress: bool = True
+) -> list[SweepPoint]:
     """Run ``run_one(global_batch) -> BenchResult`` for each size, and survive failures.
 
     Sizes that do not divide by ``n_devices`` are skipped with the reason; an
@@ -167,8 +170,13 @@ def sweep(global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, 
     for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress):
         if size < 1 or size % n_devices:
             lower = max(n_devices, (size // n_devices) * n_devices)
-            points.append(SweepPoint(size, "skipped",
-                                     f"{size} does not divide by {n_devices} devices (nearest valid: {lower} or {lower + n_devices})"))
+            points.append(
+                SweepPoint(
+                    size,
+                    "skipped",
+                    f"{size} does not divide by {n_devices} devices (nearest valid: {lower} or {lower + n_devices})",
+                )
+            )
             continue
         try:
             points.append(SweepPoint(size, "ok", result=run_one(size)))

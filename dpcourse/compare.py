@@ -175,8 +175,10 @@ def _hardware(records: list[dict]) -> list[str]:
 def _run_differences(old: dict, new: dict, result: Comparison) -> None:
     hw_old, hw_new = _hardware(old["records"]), _hardware(new["records"])
     if hw_old != hw_new:
-        result.warnings.append(f"Different hardware: OLD ran on {', '.join(hw_old) or 'n/a'}; "
-                               f"NEW on {', '.join(hw_new) or 'n/a'}. Throughput is not comparable.")
+        result.warnings.append(
+            f"Different hardware: OLD ran on {', '.join(hw_old) or 'n/a'}; "
+            f"NEW on {', '.join(hw_new) or 'n/a'}. Throughput is not comparable."
+        )
     for name, label in (("profile", "profiles"), ("data_source", "data sources")):
         a, b = _values(old, name), _values(new, name)
         if a != b:
@@ -233,7 +235,11 @@ def _check_equivalence(row: Row, rec: dict, new_keyed: dict, old_keyed: dict, re
 def _check_throughput(row: Row, old_rec: dict, new_rec: dict, threshold: float, result: Comparison) -> None:
     label = f"{new_rec['notebook']}: {new_rec['metric']}"
     if row.change is None:
-        if _number(new_rec["value"]) is None and _number(old_rec["value"]) is not None and _comparable(old_rec, new_rec):
+        if (
+            _number(new_rec["value"]) is None
+            and _number(old_rec["value"]) is not None
+            and _comparable(old_rec, new_rec)
+        ):
             row.check = "REGRESSION"
             result.failures.append(f"{label} = {new_rec['value']!r}, was {_fmt(row.old)} {THROUGHPUT_UNIT}.")
         return
@@ -279,8 +285,16 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
         a, b = _number(old_v), _number(new_v)
         change = (b - a) / abs(a) if a not in (None, 0.0) and b is not None else None
         metric = rec["metric"] if key[2] == 0 else f"{rec['metric']} #{key[2] + 1}"
-        row = Row(rec["notebook"], metric, rec["unit"], old_v, new_v, change,
-                  in_old=old_rec is not None, in_new=new_rec is not None)
+        row = Row(
+            rec["notebook"],
+            metric,
+            rec["unit"],
+            old_v,
+            new_v,
+            change,
+            in_old=old_rec is not None,
+            in_new=new_rec is not None,
+        )
         result.rows.append(row)
         if new_rec is None:
             if new_status.get(key[0]) == "passed":
@@ -297,15 +311,22 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
             result.infos.append(f"{key[0]}: {metric} is new in NEW (no OLD value to compare).")
         has_tolerance = (key[0], rec["metric"] + TOLERANCE_SUFFIX, 0) in new_keyed
         if not rec["metric"].endswith(TOLERANCE_SUFFIX) and (
-                rec["metric"].startswith(EQUIVALENCE_PREFIX) or has_tolerance):
+            rec["metric"].startswith(EQUIVALENCE_PREFIX) or has_tolerance
+        ):
             _check_equivalence(row, new_rec, new_keyed, old_keyed, result)
         elif rec["unit"] == THROUGHPUT_UNIT and old_rec is not None:
             _check_throughput(row, old_rec, new_rec, threshold, result)
-        elif rec["metric"].startswith(COLLECTIVES_PREFIX) and old_rec is not None and old_v != new_v \
-                and _comparable(old_rec, new_rec):
+        elif (
+            rec["metric"].startswith(COLLECTIVES_PREFIX)
+            and old_rec is not None
+            and old_v != new_v
+            and _comparable(old_rec, new_rec)
+        ):
             row.check = "warning"
-            result.warnings.append(f"{key[0]}: {metric} changed from {_fmt(old_v)} to {_fmt(new_v)}: "
-                                   "the compiled program's collectives moved (JAX or XLA changed?).")
+            result.warnings.append(
+                f"{key[0]}: {metric} changed from {_fmt(old_v)} to {_fmt(new_v)}: "
+                "the compiled program's collectives moved (JAX or XLA changed?)."
+            )
     return result
 
 
@@ -341,8 +362,15 @@ def print_comparison(result: Comparison, old_path: Path, new_path: Path, thresho
     console.print(nb_table)
 
     table = Table(title=f"Metrics: OLD {escape(str(old_path))} vs NEW {escape(str(new_path))}")
-    for col, justify in (("notebook", "left"), ("metric", "left"), ("unit", "left"), ("OLD", "right"),
-                         ("NEW", "right"), ("change", "right"), ("check", "left")):
+    for col, justify in (
+        ("notebook", "left"),
+        ("metric", "left"),
+        ("unit", "left"),
+        ("OLD", "right"),
+        ("NEW", "right"),
+        ("change", "right"),
+        ("check", "left"),
+    ):
         table.add_column(col, justify=justify)
     for r in result.rows:
         change = "" if r.change is None else f"{r.change:+.1%}"

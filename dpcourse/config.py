@@ -59,7 +59,7 @@ class Config:
         """Global batch in examples for ``n_devices`` devices."""
         return self.per_device_batch * n_devices
 
-    def with_overrides(self, **changes) -> "Config":
+    def with_overrides(self, **changes) -> Config:
         """Return a copy with some fields replaced (the dataclass is frozen).
 
         Raises:

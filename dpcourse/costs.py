@@ -59,21 +59,71 @@ class DevicePeak:
 # 16 GT/s x 16 lanes, 128b/130b encoding). NVLink4 (H100/H200 SXM): 900 GB/s
 # in total, 450 GB/s each way; NVLink3 (A100 SXM): 600 GB/s total, 300 each way.
 PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
-    ("l4", ("L4",), DevicePeak(
-        "NVIDIA L4", 30.3 * TFLOP, 60 * TFLOP, 121 * TFLOP, "PCIe Gen4 x16", 32 * GB,
-        "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 120*, BF16 242* TFLOPS (*with sparsity)")),
-    ("a100", ("A100",), DevicePeak(
-        "NVIDIA A100", 19.5 * TFLOP, 156 * TFLOP, 312 * TFLOP, "NVLink3 (SXM)", 300 * GB,
-        "NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5, TF32 156 (312*), BF16 312 (624*) TFLOPS")),
-    ("h100-pcie", ("H100", "PCIe"), DevicePeak(
-        "NVIDIA H100 PCIe", 51 * TFLOP, 378 * TFLOP, 756 * TFLOP, "PCIe Gen5 x16", 64 * GB,
-        "NVIDIA H100 Tensor Core GPU datasheet, PCIe column: FP32 51, TF32 756*, BF16 1,513* TFLOPS")),
-    ("h100", ("H100",), DevicePeak(
-        "NVIDIA H100 SXM", 67 * TFLOP, 495 * TFLOP, 989 * TFLOP, "NVLink4", 450 * GB,
-        "NVIDIA H100 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS")),
-    ("h200", ("H200",), DevicePeak(
-        "NVIDIA H200 SXM", 67 * TFLOP, 495 * TFLOP, 989 * TFLOP, "NVLink4", 450 * GB,
-        "NVIDIA H200 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS")),
+    (
+        "l4",
+        ("L4",),
+        DevicePeak(
+            "NVIDIA L4",
+            30.3 * TFLOP,
+            60 * TFLOP,
+            121 * TFLOP,
+            "PCIe Gen4 x16",
+            32 * GB,
+            "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 120*, BF16 242* TFLOPS (*with sparsity)",
+        ),
+    ),
+    (
+        "a100",
+        ("A100",),
+        DevicePeak(
+            "NVIDIA A100",
+            19.5 * TFLOP,
+            156 * TFLOP,
+            312 * TFLOP,
+            "NVLink3 (SXM)",
+            300 * GB,
+            "NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5, TF32 156 (312*), BF16 312 (624*) TFLOPS",
+        ),
+    ),
+    (
+        "h100-pcie",
+        ("H100", "PCIe"),
+        DevicePeak(
+            "NVIDIA H100 PCIe",
+            51 * TFLOP,
+            378 * TFLOP,
+            756 * TFLOP,
+            "PCIe Gen5 x16",
+            64 * GB,
+            "NVIDIA H100 Tensor Core GPU datasheet, PCIe column: FP32 51, TF32 756*, BF16 1,513* TFLOPS",
+        ),
+    ),
+    (
+        "h100",
+        ("H100",),
+        DevicePeak(
+            "NVIDIA H100 SXM",
+            67 * TFLOP,
+            495 * TFLOP,
+            989 * TFLOP,
+            "NVLink4",
+            450 * GB,
+            "NVIDIA H100 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS",
+        ),
+    ),
+    (
+        "h200",
+        ("H200",),
+        DevicePeak(
+            "NVIDIA H200 SXM",
+            67 * TFLOP,
+            495 * TFLOP,
+            989 * TFLOP,
+            "NVLink4",
+            450 * GB,
+            "NVIDIA H200 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS",
+        ),
+    ),
 )
 
 
@@ -122,8 +172,9 @@ def achieved_flops_per_s(cfg: Config, global_batch: int, ms_per_step: float) -> 
     return train_flops_per_step(cfg, global_batch) / (ms_per_step / 1000.0)
 
 
-def mfu(cfg: Config, global_batch: int, ms_per_step: float, n_devices: int, device_kind: str,
-        precision: str = "tf32") -> float | None:
+def mfu(
+    cfg: Config, global_batch: int, ms_per_step: float, n_devices: int, device_kind: str, precision: str = "tf32"
+) -> float | None:
     """Model-FLOPs utilisation: achieved FLOP/s over ``n_devices x`` peak.
 
     Returns:
@@ -182,8 +233,7 @@ def predict_step(
     step_s = compute_s + allreduce_s
     single_s = overhead_s + per_example_s * per_device_batch
     global_batch = per_device_batch * n_devices
-    return Prediction(n_devices, global_batch, compute_s, allreduce_s, step_s,
-                      global_batch / step_s, single_s / step_s)
+    return Prediction(n_devices, global_batch, compute_s, allreduce_s, step_s, global_batch / step_s, single_s / step_s)
 
 
 @dataclass(frozen=True)
@@ -233,8 +283,10 @@ def fit_step_time(batches: list[int], step_s: list[float]) -> StepTimeFit:
         intercept = 0.0
         slope = sum(b * t for b, t in zip(batches, step_s)) / sum(b * b for b in batches)
     if slope <= 0:
-        raise ValueError("The step time does not grow with the batch in these measurements "
-                         "(noise, or too small a workload): no per-example time to fit.")
+        raise ValueError(
+            "The step time does not grow with the batch in these measurements "
+            "(noise, or too small a workload): no per-example time to fit."
+        )
     return StepTimeFit(intercept, slope, through_origin)
 
 

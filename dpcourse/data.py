@@ -19,9 +19,9 @@ import hashlib
 import os
 import struct
 import tempfile
-import zlib
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +43,16 @@ MD5 = {
 }
 TRAIN_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
 CLASS_NAMES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 N_TRAIN = 60_000
 IMAGE_SHAPE = (28, 28)
@@ -149,8 +157,10 @@ def download(
     tried = "\n  ".join(failures)
     note = ""
     if stale is not None:
-        note = (f"The cache already holds a {name} with md5 {stale}: it is not the published file "
-                "and is not used (a successful download replaces it).\n")
+        note = (
+            f"The cache already holds a {name} with md5 {stale}: it is not the published file "
+            "and is not used (a successful download replaces it).\n"
+        )
     raise DataError(
         f"Could not download {name} from any of {len(failures)} location(s). Tried:\n  {tried}\n{note}"
         f"Cache folder: {directory}. Copy the file there by hand (md5 {expected}), "
@@ -243,7 +253,9 @@ def synthetic_images(n: int = N_TRAIN, seed: int = 0) -> tuple[np.ndarray, np.nd
     return images, labels.astype(np.uint8)
 
 
-def prepare(images: np.ndarray, labels: np.ndarray, seed: int = 0, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def prepare(
+    images: np.ndarray, labels: np.ndarray, seed: int = 0, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Shuffle once with ``seed``, scale to [0, 1] float32, flatten to 784 features.
 
     Args:

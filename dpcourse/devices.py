@@ -133,11 +133,7 @@ def settings_changed_after_start() -> list[str]:
     """
     if _snapshot is None:
         return []
-    return [
-        name
-        for name in BACKEND_START_VARIABLES
-        if os.environ.get(name) != _snapshot.get(name)
-    ]
+    return [name for name in BACKEND_START_VARIABLES if os.environ.get(name) != _snapshot.get(name)]
 
 
 @dataclass(frozen=True)
@@ -249,8 +245,10 @@ def lesson_devices(min_devices: int = 2):
         return LessonDevices(cpu, True, _label(cpu, True))
     user_count = _flag_value(os.environ.get("XLA_FLAGS", ""), CPU_COUNT_FLAG)
     if user_count is not None and user_count != _appended:
-        hint = (f"Your XLA_FLAGS sets {CPU_COUNT_FLAG}={user_count}, which wins over the notebook's "
-                f"setting: raise it to at least {min_devices} or remove it, then restart the kernel.")
+        hint = (
+            f"Your XLA_FLAGS sets {CPU_COUNT_FLAG}={user_count}, which wins over the notebook's "
+            f"setting: raise it to at least {min_devices} or remove it, then restart the kernel."
+        )
     else:
         hint = SIMULATED_DEVICES_HINT
     raise DeviceSetupError(
@@ -273,9 +271,7 @@ def gpu_topology(timeout_s: float = 10.0) -> str | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run(
-            [exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s
-        )
+        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 else None
@@ -294,7 +290,10 @@ def probe_backend(timeout_s: float = 120.0) -> str:
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     out = subprocess.run(
         [sys.executable, "-c", "import jax; print(jax.default_backend())"],
-        capture_output=True, text=True, timeout=timeout_s, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
     )
     if out.returncode != 0:
         raise RuntimeError(f"Could not start JAX to find its backend:\n{out.stderr.strip()[-2000:]}")

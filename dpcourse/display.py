@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import html
 import inspect
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 
 class Html:
@@ -48,9 +49,7 @@ def table(rows: Sequence[Mapping[str, Any]], caption: str = "", columns: Sequenc
     columns = list(columns or (rows[0].keys() if rows else []))
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells
-    )
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     html_text = f'<table class="dpcourse">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
@@ -70,8 +69,10 @@ def banner(text: str, level: str = "note") -> Html:
     colours = {"note": "#e8f1fb", "warning": "#fff4d6", "error": "#fde2e1"}
     bg = colours.get(level, colours["note"])
     style = f"background:{bg};padding:8px 12px;border-left:4px solid #888;margin:6px 0"
-    return Html(f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}</div>',
-                f"[{level.upper()}] {text}")
+    return Html(
+        f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}</div>',
+        f"[{level.upper()}] {text}",
+    )
 
 
 def data_banner(source: str, note: str) -> Html:
@@ -143,7 +144,12 @@ def shard_table(array, name: str = "array") -> Html:
         index = ", ".join(
             ":" if (s.start is None and s.stop is None) else f"{s.start or 0}:{s.stop}" for s in shard.index
         )
-        rows.append({"device": f"{shard.device.platform}:{shard.device.id}", "shard shape": str(tuple(shard.data.shape)),
-                     "slice of the global array": f"[{index}]"})
+        rows.append(
+            {
+                "device": f"{shard.device.platform}:{shard.device.id}",
+                "shard shape": str(tuple(shard.data.shape)),
+                "slice of the global array": f"[{index}]",
+            }
+        )
     caption = f"{name}: global shape {tuple(array.shape)}, sharding {array.sharding.spec if hasattr(array.sharding, 'spec') else array.sharding}"
     return table(rows, caption)

@@ -39,6 +39,7 @@ Environment variables read by :func:`spec_from_env` (set by
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -50,9 +51,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,8 +99,14 @@ class LaunchError(RuntimeError):
         wall_s: seconds from the first start to the end of the last process.
     """
 
-    def __init__(self, message: str, exit_codes: dict[int, int], pids: dict[int, int],
-                 stderr_tails: dict[int, str], wall_s: float):
+    def __init__(
+        self,
+        message: str,
+        exit_codes: dict[int, int],
+        pids: dict[int, int],
+        stderr_tails: dict[int, str],
+        wall_s: float,
+    ):
         super().__init__(message)
         self.exit_codes = exit_codes
         self.pids = pids
@@ -191,8 +199,15 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
     coordinator = (env.get(COORDINATOR_ENV) or "").strip()
     num_processes = _int_env(NUM_PROCESSES_ENV, env)
     process_id = _int_env(PROCESS_ID_ENV, env)
-    missing = [name for name, value in ((COORDINATOR_ENV, coordinator), (NUM_PROCESSES_ENV, num_processes),
-                                        (PROCESS_ID_ENV, process_id)) if value in (None, "")]
+    missing = [
+        name
+        for name, value in (
+            (COORDINATOR_ENV, coordinator),
+            (NUM_PROCESSES_ENV, num_processes),
+            (PROCESS_ID_ENV, process_id),
+        )
+        if value in (None, "")
+    ]
     if missing:
         raise DistributedSetupError(
             f"{', '.join(missing)} not set. Every process needs {COORDINATOR_ENV}=host:port of process 0, "
@@ -200,14 +215,21 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
             "Locally, launch_local() sets them; on GKE, deploy/multihost.yaml does."
         )
     timeout = _int_env(INIT_TIMEOUT_ENV, env)
-    return DistributedSpec(coordinator, num_processes, process_id,
-                           DEFAULT_INIT_TIMEOUT_S if timeout is None else timeout)
+    return DistributedSpec(
+        coordinator, num_processes, process_id, DEFAULT_INIT_TIMEOUT_S if timeout is None else timeout
+    )
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, init_timeout_s: int | None = None,
-               heartbeat_timeout_s: int = 100, cpu_collectives: str = "gloo",
-               cpu_devices: int | None = None) -> DistributedSpec:
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    init_timeout_s: int | None = None,
+    heartbeat_timeout_s: int = 100,
+    cpu_collectives: str = "gloo",
+    cpu_devices: int | None = None,
+) -> DistributedSpec:
     """Join the multi-process run: ``jax.distributed.initialize`` with clear errors.
 
     Arguments left as None come from the environment (:func:`spec_from_env`).
@@ -356,8 +378,9 @@ def process_rows(sharding, global_shape: Sequence[int], axis: int) -> list[tuple
     return merged
 
 
-def process_local_batches(dataset: _data.Dataset, n_batches: int, global_batch: int,
-                          rows: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+def process_local_batches(
+    dataset: _data.Dataset, n_batches: int, global_batch: int, rows: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
     """This process's rows of the stacked global batches, and nothing else.
 
     The same values as the columns ``rows`` of both arrays that
@@ -414,8 +437,13 @@ def params_digest(params: dict) -> str:
 # ---------------------------------------------------------------------------
 
 
-def train_worker(profile: str | None, steps: int, data_source: str | None = None,
-                 global_batch: int | None = None, out_dir: str | os.PathLike | None = None) -> dict:
+def train_worker(
+    profile: str | None,
+    steps: int,
+    data_source: str | None = None,
+    global_batch: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+) -> dict:
     """Data-parallel training for ``steps`` steps over every device of every process.
 
     Call it in every process after :func:`initialize`. Every process builds
@@ -444,7 +472,8 @@ def train_worker(profile: str | None, steps: int, data_source: str | None = None
     """
     import jax
     from jax.experimental import multihost_utils
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from dpcourse import model, train
 
@@ -471,8 +500,10 @@ def train_worker(profile: str | None, steps: int, data_source: str | None = None
     x_local, y_local = process_local_batches(dataset, cfg.n_batches, global_batch, rows)
     x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
     y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
-    log(f"{len(jax.local_devices())} local of {n_global} global devices; loaded rows {rows} "
-        f"of each global batch of {global_batch} ({dataset.source} data)")
+    log(
+        f"{len(jax.local_devices())} local of {n_global} global devices; loaded rows {rows} "
+        f"of each global batch of {global_batch} ({dataset.source} data)"
+    )
 
     # The step of notebook 05: per-shard gradients, pmean over every device.
     step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
@@ -519,8 +550,10 @@ def train_worker(profile: str | None, steps: int, data_source: str | None = None
         "worker_s": time.perf_counter() - start,
         "params_digest": digest,
         "replicas_agree": bool(all(bytes(d).hex()[:16] == digest for d in np.asarray(digests))),
-        "layout": [{"process": int(r[0]), "rows": [int(r[1]), int(r[2])], "devices": [int(v) for v in r[3:]]}
-                   for r in np.asarray(layouts)],
+        "layout": [
+            {"process": int(r[0]), "rows": [int(r[1]), int(r[2])], "devices": [int(v) for v in r[3:]]}
+            for r in np.asarray(layouts)
+        ],
     }
     summary["examples_per_s"] = global_batch / (summary["ms_per_step"] / 1000.0)
     if is_main_process() and out_dir is not None:
@@ -539,9 +572,9 @@ def train_worker(profile: str | None, steps: int, data_source: str | None = None
     return summary
 
 
-def single_process_reference(profile: str | None, steps: int, devices: Sequence, data_source: str | None = None,
-                             global_batch: int | None = None
-                             ) -> tuple[dict[str, np.ndarray], list[float], dict[str, np.ndarray]]:
+def single_process_reference(
+    profile: str | None, steps: int, devices: Sequence, data_source: str | None = None, global_batch: int | None = None
+) -> tuple[dict[str, np.ndarray], list[float], dict[str, np.ndarray]]:
     """The same training in this one process, on ``devices``, for comparison.
 
     The whole global batch is put on the mesh with ``jax.device_put``; the
@@ -556,7 +589,8 @@ def single_process_reference(profile: str | None, steps: int, devices: Sequence,
         ValueError: ``global_batch`` does not divide by ``len(devices)``.
     """
     import jax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from dpcourse import model, train
 
@@ -643,8 +677,9 @@ def _strip_cpu_count_flag(flags: str) -> str:
     return " ".join(t for t in flags.split() if not t.startswith(_devices.CPU_COUNT_FLAG + "="))
 
 
-def worker_env(process_id: int, num_processes: int, coordinator: str, init_timeout_s: int,
-               base: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    process_id: int, num_processes: int, coordinator: str, init_timeout_s: int, base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of one local worker process.
 
     The ``DPCOURSE_*`` variables of the module docstring, the coordinator
@@ -654,20 +689,22 @@ def worker_env(process_id: int, num_processes: int, coordinator: str, init_timeo
     worker sets its own).
     """
     env = dict(os.environ if base is None else base)
-    env.update({
-        COORDINATOR_ENV: coordinator,
-        NUM_PROCESSES_ENV: str(num_processes),
-        PROCESS_ID_ENV: str(process_id),
-        INIT_TIMEOUT_ENV: str(init_timeout_s),
-        JAX_BIND_ENV: coordinator,
-        "JAX_PLATFORMS": "cpu",
-        # JAX's preemption service catches SIGTERM (so that a preempted job can
-        # checkpoint first); local workers have nothing to save, and SIGTERM
-        # must end them at once.
-        "JAX_ENABLE_PREEMPTION_SERVICE": "false",
-        "PYTHONUNBUFFERED": "1",
-        "XLA_FLAGS": _strip_cpu_count_flag(env.get("XLA_FLAGS", "")),
-    })
+    env.update(
+        {
+            COORDINATOR_ENV: coordinator,
+            NUM_PROCESSES_ENV: str(num_processes),
+            PROCESS_ID_ENV: str(process_id),
+            INIT_TIMEOUT_ENV: str(init_timeout_s),
+            JAX_BIND_ENV: coordinator,
+            "JAX_PLATFORMS": "cpu",
+            # JAX's preemption service catches SIGTERM (so that a preempted job can
+            # checkpoint first); local workers have nothing to save, and SIGTERM
+            # must end them at once.
+            "JAX_ENABLE_PREEMPTION_SERVICE": "false",
+            "PYTHONUNBUFFERED": "1",
+            "XLA_FLAGS": _strip_cpu_count_flag(env.get("XLA_FLAGS", "")),
+        }
+    )
     env.pop("JAX_NUM_CPU_DEVICES", None)
     env.pop("DPCOURSE_RESULTS", None)  # workers never record into the notebook's results
     return env
@@ -679,36 +716,56 @@ def output_tail(text: str, lines: int = 15) -> str:
     Drops the addresses of absl's stack dumps and gloo's connection notices
     (``[Gloo] Rank 3 is connected to 7 peer ranks``).
     """
-    kept = [line for line in text.splitlines() if line.strip() and not _STACK_LINE.match(line)
-            and not line.startswith("[Gloo]")]
+    kept = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not _STACK_LINE.match(line) and not line.startswith("[Gloo]")
+    ]
     return "\n".join(kept[-lines:])
 
 
-def _diagnose(stderr: str, exit_code: int, process_id: int, launched: Sequence[int], num_processes: int,
-              coordinator: str, init_timeout_s: int) -> str:
+def _diagnose(
+    stderr: str,
+    exit_code: int,
+    process_id: int,
+    launched: Sequence[int],
+    num_processes: int,
+    coordinator: str,
+    init_timeout_s: int,
+) -> str:
     """A sentence on the likely cause of a worker's failure."""
     n_launched = len(launched)
     # When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
     # server", but now and then crashes (SIGSEGV) right after logging "Failed
     # to add port to server": look for both.
     if any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse")):
-        return (f"The coordinator could not listen on {coordinator}: the port is already in use. "
-                "Pass another port, or port=None to pick a free one.")
+        return (
+            f"The coordinator could not listen on {coordinator}: the port is already in use. "
+            "Pass another port, or port=None to pick a free one."
+        )
     if "DEADLINE_EXCEEDED" in stderr and ("RegisterTask" in stderr or "Barrier" in stderr):
         if 0 not in launched:
-            return (f"The coordinator at {coordinator} could not be reached within {init_timeout_s} s: process 0, "
-                    "which runs it, was not launched, so nothing listens there. On real hosts: check the "
-                    "address, that process 0 started, and that the port is open between the hosts.")
+            return (
+                f"The coordinator at {coordinator} could not be reached within {init_timeout_s} s: process 0, "
+                "which runs it, was not launched, so nothing listens there. On real hosts: check the "
+                "address, that process 0 started, and that the port is open between the hosts."
+            )
         if n_launched < num_processes:
-            return (f"num_processes={num_processes}, but only {n_launched} process(es) were launched: the "
-                    f"coordinator waits for all {num_processes} to join and gave up after "
-                    f"{init_timeout_s} s. Launch as many processes as num_processes says.")
-        return (f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
-                f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
-                "started, that the address is right and reachable, and that every process was launched.")
+            return (
+                f"num_processes={num_processes}, but only {n_launched} process(es) were launched: the "
+                f"coordinator waits for all {num_processes} to join and gave up after "
+                f"{init_timeout_s} s. Launch as many processes as num_processes says."
+            )
+        return (
+            f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
+            f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
+            "started, that the address is right and reachable, and that every process was launched."
+        )
     if "stopped sending heartbeats" in stderr:
-        return (f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
-                "(it died); look for the first process that failed.")
+        return (
+            f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
+            "(it died); look for the first process that failed."
+        )
     if "injected failure" in stderr:
         return f"Process {process_id} was told to fail (fail_process={process_id})."
     if "does not divide evenly" in stderr:
@@ -723,27 +780,35 @@ def _end_all(procs: dict[int, subprocess.Popen], grace_s: float = 3.0) -> None:
     """End every process still running: SIGTERM to its process group, then SIGKILL."""
     running = [p for p in procs.values() if p.poll() is None]
     for proc in running:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)  # each worker leads its own group
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace_s
     for proc in running:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
 
 
-def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile: str | None = None,
-                 steps: int = 3, data_source: str | None = None, global_batch: int | None = None,
-                 num_processes: int | None = None, port: int | None = None, host: str = "127.0.0.1",
-                 timeout_s: float = 120.0, init_timeout_s: int = 20, fail_process: int | None = None,
-                 process_ids: Sequence[int] | None = None, check_port: bool = True) -> LaunchResult:
+def launch_local(
+    n_processes: int = 2,
+    devices_per_process: int = 4,
+    *,
+    profile: str | None = None,
+    steps: int = 3,
+    data_source: str | None = None,
+    global_batch: int | None = None,
+    num_processes: int | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    timeout_s: float = 120.0,
+    init_timeout_s: int = 20,
+    fail_process: int | None = None,
+    process_ids: Sequence[int] | None = None,
+    check_port: bool = True,
+) -> LaunchResult:
     """Run :func:`train_worker` as ``n_processes`` local processes x ``devices_per_process`` CPU devices.
 
     Each process is ``python -m dpcourse.distributed worker`` with its own
@@ -789,16 +854,20 @@ def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile:
         LaunchTimeout: the run did not finish within ``timeout_s``.
     """
     if n_processes < 1 or devices_per_process < 1:
-        raise ValueError(f"Need n_processes >= 1 and devices_per_process >= 1, got {n_processes} and "
-                         f"{devices_per_process}.")
+        raise ValueError(
+            f"Need n_processes >= 1 and devices_per_process >= 1, got {n_processes} and {devices_per_process}."
+        )
     num_processes = n_processes if num_processes is None else num_processes
     launched = list(range(n_processes)) if process_ids is None else [int(i) for i in process_ids]
     if len(set(launched)) != len(launched) or not launched or not all(0 <= i < num_processes for i in launched):
-        raise ValueError(f"process_ids {launched} must be distinct ids in 0..{num_processes - 1} "
-                         f"(num_processes={num_processes}).")
+        raise ValueError(
+            f"process_ids {launched} must be distinct ids in 0..{num_processes - 1} (num_processes={num_processes})."
+        )
     if init_timeout_s >= timeout_s:
-        raise ValueError(f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "
-                         "worker waiting for the others gives up before the launcher does.")
+        raise ValueError(
+            f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "
+            "worker waiting for the others gives up before the launcher does."
+        )
     if global_batch is not None:
         check_global_batch(global_batch, n_processes * devices_per_process)
     if port is None:
@@ -806,10 +875,22 @@ def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile:
     elif check_port:
         check_port_free(host, port)
     coordinator = f"{host}:{port}"
-    command = [sys.executable, "-m", "dpcourse.distributed", "worker", "--steps", str(steps),
-               "--cpu-devices", str(devices_per_process)]
-    for flag, value in (("--profile", profile), ("--data-source", data_source),
-                        ("--global-batch", global_batch), ("--fail-process", fail_process)):
+    command = [
+        sys.executable,
+        "-m",
+        "dpcourse.distributed",
+        "worker",
+        "--steps",
+        str(steps),
+        "--cpu-devices",
+        str(devices_per_process),
+    ]
+    for flag, value in (
+        ("--profile", profile),
+        ("--data-source", data_source),
+        ("--global-batch", global_batch),
+        ("--fail-process", fail_process),
+    ):
         if value is not None:
             command += [flag, str(value)]
 
@@ -817,7 +898,8 @@ def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile:
     envs: dict[int, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
         folder = Path(tmp)
-        logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}
+        # Closed in the `finally` below, after the workers are gone.
+        logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
         start = time.monotonic()
         failed: tuple[int, int] | None = None
         timed_out = False
@@ -826,8 +908,14 @@ def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile:
                 env = worker_env(i, num_processes, coordinator, init_timeout_s)
                 envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
                 out, err = logs[i]
-                procs[i] = subprocess.Popen(command + ["--out", str(folder / "out")], env=env, stdout=out,
-                                            stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+                procs[i] = subprocess.Popen(
+                    command + ["--out", str(folder / "out")],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             while True:
                 codes = {i: p.poll() for i, p in procs.items()}
                 bad = [(i, c) for i, c in codes.items() if c not in (None, 0)]
@@ -861,26 +949,38 @@ def launch_local(n_processes: int = 2, devices_per_process: int = 4, *, profile:
                 f"Worker process {i} of {num_processes} failed (exit status {code}) after {wall_s:.1f} s. {cause} "
                 f"Every process was ended (exit statuses {exit_codes}).\n--- stderr of process {i} (last lines) ---\n"
                 f"{tails[i] or '(empty)'}",
-                process_id=i, **details)
+                process_id=i,
+                **details,
+            )
         if timed_out:
             raise LaunchTimeout(
                 f"The {len(launched)} worker processes did not finish within {timeout_s:.0f} s; every process was "
                 f"ended (exit statuses {exit_codes}). Raise timeout_s for a larger profile, or read the stderr "
                 f"below.\n" + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
-                **details)
+                **details,
+            )
         result_file = folder / "out" / "result.json"
         if not result_file.exists():
-            raise WorkerFailed(f"Process 0 exited cleanly but wrote no result.json.\n{tails.get(0, '')}",
-                               process_id=0, **details)
+            raise WorkerFailed(
+                f"Process 0 exited cleanly but wrote no result.json.\n{tails.get(0, '')}", process_id=0, **details
+            )
         summary = json.loads(result_file.read_text())
         with np.load(folder / "out" / "params.npz") as npz:
             params = {k: np.array(npz[k]) for k in npz.files}
         with np.load(folder / "out" / "first_moment.npz") as npz:
             first_moment = {k: np.array(npz[k]) for k in npz.files}
-    return LaunchResult(wall_s=wall_s, n_processes=len(launched), devices_per_process=devices_per_process,
-                        summary=summary, params=params, first_moment=first_moment,
-                        stdout={i: t[0] for i, t in texts.items()}, stderr={i: t[1] for i, t in texts.items()},
-                        env=envs, port=port)
+    return LaunchResult(
+        wall_s=wall_s,
+        n_processes=len(launched),
+        devices_per_process=devices_per_process,
+        summary=summary,
+        params=params,
+        first_moment=first_moment,
+        stdout={i: t[0] for i, t in texts.items()},
+        stderr={i: t[1] for i, t in texts.items()},
+        env=envs,
+        port=port,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -897,11 +997,19 @@ def _worker_main(args: argparse.Namespace) -> int:
     collective with this one.
     """
     try:
-        spec = initialize(args.coordinator, args.num_processes, args.process_id,
-                          init_timeout_s=args.init_timeout_s, cpu_devices=args.cpu_devices)
+        spec = initialize(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            init_timeout_s=args.init_timeout_s,
+            cpu_devices=args.cpu_devices,
+        )
         if args.fail_process is not None and spec.process_id == args.fail_process:
-            print(f"[process {spec.process_id}] injected failure (--fail-process {args.fail_process})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[process {spec.process_id}] injected failure (--fail-process {args.fail_process})",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(WORKER_FAILURE_EXIT)
         train_worker(args.profile, args.steps, args.data_source, args.global_batch, args.out)
         shutdown()
@@ -915,9 +1023,17 @@ def _worker_main(args: argparse.Namespace) -> int:
 
 def _launch_main(args: argparse.Namespace) -> int:
     n_devices = args.processes * args.devices_per_process
-    result = launch_local(args.processes, args.devices_per_process, profile=args.profile, steps=args.steps,
-                          data_source=args.data_source, global_batch=args.global_batch, port=args.port,
-                          timeout_s=args.timeout_s, init_timeout_s=args.init_timeout_s)
+    result = launch_local(
+        args.processes,
+        args.devices_per_process,
+        profile=args.profile,
+        steps=args.steps,
+        data_source=args.data_source,
+        global_batch=args.global_batch,
+        port=args.port,
+        timeout_s=args.timeout_s,
+        init_timeout_s=args.init_timeout_s,
+    )
     print(output_tail(result.stdout[0]))
     print(f"wall time of the {args.processes}-process run: {result.wall_s:.1f} s")
     if args.compare:
@@ -926,15 +1042,21 @@ def _launch_main(args: argparse.Namespace) -> int:
 
         have = len(jax.devices("cpu"))
         if have < n_devices:
-            print(f"error: --compare needs {n_devices} CPU devices in this process for the single-process "
-                  f"reference, but JAX has {have} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} wins). "
-                  "Unset the device count in XLA_FLAGS or raise it.", file=sys.stderr)
+            print(
+                f"error: --compare needs {n_devices} CPU devices in this process for the single-process "
+                f"reference, but JAX has {have} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} wins). "
+                "Unset the device count in XLA_FLAGS or raise it.",
+                file=sys.stderr,
+            )
             return 2
-        reference, _, first_moment = single_process_reference(args.profile, args.steps, jax.devices("cpu")[:n_devices],
-                                                result.summary["data_source"], args.global_batch)
-        print(f"max |param diff| vs one process with {n_devices} devices: "
-              f"{max_abs_diff(reference, result.params):.3g}; first-step gradients, relative: "
-              f"{relative_diff(first_moment, result.first_moment):.3g}")
+        reference, _, first_moment = single_process_reference(
+            args.profile, args.steps, jax.devices("cpu")[:n_devices], result.summary["data_source"], args.global_batch
+        )
+        print(
+            f"max |param diff| vs one process with {n_devices} devices: "
+            f"{max_abs_diff(reference, result.params):.3g}; first-step gradients, relative: "
+            f"{relative_diff(first_moment, result.first_moment):.3g}"
+        )
     return 0
 
 
@@ -945,13 +1067,23 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--profile", choices=_config.profile_names() + ["auto"], default=None)
     common.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    common.add_argument("--data-source", choices=["auto", "real", "synthetic"], default=None,
-                        help=f"default: ${_data.DATA_ENV}, else auto")
-    common.add_argument("--global-batch", type=int, default=None,
-                        help="examples per step over all devices (default: per-device batch x devices)")
-    worker = sub.add_parser("worker", parents=[common],
-                            help=f"one process of a run; reads {COORDINATOR_ENV}, {NUM_PROCESSES_ENV}, "
-                                 f"{PROCESS_ID_ENV} unless given")
+    common.add_argument(
+        "--data-source",
+        choices=["auto", "real", "synthetic"],
+        default=None,
+        help=f"default: ${_data.DATA_ENV}, else auto",
+    )
+    common.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="examples per step over all devices (default: per-device batch x devices)",
+    )
+    worker = sub.add_parser(
+        "worker",
+        parents=[common],
+        help=f"one process of a run; reads {COORDINATOR_ENV}, {NUM_PROCESSES_ENV}, {PROCESS_ID_ENV} unless given",
+    )
     worker.add_argument("--coordinator", default=None, help="host:port of process 0")
     worker.add_argument("--num-processes", type=int, default=None)
     worker.add_argument("--process-id", type=int, default=None)
@@ -966,8 +1098,11 @@ def main(argv: list[str] | None = None) -> int:
     launch.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
     launch.add_argument("--timeout-s", type=float, default=120.0)
     launch.add_argument("--init-timeout-s", type=int, default=20)
-    launch.add_argument("--compare", action="store_true",
-                        help="also train in this process on the same number of devices and print the difference")
+    launch.add_argument(
+        "--compare",
+        action="store_true",
+        help="also train in this process on the same number of devices and print the difference",
+    )
     launch.set_defaults(func=_launch_main)
     args = parser.parse_args(argv)
     if args.profile == "auto":

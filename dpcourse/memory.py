@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import MutableMapping
 
 
 @dataclass(frozen=True)

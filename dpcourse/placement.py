@@ -17,7 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse.config import Config
 from dpcourse.data import Dataset, stacked_batches
@@ -41,8 +42,15 @@ class Placed:
     y_host: np.ndarray
 
 
-def place_data_parallel(cfg: Config, dataset: Dataset, mesh: Mesh, optimizer: optax.GradientTransformation,
-                        init_params: dict, global_batch: int, axis: str = "data") -> Placed:
+def place_data_parallel(
+    cfg: Config,
+    dataset: Dataset,
+    mesh: Mesh,
+    optimizer: optax.GradientTransformation,
+    init_params: dict,
+    global_batch: int,
+    axis: str = "data",
+) -> Placed:
     """Replicate ``init_params`` over ``mesh`` and shard ``cfg.n_batches`` global batches over ``axis``.
 
     Raises:
@@ -59,8 +67,9 @@ def place_data_parallel(cfg: Config, dataset: Dataset, mesh: Mesh, optimizer: op
     return Placed(params, opt_state, batches, x_host, y_host)
 
 
-def place_single_device(cfg: Config, dataset: Dataset, device, optimizer: optax.GradientTransformation,
-                        init_params: dict, global_batch: int) -> Placed:
+def place_single_device(
+    cfg: Config, dataset: Dataset, device, optimizer: optax.GradientTransformation, init_params: dict, global_batch: int
+) -> Placed:
     """The same workload on one device (the reference of the equivalence checks)."""
     params = jax.device_put(init_params, device)
     opt_state = optimizer.init(params)

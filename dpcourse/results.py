@@ -58,8 +58,15 @@ def active_path() -> Path | None:
     return Path(env) if env else None
 
 
-def set_context(notebook: str, profile: str, data_source: str, backend: str,
-                device_kind: str, device_count: int, jax_version: str | None = None) -> None:
+def set_context(
+    notebook: str,
+    profile: str,
+    data_source: str,
+    backend: str,
+    device_kind: str,
+    device_count: int,
+    jax_version: str | None = None,
+) -> None:
     """Fields that every later :func:`record` call in this process carries.
 
     ``device_kind`` and ``device_count`` describe the devices the notebook's
@@ -69,8 +76,15 @@ def set_context(notebook: str, profile: str, data_source: str, backend: str,
         import jax
 
         jax_version = jax.__version__
-    _context.update(notebook=notebook, profile=profile, data_source=data_source, backend=backend,
-                    device_kind=device_kind, device_count=int(device_count), jax_version=jax_version)
+    _context.update(
+        notebook=notebook,
+        profile=profile,
+        data_source=data_source,
+        backend=backend,
+        device_kind=device_kind,
+        device_count=int(device_count),
+        jax_version=jax_version,
+    )
 
 
 def _clean(value: Any) -> Any:
@@ -95,8 +109,11 @@ def record(metric: str, value: Any, unit: str, **overrides: Any) -> Record | Non
     if path is None:
         return None
     fields = {**_context, **overrides}
-    missing = [f for f in ("notebook", "profile", "data_source", "backend", "device_kind",
-                           "device_count", "jax_version") if f not in fields]
+    missing = [
+        f
+        for f in ("notebook", "profile", "data_source", "backend", "device_kind", "device_count", "jax_version")
+        if f not in fields
+    ]
     if missing:
         raise RuntimeError(f"Call dpcourse.results.set_context() before record(); missing {missing}.")
     rec = Record(metric=metric, value=_clean(value), unit=unit, **fields)

@@ -80,8 +80,9 @@ def _error_text(err: BaseException, cell_timeout_s: int | None = None) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:600]
 
 
-def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | None,
-                 cell_timeout_s: int, on_cell=None) -> NotebookRun:
+def run_notebook(
+    path: Path, out_dir: Path, results_file: Path, profile: str | None, cell_timeout_s: int, on_cell=None
+) -> NotebookRun:
     """Execute one notebook in a fresh kernel with nbclient and save it executed.
 
     The kernel starts in the notebook's folder with ``DPCOURSE_PROFILE`` (when
@@ -146,8 +147,15 @@ def run_notebook(path: Path, out_dir: Path, results_file: Path, profile: str | N
     code_cell = None
     if error_cell is not None:
         code_cell = sum(1 for c in nb.cells[: error_cell + 1] if c.cell_type == "code")
-    run = NotebookRun(path.stem, status, round(wall, 2), error_cell=error_cell, error=error,
-                      output=out_path.name, error_code_cell=code_cell)
+    run = NotebookRun(
+        path.stem,
+        status,
+        round(wall, 2),
+        error_cell=error_cell,
+        error=error,
+        output=out_path.name,
+        error_code_cell=code_cell,
+    )
     if interrupted:
         raise RunInterrupted(run)
     return run
@@ -189,7 +197,7 @@ def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_t
     def save() -> dict:
         payload = {
             "schema": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "profile": profile or "auto",
             "notebooks": [asdict(r) for r in runs],
             "records": read_records(records_file),
@@ -224,16 +232,17 @@ def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
     """
     out_dir = Path(out_dir).expanduser().resolve()  # kernels run in the notebooks' folder
     if any(out_dir == p.parent.resolve() for p in notebooks):
-        raise OutputFolderError(f"--out {out_dir} is the notebooks' folder: executed copies would overwrite "
-                                "the course's notebooks. Choose another folder.")
+        raise OutputFolderError(
+            f"--out {out_dir} is the notebooks' folder: executed copies would overwrite "
+            "the course's notebooks. Choose another folder."
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".dpcourse-write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as err:
-        raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). "
-                                "Choose a writable folder.") from err
+        raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). Choose a writable folder.") from err
     return out_dir
 
 
@@ -250,24 +259,34 @@ def print_summary(payload: dict, out_dir: Path) -> None:
         nb_table.add_column(col)
     for r in payload["notebooks"]:
         colour = {"passed": "green", "interrupted": "yellow"}.get(r["status"], "red")
-        nb_table.add_row(r["notebook"], f"[{colour}]{r['status']}[/{colour}]", f"{r['wall_s']:.1f}",
-                         "" if r.get("error_code_cell") is None else f"code cell {r['error_code_cell']}",
-                         r["error"] or "")
+        nb_table.add_row(
+            r["notebook"],
+            f"[{colour}]{r['status']}[/{colour}]",
+            f"{r['wall_s']:.1f}",
+            "" if r.get("error_code_cell") is None else f"code cell {r['error_code_cell']}",
+            r["error"] or "",
+        )
     console.print(nb_table)
     records = payload.get("records", [])
     if records:
+
         def distinct(field):
             values = sorted({str(r[field]) for r in records if r[field] not in (None, "none", "n/a")})
             return ", ".join(values) or "none"
 
-        rec_table = Table(title=(f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
-                                 f"JAX {distinct('jax_version')}"))
+        rec_table = Table(
+            title=(
+                f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
+                f"JAX {distinct('jax_version')}"
+            )
+        )
         for col in ("notebook", "metric", "value", "unit", "devices"):
             rec_table.add_column(col)
         for rec in records:
             value = rec["value"]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
-            rec_table.add_row(rec["notebook"], rec["metric"], text, rec["unit"],
-                              f"{rec['device_count']} x {rec['device_kind']}")
+            rec_table.add_row(
+                rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"
+            )
         console.print(rec_table)
     console.print(f"Executed notebooks and results.json: {out_dir}")

@@ -38,8 +38,14 @@ class Lesson:
         return self.devices.count
 
 
-def start_lesson(notebook: str, profile: str | None = None, n_cpu_devices: int = 8,
-                 min_devices: int = 1, load_data: bool = True, show: bool = True) -> Lesson:
+def start_lesson(
+    notebook: str,
+    profile: str | None = None,
+    n_cpu_devices: int = 8,
+    min_devices: int = 1,
+    load_data: bool = True,
+    show: bool = True,
+) -> Lesson:
     """Set up a lesson notebook.
 
     Args:
@@ -66,19 +72,31 @@ def start_lesson(notebook: str, profile: str | None = None, n_cpu_devices: int =
         default = jax.devices()
         chosen = _devices.LessonDevices(default[:1], False, f"1 x {default[0].device_kind}")
     if chosen.simulated and jax.default_backend() != "cpu":
-        notes.append(_display.banner(
-            f"Only {len(jax.devices())} {jax.default_backend().upper()} device(s): this lesson runs on "
-            f"{chosen.label}, which show placement and correctness, not speed.", "warning"))
+        notes.append(
+            _display.banner(
+                f"Only {len(jax.devices())} {jax.default_backend().upper()} device(s): this lesson runs on "
+                f"{chosen.label}, which show placement and correctness, not speed.",
+                "warning",
+            )
+        )
     if chosen.simulated and cfg.profile == "full":
         cfg = _config.make_config("cpu")
-        notes.append(_display.banner(
-            "The full-size workload would take far too long on simulated CPU devices: "
-            "this lesson uses the 'cpu' profile instead.", "warning"))
+        notes.append(
+            _display.banner(
+                "The full-size workload would take far too long on simulated CPU devices: "
+                "this lesson uses the 'cpu' profile instead.",
+                "warning",
+            )
+        )
     if chosen.simulated and chosen.count > 1:
-        notes.append(_display.banner(
-            f"{chosen.label}: simulated devices share the same CPU cores and add no compute, so they "
-            "never give a real speed-up; timing ratios on them reflect scheduling, not scaling. "
-            "Use them to learn placement, collectives and correctness.", "note"))
+        notes.append(
+            _display.banner(
+                f"{chosen.label}: simulated devices share the same CPU cores and add no compute, so they "
+                "never give a real speed-up; timing ratios on them reflect scheduling, not scaling. "
+                "Use them to learn placement, collectives and correctness.",
+                "note",
+            )
+        )
     dataset = None
     if load_data:
         dataset = _data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)

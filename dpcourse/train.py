@@ -14,12 +14,13 @@ equivalence tests in ``tests/test_train.py`` hold them to it.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse.config import Config
 from dpcourse.model import loss_and_metrics
@@ -51,9 +52,7 @@ def make_train_step(cfg: Config, optimizer: optax.GradientTransformation) -> Ste
     return train_step
 
 
-def make_shard_map_step(
-    cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, axis: str = "data"
-) -> StepFn:
+def make_shard_map_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, axis: str = "data") -> StepFn:
     """The explicit data-parallel step: ``jax.shard_map`` + ``lax.pmean``.
 
     Inside ``shard_map`` each device sees its shard, ``x`` ``[per_device_batch,
@@ -231,8 +230,9 @@ def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, 
         ValueError: (when called) the global batch does not divide by ``n_devices``.
     """
 
-    grad_fn = jax.vmap(jax.value_and_grad(functools.partial(loss_and_metrics, cfg=cfg), has_aux=True),
-                       in_axes=(None, 0, 0))
+    grad_fn = jax.vmap(
+        jax.value_and_grad(functools.partial(loss_and_metrics, cfg=cfg), has_aux=True), in_axes=(None, 0, 0)
+    )
 
     def train_step(params, opt_state, x, y):
         per_device = check_global_batch(x.shape[0], n_devices)

@@ -64,23 +64,38 @@ from dpcourse import display as show
 
 report = devices.device_report()
 profile = config.resolve_profile(PROFILE)
-display(show.key_values({
-    "Python": report.python,
-    "jax": report.jax,
-    "jaxlib": report.jaxlib,
-    "optax": report.optax,
-    "default backend": report.backend,
-    "process count": report.process_count,
-    "devices (default backend)": report.device_count,
-    "device kind": report.device_kind,
-    "CPU devices (simulated when > 1)": report.cpu_device_count,
-    "workload profile of the lessons": profile,
-}, caption="What JAX sees"))
-display(show.table([
-    {"id": d.id, "platform": d.platform, "kind": d.kind, "process": d.process_index,
-     "memory GB": None if d.memory_bytes is None else d.memory_bytes / 1e9}
-    for d in report.devices
-], caption="Devices of the default backend (memory n/a: not reported)"))
+display(
+    show.key_values(
+        {
+            "Python": report.python,
+            "jax": report.jax,
+            "jaxlib": report.jaxlib,
+            "optax": report.optax,
+            "default backend": report.backend,
+            "process count": report.process_count,
+            "devices (default backend)": report.device_count,
+            "device kind": report.device_kind,
+            "CPU devices (simulated when > 1)": report.cpu_device_count,
+            "workload profile of the lessons": profile,
+        },
+        caption="What JAX sees",
+    )
+)
+display(
+    show.table(
+        [
+            {
+                "id": d.id,
+                "platform": d.platform,
+                "kind": d.kind,
+                "process": d.process_index,
+                "memory GB": None if d.memory_bytes is None else d.memory_bytes / 1e9,
+            }
+            for d in report.devices
+        ],
+        caption="Devices of the default backend (memory n/a: not reported)",
+    )
+)
 
 # %% [markdown]
 # ## 2. The gate: enough devices for the multi-device lessons?
@@ -143,17 +158,25 @@ assert devices.settings_changed_after_start() == []
 # %%
 topology = devices.gpu_topology()
 if topology is None:
-    print("nvidia-smi is not available here (no NVIDIA GPU): no interconnect to show. "
-          "Simulated CPU devices exchange data through the host's memory.")
+    print(
+        "nvidia-smi is not available here (no NVIDIA GPU): no interconnect to show. "
+        "Simulated CPU devices exchange data through the host's memory."
+    )
 else:
     print(topology)
 
 # %%
-results.set_context(notebook="01_setup", profile=profile, data_source="none", backend=report.backend,
-                    device_kind=report.device_kind, device_count=report.device_count)
+results.set_context(
+    notebook="01_setup",
+    profile=profile,
+    data_source="none",
+    backend=report.backend,
+    device_kind=report.device_kind,
+    device_count=report.device_count,
+)
 results.record("device_count", report.device_count, "devices")
 results.record("cpu_device_count", report.cpu_device_count, "devices")
-results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices");
+results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices")
 
 # %% [markdown]
 # ## What you learned

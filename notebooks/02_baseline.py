@@ -54,8 +54,12 @@ global_batch = cfg.per_device_batch  # one device: global batch = per-device bat
 print("images:", dataset.images.shape, dataset.images.dtype, " labels:", dataset.labels.shape, dataset.labels.dtype)
 print("pixel range:", float(dataset.images.min()), "to", float(dataset.images.max()))
 counts = np.bincount(dataset.labels, minlength=data.N_CLASSES)
-display(show.table([{"class": i, "name": n, "examples": int(c)} for i, (n, c) in enumerate(zip(data.CLASS_NAMES, counts))],
-                   caption=f"Examples per class ({dataset.source} data)"))
+display(
+    show.table(
+        [{"class": i, "name": n, "examples": int(c)} for i, (n, c) in enumerate(zip(data.CLASS_NAMES, counts))],
+        caption=f"Examples per class ({dataset.source} data)",
+    )
+)
 
 # %% [markdown]
 # ## 2. The model: a shared-block MLP
@@ -73,19 +77,24 @@ show.show_source(model.forward)
 # %%
 n_params = model.param_count(cfg)
 flops_per_example = model.train_flops_per_example(cfg)
-display(show.key_values({
-    "profile": cfg.profile,
-    "dataset": f"Fashion-MNIST train ({dataset.source}), {dataset.n_examples:,} examples",
-    "input / labels": "float32 [batch, 784] / int32 [batch]",
-    "WIDTH x BLOCK_REPEATS (mix)": f"{cfg.width} x {cfg.block_repeats} ({cfg.block_mix})",
-    "parameters": n_params,
-    "gradient per step (float32)": f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB",
-    "per-device batch / global batch": f"{cfg.per_device_batch} / {global_batch}",
-    "training FLOPs per example (6 x matmul MACs)": f"{flops_per_example / 1e9:.4f} GFLOP",
-    "training FLOPs per step": f"{costs.train_flops_per_step(cfg, global_batch) / 1e9:.2f} GFLOP",
-    "optimizer": f"AdamW, lr {cfg.learning_rate}, weight decay {cfg.weight_decay}",
-    "benchmark plan": f"{cfg.warmup_steps} warm-up steps, then {cfg.repeats} x {cfg.steps} timed steps, median",
-}, caption="The workload"))
+display(
+    show.key_values(
+        {
+            "profile": cfg.profile,
+            "dataset": f"Fashion-MNIST train ({dataset.source}), {dataset.n_examples:,} examples",
+            "input / labels": "float32 [batch, 784] / int32 [batch]",
+            "WIDTH x BLOCK_REPEATS (mix)": f"{cfg.width} x {cfg.block_repeats} ({cfg.block_mix})",
+            "parameters": n_params,
+            "gradient per step (float32)": f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB",
+            "per-device batch / global batch": f"{cfg.per_device_batch} / {global_batch}",
+            "training FLOPs per example (6 x matmul MACs)": f"{flops_per_example / 1e9:.4f} GFLOP",
+            "training FLOPs per step": f"{costs.train_flops_per_step(cfg, global_batch) / 1e9:.2f} GFLOP",
+            "optimizer": f"AdamW, lr {cfg.learning_rate}, weight decay {cfg.weight_decay}",
+            "benchmark plan": f"{cfg.warmup_steps} warm-up steps, then {cfg.repeats} x {cfg.steps} timed steps, median",
+        },
+        caption="The workload",
+    )
+)
 
 # %% [markdown]
 # **Why analytic FLOPs?** XLA's `compiled.cost_analysis()` counts the body of
@@ -136,20 +145,35 @@ print(f"loss before training: {float(loss0):.4f} (ln 10 = {np.log(10):.4f} for a
 
 # %%
 result, params, opt_state = bench.benchmark(
-    train_step, params, opt_state, batches,
-    warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
-    label=f"1 x {device.device_kind}", n_devices=1, global_batch=global_batch)
+    train_step,
+    params,
+    opt_state,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"1 x {device.device_kind}",
+    n_devices=1,
+    global_batch=global_batch,
+)
 display(show.records_table([result], dataset.source))
 
 # %%
 achieved = costs.achieved_flops_per_s(cfg, global_batch, result.ms_per_step)
 peak = costs.find_peak(device.device_kind)
 utilisation = costs.mfu(cfg, global_batch, result.ms_per_step, 1, device.device_kind)
-display(show.key_values({
-    "achieved training FLOP/s": f"{achieved / 1e12:.3f} TFLOP/s",
-    "device peak (TF32, dense)": "unknown for this device" if peak is None else f"{peak.peak('tf32') / 1e12:.0f} TFLOP/s ({peak.source})",
-    "MFU": "not computed: no known peak for this device" if utilisation is None else f"{utilisation:.1%}",
-}, caption="Model-FLOPs utilisation"))
+display(
+    show.key_values(
+        {
+            "achieved training FLOP/s": f"{achieved / 1e12:.3f} TFLOP/s",
+            "device peak (TF32, dense)": "unknown for this device"
+            if peak is None
+            else f"{peak.peak('tf32') / 1e12:.0f} TFLOP/s ({peak.source})",
+            "MFU": "not computed: no known peak for this device" if utilisation is None else f"{utilisation:.1%}",
+        },
+        caption="Model-FLOPs utilisation",
+    )
+)
 
 # %% [markdown]
 # MFU compares the FLOPs the model needs with what the device could do at
@@ -175,11 +199,23 @@ per_example_s = result.ms_per_step / 1000.0 / global_batch
 rows = []
 for n_dev in (1, 2, 4, 8):
     pred = costs.predict_step(cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s)
-    rows.append({"devices": n_dev, "global batch": pred.global_batch, "compute ms": pred.compute_s * 1e3,
-                 "all-reduce ms": pred.allreduce_s * 1e3, "step ms": pred.step_s * 1e3,
-                 "examples/s": pred.examples_per_s, "scaling efficiency": f"{pred.efficiency:.1%}"})
-display(show.table(rows, caption=f"Predicted data-parallel steps over {link_name}, "
-                                 f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB of gradient"))
+    rows.append(
+        {
+            "devices": n_dev,
+            "global batch": pred.global_batch,
+            "compute ms": pred.compute_s * 1e3,
+            "all-reduce ms": pred.allreduce_s * 1e3,
+            "step ms": pred.step_s * 1e3,
+            "examples/s": pred.examples_per_s,
+            "scaling efficiency": f"{pred.efficiency:.1%}",
+        }
+    )
+display(
+    show.table(
+        rows,
+        caption=f"Predicted data-parallel steps over {link_name}, {costs.gradient_bytes(cfg) / 1e6:.2f} MB of gradient",
+    )
+)
 
 # %% [markdown]
 # The prediction for real devices only: on simulated CPU devices all shards
@@ -204,8 +240,9 @@ assert result.final_loss < float(loss0), "training should lower the loss"
 # experiment (on a GPU this is what prevents a later out-of-memory error).
 
 # %%
-before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches",
-                            "train_step", "loss0", "metrics0")
+before, after = memory.free(
+    globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "train_step", "loss0", "metrics0"
+)
 print("before:", before)
 print("after: ", after)
 assert after.bytes <= before.bytes  # equal when this cell runs a second time

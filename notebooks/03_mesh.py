@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import devices, results
 from dpcourse import display as show
@@ -80,7 +81,7 @@ jax.debug.visualize_array_sharding(sharded)
 # %% [markdown]
 # ## 3. `jax.make_mesh` or `Mesh(...)`?
 #
-# `Mesh(devices, names)` uses the devices in the order you give. 
+# `Mesh(devices, names)` uses the devices in the order you give.
 # `jax.make_mesh(shape, names)` picks an order that suits the hardware's
 # topology (on GPUs and TPUs it keeps devices that are closely connected
 # next to each other), which is what you want on real multi-GPU systems.
@@ -94,11 +95,16 @@ jax.debug.visualize_array_sharding(sharded)
 # %%
 made_mesh = jax.make_mesh((n,), ("data",), devices=devs)
 made_auto = jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs)
-display(show.table([
-    {"built with": "Mesh(np.array(devs), ('data',))", "axis types": str(mesh.axis_types)},
-    {"built with": "jax.make_mesh((n,), ('data',))", "axis types": str(made_mesh.axis_types)},
-    {"built with": "jax.make_mesh(..., axis_types=(AxisType.Auto,))", "axis types": str(made_auto.axis_types)},
-], caption=f"Axis types in JAX {jax.__version__}"))
+display(
+    show.table(
+        [
+            {"built with": "Mesh(np.array(devs), ('data',))", "axis types": str(mesh.axis_types)},
+            {"built with": "jax.make_mesh((n,), ('data',))", "axis types": str(made_mesh.axis_types)},
+            {"built with": "jax.make_mesh(..., axis_types=(AxisType.Auto,))", "axis types": str(made_auto.axis_types)},
+        ],
+        caption=f"Axis types in JAX {jax.__version__}",
+    )
+)
 
 # %% [markdown]
 # ## 4. Looking ahead: a 2-D mesh
@@ -131,11 +137,13 @@ else:
 
 # %%
 topology = devices.gpu_topology()
-print(topology if topology else "No nvidia-smi here: simulated CPU devices share host memory, there is no link to show.")
+print(
+    topology if topology else "No nvidia-smi here: simulated CPU devices share host memory, there is no link to show."
+)
 
 # %%
 results.record("mesh_devices", n, "devices")
-results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text");
+results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
 
 # %% [markdown]
 # ## What you learned

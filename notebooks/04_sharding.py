@@ -38,7 +38,8 @@ cfg, dataset = lesson.cfg, lesson.dataset
 import jax
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, collectives, costs, data, memory, model, placement, results, train
 from dpcourse import display as show
@@ -121,13 +122,18 @@ print("updated w_block sharding:", new_params["w_block"].sharding.spec, "(replic
 report = collectives.collective_report(train_step, params, opt_state, *batches[0])
 ideal = costs.gradient_bytes(cfg)
 display(show.table(report.rows(), caption=f"Collectives of jit(train_step) on {n} devices"))
-display(show.key_values({
-    "ideal: one all-reduce of the gradient": f"{ideal:,} bytes per step",
-    "collective instructions in the program": report.count,
-    "of which inside a loop": report.in_loop_count,
-    "collective executions per step": report.runs_per_step,
-    "bytes through collectives per step": report.bytes_per_step,
-}, caption=f"Automatic data parallelism on {jax.default_backend()}, JAX {jax.__version__}"))
+display(
+    show.key_values(
+        {
+            "ideal: one all-reduce of the gradient": f"{ideal:,} bytes per step",
+            "collective instructions in the program": report.count,
+            "of which inside a loop": report.in_loop_count,
+            "collective executions per step": report.runs_per_step,
+            "bytes through collectives per step": report.bytes_per_step,
+        },
+        caption=f"Automatic data parallelism on {jax.default_backend()}, JAX {jax.__version__}",
+    )
+)
 
 # %% [markdown]
 # The ideal counts the gradient only; a real step also all-reduces the loss
@@ -159,13 +165,28 @@ show.show_source(train.make_device_axis_step)
 device_axis_step = jax.jit(train.make_device_axis_step(cfg, optimizer, n))
 report_fixed = collectives.collective_report(device_axis_step, params, opt_state, *batches[0])
 display(show.table(report_fixed.rows(), caption="Collectives of jit(device-axis step)"))
-display(show.table([
-    {"step": "jit(train_step)", "collectives": report.count, "inside loop": report.in_loop_count,
-     "runs per step": report.runs_per_step, "bytes per step": report.bytes_per_step},
-    {"step": "jit(device-axis step)", "collectives": report_fixed.count, "inside loop": report_fixed.in_loop_count,
-     "runs per step": report_fixed.runs_per_step, "bytes per step": report_fixed.bytes_per_step},
-    {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
-], caption="Collectives per step"))
+display(
+    show.table(
+        [
+            {
+                "step": "jit(train_step)",
+                "collectives": report.count,
+                "inside loop": report.in_loop_count,
+                "runs per step": report.runs_per_step,
+                "bytes per step": report.bytes_per_step,
+            },
+            {
+                "step": "jit(device-axis step)",
+                "collectives": report_fixed.count,
+                "inside loop": report_fixed.in_loop_count,
+                "runs per step": report_fixed.runs_per_step,
+                "bytes per step": report_fixed.bytes_per_step,
+            },
+            {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+        ],
+        caption="Collectives per step",
+    )
+)
 
 # %% [markdown]
 # ## 4. Same result as one device
@@ -185,8 +206,14 @@ for step_index in range(3):
     params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
     if step_index == 0:  # AdamW hides a scaled gradient: compare the gradients too
         grad_diff, grad_scale = train.first_step_gradient_diff(state_1, state_n)
-    rows.append({"step": step_index + 1, "max |param diff|": train.max_abs_diff(params_1, params_n),
-                 "loss 1 device": float(m1["loss"]), f"loss {n} devices": float(mn["loss"])})
+    rows.append(
+        {
+            "step": step_index + 1,
+            "max |param diff|": train.max_abs_diff(params_1, params_n),
+            "loss 1 device": float(m1["loss"]),
+            f"loss {n} devices": float(mn["loss"]),
+        }
+    )
 display(show.table(rows, caption="1 device vs N devices, same global batch"))
 equiv = rows[-1]["max |param diff|"]
 # Tolerances (reasons in the docstring of train.equivalence_tolerances):
@@ -208,23 +235,58 @@ assert grad_diff < GRAD_TOL
 
 # %%
 one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-res_1, *_ = bench.benchmark(train_step, one.params, one.opt_state, one.batches, warmup_steps=cfg.warmup_steps, repeats=cfg.repeats, steps=cfg.steps,
-                            label=f"1 x {single.device_kind}", n_devices=1, global_batch=global_batch)
-res_n, *_ = bench.benchmark(train_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
-                            repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, jit", n_devices=n,
-                            global_batch=global_batch)
-res_fix, *_ = bench.benchmark(device_axis_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
-                              repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, device-axis jit",
-                              n_devices=n, global_batch=global_batch)
+res_1, *_ = bench.benchmark(
+    train_step,
+    one.params,
+    one.opt_state,
+    one.batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"1 x {single.device_kind}",
+    n_devices=1,
+    global_batch=global_batch,
+)
+res_n, *_ = bench.benchmark(
+    train_step,
+    params,
+    opt_state,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"{n} devices, jit",
+    n_devices=n,
+    global_batch=global_batch,
+)
+res_fix, *_ = bench.benchmark(
+    device_axis_step,
+    params,
+    opt_state,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"{n} devices, device-axis jit",
+    n_devices=n,
+    global_batch=global_batch,
+)
 display(show.records_table([res_1, res_n, res_fix], dataset.source))
 ratio = res_n.examples_per_s / res_1.examples_per_s
 ratio_fix = res_fix.examples_per_s / res_1.examples_per_s
-note = ("Simulated CPU devices add no compute: this ratio reflects scheduling on the same cores, not scaling."
-        if lesson.devices.simulated else "")
-fig = show.bar_chart([r.label for r in (res_1, res_n, res_fix)], [r.examples_per_s for r in (res_1, res_n, res_fix)],
-                     "examples/s", f"Throughput, global batch {global_batch} ({dataset.source} data)", note)
-results.save_figure(fig, "throughput");
-
+note = (
+    "Simulated CPU devices add no compute: this ratio reflects scheduling on the same cores, not scaling."
+    if lesson.devices.simulated
+    else ""
+)
+fig = show.bar_chart(
+    [r.label for r in (res_1, res_n, res_fix)],
+    [r.examples_per_s for r in (res_1, res_n, res_fix)],
+    "examples/s",
+    f"Throughput, global batch {global_batch} ({dataset.source} data)",
+    note,
+)
+results.save_figure(fig, "throughput")
 # %% [markdown]
 # ### Reading the ratio honestly
 #
@@ -255,17 +317,23 @@ elif peak is not None:
 else:
     link_bytes_per_s, link_name = 32e9, "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)"
 per_example_s = res_1.ms_per_step / 1000.0 / global_batch
-pred = costs.predict_step(cfg, cfg.per_device_batch, n, 0.0, per_example_s, link_bytes_per_s,
-                          shared_cores=lesson.devices.simulated)
-display(show.key_values({
-    "measured ratio (N devices / 1 device), jit": f"{ratio:.2f}",
-    "measured ratio, device-axis jit": f"{ratio_fix:.2f}",
-    "gradient all-reduce per step (ideal)": f"{ideal / 1e6:.3f} MB",
-    "link": link_name,
-    "predicted all-reduce time": "n/a" if link_bytes_per_s is None else f"{pred.allreduce_s * 1e3:.3f} ms",
-    "predicted step time (compute scaled from 1 device + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
-    "predicted ratio": f"{pred.examples_per_s / res_1.examples_per_s:.2f}",
-}, caption="Measured against the cost model"))
+pred = costs.predict_step(
+    cfg, cfg.per_device_batch, n, 0.0, per_example_s, link_bytes_per_s, shared_cores=lesson.devices.simulated
+)
+display(
+    show.key_values(
+        {
+            "measured ratio (N devices / 1 device), jit": f"{ratio:.2f}",
+            "measured ratio, device-axis jit": f"{ratio_fix:.2f}",
+            "gradient all-reduce per step (ideal)": f"{ideal / 1e6:.3f} MB",
+            "link": link_name,
+            "predicted all-reduce time": "n/a" if link_bytes_per_s is None else f"{pred.allreduce_s * 1e3:.3f} ms",
+            "predicted step time (compute scaled from 1 device + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
+            "predicted ratio": f"{pred.examples_per_s / res_1.examples_per_s:.2f}",
+        },
+        caption="Measured against the cost model",
+    )
+)
 
 # %%
 results.record("throughput_1_device", res_1.examples_per_s, "examples/s", device_count=1)
@@ -283,8 +351,7 @@ results.record("collectives_per_step_jit", report.runs_per_step, "count")
 results.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
 results.record("collectives_in_loop_jit", report.in_loop_count, "count")
 results.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
-results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes");
-
+results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
 # %% [markdown]
 # ## 6. A batch that does not divide by the device count
 #
@@ -299,8 +366,21 @@ except ValueError as err:
     print(err)
 
 # %%
-before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "params_1",
-                            "state_1", "batches_1", "params_n", "state_n", "new_params", "one")
+before, after = memory.free(
+    globals(),
+    "params",
+    "opt_state",
+    "x_stack",
+    "y_stack",
+    "batches",
+    "params_1",
+    "state_1",
+    "batches_1",
+    "params_n",
+    "state_n",
+    "new_params",
+    "one",
+)
 print("freed:", before, "->", after)
 
 # %% [markdown]

@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, collectives, costs, memory, model, placement, results, train
 from dpcourse import display as show
@@ -62,6 +63,7 @@ print(f"{lesson.devices.label}; global batch {global_batch} = {n} x {cfg.per_dev
 # per-device results are put back together. Here every device reports the
 # shape it sees:
 
+
 # %%
 def local_shapes(x, y):
     shape = jnp.array([x.shape[0], x.shape[1], y.shape[0]])
@@ -69,9 +71,15 @@ def local_shapes(x, y):
 
 
 seen = jax.shard_map(local_shapes, mesh=mesh, in_specs=(P("data", None), P("data")), out_specs=P("data"))(*batches[0])
-display(show.table([{"device": i, "x rows": int(r[0]), "x features": int(r[1]), "y rows": int(r[2])}
-                    for i, r in enumerate(np.asarray(seen))],
-                   caption=f"Local shapes inside shard_map (global x: {tuple(batches[0][0].shape)})"))
+display(
+    show.table(
+        [
+            {"device": i, "x rows": int(r[0]), "x features": int(r[1]), "y rows": int(r[2])}
+            for i, r in enumerate(np.asarray(seen))
+        ],
+        caption=f"Local shapes inside shard_map (global x: {tuple(batches[0][0].shape)})",
+    )
+)
 
 # %% [markdown]
 # ## 2. The explicit step
@@ -105,13 +113,28 @@ rep_smap = collectives.collective_report(smap_step, params, opt_state, *batches[
 rep_auto = collectives.collective_report(auto_step, params, opt_state, *batches[0])
 ideal = costs.gradient_bytes(cfg)
 display(show.table(rep_smap.rows(), caption="Collectives of jit(shard_map step)"))
-display(show.table([
-    {"step": "jit on sharded arrays (04)", "collectives": rep_auto.count, "inside loop": rep_auto.in_loop_count,
-     "runs per step": rep_auto.runs_per_step, "bytes per step": rep_auto.bytes_per_step},
-    {"step": "shard_map + pmean", "collectives": rep_smap.count, "inside loop": rep_smap.in_loop_count,
-     "runs per step": rep_smap.runs_per_step, "bytes per step": rep_smap.bytes_per_step},
-    {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
-], caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}"))
+display(
+    show.table(
+        [
+            {
+                "step": "jit on sharded arrays (04)",
+                "collectives": rep_auto.count,
+                "inside loop": rep_auto.in_loop_count,
+                "runs per step": rep_auto.runs_per_step,
+                "bytes per step": rep_auto.bytes_per_step,
+            },
+            {
+                "step": "shard_map + pmean",
+                "collectives": rep_smap.count,
+                "inside loop": rep_smap.in_loop_count,
+                "runs per step": rep_smap.runs_per_step,
+                "bytes per step": rep_smap.bytes_per_step,
+            },
+            {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+        ],
+        caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}",
+    )
+)
 
 # %% [markdown]
 # The explicit step reduces once, after the backward loop: exactly the
@@ -136,9 +159,15 @@ for k in range(3):
     ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
     if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
         grad_diff, grad_scale = train.first_step_gradient_diff(s1, ss)
-    rows.append({"step": k + 1, "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
-                 "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
-                 "loss 1 device": float(m1["loss"]), "loss shard_map": float(ms["loss"])})
+    rows.append(
+        {
+            "step": k + 1,
+            "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
+            "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
+            "loss 1 device": float(m1["loss"]),
+            "loss shard_map": float(ms["loss"]),
+        }
+    )
 display(show.table(rows, caption="Parameters after each step"))
 equiv = rows[-1]["max |diff| shard_map vs 1 device"]
 # Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
@@ -158,13 +187,16 @@ assert grad_diff < GRAD_TOL
 # promises that the value is the same on every device. With `check_vma=True`
 # JAX knows the local loss varies over `data` and refuses:
 
+
 # %%
 def local_loss(p, x, y):
     return model.loss_and_metrics(p, x, y, cfg)[0]
 
 
 try:
-    jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))(params, *batches[0])
+    jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))(
+        params, *batches[0]
+    )
     raise AssertionError("check_vma should refuse a varying value under out_specs=P()")
 except ValueError as err:
     print("Refused:", " ".join(str(err).splitlines()[:2])[:400])
@@ -174,13 +206,16 @@ except ValueError as err:
 # loss, not the global mean:
 
 # %%
-unchecked = jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")),
-                                  out_specs=P(), check_vma=False))
+unchecked = jax.jit(
+    jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P(), check_vma=False)
+)
 wrong_loss = float(unchecked(params, *batches[0]))
 true_loss = float(model.loss_and_metrics(jax.device_put(init_host, single), x_host[0], y_host[0], cfg)[0])
 b = cfg.per_device_batch  # device i holds rows i*b to (i+1)*b of the global batch
-shard_losses = [float(model.loss_and_metrics(init_host, x_host[0][i * b:(i + 1) * b], y_host[0][i * b:(i + 1) * b], cfg)[0])
-                for i in range(n)]
+shard_losses = [
+    float(model.loss_and_metrics(init_host, x_host[0][i * b : (i + 1) * b], y_host[0][i * b : (i + 1) * b], cfg)[0])
+    for i in range(n)
+]
 print(f"returned: {wrong_loss:.6f}   global mean: {true_loss:.6f}   device 0's shard: {shard_losses[0]:.6f}")
 assert abs(wrong_loss - shard_losses[0]) < 1e-4 and abs(wrong_loss - true_loss) > 1e-6
 
@@ -189,11 +224,13 @@ assert abs(wrong_loss - shard_losses[0]) < 1e-4 and abs(wrong_loss - true_loss) 
 # the gradient comes out N times too large. AdamW normalises the step size
 # and hides much of it, plain SGD would not; either way it is wrong.
 
+
 # %%
 def grads_with(reduce):
     def local(p, x, y):
         p = jax.lax.pcast(p, "data", to="varying")
         return reduce(jax.grad(local_loss)(p, x, y), "data")
+
     return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))
 
 
@@ -208,6 +245,7 @@ assert abs(scale - n) < 1e-3 * n
 # the gradient of a replicated input is already summed over `data`; adding
 # `pmean` on top again gives N times the right gradient, and the sum sits
 # inside the loop:
+
 
 # %%
 def local_no_cast(p, x, y):
@@ -236,18 +274,42 @@ except NameError as err:
 # ## 6. Benchmark: explicit vs automatic
 
 # %%
-res_auto, *_ = bench.benchmark(auto_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
-                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, jit", n_devices=n,
-                               global_batch=global_batch)
-res_smap, *_ = bench.benchmark(smap_step, params, opt_state, batches, warmup_steps=cfg.warmup_steps,
-                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, shard_map", n_devices=n,
-                               global_batch=global_batch)
+res_auto, *_ = bench.benchmark(
+    auto_step,
+    params,
+    opt_state,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"{n} devices, jit",
+    n_devices=n,
+    global_batch=global_batch,
+)
+res_smap, *_ = bench.benchmark(
+    smap_step,
+    params,
+    opt_state,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"{n} devices, shard_map",
+    n_devices=n,
+    global_batch=global_batch,
+)
 display(show.records_table([res_auto, res_smap], dataset.source))
-note = "Simulated CPU devices add no compute: compare the two forms, not the devices." if lesson.devices.simulated else ""
-fig = show.bar_chart([res_auto.label, res_smap.label], [res_auto.examples_per_s, res_smap.examples_per_s],
-                     "examples/s", f"Explicit vs automatic, global batch {global_batch}", note)
-results.save_figure(fig, "throughput");
-
+note = (
+    "Simulated CPU devices add no compute: compare the two forms, not the devices." if lesson.devices.simulated else ""
+)
+fig = show.bar_chart(
+    [res_auto.label, res_smap.label],
+    [res_auto.examples_per_s, res_smap.examples_per_s],
+    "examples/s",
+    f"Explicit vs automatic, global batch {global_batch}",
+    note,
+)
+results.save_figure(fig, "throughput")
 # %%
 results.record("throughput", res_smap.examples_per_s, "examples/s")
 results.record("throughput_jit", res_auto.examples_per_s, "examples/s")
@@ -262,11 +324,28 @@ results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
 results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
 results.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
 results.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")
-results.record("psum_vs_pmean_gradient_scale", scale, "ratio");
-
+results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
 # %%
-before, after = memory.free(globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "p1", "s1",
-                            "batches_1", "pa", "sa", "ps", "ss", "g_mean", "g_sum", "g_no_cast", "placed", "one")
+before, after = memory.free(
+    globals(),
+    "params",
+    "opt_state",
+    "x_stack",
+    "y_stack",
+    "batches",
+    "p1",
+    "s1",
+    "batches_1",
+    "pa",
+    "sa",
+    "ps",
+    "ss",
+    "g_mean",
+    "g_sum",
+    "g_no_cast",
+    "placed",
+    "one",
+)
 print("freed:", before, "->", after)
 
 # %% [markdown]

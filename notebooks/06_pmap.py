@@ -38,7 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, data, memory, model, results, train
 from dpcourse import display as show
@@ -108,6 +109,7 @@ print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
 # into N and map over them. (The course's model has no dropout; this shows
 # the pattern on a toy dropout.)
 
+
 # %%
 def toy_dropout(key, x, rate=0.5):
     keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
@@ -150,8 +152,15 @@ for i in range(cfg.n_batches):
     p, s, metrics = p_step(p, s, *batches[i])
     history.append(metrics)  # stays on device
 history = jax.device_get(history)  # one transfer
-display(show.table([{"step": i + 1, "loss": float(m["loss"][0]), "accuracy": float(m["accuracy"][0])}
-                    for i, m in enumerate(history)], caption="One pass over the stacked batches (metrics from device 0)"))
+display(
+    show.table(
+        [
+            {"step": i + 1, "loss": float(m["loss"][0]), "accuracy": float(m["accuracy"][0])}
+            for i, m in enumerate(history)
+        ],
+        caption="One pass over the stacked batches (metrics from device 0)",
+    )
+)
 replica_spread = train.max_abs_diff(jax.tree.map(lambda a: a[0], p), jax.tree.map(lambda a: a[-1], p))
 print(f"largest difference between the first and last replica: {replica_spread:.3g}")
 assert replica_spread == 0.0
@@ -224,9 +233,18 @@ assert grad_diff < GRAD_TOL
 # ## 8. Benchmark
 
 # %%
-res_pmap, *_ = bench.benchmark(p_step, params_r, state_r, batches, warmup_steps=cfg.warmup_steps,
-                               repeats=cfg.repeats, steps=cfg.steps, label=f"{n} devices, pmap", n_devices=n,
-                               global_batch=global_batch)
+res_pmap, *_ = bench.benchmark(
+    p_step,
+    params_r,
+    state_r,
+    batches,
+    warmup_steps=cfg.warmup_steps,
+    repeats=cfg.repeats,
+    steps=cfg.steps,
+    label=f"{n} devices, pmap",
+    n_devices=n,
+    global_batch=global_batch,
+)
 display(show.records_table([res_pmap], dataset.source))
 if lesson.devices.simulated:
     print("Simulated CPU devices add no compute: this throughput says nothing about real devices.")
@@ -239,11 +257,28 @@ results.record("final_accuracy", res_pmap.final_accuracy, "fraction")
 results.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
 results.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
 results.record("max_abs_grad_diff_vs_shard_map", grad_diff, "abs")
-results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs");
-
+results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs")
 # %%
-before, after = memory.free(globals(), "params_r", "state_r", "x_stack", "y_stack", "batches", "p", "s", "ps",
-                            "ss", "pp", "sp", "x_flat", "y_flat", "masks_good", "masks_bad", "ones", "same_key")
+before, after = memory.free(
+    globals(),
+    "params_r",
+    "state_r",
+    "x_stack",
+    "y_stack",
+    "batches",
+    "p",
+    "s",
+    "ps",
+    "ss",
+    "pp",
+    "sp",
+    "x_flat",
+    "y_flat",
+    "masks_good",
+    "masks_bad",
+    "ones",
+    "same_key",
+)
 print("freed:", before, "->", after)
 
 # %% [markdown]

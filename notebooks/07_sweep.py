@@ -64,9 +64,18 @@ step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
 
 def run_one(global_batch):
     placed = placement.place_data_parallel(cfg, dataset, mesh, optimizer, init_host, global_batch)
-    result, _, _ = bench.benchmark(step, placed.params, placed.opt_state, placed.batches, warmup_steps=cfg.warmup_steps,
-                                   repeats=cfg.repeats, steps=cfg.steps, label=f"global batch {global_batch}",
-                                   n_devices=n, global_batch=global_batch)
+    result, _, _ = bench.benchmark(
+        step,
+        placed.params,
+        placed.opt_state,
+        placed.batches,
+        warmup_steps=cfg.warmup_steps,
+        repeats=cfg.repeats,
+        steps=cfg.steps,
+        label=f"global batch {global_batch}",
+        n_devices=n,
+        global_batch=global_batch,
+    )
     return result
 
 
@@ -82,12 +91,23 @@ baseline_live = memory.live_buffers()
 points = bench.sweep(cfg.sweep_global_batches, n, run_one, cleanup)
 
 # %%
-display(show.table([
-    {"global batch": pt.global_batch, "per-device batch": pt.global_batch // n if pt.status == "ok" else None,
-     "status": pt.status, "ms/step": pt.result.ms_per_step if pt.result else None,
-     "examples/s": pt.result.examples_per_s if pt.result else None, "reason": pt.reason, "data": dataset.source}
-    for pt in points
-], caption=f"Sweep on {lesson.devices.label}"))
+display(
+    show.table(
+        [
+            {
+                "global batch": pt.global_batch,
+                "per-device batch": pt.global_batch // n if pt.status == "ok" else None,
+                "status": pt.status,
+                "ms/step": pt.result.ms_per_step if pt.result else None,
+                "examples/s": pt.result.examples_per_s if pt.result else None,
+                "reason": pt.reason,
+                "data": dataset.source,
+            }
+            for pt in points
+        ],
+        caption=f"Sweep on {lesson.devices.label}",
+    )
+)
 print("live buffers before the sweep:", baseline_live)
 print("after each size:", ", ".join(str(b.count) for b in live_after))
 assert all(b.bytes <= baseline_live.bytes for b in live_after), "buffers leaked between sizes"
@@ -113,18 +133,34 @@ except ValueError as err:
     print(f"No fit: {err}")
 if fit is not None:
     errors = [(fit.examples_per_s(b) - pt.result.examples_per_s) / pt.result.examples_per_s for b, pt in zip(sizes, ok)]
-    display(show.table([
-        {"global batch": b, "measured examples/s": pt.result.examples_per_s, "model examples/s": fit.examples_per_s(b),
-         "model error": f"{e:+.1%}"}
-        for b, pt, e in zip(sizes, ok, errors)
-    ], caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + {fit.per_example_s * 1e6:.2f} µs per example"))
+    display(
+        show.table(
+            [
+                {
+                    "global batch": b,
+                    "measured examples/s": pt.result.examples_per_s,
+                    "model examples/s": fit.examples_per_s(b),
+                    "model error": f"{e:+.1%}",
+                }
+                for b, pt, e in zip(sizes, ok, errors)
+            ],
+            caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + {fit.per_example_s * 1e6:.2f} µs per example",
+        )
+    )
     if fit.through_origin:
-        print("The best straight line had a negative overhead, which is not physical: the fit was redone "
-              "through zero, so the model is a constant throughput.")
+        print(
+            "The best straight line had a negative overhead, which is not physical: the fit was redone "
+            "through zero, so the model is a constant throughput."
+        )
     worst = max(errors, key=abs)
-    print(f"Largest model error: {worst:+.1%}. "
-          + ("The model describes these measurements well." if abs(worst) < 0.10 else
-             "The model misses some sizes by more than 10%: see the reading below."))
+    print(
+        f"Largest model error: {worst:+.1%}. "
+        + (
+            "The model describes these measurements well."
+            if abs(worst) < 0.10
+            else "The model misses some sizes by more than 10%: see the reading below."
+        )
+    )
     peak = costs.find_peak(devs[0].device_kind)
     if peak is not None:
         ar_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n, peak.link_bytes_per_s)
@@ -152,10 +188,11 @@ ax.set_ylabel("examples/s")
 ax.set_title(f"Throughput vs global batch, {lesson.devices.label} ({dataset.source} data)", fontsize=9)
 ax.legend(fontsize=8)
 if lesson.devices.simulated:
-    fig.text(0.01, -0.02, "Simulated CPU devices add no compute: read the shape of the curve, not its height.", fontsize=8)
+    fig.text(
+        0.01, -0.02, "Simulated CPU devices add no compute: read the shape of the curve, not its height.", fontsize=8
+    )
 fig.tight_layout()
-results.save_figure(fig, "sweep");
-
+results.save_figure(fig, "sweep")
 # %% [markdown]
 # **Reading it.** Where the model fits, throughput climbs with the batch
 # while the fixed overhead is spread over more examples, and flattens once
@@ -208,26 +245,42 @@ def compare_devices(block_repeats, per_device_batch):
     one = placement.place_single_device(c, dataset, devs[0], opt, host_params, gb)
     many = placement.place_data_parallel(c, dataset, mesh, opt, host_params, gb)
     out = []
-    for label, st, placed, k in (("1 device", jax.jit(train.make_train_step(c, opt)), one, 1),
-                                 (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh)), many, n)):
-        r, _, _ = bench.benchmark(st, placed.params, placed.opt_state, placed.batches, warmup_steps=1, repeats=1,
-                                  steps=3, label=label, n_devices=k, global_batch=gb)
+    for label, st, placed, k in (
+        ("1 device", jax.jit(train.make_train_step(c, opt)), one, 1),
+        (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh)), many, n),
+    ):
+        r, _, _ = bench.benchmark(
+            st,
+            placed.params,
+            placed.opt_state,
+            placed.batches,
+            warmup_steps=1,
+            repeats=1,
+            steps=3,
+            label=label,
+            n_devices=k,
+            global_batch=gb,
+        )
         out.append(r)
     return out
 
 
-repeats_slider = widgets.IntSlider(value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8),
-                                   description="BLOCK_REPEATS")
-batch_slider = widgets.IntSlider(value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch,
-                                 description="per-device batch")
+repeats_slider = widgets.IntSlider(
+    value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS"
+)
+batch_slider = widgets.IntSlider(
+    value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch"
+)
 button = widgets.Button(description="re-run comparison")
 output = widgets.Output()
 
 
 def show_comparison(rows):
     display(show.records_table(rows, dataset.source))
-    print(f"ratio {n} devices / 1 device: {rows[1].examples_per_s / rows[0].examples_per_s:.2f}"
-          + (" (simulated devices: scheduling, not scaling)" if lesson.devices.simulated else ""))
+    print(
+        f"ratio {n} devices / 1 device: {rows[1].examples_per_s / rows[0].examples_per_s:.2f}"
+        + (" (simulated devices: scheduling, not scaling)" if lesson.devices.simulated else "")
+    )
 
 
 def on_click(_):

@@ -41,15 +41,17 @@ cfg = lesson.cfg
 import jax
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import config, costs, data, distributed, model, results, train
 from dpcourse import display as show
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
     cfg = config.make_config("cpu")
-    display(show.banner("The multi-process run uses simulated CPU devices: this lesson uses the 'cpu' profile.",
-                        "warning"))
+    display(
+        show.banner("The multi-process run uses simulated CPU devices: this lesson uses the 'cpu' profile.", "warning")
+    )
 cpu_devs = jax.devices("cpu")[:N_DEVICES]
 dataset = data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)
 display(show.data_banner(dataset.source, dataset.note))
@@ -93,12 +95,17 @@ print(f"profile {cfg.profile}; {N_PROCESSES} processes x {DEVICES_PER_PROCESS} d
 # This notebook's kernel is an ordinary single process:
 
 # %%
-display(show.key_values({
-    "jax.process_index()": jax.process_index(),
-    "jax.process_count()": jax.process_count(),
-    "jax.device_count() (global)": jax.device_count(),
-    "jax.local_device_count()": jax.local_device_count(),
-}, caption="This kernel: one controller, every device local"))
+display(
+    show.key_values(
+        {
+            "jax.process_index()": jax.process_index(),
+            "jax.process_count()": jax.process_count(),
+            "jax.device_count() (global)": jax.device_count(),
+            "jax.local_device_count()": jax.local_device_count(),
+        },
+        caption="This kernel: one controller, every device local",
+    )
+)
 
 # %% [markdown]
 # ## 2. The program every process runs
@@ -135,21 +142,37 @@ show.show_source(distributed.train_worker)
 # **every** process it started and says which one failed and why.
 
 # %%
-run = distributed.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, steps=STEPS,
-                               data_source=dataset.source, timeout_s=LAUNCH_TIMEOUT_S)
+run = distributed.launch_local(
+    N_PROCESSES,
+    DEVICES_PER_PROCESS,
+    profile=cfg.profile,
+    steps=STEPS,
+    data_source=dataset.source,
+    timeout_s=LAUNCH_TIMEOUT_S,
+)
 summary = run.summary
-display(show.table([{"process": i, **env} for i, env in run.env.items()],
-                   caption="The environment each process got"))
-display(show.table([{"process": r["process"], "its devices (global ids)": str(r["devices"]),
-                     "rows of each global batch it loaded": f"{r['rows'][0]}:{r['rows'][1]}"}
-                    for r in summary["layout"]],
-                   caption=f"Who loads which data: global batch {summary['global_batch']}, "
-                           f"{summary['global_devices']} global devices"))
+display(show.table([{"process": i, **env} for i, env in run.env.items()], caption="The environment each process got"))
+display(
+    show.table(
+        [
+            {
+                "process": r["process"],
+                "its devices (global ids)": str(r["devices"]),
+                "rows of each global batch it loaded": f"{r['rows'][0]}:{r['rows'][1]}",
+            }
+            for r in summary["layout"]
+        ],
+        caption=f"Who loads which data: global batch {summary['global_batch']}, "
+        f"{summary['global_devices']} global devices",
+    )
+)
 for i in sorted(run.stdout):
     printed = distributed.output_tail(run.stdout[i]) or "(nothing: only process 0 prints results)"
     print(f"--- process {i} printed ---\n{printed}")
-print(f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.wall_s:.1f} s; "
-      f"compile {summary['compile_s']:.2f} s; {summary['ms_per_step']:.1f} ms/step")
+print(
+    f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.wall_s:.1f} s; "
+    f"compile {summary['compile_s']:.2f} s; {summary['ms_per_step']:.1f} ms/step"
+)
 
 # %% [markdown]
 # Global device ids need not run 0 to 7: JAX numbers each process's CPU
@@ -198,12 +221,20 @@ grad_rel_diff = distributed.relative_diff(first_moment, run.first_moment)
 # the wrong rows changes the gradient, and with it the sign of many updates:
 # differences of about 2 x 3e-4, sixty times the tolerance.
 MULTIHOST_TOL = 1e-5
-display(show.table([{"step": i + 1, "loss, 1 process x 8 devices": a, f"loss, {N_PROCESSES} processes": b}
-                    for i, (a, b) in enumerate(zip(single_losses, summary["losses"]))],
-                   caption="Loss per step (global mean, before each update)"))
-print(f"max |param diff| after {STEPS} steps: {diff:.3g} (tolerance {MULTIHOST_TOL:g}); "
-      f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
-      f"{N_PROCESSES} processes {summary['params_digest']}")
+display(
+    show.table(
+        [
+            {"step": i + 1, "loss, 1 process x 8 devices": a, f"loss, {N_PROCESSES} processes": b}
+            for i, (a, b) in enumerate(zip(single_losses, summary["losses"]))
+        ],
+        caption="Loss per step (global mean, before each update)",
+    )
+)
+print(
+    f"max |param diff| after {STEPS} steps: {diff:.3g} (tolerance {MULTIHOST_TOL:g}); "
+    f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
+    f"{N_PROCESSES} processes {summary['params_digest']}"
+)
 assert diff < MULTIHOST_TOL, diff
 # The two digests differ: a digest changes with any bit, and float32 sums in
 # another order change the last bits. The difference above is what counts.
@@ -237,8 +268,14 @@ except ValueError as err:
 
 # %%
 try:
-    distributed.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, data_source=dataset.source,
-                             fail_process=1, timeout_s=LAUNCH_TIMEOUT_S)
+    distributed.launch_local(
+        N_PROCESSES,
+        DEVICES_PER_PROCESS,
+        profile=cfg.profile,
+        data_source=dataset.source,
+        fail_process=1,
+        timeout_s=LAUNCH_TIMEOUT_S,
+    )
     raise AssertionError("the run should fail")
 except distributed.WorkerFailed as err:
     print(f"{type(err).__name__}: {err}")
@@ -253,8 +290,15 @@ except distributed.WorkerFailed as err:
 
 # %%
 try:
-    distributed.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, data_source=dataset.source,
-                             num_processes=N_PROCESSES + 1, init_timeout_s=3, timeout_s=LAUNCH_TIMEOUT_S)
+    distributed.launch_local(
+        N_PROCESSES,
+        DEVICES_PER_PROCESS,
+        profile=cfg.profile,
+        data_source=dataset.source,
+        num_processes=N_PROCESSES + 1,
+        init_timeout_s=3,
+        timeout_s=LAUNCH_TIMEOUT_S,
+    )
     raise AssertionError("the run should fail")
 except distributed.WorkerFailed as err:
     print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
@@ -269,8 +313,7 @@ results.record("final_accuracy", summary["accuracies"][-1], "fraction")
 results.record("max_abs_param_diff_vs_single_process", diff, "abs")
 results.record("max_abs_param_diff_vs_single_process_tolerance", MULTIHOST_TOL, "abs")
 results.record("rel_grad_diff_vs_single_process", grad_rel_diff, "ratio")
-results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio");
-
+results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
 # %% [markdown]
 # ## 6. What changes on real hosts
 #
@@ -298,12 +341,24 @@ results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, 
 # %%
 full = config.make_config("full")
 grad = costs.gradient_bytes(full)
-display(show.table([{"link": name, "bandwidth GB/s": bw / costs.GB,
-                     "all-reduce ms (4 GPUs)": 1000 * costs.ring_allreduce_s(grad, 4, bw)}
-                    for name, bw in (("PCIe Gen4 x16, inside a node", 32 * costs.GB),
-                                     ("network, 100 Gbit/s", 100e9 / 8), ("network, 32 Gbit/s", 32e9 / 8),
-                                     ("network, 10 Gbit/s", 10e9 / 8))],
-                   caption=f"Ring all-reduce of {grad / 1e6:.2f} MB (full size), bandwidth-bound estimate"))
+display(
+    show.table(
+        [
+            {
+                "link": name,
+                "bandwidth GB/s": bw / costs.GB,
+                "all-reduce ms (4 GPUs)": 1000 * costs.ring_allreduce_s(grad, 4, bw),
+            }
+            for name, bw in (
+                ("PCIe Gen4 x16, inside a node", 32 * costs.GB),
+                ("network, 100 Gbit/s", 100e9 / 8),
+                ("network, 32 Gbit/s", 32e9 / 8),
+                ("network, 10 Gbit/s", 10e9 / 8),
+            )
+        ],
+        caption=f"Ring all-reduce of {grad / 1e6:.2f} MB (full size), bandwidth-bound estimate",
+    )
+)
 
 # %% [markdown]
 # - **Every process must see the same program and the same data order.**

@@ -25,9 +25,18 @@ def two_batches():
 
 
 def run(warmup_steps=2, repeats=3, steps=4, batches=None):
-    return benchmark(counting_step, jnp.float32(0.0), jnp.int32(0), batches or two_batches(),
-                     warmup_steps=warmup_steps, repeats=repeats, steps=steps,
-                     label="trivial", n_devices=1, global_batch=8)
+    return benchmark(
+        counting_step,
+        jnp.float32(0.0),
+        jnp.int32(0),
+        batches or two_batches(),
+        warmup_steps=warmup_steps,
+        repeats=repeats,
+        steps=steps,
+        label="trivial",
+        n_devices=1,
+        global_batch=8,
+    )
 
 
 def test_benchmark_runs_warmup_plus_repeats_times_steps():
@@ -65,23 +74,37 @@ def test_as_dict_holds_every_field():
     result, _, _ = run(repeats=1, steps=1)
     d = result.as_dict()
     assert d["steps"] == result.steps and d["examples_per_s"] == result.examples_per_s
-    assert set(d) == {"label", "n_devices", "global_batch", "compile_s", "ms_per_step", "examples_per_s",
-                      "final_loss", "final_accuracy", "repeat_ms_per_step", "steps"}
+    assert set(d) == {
+        "label",
+        "n_devices",
+        "global_batch",
+        "compile_s",
+        "ms_per_step",
+        "examples_per_s",
+        "final_loss",
+        "final_accuracy",
+        "repeat_ms_per_step",
+        "steps",
+    }
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(batches=[]), "at least one batch"),
-    (dict(repeats=0), "repeats >= 1"),
-    (dict(steps=0), "steps >= 1"),
-    (dict(warmup_steps=-1), "warmup_steps >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(batches=[]), "at least one batch"),
+        (dict(repeats=0), "repeats >= 1"),
+        (dict(steps=0), "steps >= 1"),
+        (dict(warmup_steps=-1), "warmup_steps >= 0"),
+    ],
+)
 def test_benchmark_rejects_bad_arguments(kwargs, match):
     args = dict(warmup_steps=1, repeats=1, steps=1, batches=two_batches())
     args.update(kwargs)
     batches = args.pop("batches")
     with pytest.raises(ValueError, match=match):
-        benchmark(counting_step, jnp.float32(0.0), jnp.int32(0), batches, label="x", n_devices=1,
-                  global_batch=8, **args)
+        benchmark(
+            counting_step, jnp.float32(0.0), jnp.int32(0), batches, label="x", n_devices=1, global_batch=8, **args
+        )
 
 
 def test_compile_step_returns_a_callable_executable():
@@ -105,8 +128,9 @@ def test_sweep_skips_fails_and_goes_on_with_cleanup_after_each_run():
     def run_one(size):
         log.append(f"run {size}")
         if size == 32:
-            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.\n"
-                               "Second line of XLA's message")
+            raise RuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.\nSecond line of XLA's message"
+            )
         return fake_result(size)
 
     points = sweep([12, 32, 64], 8, run_one, cleanup=lambda: log.append("cleanup"), progress=False)

@@ -23,15 +23,18 @@ import functools
 import jax
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import collectives, model, train
 from dpcourse.collectives import parse_hlo, shape_bytes
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
 
-UPGRADE_HINT = ("The compiled program changed (JAX/XLA upgrade?): update notebooks 04/05, "
-                "which explain where the all-reduce goes, and these expectations.")
+UPGRADE_HINT = (
+    "The compiled program changed (JAX/XLA upgrade?): update notebooks 04/05, "
+    "which explain where the all-reduce goes, and these expectations."
+)
 
 # --------------------------------------------------------------------------
 # Hand-written HLO
@@ -44,7 +47,9 @@ ADD = """
 }
 """
 
-LOOP_PROGRAM = ADD + """
+LOOP_PROGRAM = (
+    ADD
+    + """
 %body (param: (s32[], f32[16,16])) -> (s32[], f32[16,16]) {
   %param = (s32[], f32[16,16]{1,0}) parameter(0)
   %i = s32[] get-tuple-element(%param), index=0
@@ -75,6 +80,7 @@ ENTRY %main (a: f32[16,16], b: f32[100]) -> (f32[16,16], f32[100], f32[400]) {
   ROOT %r = (f32[16,16]{1,0}, f32[100]{0}, f32[400]{0}) tuple(%out, %all-reduce-done.2, %all-gather.3)
 }
 """
+)
 
 
 def by_name(report):
@@ -105,12 +111,20 @@ def test_parse_hlo_counts_kinds_bytes_and_loop_placement():
 
 def test_rows_for_the_notebook_table():
     rows = {r["instruction"]: r for r in parse_hlo(LOOP_PROGRAM).rows()}
-    assert rows["all-reduce.1"] == {"kind": "all-reduce", "instruction": "all-reduce.1", "bytes": 1024,
-                                    "inside loop": "yes", "runs per step": 12, "bytes per step": 12288}
+    assert rows["all-reduce.1"] == {
+        "kind": "all-reduce",
+        "instruction": "all-reduce.1",
+        "bytes": 1024,
+        "inside loop": "yes",
+        "runs per step": 12,
+        "bytes per step": 12288,
+    }
     assert rows["all-gather.3"]["inside loop"] == "no"
 
 
-NESTED_PROGRAM = ADD + """
+NESTED_PROGRAM = (
+    ADD
+    + """
 %inner_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
   %p = (s32[], f32[8]{0}) parameter(0)
   %v = f32[8]{0} get-tuple-element(%p), index=1
@@ -149,6 +163,7 @@ ENTRY %main (a: (s32[], f32[8]), b: (s32[], f32[2])) -> (s32[], f32[8]) {
   ROOT %outer = (s32[], f32[8]{0}) while(%a), condition=%outer_cond, body=%outer_body, backend_config={"known_trip_count":{"n":"3"}}
 }
 """
+)
 
 
 def test_nested_loops_multiply_and_unknown_trip_counts_say_so():
@@ -174,14 +189,17 @@ def test_text_that_is_not_hlo_is_an_error():
         parse_hlo("def step(params): ...")
 
 
-@pytest.mark.parametrize("type_text, expected", [
-    ("f32[32,32]{1,0}", 4096),
-    ("(f32[32,32]{1,0}, f32[32]{0})", 4224),
-    ("bf16[10]{0}", 20),
-    ("pred[3]", 3),
-    ("f32[]", 4),
-    ("(s32[], f64[2])", 4 + 16),
-])
+@pytest.mark.parametrize(
+    "type_text, expected",
+    [
+        ("f32[32,32]{1,0}", 4096),
+        ("(f32[32,32]{1,0}, f32[32]{0})", 4224),
+        ("bf16[10]{0}", 20),
+        ("pred[3]", 3),
+        ("f32[]", 4),
+        ("(s32[], f64[2])", 4 + 16),
+    ],
+)
 def test_shape_bytes(type_text, expected):
     assert shape_bytes(type_text) == expected
 
@@ -206,21 +224,32 @@ def compiled_report(form: str):
     devs = jax.devices("cpu")[:N]
     if form == "pmap":
         step = train.make_pmap_step(CFG, optimizer, devices=devs)
-        return collectives.collective_report(step, train.replicate(params, devs), train.replicate(opt_state, devs),
-                                             train.split_for_pmap(x, N), train.split_for_pmap(y, N))
+        return collectives.collective_report(
+            step,
+            train.replicate(params, devs),
+            train.replicate(opt_state, devs),
+            train.split_for_pmap(x, N),
+            train.split_for_pmap(y, N),
+        )
     if form == "single":
         step = jax.jit(train.make_train_step(CFG, optimizer))
         return collectives.collective_report(step, *jax.device_put((params, opt_state, x, y), devs[0]))
     mesh = Mesh(np.array(devs), ("data",))
-    step = jax.jit({
-        "jit": lambda: train.make_train_step(CFG, optimizer),
-        "shard_map": lambda: train.make_shard_map_step(CFG, optimizer, mesh),
-        "device_axis": lambda: train.make_device_axis_step(CFG, optimizer, N),
-    }[form]())
+    step = jax.jit(
+        {
+            "jit": lambda: train.make_train_step(CFG, optimizer),
+            "shard_map": lambda: train.make_shard_map_step(CFG, optimizer, mesh),
+            "device_axis": lambda: train.make_device_axis_step(CFG, optimizer, N),
+        }[form]()
+    )
     params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P()))
-    return collectives.collective_report(step, params, opt_state,
-                                         jax.device_put(x, NamedSharding(mesh, P("data", None))),
-                                         jax.device_put(y, NamedSharding(mesh, P("data"))))
+    return collectives.collective_report(
+        step,
+        params,
+        opt_state,
+        jax.device_put(x, NamedSharding(mesh, P("data", None))),
+        jax.device_put(y, NamedSharding(mesh, P("data"))),
+    )
 
 
 def describe(report) -> str:
@@ -234,7 +263,9 @@ def test_single_device_step_has_no_collective():
 
 def test_jit_on_sharded_arrays_all_reduces_inside_the_backward_loop():
     report = compiled_report("jit")
-    assert [c.kind for c in report.collectives] == ["all-reduce", "all-reduce"], f"{UPGRADE_HINT} Got: {describe(report)}"
+    assert [c.kind for c in report.collectives] == ["all-reduce", "all-reduce"], (
+        f"{UPGRADE_HINT} Got: {describe(report)}"
+    )
     inside = [c for c in report.collectives if c.in_loop]
     outside = [c for c in report.collectives if not c.in_loop]
     assert len(inside) == 1 and len(outside) == 1, f"{UPGRADE_HINT} Got: {describe(report)}"
@@ -255,8 +286,10 @@ def test_explicit_forms_reduce_once_per_step_outside_any_loop(form):
     assert report.count == 1, f"{form}: {UPGRADE_HINT} Got: {describe(report)}"
     (only,) = report.collectives
     assert only.kind == "all-reduce" and not only.in_loop and only.runs_per_step == 1, (
-        f"{form}: {UPGRADE_HINT} Got: {describe(report)}")
+        f"{form}: {UPGRADE_HINT} Got: {describe(report)}"
+    )
     # The whole gradient plus the two metrics, once.
     assert gradient_bytes(CFG) < only.bytes <= gradient_bytes(CFG) + METRICS_BYTES_MAX, (
-        f"{form}: {UPGRADE_HINT} Got: {describe(report)}")
+        f"{form}: {UPGRADE_HINT} Got: {describe(report)}"
+    )
     assert report.bytes_per_step == only.bytes

@@ -11,8 +11,14 @@ import pytest
 
 from dpcourse import compare
 
-CONTEXT = dict(profile="smoke", data_source="synthetic", backend="gpu", device_kind="NVIDIA L4", device_count=8,
-               jax_version="0.10.2")
+CONTEXT = dict(
+    profile="smoke",
+    data_source="synthetic",
+    backend="gpu",
+    device_kind="NVIDIA L4",
+    device_count=8,
+    jax_version="0.10.2",
+)
 
 
 def rec(notebook, metric, value, unit, **overrides):
@@ -20,8 +26,14 @@ def rec(notebook, metric, value, unit, **overrides):
 
 
 def nb(name, status="passed", error_cell=None, error=None):
-    return {"notebook": name, "status": status, "wall_s": 1.5, "error_cell": error_cell, "error": error,
-            "output": f"{name}.ipynb"}
+    return {
+        "notebook": name,
+        "status": status,
+        "wall_s": 1.5,
+        "error_cell": error_cell,
+        "error": error,
+        "output": f"{name}.ipynb",
+    }
 
 
 def baseline() -> dict:
@@ -60,6 +72,7 @@ def write(tmp_path):
         path = tmp_path / name
         path.write_text(json.dumps(payload) if not isinstance(payload, str) else payload)
         return path
+
     return _write
 
 
@@ -72,8 +85,14 @@ def run_main(write, old, new, capsys, **kwargs):
 def test_identical_runs_pass_and_show_every_metric(write, capsys):
     code, out, _ = run_main(write, baseline(), baseline(), capsys)
     assert code == 0
-    for metric in ("throughput", "ms_per_step", "final_loss", "collectives_per_step_jit",
-                   "max_abs_param_diff_vs_1_device_tolerance", "max_abs_param_diff_vs_shard_map"):
+    for metric in (
+        "throughput",
+        "ms_per_step",
+        "final_loss",
+        "collectives_per_step_jit",
+        "max_abs_param_diff_vs_1_device_tolerance",
+        "max_abs_param_diff_vs_shard_map",
+    ):
         assert metric in out
     assert "+0.0%" in out and "No regressions" in out
     assert "warning" not in out
@@ -97,8 +116,12 @@ def test_throughput_drop_beyond_threshold_fails(write, capsys):
 def test_threshold_option_changes_the_verdict(write, capsys):
     new = set_value(baseline(), "04_sharding", "throughput", 800.0)
     assert run_main(write, baseline(), new, capsys, threshold=0.15)[0] == 0
-    assert run_main(write, baseline(), set_value(baseline(), "04_sharding", "throughput", 880.0), capsys,
-                    threshold=0.01)[0] == 1
+    assert (
+        run_main(write, baseline(), set_value(baseline(), "04_sharding", "throughput", 880.0), capsys, threshold=0.01)[
+            0
+        ]
+        == 1
+    )
 
 
 def test_throughput_gain_passes(write, capsys):
@@ -236,15 +259,18 @@ def test_non_numeric_values_are_shown_without_a_change():
     assert next(r for r in result.rows if r.metric == "mfu").change is None  # None in both
 
 
-@pytest.mark.parametrize("content, match", [
-    (None, "no such file"),
-    ("{not json", "not valid JSON"),
-    ("[]", "expected a JSON object"),
-    (json.dumps({"schema": 2, "notebooks": [], "records": []}), "schema 2"),
-    (json.dumps({"schema": 1, "notebooks": {}, "records": []}), "'notebooks' must be a list"),
-    (json.dumps({"schema": 1, "notebooks": [{"notebook": "x"}], "records": []}), r"notebooks\[0\]"),
-    (json.dumps({"schema": 1, "notebooks": [], "records": [{"metric": "m"}]}), r"records\[0\]"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "no such file"),
+        ("{not json", "not valid JSON"),
+        ("[]", "expected a JSON object"),
+        (json.dumps({"schema": 2, "notebooks": [], "records": []}), "schema 2"),
+        (json.dumps({"schema": 1, "notebooks": {}, "records": []}), "'notebooks' must be a list"),
+        (json.dumps({"schema": 1, "notebooks": [{"notebook": "x"}], "records": []}), r"notebooks\[0\]"),
+        (json.dumps({"schema": 1, "notebooks": [], "records": [{"metric": "m"}]}), r"records\[0\]"),
+    ],
+)
 def test_bad_file_exits_2_naming_it(write, tmp_path, capsys, content, match):
     good = write("good.json", baseline())
     bad = tmp_path / "bad.json" if content is None else write("bad.json", content)
@@ -283,8 +309,11 @@ def test_command_line(write, python_exe):
     new = write("new.json", set_value(baseline(), "04_sharding", "throughput", 100.0))
     ok = subprocess.run([python_exe, "-m", "dpcourse", "compare", str(old), str(old)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([python_exe, "-m", "dpcourse", "compare", str(old), str(new), "--threshold", "0.5"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [python_exe, "-m", "dpcourse", "compare", str(old), str(new), "--threshold", "0.5"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and "throughput fell 88.9%" in bad.stdout
 
 

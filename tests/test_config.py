@@ -40,7 +40,11 @@ def test_reduced_profiles_are_smaller_than_full(name):
     assert cfg.max_train_examples is not None
     # Each profile still runs the same model and optimiser recipe.
     assert (cfg.block_mix, cfg.learning_rate, cfg.weight_decay, cfg.seed) == (
-        full.block_mix, full.learning_rate, full.weight_decay, full.seed)
+        full.block_mix,
+        full.learning_rate,
+        full.weight_decay,
+        full.seed,
+    )
     # The benchmark plan stays valid: at least one timed repeat and step.
     assert cfg.repeats >= 1 and cfg.steps >= 1 and cfg.warmup_steps >= 0
 

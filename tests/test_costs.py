@@ -35,13 +35,16 @@ def test_ring_allreduce_rejects_bad_arguments(n_devices, bandwidth):
         ring_allreduce_s(GRAD_BYTES, n_devices, bandwidth)
 
 
-@pytest.mark.parametrize("kind, name, tf32_tflops, link_gb_s", [
-    ("NVIDIA L4", "NVIDIA L4", 60, 32),
-    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 495, 450),
-    ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 378, 64),
-    ("NVIDIA H200", "NVIDIA H200 SXM", 495, 450),
-    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 156, 300),
-])
+@pytest.mark.parametrize(
+    "kind, name, tf32_tflops, link_gb_s",
+    [
+        ("NVIDIA L4", "NVIDIA L4", 60, 32),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 495, 450),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 378, 64),
+        ("NVIDIA H200", "NVIDIA H200 SXM", 495, 450),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 156, 300),
+    ],
+)
 def test_find_peak_known_devices(kind, name, tf32_tflops, link_gb_s):
     peak = find_peak(kind)
     assert peak is not None and peak.name == name
@@ -61,7 +64,9 @@ def test_find_peak_is_case_insensitive():
     assert find_peak("nvidia l4").name == "NVIDIA L4"
 
 
-@pytest.mark.parametrize("kind", ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "cpu", "TPU v5 lite", "NVIDIA GeForce RTX 4090", ""])
+@pytest.mark.parametrize(
+    "kind", ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "cpu", "TPU v5 lite", "NVIDIA GeForce RTX 4090", ""]
+)
 def test_find_peak_unknown_devices_are_none(kind):
     assert find_peak(kind) is None
 
@@ -116,8 +121,9 @@ def test_fit_needs_two_distinct_batches(batches, times):
 
 
 def test_predict_step_one_device():
-    pred = predict_step(FULL, per_device_batch=1024, n_devices=1, overhead_s=0.002,
-                        per_example_s=1e-5, link_bytes_per_s=32e9)
+    pred = predict_step(
+        FULL, per_device_batch=1024, n_devices=1, overhead_s=0.002, per_example_s=1e-5, link_bytes_per_s=32e9
+    )
     compute = 0.002 + 1e-5 * 1024
     assert pred.global_batch == 1024
     assert pred.compute_s == pytest.approx(compute)
@@ -141,8 +147,7 @@ def test_predict_step_two_l4s_adds_the_ring_allreduce():
 
 def test_predict_step_on_simulated_devices_never_speeds_up():
     # Shared cores: 8 shards of 128 take as long as 1024 examples on one device.
-    pred = predict_step(FULL, 128, 8, overhead_s=0.001, per_example_s=1e-4,
-                        link_bytes_per_s=None, shared_cores=True)
+    pred = predict_step(FULL, 128, 8, overhead_s=0.001, per_example_s=1e-4, link_bytes_per_s=None, shared_cores=True)
     assert pred.allreduce_s == 0.0  # unknown link: left out
     assert pred.compute_s == pytest.approx(0.001 + 1e-4 * 1024)
     single = predict_step(FULL, 1024, 1, overhead_s=0.001, per_example_s=1e-4, link_bytes_per_s=None)

@@ -145,8 +145,9 @@ def test_download_uses_a_verified_cached_file_without_network(server, tmp_path):
 
 def test_second_location_is_tried_when_the_first_fails(server, tmp_path):
     server.routes[f"/b/{NAME}"] = GOOD  # nothing under /a/: 404
-    path = data.download(NAME, tmp_path, mirrors=(server.mirror("a"), server.mirror("b")),
-                         md5={NAME: md5_hex(GOOD)}, timeout_s=5)
+    path = data.download(
+        NAME, tmp_path, mirrors=(server.mirror("a"), server.mirror("b")), md5={NAME: md5_hex(GOOD)}, timeout_s=5
+    )
     assert path.read_bytes() == GOOD
     assert server.requests == [f"/a/{NAME}", f"/b/{NAME}"]
     assert leftovers(tmp_path) == [NAME]
@@ -155,8 +156,9 @@ def test_second_location_is_tried_when_the_first_fails(server, tmp_path):
 def test_second_location_is_tried_when_the_first_has_wrong_bytes(server, tmp_path):
     server.routes[f"/a/{NAME}"] = GOOD[:-10]  # truncated copy on the first mirror
     server.routes[f"/b/{NAME}"] = GOOD
-    path = data.download(NAME, tmp_path, mirrors=(server.mirror("a"), server.mirror("b")),
-                         md5={NAME: md5_hex(GOOD)}, timeout_s=5)
+    path = data.download(
+        NAME, tmp_path, mirrors=(server.mirror("a"), server.mirror("b")), md5={NAME: md5_hex(GOOD)}, timeout_s=5
+    )
     assert path.read_bytes() == GOOD
 
 
@@ -448,8 +450,7 @@ def test_a_cache_folder_that_is_a_file_is_a_clear_error_and_auto_falls_back(tmp_
 def test_a_corrupt_cached_file_is_named_when_no_location_works(tmp_path):
     (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b" + b"\0" * 100)
     with pytest.raises(DataError, match="not the published file"):
-        data.download("train-labels-idx1-ubyte.gz", directory=tmp_path, mirrors=("http://127.0.0.1:9/",),
-                      timeout_s=2)
+        data.download("train-labels-idx1-ubyte.gz", directory=tmp_path, mirrors=("http://127.0.0.1:9/",), timeout_s=2)
     assert (tmp_path / "train-labels-idx1-ubyte.gz").stat().st_size == 102  # left as it was, still unused
 
 

@@ -17,7 +17,6 @@ import pytest
 from dpcourse import devices
 from dpcourse.devices import CPU_COUNT_FLAG
 
-
 slow = pytest.mark.slow  # starts a Python process that imports JAX
 
 
@@ -32,21 +31,26 @@ def run_fresh(python_exe: str, code: str, **env_overrides: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in devices.BACKEND_START_VARIABLES}
     env["JAX_PLATFORMS"] = "cpu"
     env.update(env_overrides)
-    out = subprocess.run([python_exe, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env=env, timeout=120)
+    out = subprocess.run(
+        [python_exe, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, f"child failed:\n{out.stderr[-3000:]}"
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @slow
 def test_setup_appends_to_existing_xla_flags(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json, os
         from dpcourse import devices
         n = devices.setup_devices(4)
         import jax
         print(json.dumps({"n": n, "flags": os.environ["XLA_FLAGS"], "cpus": len(jax.devices("cpu"))}))
-    """, XLA_FLAGS="--xla_cpu_enable_fast_math=false --xla_dump_to=/tmp/unused")
+    """,
+        XLA_FLAGS="--xla_cpu_enable_fast_math=false --xla_dump_to=/tmp/unused",
+    )
     assert result["n"] == 4 and result["cpus"] == 4
     flags = result["flags"].split()
     # The learner's flags are still there, in order, and the count was added.
@@ -56,19 +60,25 @@ def test_setup_appends_to_existing_xla_flags(python_exe):
 
 @slow
 def test_user_set_device_count_wins(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json, os
         from dpcourse import devices
         n = devices.setup_devices(8)
         import jax
         print(json.dumps({"n": n, "flags": os.environ["XLA_FLAGS"], "cpus": len(jax.devices("cpu"))}))
-    """, XLA_FLAGS=f"{CPU_COUNT_FLAG}=3")
+    """,
+        XLA_FLAGS=f"{CPU_COUNT_FLAG}=3",
+    )
     assert result == {"n": 3, "flags": f"{CPU_COUNT_FLAG}=3", "cpus": 3}
 
 
 @slow
 def test_late_setup_with_another_count_says_restart_and_same_count_is_fine(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json
         from dpcourse import devices
         devices.setup_devices(2)
@@ -81,7 +91,8 @@ def test_late_setup_with_another_count_says_restart_and_same_count_is_fine(pytho
         except devices.DeviceSetupError as e:
             err = str(e)
         print(json.dumps({"same": same, "err": err, "cpus": len(jax.devices("cpu"))}))
-    """)
+    """,
+    )
     assert result["same"] == 2 and result["cpus"] == 2
     assert result["err"] is not None, "asking for 4 devices after start must raise"
     assert "Restart the kernel" in result["err"]
@@ -90,7 +101,9 @@ def test_late_setup_with_another_count_says_restart_and_same_count_is_fine(pytho
 
 @slow
 def test_too_few_devices_for_a_lesson_gives_the_simulated_devices_hint(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json
         from dpcourse import devices
         devices.setup_devices(1)
@@ -100,7 +113,8 @@ def test_too_few_devices_for_a_lesson_gives_the_simulated_devices_hint(python_ex
         except devices.DeviceSetupError as e:
             err = str(e)
         print(json.dumps({"err": err}))
-    """)
+    """,
+    )
     err = result["err"]
     assert err is not None
     assert "at least 2 devices" in err and "1 CPU device(s)" in err
@@ -110,7 +124,9 @@ def test_too_few_devices_for_a_lesson_gives_the_simulated_devices_hint(python_ex
 
 @slow
 def test_settings_changed_after_start_are_detected(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json, os
         from dpcourse import devices
         devices.setup_devices(2)
@@ -120,7 +136,8 @@ def test_settings_changed_after_start_are_detected(python_exe):
         os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.5"
         after = devices.settings_changed_after_start()
         print(json.dumps({"before": before, "after": after}))
-    """)
+    """,
+    )
     assert result == {"before": [], "after": ["XLA_PYTHON_CLIENT_MEM_FRACTION"]}
 
 
@@ -180,7 +197,9 @@ def test_gpu_topology_is_none_without_nvidia_smi(monkeypatch):
 @slow
 def test_a_user_set_count_wins_and_a_late_request_for_another_is_still_refused(python_exe):
     # Notebook 01 does this: setup (the user's XLA_FLAGS wins), start JAX, then ask for one more.
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json
         from dpcourse import devices
         n = devices.setup_devices(8)
@@ -193,14 +212,18 @@ def test_a_user_set_count_wins_and_a_late_request_for_another_is_still_refused(p
         except devices.DeviceSetupError as err:
             refused = str(err)
         print(json.dumps({"n": n, "have": have, "again": again, "refused": refused}))
-    """, XLA_FLAGS="--xla_force_host_platform_device_count=3")
+    """,
+        XLA_FLAGS="--xla_force_host_platform_device_count=3",
+    )
     assert result["n"] == result["have"] == result["again"] == 3
     assert "Restart the kernel" in result["refused"]
 
 
 @slow
 def test_too_few_devices_from_the_users_flag_names_that_flag(python_exe):
-    result = run_fresh(python_exe, """
+    result = run_fresh(
+        python_exe,
+        """
         import json
         from dpcourse import devices
         devices.setup_devices(8)
@@ -210,7 +233,9 @@ def test_too_few_devices_from_the_users_flag_names_that_flag(python_exe):
         except devices.DeviceSetupError as err:
             message = str(err)
         print(json.dumps({"message": message}))
-    """, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    """,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+    )
     assert "Your XLA_FLAGS sets --xla_force_host_platform_device_count=1" in result["message"]
 
 

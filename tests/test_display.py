@@ -23,8 +23,9 @@ def test_table_escapes_cells_headers_and_caption():
 
 
 def test_table_formats_numbers_and_none():
-    t = display.table([{"examples/s": 12345.678, "bytes": 7454760, "mfu": None, "loss": 0.123456, "tiny": 1e-7,
-                        "flag": True}])
+    t = display.table(
+        [{"examples/s": 12345.678, "bytes": 7454760, "mfu": None, "loss": 0.123456, "tiny": 1e-7, "flag": True}]
+    )
     plain = repr(t)
     assert "12,346" in plain  # thousands separators, no false precision
     assert "7,454,760" in plain
@@ -86,8 +87,9 @@ def test_show_source_escapes_code():
 
 
 def test_bar_chart_returns_a_figure_with_one_bar_per_label():
-    fig = display.bar_chart(["1 device", "8 devices"], [1000.0, 950.0], "examples/s", "Throughput",
-                            note="simulated devices never speed up")
+    fig = display.bar_chart(
+        ["1 device", "8 devices"], [1000.0, 950.0], "examples/s", "Throughput", note="simulated devices never speed up"
+    )
     try:
         assert isinstance(fig, matplotlib.figure.Figure)
         (ax,) = fig.axes

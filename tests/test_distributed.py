@@ -70,11 +70,22 @@ def assert_every_process_ended(err: distributed.LaunchError) -> None:
 
 
 def test_spec_from_env_reads_the_three_variables():
-    spec = distributed.spec_from_env({"DPCOURSE_COORDINATOR": "jax-multihost-0.jax-multihost:8476",
-                                      "DPCOURSE_NUM_PROCESSES": "2", "DPCOURSE_PROCESS_ID": "1"})
+    spec = distributed.spec_from_env(
+        {
+            "DPCOURSE_COORDINATOR": "jax-multihost-0.jax-multihost:8476",
+            "DPCOURSE_NUM_PROCESSES": "2",
+            "DPCOURSE_PROCESS_ID": "1",
+        }
+    )
     assert spec == distributed.DistributedSpec("jax-multihost-0.jax-multihost:8476", 2, 1, 300)
-    spec = distributed.spec_from_env({"DPCOURSE_COORDINATOR": "[::1]:1234", "DPCOURSE_NUM_PROCESSES": "1",
-                                      "DPCOURSE_PROCESS_ID": "0", "DPCOURSE_INIT_TIMEOUT_S": "15"})
+    spec = distributed.spec_from_env(
+        {
+            "DPCOURSE_COORDINATOR": "[::1]:1234",
+            "DPCOURSE_NUM_PROCESSES": "1",
+            "DPCOURSE_PROCESS_ID": "0",
+            "DPCOURSE_INIT_TIMEOUT_S": "15",
+        }
+    )
     assert spec.init_timeout_s == 15
 
 
@@ -87,17 +98,23 @@ def test_spec_from_env_names_every_missing_variable():
 
 
 def _env(coordinator="h:1", num_processes="2", process_id="0"):
-    return {"DPCOURSE_COORDINATOR": coordinator, "DPCOURSE_NUM_PROCESSES": num_processes,
-            "DPCOURSE_PROCESS_ID": process_id}
+    return {
+        "DPCOURSE_COORDINATOR": coordinator,
+        "DPCOURSE_NUM_PROCESSES": num_processes,
+        "DPCOURSE_PROCESS_ID": process_id,
+    }
 
 
-@pytest.mark.parametrize("env, fragment", [
-    (_env(coordinator="10.0.0.2"), "not host:port"),
-    (_env(coordinator="h:99999"), "not host:port"),
-    (_env(num_processes="two"), "not a whole number"),
-    (_env(process_id="2"), "outside 0..1"),
-    (_env(num_processes="0"), "num_processes must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        (_env(coordinator="10.0.0.2"), "not host:port"),
+        (_env(coordinator="h:99999"), "not host:port"),
+        (_env(num_processes="two"), "not a whole number"),
+        (_env(process_id="2"), "outside 0..1"),
+        (_env(num_processes="0"), "num_processes must be >= 1"),
+    ],
+)
 def test_spec_from_env_rejects_bad_values(env, fragment):
     with pytest.raises(distributed.DistributedSetupError, match=fragment):
         distributed.spec_from_env(env)
@@ -121,7 +138,8 @@ def test_process_local_batches_are_the_rows_of_the_global_batches():
 
 
 def test_process_rows_follow_the_sharding(cpu_devices):
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     shape = (2, 64, 784)
     mesh = Mesh(np.array(cpu_devices[::-1]), ("data",))  # any device order
@@ -151,13 +169,20 @@ def test_params_digest_sees_one_changed_value():
 
 
 def test_worker_env_sets_its_own_devices_and_keeps_other_flags():
-    base = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=8",
-            "JAX_NUM_CPU_DEVICES": "8", "DPCOURSE_RESULTS": "/tmp/records.jsonl", "PATH": "/usr/bin"}
+    base = {
+        "XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=8",
+        "JAX_NUM_CPU_DEVICES": "8",
+        "DPCOURSE_RESULTS": "/tmp/records.jsonl",
+        "PATH": "/usr/bin",
+    }
     env = distributed.worker_env(1, 2, "127.0.0.1:5000", 20, base=base)
     assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"
     assert "JAX_NUM_CPU_DEVICES" not in env and "DPCOURSE_RESULTS" not in env
     assert (env["DPCOURSE_COORDINATOR"], env["DPCOURSE_NUM_PROCESSES"], env["DPCOURSE_PROCESS_ID"]) == (
-        "127.0.0.1:5000", "2", "1")
+        "127.0.0.1:5000",
+        "2",
+        "1",
+    )
     assert env["JAX_PLATFORMS"] == "cpu" and env["JAX_COORDINATOR_BIND_ADDRESS"] == "127.0.0.1:5000"
 
 
@@ -175,12 +200,15 @@ def test_indivisible_global_batch_is_refused_before_anything_starts():
         distributed.launch_local(2, 4, profile=PROFILE, global_batch=60)
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    (dict(process_ids=[0, 0]), "distinct"),
-    (dict(process_ids=[2]), "distinct ids in 0..1"),
-    (dict(init_timeout_s=30, timeout_s=10), "must be below timeout_s"),
-    (dict(n_processes=0), "n_processes >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(process_ids=[0, 0]), "distinct"),
+        (dict(process_ids=[2]), "distinct ids in 0..1"),
+        (dict(init_timeout_s=30, timeout_s=10), "must be below timeout_s"),
+        (dict(n_processes=0), "n_processes >= 1"),
+    ],
+)
 def test_bad_launch_arguments_are_refused(kwargs, fragment):
     args = dict(n_processes=2, devices_per_process=4, profile=PROFILE)
     args.update(kwargs)
@@ -197,8 +225,10 @@ def test_bad_launch_arguments_are_refused(kwargs, fragment):
 def two_process_run():
     start = time.perf_counter()
     run = distributed.launch_local(2, 4, profile=PROFILE, steps=STEPS, data_source=SOURCE, timeout_s=90)
-    print(f"\n2 processes x 4 CPU devices ({PROFILE}, {STEPS} steps): {run.wall_s:.1f} s launcher wall time, "
-          f"{time.perf_counter() - start:.1f} s in total")
+    print(
+        f"\n2 processes x 4 CPU devices ({PROFILE}, {STEPS} steps): {run.wall_s:.1f} s launcher wall time, "
+        f"{time.perf_counter() - start:.1f} s in total"
+    )
     return run
 
 
@@ -254,8 +284,9 @@ def test_port_taken_after_the_check_is_reported_by_process_0():
         sock.listen()
         port = sock.getsockname()[1]
         with pytest.raises(distributed.WorkerFailed) as info:
-            distributed.launch_local(2, 4, profile=PROFILE, data_source=SOURCE, port=port, check_port=False,
-                                     timeout_s=60)
+            distributed.launch_local(
+                2, 4, profile=PROFILE, data_source=SOURCE, port=port, check_port=False, timeout_s=60
+            )
     err = info.value
     assert err.process_id == 0 and "already in use" in str(err)
     assert_every_process_ended(err)
@@ -266,8 +297,9 @@ def test_port_taken_after_the_check_is_reported_by_process_0():
 def test_process_count_mismatch_fails_in_bounded_time():
     start = time.perf_counter()
     with pytest.raises(distributed.WorkerFailed) as info:
-        distributed.launch_local(2, 4, profile=PROFILE, data_source=SOURCE, num_processes=3, init_timeout_s=3,
-                                 timeout_s=60)
+        distributed.launch_local(
+            2, 4, profile=PROFILE, data_source=SOURCE, num_processes=3, init_timeout_s=3, timeout_s=60
+        )
     elapsed = time.perf_counter() - start
     err = info.value
     assert elapsed < BOUND_S, f"a mismatch took {elapsed:.0f} s to fail"
@@ -282,8 +314,9 @@ def test_unreachable_coordinator_fails_in_bounded_time():
     start = time.perf_counter()
     with pytest.raises(distributed.WorkerFailed) as info:
         # Only process 1 starts: nothing listens where the coordinator should be.
-        distributed.launch_local(2, 4, profile=PROFILE, data_source=SOURCE, process_ids=[1], init_timeout_s=3,
-                                 timeout_s=60)
+        distributed.launch_local(
+            2, 4, profile=PROFILE, data_source=SOURCE, process_ids=[1], init_timeout_s=3, timeout_s=60
+        )
     elapsed = time.perf_counter() - start
     err = info.value
     assert elapsed < BOUND_S, f"an unreachable coordinator took {elapsed:.0f} s to fail"
@@ -308,10 +341,32 @@ def test_worker_checks_the_global_batch_against_the_global_device_count():
     coordinator = f"127.0.0.1:{distributed.free_port()}"
     env = {k: v for k, v in distributed.worker_env(0, 1, coordinator, 10).items() if not k.startswith("DPCOURSE_")}
     result = subprocess.run(  # explicit options instead of the environment, on a 1-process "cluster"
-        [sys.executable, "-m", "dpcourse.distributed", "worker", "--coordinator", coordinator, "--num-processes", "1",
-         "--process-id", "0", "--init-timeout-s", "10", "--profile", PROFILE, "--data-source", SOURCE,
-         "--cpu-devices", "8", "--global-batch", "60"],
-        env=env, capture_output=True, text=True, timeout=BOUND_S,
+        [
+            sys.executable,
+            "-m",
+            "dpcourse.distributed",
+            "worker",
+            "--coordinator",
+            coordinator,
+            "--num-processes",
+            "1",
+            "--process-id",
+            "0",
+            "--init-timeout-s",
+            "10",
+            "--profile",
+            PROFILE,
+            "--data-source",
+            SOURCE,
+            "--cpu-devices",
+            "8",
+            "--global-batch",
+            "60",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
     )
     assert result.returncode == 1
     assert "Global batch 60 does not divide evenly over 8 devices" in result.stderr
@@ -320,7 +375,12 @@ def test_worker_checks_the_global_batch_against_the_global_device_count():
 def test_worker_without_its_environment_says_what_to_set():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPCOURSE_")}
     env["JAX_PLATFORMS"] = "cpu"
-    result = subprocess.run([sys.executable, "-m", "dpcourse.distributed", "worker", "--profile", PROFILE],
-                            env=env, capture_output=True, text=True, timeout=BOUND_S)
+    result = subprocess.run(
+        [sys.executable, "-m", "dpcourse.distributed", "worker", "--profile", PROFILE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
     assert result.returncode == 1
     assert "DPCOURSE_COORDINATOR, DPCOURSE_NUM_PROCESSES, DPCOURSE_PROCESS_ID not set" in result.stderr

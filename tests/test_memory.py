@@ -28,7 +28,8 @@ def test_arrays_still_referenced_stay_alive(cpu_devices):
 
 
 def test_live_buffers_counts_sharded_arrays_over_all_devices(cpu_devices):
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(cpu_devices), ("data",))
     base = memory.live_buffers()
@@ -43,7 +44,8 @@ def test_live_buffers_counts_sharded_arrays_over_all_devices(cpu_devices):
 def test_replicated_arrays_count_once_per_device(cpu_devices):
     # Data parallelism keeps a full copy of the parameters on every device:
     # the memory report must show 8 copies, not one (nbytes is the logical size).
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(cpu_devices), ("data",))
     base = memory.live_buffers()

@@ -51,8 +51,14 @@ def test_init_shapes_dtypes_and_zero_biases():
     params = model.init_params(SMOKE)
     w = SMOKE.width
     shapes = {k: v.shape for k, v in params.items()}
-    assert shapes == {"w_in": (784, w), "b_in": (w,), "w_block": (w, w), "b_block": (w,),
-                      "w_out": (w, 10), "b_out": (10,)}
+    assert shapes == {
+        "w_in": (784, w),
+        "b_in": (w,),
+        "w_block": (w, w),
+        "b_block": (w,),
+        "w_out": (w, 10),
+        "b_out": (10,),
+    }
     assert all(v.dtype == np.float32 for v in params.values())
     for name in ("b_in", "b_block", "b_out"):
         assert not params[name].any()

@@ -18,8 +18,9 @@ PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 
 
 def _cells(nb):
-    return [(c["cell_type"], c["source"] if isinstance(c["source"], str) else "".join(c["source"]))
-            for c in nb["cells"]]
+    return [
+        (c["cell_type"], c["source"] if isinstance(c["source"], str) else "".join(c["source"])) for c in nb["cells"]
+    ]
 
 
 def test_all_notebooks_are_present():
@@ -39,7 +40,8 @@ def test_committed_notebook_has_no_outputs(stem):
     for index, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":
             assert not cell.get("outputs") and cell.get("execution_count") is None, (
-                f"{stem}.ipynb cell {index} holds outputs: clear them before committing")
+                f"{stem}.ipynb cell {index} holds outputs: clear them before committing"
+            )
 
 
 @pytest.mark.parametrize("stem", PAIRS)
@@ -60,8 +62,12 @@ def test_notebook_states_goal_time_and_what_you_learned(stem):
 @pytest.mark.parametrize("stem", PAIRS)
 def test_no_removed_or_experimental_apis(stem):
     code = "\n".join(src for kind, src in _cells(jupytext.read(NOTEBOOKS / f"{stem}.py")) if kind == "code")
-    for pattern in (r"jax\.experimental\.shard_map", r"device_put_replicated\(", r"device_put_sharded\(",
-                    r"jax\.tree_map\("):
+    for pattern in (
+        r"jax\.experimental\.shard_map",
+        r"device_put_replicated\(",
+        r"device_put_sharded\(",
+        r"jax\.tree_map\(",
+    ):
         assert not re.search(pattern, code), f"{stem} uses {pattern}"
 
 

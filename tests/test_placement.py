@@ -3,7 +3,8 @@
 import jax
 import numpy as np
 import pytest
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import config, data, model, placement, train
 

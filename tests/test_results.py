@@ -7,10 +7,27 @@ import pytest
 
 from dpcourse import results
 
-CONTEXT = dict(notebook="04_sharding", profile="smoke", data_source="synthetic", backend="cpu",
-               device_kind="cpu", device_count=8, jax_version="0.10.2")
-FIELDS = {"notebook", "metric", "value", "unit", "profile", "data_source", "backend", "device_kind",
-          "device_count", "jax_version"}
+CONTEXT = dict(
+    notebook="04_sharding",
+    profile="smoke",
+    data_source="synthetic",
+    backend="cpu",
+    device_kind="cpu",
+    device_count=8,
+    jax_version="0.10.2",
+)
+FIELDS = {
+    "notebook",
+    "metric",
+    "value",
+    "unit",
+    "profile",
+    "data_source",
+    "backend",
+    "device_kind",
+    "device_count",
+    "jax_version",
+}
 
 
 @pytest.fixture(autouse=True)

@@ -46,13 +46,16 @@ def test_find_notebooks_lists_numbered_notebooks_in_order(course_dir):
     assert names(runner.find_notebooks(course_dir)) == ["01_setup.ipynb", "02_baseline.ipynb", "03_mesh.ipynb"]
 
 
-@pytest.mark.parametrize("only, expected", [
-    (["03"], ["03_mesh.ipynb"]),
-    (["02_baseline"], ["02_baseline.ipynb"]),
-    (["03_mesh.ipynb"], ["03_mesh.ipynb"]),
-    (["03", "01"], ["01_setup.ipynb", "03_mesh.ipynb"]),  # course order, not argument order
-    (["01", "01_setup"], ["01_setup.ipynb"]),  # no duplicates
-])
+@pytest.mark.parametrize(
+    "only, expected",
+    [
+        (["03"], ["03_mesh.ipynb"]),
+        (["02_baseline"], ["02_baseline.ipynb"]),
+        (["03_mesh.ipynb"], ["03_mesh.ipynb"]),
+        (["03", "01"], ["01_setup.ipynb", "03_mesh.ipynb"]),  # course order, not argument order
+        (["01", "01_setup"], ["01_setup.ipynb"]),  # no duplicates
+    ],
+)
 def test_find_notebooks_filters(course_dir, only, expected):
     assert names(runner.find_notebooks(course_dir, only)) == expected
 
@@ -73,8 +76,19 @@ def test_folder_without_notebooks_is_an_error(tmp_path):
 def test_cli_unknown_notebook_exits_2_without_starting_kernels(course_dir, capsys):
     from dpcourse.__main__ import main
 
-    code = main(["run", "--notebook-dir", str(course_dir), "--notebooks", "99", "--profile", "smoke",
-                 "--out", str(course_dir / "out")])
+    code = main(
+        [
+            "run",
+            "--notebook-dir",
+            str(course_dir),
+            "--notebooks",
+            "99",
+            "--profile",
+            "smoke",
+            "--out",
+            str(course_dir / "out"),
+        ]
+    )
     assert code == 2
     assert "No notebook matches '99'" in capsys.readouterr().err
     assert not (course_dir / "out").exists()
@@ -97,9 +111,7 @@ def test_cli_rejects_an_unknown_profile(course_dir, capsys):
 def test_run_notebook_passing(tmp_path):
     src = tmp_path / "nbs"
     src.mkdir()
-    nb = write_notebook(src / "01_ok.ipynb",
-                        "x = 6 * 7",
-                        "open('ran_here.txt', 'w').write('yes')\nprint(x)")
+    nb = write_notebook(src / "01_ok.ipynb", "x = 6 * 7", "open('ran_here.txt', 'w').write('yes')\nprint(x)")
     out = tmp_path / "out"
     out.mkdir()
     run = runner.run_notebook(nb, out, out / "records.jsonl", profile="smoke", cell_timeout_s=60)
@@ -112,10 +124,12 @@ def test_run_notebook_passing(tmp_path):
 
 @pytest.mark.slow
 def test_run_notebook_failing_names_the_cell_and_the_error(tmp_path):
-    nb = write_notebook(tmp_path / "02_bad.ipynb",
-                        "a = 1",
-                        "raise ValueError('boom in the second cell')",
-                        "open('never.txt', 'w').write('ran')")
+    nb = write_notebook(
+        tmp_path / "02_bad.ipynb",
+        "a = 1",
+        "raise ValueError('boom in the second cell')",
+        "open('never.txt', 'w').write('ran')",
+    )
     out = tmp_path / "out"
     out.mkdir()
     run = runner.run_notebook(nb, out, out / "records.jsonl", profile=None, cell_timeout_s=60)
@@ -154,12 +168,28 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
     assert payload["schema"] == runner.SCHEMA_VERSION and payload["profile"] == "smoke"
     assert payload["created"]
     (nb_run,) = payload["notebooks"]
-    assert nb_run == {"notebook": "07_rec", "status": "passed", "wall_s": nb_run["wall_s"],
-                      "error_cell": None, "error_code_cell": None, "error": None, "output": "07_rec.ipynb"}
+    assert nb_run == {
+        "notebook": "07_rec",
+        "status": "passed",
+        "wall_s": nb_run["wall_s"],
+        "error_cell": None,
+        "error_code_cell": None,
+        "error": None,
+        "output": "07_rec.ipynb",
+    }
     first, second = payload["records"]
-    assert first == {"notebook": "07_rec", "metric": "examples_per_s", "value": 1234.5, "unit": "examples/s",
-                     "profile": "smoke", "data_source": "synthetic", "backend": "cpu", "device_kind": "cpu",
-                     "device_count": 8, "jax_version": "test"}
+    assert first == {
+        "notebook": "07_rec",
+        "metric": "examples_per_s",
+        "value": 1234.5,
+        "unit": "examples/s",
+        "profile": "smoke",
+        "data_source": "synthetic",
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "device_count": 8,
+        "jax_version": "test",
+    }
     assert second["value"] == "nan"
     assert (out / "07_rec.ipynb").exists()
     # The runner's process environment is as it was.
@@ -173,9 +203,20 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
             {"notebook": "01_setup", "status": "passed", "wall_s": 3.2, "error_cell": None, "error": None},
             {"notebook": "02_baseline", "status": "failed", "wall_s": 1.0, "error_cell": 4, "error": "boom"},
         ],
-        "records": [{"notebook": "01_setup", "metric": "examples_per_s", "value": 1234.5, "unit": "examples/s",
-                     "profile": "smoke", "data_source": "synthetic", "backend": "cpu", "device_kind": "cpu",
-                     "device_count": 8, "jax_version": "0.10.2"}],
+        "records": [
+            {
+                "notebook": "01_setup",
+                "metric": "examples_per_s",
+                "value": 1234.5,
+                "unit": "examples/s",
+                "profile": "smoke",
+                "data_source": "synthetic",
+                "backend": "cpu",
+                "device_kind": "cpu",
+                "device_count": 8,
+                "jax_version": "0.10.2",
+            }
+        ],
     }
     runner.print_summary(payload, tmp_path)
     text = capsys.readouterr().out
@@ -186,9 +227,12 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
 @pytest.mark.slow
 def test_failure_reports_the_exception_line_and_the_code_cell_a_learner_counts(tmp_path):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("a = 1"),
-                nbformat.v4.new_markdown_cell("text"),
-                nbformat.v4.new_code_cell("raise RuntimeError('first line\\nsecond line')")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("a = 1"),
+        nbformat.v4.new_markdown_cell("text"),
+        nbformat.v4.new_code_cell("raise RuntimeError('first line\\nsecond line')"),
+    ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     out = tmp_path / "out"
@@ -221,9 +265,24 @@ def test_ctrl_c_stops_the_run_saves_results_and_leaves_no_kernel(tmp_path):
     write_notebook(folder / "01_slow.ipynb", "import time; time.sleep(60)")
     write_notebook(folder / "02_never.ipynb", "open('ran.txt', 'w').write('x')")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "dpcourse", "run", "--profile", "smoke", "--notebook-dir",
-                             str(folder), "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dpcourse",
+            "run",
+            "--profile",
+            "smoke",
+            "--notebook-dir",
+            str(folder),
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not (out / "records.jsonl").parent.exists():
         time.sleep(0.2)

@@ -42,7 +42,8 @@ import jax
 import numpy as np
 import optax
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dpcourse import data, model, train
 from dpcourse.config import make_config
@@ -68,8 +69,11 @@ def batches() -> tuple[np.ndarray, np.ndarray]:
 
 def adam_moments(opt_state):
     """The ScaleByAdamState inside an AdamW state (mu, nu: gradient moments)."""
-    return next(s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
-                if isinstance(s, optax.ScaleByAdamState))
+    return next(
+        s
+        for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
+        if isinstance(s, optax.ScaleByAdamState)
+    )
 
 
 def mesh_of(n: int) -> Mesh:
@@ -110,8 +114,11 @@ def run(form: str, n: int) -> tuple[list, frozenset]:
         params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P()))
 
         def put(x, y):
-            return (jax.device_put(x, NamedSharding(mesh, P("data", None))),
-                    jax.device_put(y, NamedSharding(mesh, P("data"))))
+            return (
+                jax.device_put(x, NamedSharding(mesh, P("data", None))),
+                jax.device_put(y, NamedSharding(mesh, P("data"))),
+            )
+
     history = []
     for i in range(N_STEPS):
         params, opt_state, metrics = step(params, opt_state, *put(xs[i], ys[i]))
@@ -197,13 +204,16 @@ def shard_map_grads(reduce, cast: bool, check_vma: bool = True):
         grads = jax.grad(lambda p: model.loss_and_metrics(p, x, y, CFG)[0])(params)
         return reduce(grads, "data")
 
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")),
-                                 out_specs=P(), check_vma=check_vma))
+    return jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P(), check_vma=check_vma)
+    )
 
 
 def leaf_ratios(grads, ref) -> list[float]:
-    return [float(np.linalg.norm(np.asarray(g)) / np.linalg.norm(np.asarray(r)))
-            for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref))]
+    return [
+        float(np.linalg.norm(np.asarray(g)) / np.linalg.norm(np.asarray(r)))
+        for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref))
+    ]
 
 
 def test_pcast_then_pmean_gives_the_reference_gradient():
@@ -232,7 +242,8 @@ def test_trap_differentiating_invariant_params_without_pcast_is_n_times_too_larg
     ref = reference_grads_step0()
     grads = shard_map_grads(jax.lax.pmean, cast=False)(model.init_params(CFG), xs[0], ys[0])
     assert leaf_ratios(grads, ref) == pytest.approx([TRAP_N] * len(ref), rel=1e-5), (
-        "JAX changed how shard_map differentiates replicated inputs (expected N x the reference)")
+        "JAX changed how shard_map differentiates replicated inputs (expected N x the reference)"
+    )
 
 
 def _per_shard_loss(params, x, y):
@@ -243,8 +254,11 @@ def test_trap_per_shard_loss_returned_as_replicated_is_one_devices_loss():
     xs, ys = batches()
     mesh = mesh_of(TRAP_N)
     params = model.init_params(CFG)
-    wrong = jax.jit(jax.shard_map(_per_shard_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")),
-                                  out_specs=P(), check_vma=False))(params, xs[0], ys[0])
+    wrong = jax.jit(
+        jax.shard_map(
+            _per_shard_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P(), check_vma=False
+        )
+    )(params, xs[0], ys[0])
     loss = jax.jit(_per_shard_loss)
     per_device = GLOBAL_BATCH // TRAP_N
     first_shard = float(loss(params, xs[0][:per_device], ys[0][:per_device]))
@@ -255,8 +269,15 @@ def test_trap_per_shard_loss_returned_as_replicated_is_one_devices_loss():
 
 def test_trap_per_shard_loss_is_refused_when_check_vma_is_on():
     xs, ys = batches()
-    f = jax.jit(jax.shard_map(_per_shard_loss, mesh=mesh_of(TRAP_N), in_specs=(P(), P("data", None), P("data")),
-                              out_specs=P(), check_vma=True))
+    f = jax.jit(
+        jax.shard_map(
+            _per_shard_loss,
+            mesh=mesh_of(TRAP_N),
+            in_specs=(P(), P("data", None), P("data")),
+            out_specs=P(),
+            check_vma=True,
+        )
+    )
     with pytest.raises(ValueError, match="out_specs"):
         f(model.init_params(CFG), xs[0], ys[0])
 

@@ -9,7 +9,6 @@ JAX devices) is not loaded for them.
 from __future__ import annotations
 
 import pytest
-
 from hcl_eval import Module
 from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR, load_hcl, load_manifest, read_pins
 

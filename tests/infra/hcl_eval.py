@@ -23,9 +23,10 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import hcl2
 from hcl2.utils import process_escape_sequences
@@ -47,10 +48,10 @@ class Block:
     type: str
     labels: tuple[str, ...]
     attributes: dict[str, Tree]
-    blocks: list["Block"]
+    blocks: list[Block]
     path: Path
 
-    def nested(self, block_type: str) -> list["Block"]:
+    def nested(self, block_type: str) -> list[Block]:
         """The nested blocks of one type, in file order."""
         return [b for b in self.blocks if b.type == block_type]
 
@@ -91,9 +92,7 @@ def _parse_body(body: Tree, path: Path) -> tuple[dict[str, Tree], list[Block]]:
         elif child.data == "block":
             parts = _trees(child)
             type_node, *label_nodes, inner_body = parts
-            labels = tuple(
-                _literal_string(n, path) if n.data == "string" else _name(n) for n in label_nodes
-            )
+            labels = tuple(_literal_string(n, path) if n.data == "string" else _name(n) for n in label_nodes)
             inner_attributes, inner_blocks = _parse_body(inner_body, path)
             blocks.append(Block(_name(type_node), labels, inner_attributes, inner_blocks, path))
         else:
@@ -129,7 +128,7 @@ class Module:
     blocks: list[Block] = field(default_factory=list)
 
     @classmethod
-    def load(cls, directory: Path, names: list[str] | None = None) -> "Module":
+    def load(cls, directory: Path, names: list[str] | None = None) -> Module:
         """Parse ``directory/*.tf`` (or only the named files)."""
         paths = [directory / n for n in names] if names else sorted(directory.glob("*.tf"))
         module = cls(directory)
@@ -260,7 +259,9 @@ class Evaluator:
         scope = scope or {}
         handler = getattr(self, f"_eval_{node.data}", None)
         if handler is None:
-            raise UnsupportedExpression(f"HCL construct {node.data!r} (line {node.meta.line if not node.meta.empty else '?'})")
+            raise UnsupportedExpression(
+                f"HCL construct {node.data!r} (line {node.meta.line if not node.meta.empty else '?'})"
+            )
         return handler(node, scope)
 
     def _eval_expr_term(self, node: Tree, scope: dict) -> Any:
@@ -308,10 +309,8 @@ class Evaluator:
             key_node, value_node = _trees(element)
             (key_expression,) = _trees(key_node)
             (key_inner,) = _trees(key_expression) if key_expression.data == "expr_term" else (key_expression,)
-            if key_inner.data == "identifier":
-                key = _name(key_inner)  # a bare word is the key itself
-            else:
-                key = self.eval(key_expression, scope)
+            # A bare word is the key itself; anything else is an expression.
+            key = _name(key_inner) if key_inner.data == "identifier" else self.eval(key_expression, scope)
             result[key] = self.eval(value_node, scope)
         return result
 
@@ -332,7 +331,9 @@ class Evaluator:
                 return self.variable(attr)
             if namespace == "local":
                 return self.local(attr)
-            raise UnsupportedExpression(f"reference {namespace}.{attr} (only var.* and local.* can be evaluated offline)")
+            raise UnsupportedExpression(
+                f"reference {namespace}.{attr} (only var.* and local.* can be evaluated offline)"
+            )
         value = self.eval(base, scope)
         if not isinstance(value, dict) or attr not in value:
             raise HclEvalError(f"no attribute {attr!r} in {value!r}")

@@ -10,7 +10,8 @@ files and on deliberately broken copies.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -51,7 +52,9 @@ def gpu_requests(docs: list[dict]) -> list[tuple[str, int]]:
                 resources = container.get("resources", {})
                 for section in ("limits", "requests"):
                     if GPU_RESOURCE in resources.get(section, {}):
-                        found.append((f"{workload}/{container['name']} {section}", int(resources[section][GPU_RESOURCE])))
+                        found.append(
+                            (f"{workload}/{container['name']} {section}", int(resources[section][GPU_RESOURCE]))
+                        )
     return found
 
 
@@ -76,7 +79,9 @@ def consistency_errors(
     for file_name, docs in manifests.items():
         requests = gpu_requests(docs)
         if not requests:
-            errors.append(f"{file_name}: no container requests {GPU_RESOURCE}; the course needs the node's {gpu_count} GPUs")
+            errors.append(
+                f"{file_name}: no container requests {GPU_RESOURCE}; the course needs the node's {gpu_count} GPUs"
+            )
         for where, count in requests:
             if count != gpu_count:
                 errors.append(
@@ -89,7 +94,9 @@ def consistency_errors(
             for workload, spec in pod_specs(doc):
                 selector = spec.get("nodeSelector", {}).get(ACCELERATOR_LABEL)
                 if selector != gpu_type:
-                    errors.append(f"{file_name}: {workload} nodeSelector {ACCELERATOR_LABEL}={selector!r}, terraform's gpu_type is {gpu_type!r}")
+                    errors.append(
+                        f"{file_name}: {workload} nodeSelector {ACCELERATOR_LABEL}={selector!r}, terraform's gpu_type is {gpu_type!r}"
+                    )
                 for container in containers(spec):
                     version = env_value(container, "JAX_VERSION")
                     if version is not None:
@@ -98,5 +105,7 @@ def consistency_errors(
             errors.append(f"{file_name}: no container sets JAX_VERSION, so the installed JAX is not pinned")
         for where, version in jax_versions:
             if version != jax_pin:
-                errors.append(f"{file_name}: {where} installs jax[cuda12]=={version}, requirements.txt pins jax=={jax_pin}")
+                errors.append(
+                    f"{file_name}: {where} installs jax[cuda12]=={version}, requirements.txt pins jax=={jax_pin}"
+                )
     return errors

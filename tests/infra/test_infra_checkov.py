@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR
 
 MIN_REASON_CHARS = 40
@@ -67,7 +66,9 @@ def declared_manifest_skips() -> dict[tuple[str, str, str], str]:
                 if key.startswith("checkov.io/skip"):
                     check_id, separator, reason = value.partition("=")
                     assert separator, f"{name}: {key} has no '=reason' after {value!r}"
-                    assert "=" not in reason, f"{name}: {key}: checkov splits on '=', so the reason must not contain one"
+                    assert "=" not in reason, (
+                        f"{name}: {key}: checkov splits on '=', so the reason must not contain one"
+                    )
                     skips[(name, resource, check_id.strip())] = reason.strip()
     return skips
 
@@ -75,11 +76,22 @@ def declared_manifest_skips() -> dict[tuple[str, str, str], str]:
 def run_checkov(directory: Path) -> list[dict]:
     result = subprocess.run(
         [
-            str(checkov_binary()), "--directory", str(directory),
-            "--framework", "terraform", "kubernetes", "secrets",
-            "--skip-download", "--compact", "--output", "json",
+            str(checkov_binary()),
+            "--directory",
+            str(directory),
+            "--framework",
+            "terraform",
+            "kubernetes",
+            "secrets",
+            "--skip-download",
+            "--compact",
+            "--output",
+            "json",
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.stdout.strip(), f"checkov printed nothing (exit {result.returncode}):\n{result.stderr}"
     reports = json.loads(result.stdout)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from hcl_eval import Evaluator, Module, parse_tfvars, validation_failures, variable_values
 from infra_consistency import consistency_errors, gpu_requests
 from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR, load_manifest, read_pins
@@ -132,6 +131,8 @@ def test_jax_version_drift_is_caught(tmp_path, tf_module, pins, file_name):
 
 
 def test_wrong_accelerator_selector_is_caught(tmp_path, tf_module, pins):
-    broken = _mutated_manifests(tmp_path, "jupyter.yaml", "gke-accelerator: nvidia-l4", "gke-accelerator: nvidia-tesla-t4")
+    broken = _mutated_manifests(
+        tmp_path, "jupyter.yaml", "gke-accelerator: nvidia-l4", "gke-accelerator: nvidia-tesla-t4"
+    )
     errors = _check(broken, tf_module, pins)
     assert any("nvidia-tesla-t4" in e for e in errors), errors

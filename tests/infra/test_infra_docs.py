@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from hcl_eval import Evaluator
 from infra_files import ROOT
 
@@ -23,7 +22,7 @@ def guide() -> str:
     """The section, from its heading to the next level-2 heading."""
     text = README.read_text()
     assert HEADING in text, "README.md lacks the section '## Run it on GKE'"
-    section = text[text.index(HEADING):]
+    section = text[text.index(HEADING) :]
     following = section.find("\n## ", len(HEADING))
     return section if following < 0 else section[: following + 1]
 
@@ -51,9 +50,17 @@ def test_kubernetes_names_match_the_manifests(guide, manifests):
     for name in ("jax-jupyter", "jax-jupyter-svc", "jax-notebook-tests", "jax-jupyter-workspace"):
         assert name in names, f"{name} is not in deploy/"
     referenced = set(re.findall(r"(?:pod|service|job)/([a-z0-9-]+)", guide))
-    referenced |= set(re.findall(r"kubectl (?:logs|exec|delete pod|get pod|describe pod)(?: -f)? (jax-[a-z0-9-]+)", guide))
+    referenced |= set(
+        re.findall(r"kubectl (?:logs|exec|delete pod|get pod|describe pod)(?: -f)? (jax-[a-z0-9-]+)", guide)
+    )
     assert referenced and referenced <= names, f"the guide names objects deploy/ does not have: {referenced - names}"
-    init_names = {c["name"] for docs in manifests.values() for d in docs if d["kind"] == "Pod" for c in d["spec"]["initContainers"]}
+    init_names = {
+        c["name"]
+        for docs in manifests.values()
+        for d in docs
+        if d["kind"] == "Pod"
+        for c in d["spec"]["initContainers"]
+    }
     for container in re.findall(r"-c ([a-z-]+)", guide):
         assert container in init_names, f"the guide reads the log of container {container}, which does not exist"
 
@@ -103,11 +110,23 @@ def test_every_step_is_there(guide):
 def test_four_gpu_variant(guide):
     section = guide[guide.index("### The 4-GPU variant") :]
     section = section[: section.index("\n### ", 1)]
-    for text in ('machine_type = "g2-standard-48"', "gpu_count = 4", "nvidia.com/gpu: 4", "kubectl delete pod jax-jupyter"):
+    for text in (
+        'machine_type = "g2-standard-48"',
+        "gpu_count = 4",
+        "nvidia.com/gpu: 4",
+        "kubectl delete pod jax-jupyter",
+    ):
         assert text in section
 
 
 def test_troubleshooting_covers_the_known_failures(guide):
     section = guide[guide.index("### Troubleshooting") :]
-    for text in ("NVIDIA_L4_GPUS", "accelerator-types list", "ZONE_RESOURCE_POOL_EXHAUSTED", "Insufficient nvidia.com/gpu", "No token in the log", "/dev/shm"):
+    for text in (
+        "NVIDIA_L4_GPUS",
+        "accelerator-types list",
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "Insufficient nvidia.com/gpu",
+        "No token in the log",
+        "/dev/shm",
+    ):
         assert text in section, f"troubleshooting lacks {text!r}"

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from infra_consistency import containers, env_value, pod_specs
 from infra_files import DEPLOY_DIR, MANIFESTS
 
@@ -33,7 +32,9 @@ def _kubernetes_validate(*paths: Path) -> subprocess.CompletedProcess:
     versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
     return subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, *map(str, paths)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -71,8 +72,18 @@ def test_kubernetes_validate_catches_a_misspelt_field(tmp_path):
 
 def test_yamllint():
     result = subprocess.run(
-        [sys.executable, "-m", "yamllint", "--strict", "-c", str(YAMLLINT_CONFIG), *(str(DEPLOY_DIR / n) for n in MANIFESTS)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "yamllint",
+            "--strict",
+            "-c",
+            str(YAMLLINT_CONFIG),
+            *(str(DEPLOY_DIR / n) for n in MANIFESTS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -101,7 +112,9 @@ def test_every_workload_schedules_on_the_l4_node(manifests):
         for doc in manifests[name]:
             for workload, spec in pod_specs(doc):
                 assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}, workload
-                assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"], workload
+                assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"], (
+                    workload
+                )
 
 
 def test_gpu_containers_have_shm_and_driver_library_path(manifests):
@@ -162,7 +175,9 @@ def test_images_are_pinned_and_named_in_the_header(manifests):
         images = {c["image"] for doc in manifests[name] for _, spec in pod_specs(doc) for c in containers(spec)}
         assert len(images) == 1, f"{name}: one image for every container, got {images}"
         (image,) = images
-        assert re.fullmatch(r"python:3\.12\.\d+-bookworm", image), f"{name}: pin an exact Python patch release, got {image}"
+        assert re.fullmatch(r"python:3\.12\.\d+-bookworm", image), (
+            f"{name}: pin an exact Python patch release, got {image}"
+        )
         assert image in text.split("---", 1)[0], f"{name}: the header comment must name the image {image}"
 
 
@@ -186,8 +201,12 @@ def test_network_policies_select_the_workloads(manifests):
         assert policies, f"{name}: no NetworkPolicy"
         for doc in docs:
             for workload, _spec in pod_specs(doc):
-                labels = doc["metadata"]["labels"] if doc["kind"] == "Pod" else doc["spec"]["template"]["metadata"]["labels"]
-                assert any(p["spec"]["podSelector"]["matchLabels"].items() <= labels.items() for p in policies), workload
+                labels = (
+                    doc["metadata"]["labels"] if doc["kind"] == "Pod" else doc["spec"]["template"]["metadata"]["labels"]
+                )
+                assert any(p["spec"]["podSelector"]["matchLabels"].items() <= labels.items() for p in policies), (
+                    workload
+                )
     (policy,) = [d for d in manifests["jupyter.yaml"] if d["kind"] == "NetworkPolicy"]
     assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8884}]}]
 
@@ -232,7 +251,10 @@ def _fetch_script(pod: dict, volume: Path) -> str:
 def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
 
 
@@ -265,7 +287,9 @@ def _run_fetch(pod, volume: Path, repo: str, ref: str) -> subprocess.CompletedPr
         "GIT_COMMITTER_NAME": "course setup",
         "GIT_COMMITTER_EMAIL": "course-setup@localhost",
     }
-    return subprocess.run(["sh", "-c", _fetch_script(pod, volume)], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["sh", "-c", _fetch_script(pod, volume)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_fetch_course_clones_the_ref_into_an_empty_workspace(pod, course_repo, tmp_path):
@@ -338,14 +362,16 @@ def test_job_exits_with_pytest_status_and_prints_results(job, tmp_path, pytest_s
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     # Stands in for `python -m pytest ...`: nbmake's verdict is pytest's exit status.
-    (fake_bin / "python").write_text(f"#!/bin/sh\necho \"pytest $*\"\nexit {pytest_status}\n")
+    (fake_bin / "python").write_text(f'#!/bin/sh\necho "pytest $*"\nexit {pytest_status}\n')
     (fake_bin / "python").chmod(0o755)
     results = tmp_path / "results.jsonl"
     results.write_text('{"notebook": "02_baseline", "metric": "examples_per_s"}\n')
     env = {"PATH": f"{fake_bin}:/usr/bin:/bin", "DPCOURSE_RESULTS": str(results), "CELL_TIMEOUT_S": "1800"}
     result = subprocess.run(["sh", "-c", verdict], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == pytest_status, result.stdout + result.stderr
-    block = result.stdout[result.stdout.index("RESULTS-BEGIN\n") + len("RESULTS-BEGIN\n") : result.stdout.index("RESULTS-END")]
+    block = result.stdout[
+        result.stdout.index("RESULTS-BEGIN\n") + len("RESULTS-BEGIN\n") : result.stdout.index("RESULTS-END")
+    ]
     assert block == results.read_text()
     assert "--nbmake --nbmake-timeout=1800 -v notebooks/" in result.stdout
 

@@ -16,9 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from infra_files import TERRAFORM_DIR, terraform_binary, terraform_env
 from hcl_eval import Evaluator, parse_tfvars, validation_failures, variable_values
+from infra_files import TERRAFORM_DIR, terraform_binary, terraform_env
 
 PROJECT = {"project_id": "dp-course-workshop"}
 
@@ -148,7 +147,9 @@ def test_gpu_table_covers_the_g2_series(tf_module):
 def test_tfvars_example_is_valid_and_matches_the_defaults(tf_module):
     example = parse_tfvars(TERRAFORM_DIR / "terraform.tfvars.example")
     values = {name: Evaluator({}, {}).eval(node) for name, node in example.items()}
-    assert set(values) <= set(tf_module.variables), f"unknown variables in the example: {set(values) - set(tf_module.variables)}"
+    assert set(values) <= set(tf_module.variables), (
+        f"unknown variables in the example: {set(values) - set(tf_module.variables)}"
+    )
     assert "project_id" in values
     assert validation_failures(tf_module, values) == {}
     defaults = variable_values(tf_module, {"project_id": values["project_id"]})
@@ -239,10 +240,15 @@ def test_outputs(tf):
 def test_terraform_fmt():
     binary = terraform_binary()
     if binary is None:
-        pytest.skip("no terraform binary on PATH: formatting is checked where one is installed (make infra-test on a machine with terraform)")
+        pytest.skip(
+            "no terraform binary on PATH: formatting is checked where one is installed (make infra-test on a machine with terraform)"
+        )
     result = subprocess.run(
         [binary, "fmt", "-check", "-diff", "-recursive", str(TERRAFORM_DIR)],
-        capture_output=True, text=True, env=terraform_env(), timeout=120,
+        capture_output=True,
+        text=True,
+        env=terraform_env(),
+        timeout=120,
     )
     assert result.returncode == 0, f"terraform fmt would change files:\n{result.stdout}{result.stderr}"
 
@@ -257,8 +263,12 @@ def variables_only_workdir(tmp_path_factory) -> Path:
     for name in ("variables.tf", "locals.tf"):
         shutil.copy(TERRAFORM_DIR / name, workdir / name)
     init = subprocess.run(
-        [binary, "init", "-input=false", "-no-color"], cwd=workdir,
-        capture_output=True, text=True, env=terraform_env(), timeout=120,
+        [binary, "init", "-input=false", "-no-color"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=terraform_env(),
+        timeout=120,
     )
     assert init.returncode == 0, init.stdout + init.stderr
     return workdir
@@ -274,7 +284,11 @@ def test_terraform_itself_agrees_on_validation(variables_only_workdir, case_id, 
     flags = [_var_flag(name, value) for name, value in {**PROJECT, **overrides}.items()]
     result = subprocess.run(
         [terraform_binary(), "plan", "-input=false", "-no-color", "-lock=false", *flags],
-        cwd=variables_only_workdir, capture_output=True, text=True, env=terraform_env(), timeout=120,
+        cwd=variables_only_workdir,
+        capture_output=True,
+        text=True,
+        env=terraform_env(),
+        timeout=120,
     )
     output = result.stdout + result.stderr
     if failing:

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hcl_eval import Evaluator, parse_tfvars, validation_failures, variable_values
 from infra_consistency import consistency_errors, containers, env_value
 from infra_files import DEPLOY_DIR, ROOT, TERRAFORM_DIR, load_manifest
@@ -117,8 +116,10 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
     container_ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
     coordinator_port = ports.get("coordinator", {})
     if not port.isdigit() or int(port) != coordinator_port.get("port"):
-        errors.append(f"{names['COORDINATOR_ENV']} port {port!r} is not the Service's coordinator port "
-                      f"{coordinator_port.get('port')}")
+        errors.append(
+            f"{names['COORDINATOR_ENV']} port {port!r} is not the Service's coordinator port "
+            f"{coordinator_port.get('port')}"
+        )
     if container_ports.get(coordinator_port.get("targetPort")) != coordinator_port.get("port"):
         errors.append("the Service's coordinator targetPort does not name a container port with the same number")
     # Time: the first process waits for the last; the Job must outlive that wait.
@@ -147,7 +148,9 @@ def test_kubernetes_validate_strict():
     versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, str(MANIFEST)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -155,16 +158,30 @@ def test_kubernetes_validate_strict():
 def test_yamllint():
     result = subprocess.run(
         [sys.executable, "-m", "yamllint", "--strict", "-c", str(YAMLLINT_CONFIG), str(MANIFEST)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_checkov_finds_nothing_but_the_reasoned_skips(docs):
     result = subprocess.run(
-        [str(checkov_binary()), "--file", str(MANIFEST), "--framework", "kubernetes",
-         "--skip-download", "--compact", "--output", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            str(checkov_binary()),
+            "--file",
+            str(MANIFEST),
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "--compact",
+            "--output",
+            "json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     report = json.loads(result.stdout)
     report = report[0] if isinstance(report, list) else report
@@ -236,16 +253,20 @@ def test_gpu_pod_has_shm_driver_path_and_the_single_node_security(job, objects):
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory", "NCCL needs a memory-backed /dev/shm"
     assert NVIDIA_LIB in (env_value(container, "LD_LIBRARY_PATH") or "").split(":")
     jupyter = {d["kind"]: d for d in load_manifest(DEPLOY_DIR / "jupyter.yaml")}["Pod"]
-    assert spec["securityContext"] == {k: v for k, v in jupyter["spec"]["securityContext"].items()
-                                       if k != "fsGroupChangePolicy"}
+    assert spec["securityContext"] == {
+        k: v for k, v in jupyter["spec"]["securityContext"].items() if k != "fsGroupChangePolicy"
+    }
     assert spec["automountServiceAccountToken"] is False
     assert spec["nodeSelector"] == jupyter["spec"]["nodeSelector"]
     assert spec["tolerations"] == jupyter["spec"]["tolerations"]
     jupyter_images = {c["image"] for c in containers(jupyter["spec"])}
     assert {c["image"] for c in containers(spec)} == jupyter_images
     for c in containers(spec):
-        assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                        "capabilities": {"drop": ["ALL"]}}
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
         home = env_value(c, "HOME")
         assert any(home.startswith(m["mountPath"]) for m in c["volumeMounts"]), "HOME must be writable"
 
@@ -256,10 +277,15 @@ def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     assert '"jax[cuda12]==$JAX_VERSION" -r requirements.txt' in script
     assert "--no-deps -e ." in script
     assert re.search(r"exec python -m dpcourse\.distributed worker\b", script)
-    refs = {e["name"]: e["valueFrom"]["configMapKeyRef"]
-            for e in container["env"] if "configMapKeyRef" in e.get("valueFrom", {})}
-    assert refs == {"COURSE_REPO": {"name": "jax-course-source", "key": "repo"},
-                    "COURSE_REF": {"name": "jax-course-source", "key": "ref"}}
+    refs = {
+        e["name"]: e["valueFrom"]["configMapKeyRef"]
+        for e in container["env"]
+        if "configMapKeyRef" in e.get("valueFrom", {})
+    }
+    assert refs == {
+        "COURSE_REPO": {"name": "jax-course-source", "key": "repo"},
+        "COURSE_REF": {"name": "jax-course-source", "key": "ref"},
+    }
     # The same data in every process: a download failure must fail, not fall back to synthetic data in one pod.
     assert env_value(container, "DPCOURSE_DATA") in ("real", "synthetic")
 
@@ -275,18 +301,21 @@ def _broken(tmp_path: Path, old: str, new: str) -> list[dict]:
     return load_manifest(path)
 
 
-@pytest.mark.parametrize("old, new, fragment", [
-    ("  completions: 2\n", "  completions: 3\n", "must be equal"),
-    ("  parallelism: 2\n", "  parallelism: 1\n", "must be equal"),
-    ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0:8476", "pod 0 is reachable as"),
-    ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0.jax-multihost:1234", "port '1234'"),
-    ("      subdomain: jax-multihost\n", "", "subdomain"),
-    ("  clusterIP: None\n", "", "headless"),
-    ("job-completion-index", "job-index", "completion index"),
-    ("  completionMode: Indexed\n", "", "must be Indexed"),
-    ('value: "900"', 'value: "7200"', "below activeDeadlineSeconds"),
-    ("name: DPCOURSE_NUM_PROCESSES", "name: NUM_PROCESSES", "does not set DPCOURSE_NUM_PROCESSES"),
-])
+@pytest.mark.parametrize(
+    "old, new, fragment",
+    [
+        ("  completions: 2\n", "  completions: 3\n", "must be equal"),
+        ("  parallelism: 2\n", "  parallelism: 1\n", "must be equal"),
+        ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0:8476", "pod 0 is reachable as"),
+        ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0.jax-multihost:1234", "port '1234'"),
+        ("      subdomain: jax-multihost\n", "", "subdomain"),
+        ("  clusterIP: None\n", "", "headless"),
+        ("job-completion-index", "job-index", "completion index"),
+        ("  completionMode: Indexed\n", "", "must be Indexed"),
+        ('value: "900"', 'value: "7200"', "below activeDeadlineSeconds"),
+        ("name: DPCOURSE_NUM_PROCESSES", "name: NUM_PROCESSES", "does not set DPCOURSE_NUM_PROCESSES"),
+    ],
+)
 def test_each_inconsistency_is_caught(tmp_path, old, new, fragment):
     errors = multihost_errors(_broken(tmp_path, old, new), package_constants())
     assert any(fragment in e for e in errors), errors
