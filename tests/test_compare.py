@@ -360,3 +360,79 @@ def test_a_change_in_the_collectives_warns(write, capsys):
     new = set_value(baseline(), "04_sharding", "collectives_per_step_jit", 17)
     code, out, _ = run_main(write, baseline(), new, capsys)
     assert code == 0 and "collectives moved" in out
+
+
+# ---------------------------------------------------------------------------
+# The committed GPU baseline (baselines/h200-full-jax0.11.2.json, a real run on
+# one H200; see baselines/README.md). gpu.yml compares every GPU run with it.
+# ---------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+H200_BASELINE = Path(__file__).resolve().parents[1] / "baselines" / "h200-full-jax0.11.2.json"
+
+
+@pytest.fixture()
+def h200() -> dict:
+    return compare.load_results(H200_BASELINE)
+
+
+def test_h200_baseline_is_a_full_gpu_run_of_every_notebook(h200):
+    assert h200["profile"] == "full"
+    lessons = ["01_setup", "02_baseline", "03_mesh", "04_sharding", "05_shard_map", "06_pmap", "07_sweep"]
+    assert [n["notebook"] for n in h200["notebooks"]] == lessons + ["08_multihost"]
+    assert all(n["status"] == "passed" for n in h200["notebooks"])
+    gpu = {(r["notebook"], r["metric"]) for r in h200["records"] if r["backend"] == "gpu"}
+    assert ("02_baseline", "throughput") in gpu
+    assert next(r for r in h200["records"] if r["metric"] == "throughput")["device_kind"] == "NVIDIA H200"
+
+
+def test_h200_baseline_against_itself_passes(h200):
+    result = compare.compare(h200, copy.deepcopy(h200))
+    assert result.exit_code == 0
+
+
+def test_h200_gpu_throughput_drop_is_a_regression(h200):
+    new = set_value(copy.deepcopy(h200), "02_baseline", "throughput", 0.8 * 92411.35741358409)
+    result = compare.compare(h200, new)
+    assert result.exit_code == 1
+    assert any("02_baseline: throughput fell 20.0%" in line for line in result.failures)
+
+
+def test_h200_cpu_device_throughput_drop_only_warns(h200):
+    # 04 ran on 8 simulated CPU devices beside the GPU (one GPU): a drop there is noise, not a verdict.
+    new = set_value(copy.deepcopy(h200), "04_sharding", "throughput", 20000.0)
+    result = compare.compare(h200, new)
+    assert result.exit_code == 0
+    assert any("04_sharding" in line for line in result.warnings)
+
+
+def test_h200_failed_lesson_and_broken_equivalence_are_regressions(h200):
+    new = copy.deepcopy(h200)
+    (entry,) = [n for n in new["notebooks"] if n["notebook"] == "06_pmap"]
+    entry.update(status="failed", error_cell=5, error="ValueError: pmap")
+    new["records"] = [r for r in new["records"] if r["notebook"] != "06_pmap"]
+    set_value(new, "08_multihost", "max_abs_param_diff_vs_single_process", 1e-3)
+    result = compare.compare(h200, new)
+    assert result.exit_code == 1
+    text = "\n".join(result.failures)
+    assert "06_pmap: passed in OLD, failed in NEW" in text
+    assert "08_multihost: max_abs_param_diff_vs_single_process = 0.001 exceeds its tolerance 1e-05" in text
+
+
+@pytest.mark.slow
+def test_gpu_workflow_command_on_the_h200_baseline(python_exe, tmp_path):
+    """The command .github/workflows/gpu.yml runs, with the baseline as both files and with a slower run."""
+    ok = subprocess.run(
+        [python_exe, "-m", "dpcourse", "compare", str(H200_BASELINE), str(H200_BASELINE)],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    slower = set_value(compare.load_results(H200_BASELINE), "02_baseline", "throughput", 50000.0)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(slower))
+    bad = subprocess.run(
+        [python_exe, "-m", "dpcourse", "compare", str(H200_BASELINE), str(path)], capture_output=True, text=True
+    )
+    assert bad.returncode == 1 and "02_baseline: throughput fell 45.9%" in bad.stdout
