@@ -18,16 +18,19 @@ What this module holds:
 - :func:`is_main_process`, :func:`print_main`: only process 0 prints results
   and writes files.
 - :func:`train_worker`: the data-parallel training program every process
-  runs (``python -m dpcourse.distributed worker``).
-- :func:`launch_local`: start N worker processes on 127.0.0.1, each with K
-  simulated CPU devices, within a time limit, and end every one of them when
-  one fails.
+  runs (``python -m dpcourse.distributed worker``, as ``deploy/multihost.yaml``
+  starts it on GKE).
+
+Starting N local processes, watching them and explaining their failures is
+:mod:`dpcourse.launcher`'s job (``python -m dpcourse.launcher``); it imports
+this module, never the reverse.
 
 Environment variables read by :func:`spec_from_env` (set by
-:func:`launch_local` locally and by ``deploy/multihost.yaml`` on GKE):
+``dpcourse.launcher.launch_local`` locally and by ``deploy/multihost.yaml`` on GKE):
 
 ========================== ===================================================
 ``DPCOURSE_COORDINATOR``    ``host:port`` of process 0's coordinator service
+                            (an IPv6 address in brackets: ``[::1]:8476``)
 ``DPCOURSE_NUM_PROCESSES``  total number of processes, >= 1
 ``DPCOURSE_PROCESS_ID``     this process's id, ``0 .. N-1`` (on GKE: the Job's
                             completion index)
@@ -39,20 +42,15 @@ Environment variables read by :func:`spec_from_env` (set by
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
+import ipaddress
 import json
 import os
-import re
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +74,6 @@ DEFAULT_INIT_TIMEOUT_S = 300  # jax.distributed.initialize's own default
 AXIS = "data"
 WORKER_FAILURE_EXIT = 3  # exit status of a worker told to fail (tests)
 
-# Lines of an absl "Check failure" stack dump: addresses, not information.
-_STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")
-
 
 class DistributedSetupError(RuntimeError):
     """The distributed runtime cannot start as asked; the message says what to change."""
@@ -86,44 +81,6 @@ class DistributedSetupError(RuntimeError):
 
 class CoordinatorPortInUse(DistributedSetupError):
     """The coordinator's port is already taken on this machine."""
-
-
-class LaunchError(RuntimeError):
-    """A local multi-process launch failed; every process it started has been ended.
-
-    Attributes:
-        exit_codes: exit status of every launched process, by process id
-            (negative: ended by that signal).
-        pids: operating-system process ids, by process id.
-        stderr_tails: the last lines of each process's stderr.
-        wall_s: seconds from the first start to the end of the last process.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        exit_codes: dict[int, int],
-        pids: dict[int, int],
-        stderr_tails: dict[int, str],
-        wall_s: float,
-    ):
-        super().__init__(message)
-        self.exit_codes = exit_codes
-        self.pids = pids
-        self.stderr_tails = stderr_tails
-        self.wall_s = wall_s
-
-
-class WorkerFailed(LaunchError):
-    """A worker process exited with a non-zero status (``process_id`` names it)."""
-
-    def __init__(self, message: str, process_id: int, **kwargs):
-        super().__init__(message, **kwargs)
-        self.process_id = process_id
-
-
-class LaunchTimeout(LaunchError):
-    """The workers did not all finish within the launcher's time limit."""
 
 
 # ---------------------------------------------------------------------------
@@ -161,21 +118,66 @@ class DistributedSpec:
 
 
 def check_coordinator_address(address: str) -> tuple[str, int]:
-    """Split ``host:port`` (IPv6 as ``[::1]:port``) and check the port.
+    """Split ``host:port`` and check it; an IPv6 address must be in brackets, ``[::1]:8476``.
+
+    ``host`` is a name (``jax-multihost-0.jax-multihost``), an IPv4 address or
+    a bracketed IPv6 address, the form gRPC, and so JAX's coordinator, reads.
+    Unbracketed, ``::1:8476`` is ambiguous (is ``8476`` the port or the last
+    group of the address?), so it is refused rather than guessed.
 
     Returns:
-        ``(host, port)``.
+        ``(host, port)``, the host without brackets (``("::1", 8476)``), as
+        ``socket`` takes it.
 
     Raises:
-        DistributedSetupError: not of the form ``host:port`` with a port in 1..65535.
+        DistributedSetupError: not ``host:port`` with a port in 1..65535, an
+            unbracketed IPv6 address, or brackets around something that is not one.
     """
-    host, sep, port_text = str(address).rpartition(":")
+    text = str(address).strip()
+    host, sep, port_text = text.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise DistributedSetupError(
             f"Coordinator address {address!r} is not host:port (for example 127.0.0.1:{DEFAULT_PORT}, "
-            f"or jax-multihost-0.jax-multihost:{DEFAULT_PORT} on GKE)."
+            f"[::1]:{DEFAULT_PORT} for IPv6, or jax-multihost-0.jax-multihost:{DEFAULT_PORT} on GKE)."
+        )
+    if host.startswith("[") and host.endswith("]"):
+        inner = host[1:-1]
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise DistributedSetupError(
+                f"Coordinator address {address!r}: brackets are for IPv6 addresses, and {inner!r} is not one. "
+                f"Write an IPv4 address or a name without brackets ({inner}:{port_text})."
+            ) from None
+        return inner, int(port_text)
+    if ":" in host or "[" in host or "]" in host:
+        bare = host.strip("[]")
+        raise DistributedSetupError(
+            f"Coordinator address {address!r}: an IPv6 address must be written in brackets, "
+            f"[{bare}]:{port_text}, so that the port cannot be mistaken for part of the address."
         )
     return host, int(port_text)
+
+
+def format_coordinator_address(host: str, port: int) -> str:
+    """``host:port`` for a coordinator, with an IPv6 address in brackets (``[::1]:8476``).
+
+    ``host`` may come with or without brackets.
+
+    Raises:
+        DistributedSetupError: the result is not a valid coordinator address
+            (:func:`check_coordinator_address`).
+    """
+    bare = str(host).strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    try:
+        is_v6 = isinstance(ipaddress.ip_address(bare), ipaddress.IPv6Address)
+    except ValueError:
+        is_v6 = False
+    address = f"[{bare}]:{port}" if is_v6 else f"{bare}:{port}"
+    check_coordinator_address(address)
+    return address
 
 
 def _int_env(name: str, env: dict[str, str]) -> int | None:
@@ -331,18 +333,23 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def global_mesh(axis: str = AXIS):
+def global_mesh(axis: str = AXIS, backend: str | None = None):
     """A 1-D mesh over every device of every process, in process order.
 
-    ``jax.devices()`` lists all processes' devices (not only this process's
-    ``jax.local_devices()``), sorted so that each process's devices are
-    neighbours; along ``axis`` process 0 then owns the first block of every
-    batch, process 1 the next, and so on.
+    ``jax.devices(backend)`` lists all processes' devices (not only this
+    process's ``jax.local_devices()``), sorted so that each process's devices
+    are neighbours; along ``axis`` process 0 then owns the first block of
+    every batch, process 1 the next, and so on.
+
+    Args:
+        axis: the mesh's one axis name.
+        backend: ``"cpu"``, ``"gpu"``, ... (None: JAX's default backend, the
+            GPU where there is one).
     """
     import jax
     from jax.sharding import Mesh
 
-    devs = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devs = sorted(jax.devices(backend), key=lambda d: (d.process_index, d.id))
     return Mesh(np.array(devs), (axis,))
 
 
@@ -616,374 +623,6 @@ def single_process_reference(
 
 
 # ---------------------------------------------------------------------------
-# The local launcher
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class LaunchResult:
-    """A finished local multi-process run.
-
-    Attributes:
-        wall_s: seconds from starting the first process to the end of the last.
-        n_processes: processes launched; devices_per_process: simulated CPU
-            devices in each.
-        summary: process 0's ``result.json`` (see :func:`train_worker`).
-        params: process 0's final parameters, float32 host arrays.
-        first_moment: process 0's AdamW first moment after step 1, ``(1 -
-            b1) x`` the first gradient (host arrays, shaped like ``params``).
-        stdout, stderr: each process's output, by process id.
-        env: the ``DPCOURSE_*`` variables each process was given, by process id.
-        port: the coordinator's port.
-    """
-
-    wall_s: float
-    n_processes: int
-    devices_per_process: int
-    summary: dict
-    params: dict[str, np.ndarray]
-    first_moment: dict[str, np.ndarray] = field(default_factory=dict)
-    stdout: dict[int, str] = field(default_factory=dict)
-    stderr: dict[int, str] = field(default_factory=dict)
-    env: dict[int, dict[str, str]] = field(default_factory=dict)
-    port: int = 0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Raise :class:`CoordinatorPortInUse` when ``host:port`` cannot be bound.
-
-    Binds with ``SO_REUSEADDR``, as the coordinator's gRPC server does, so a
-    port left in TIME_WAIT by an earlier run counts as free.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            raise CoordinatorPortInUse(
-                f"Coordinator port {port} on {host} is already in use ({err.strerror}). Pass another port, "
-                "or port=None to let the launcher pick a free one."
-            ) from None
-
-
-def _strip_cpu_count_flag(flags: str) -> str:
-    return " ".join(t for t in flags.split() if not t.startswith(_devices.CPU_COUNT_FLAG + "="))
-
-
-def worker_env(
-    process_id: int, num_processes: int, coordinator: str, init_timeout_s: int, base: dict[str, str] | None = None
-) -> dict[str, str]:
-    """The environment of one local worker process.
-
-    The ``DPCOURSE_*`` variables of the module docstring, the coordinator
-    kept on loopback, JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
-    a GPU workstation they would otherwise all claim the same GPUs), and no
-    CPU device count inherited from this process's ``XLA_FLAGS`` (each
-    worker sets its own).
-    """
-    env = dict(os.environ if base is None else base)
-    env.update(
-        {
-            COORDINATOR_ENV: coordinator,
-            NUM_PROCESSES_ENV: str(num_processes),
-            PROCESS_ID_ENV: str(process_id),
-            INIT_TIMEOUT_ENV: str(init_timeout_s),
-            JAX_BIND_ENV: coordinator,
-            "JAX_PLATFORMS": "cpu",
-            # JAX's preemption service catches SIGTERM (so that a preempted job can
-            # checkpoint first); local workers have nothing to save, and SIGTERM
-            # must end them at once.
-            "JAX_ENABLE_PREEMPTION_SERVICE": "false",
-            "PYTHONUNBUFFERED": "1",
-            "XLA_FLAGS": _strip_cpu_count_flag(env.get("XLA_FLAGS", "")),
-        }
-    )
-    env.pop("JAX_NUM_CPU_DEVICES", None)
-    env.pop("DPCOURSE_RESULTS", None)  # workers never record into the notebook's results
-    return env
-
-
-def output_tail(text: str, lines: int = 15) -> str:
-    """The last ``lines`` informative lines of a worker's output.
-
-    Drops the addresses of absl's stack dumps and gloo's connection notices
-    (``[Gloo] Rank 3 is connected to 7 peer ranks``).
-    """
-    kept = [
-        line
-        for line in text.splitlines()
-        if line.strip() and not _STACK_LINE.match(line) and not line.startswith("[Gloo]")
-    ]
-    return "\n".join(kept[-lines:])
-
-
-def _diagnose(
-    stderr: str,
-    exit_code: int,
-    process_id: int,
-    launched: Sequence[int],
-    num_processes: int,
-    coordinator: str,
-    init_timeout_s: int,
-) -> str:
-    """A sentence on the likely cause of a worker's failure."""
-    n_launched = len(launched)
-    # When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
-    # server", but now and then crashes (SIGSEGV) right after logging "Failed
-    # to add port to server": look for both.
-    if any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse")):
-        return (
-            f"The coordinator could not listen on {coordinator}: the port is already in use. "
-            "Pass another port, or port=None to pick a free one."
-        )
-    if "DEADLINE_EXCEEDED" in stderr and ("RegisterTask" in stderr or "Barrier" in stderr):
-        if 0 not in launched:
-            return (
-                f"The coordinator at {coordinator} could not be reached within {init_timeout_s} s: process 0, "
-                "which runs it, was not launched, so nothing listens there. On real hosts: check the "
-                "address, that process 0 started, and that the port is open between the hosts."
-            )
-        if n_launched < num_processes:
-            return (
-                f"num_processes={num_processes}, but only {n_launched} process(es) were launched: the "
-                f"coordinator waits for all {num_processes} to join and gave up after "
-                f"{init_timeout_s} s. Launch as many processes as num_processes says."
-            )
-        return (
-            f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
-            f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
-            "started, that the address is right and reachable, and that every process was launched."
-        )
-    if "stopped sending heartbeats" in stderr:
-        return (
-            f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
-            "(it died); look for the first process that failed."
-        )
-    if "injected failure" in stderr:
-        return f"Process {process_id} was told to fail (fail_process={process_id})."
-    if "does not divide evenly" in stderr:
-        return "The global batch does not divide by the global device count (see the error above)."
-    if exit_code < 0:
-        name = signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else str(-exit_code)
-        return f"Process {process_id} was ended by signal {name} (a crash, or the machine ran out of memory)."
-    return f"Process {process_id} raised an error (its stderr is below)."
-
-
-def _end_all(procs: dict[int, subprocess.Popen], grace_s: float = 3.0) -> None:
-    """End every process still running: SIGTERM to its process group, then SIGKILL."""
-    running = [p for p in procs.values() if p.poll() is None]
-    for proc in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # each worker leads its own group
-    deadline = time.monotonic() + grace_s
-    for proc in running:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def launch_local(
-    n_processes: int = 2,
-    devices_per_process: int = 4,
-    *,
-    profile: str | None = None,
-    steps: int = 3,
-    data_source: str | None = None,
-    global_batch: int | None = None,
-    num_processes: int | None = None,
-    port: int | None = None,
-    host: str = "127.0.0.1",
-    timeout_s: float = 120.0,
-    init_timeout_s: int = 20,
-    fail_process: int | None = None,
-    process_ids: Sequence[int] | None = None,
-    check_port: bool = True,
-) -> LaunchResult:
-    """Run :func:`train_worker` as ``n_processes`` local processes x ``devices_per_process`` CPU devices.
-
-    Each process is ``python -m dpcourse.distributed worker`` with its own
-    ``DPCOURSE_*`` environment (:func:`worker_env`); process 0 runs the
-    coordinator on ``host:port``; collectives between processes use gloo.
-    Whatever happens (a worker fails, the time limit passes, an interrupt),
-    every process started here is ended before this function returns or
-    raises: SIGTERM to its process group, SIGKILL 3 s later.
-
-    Args:
-        n_processes: processes to start (>= 1).
-        devices_per_process: simulated CPU devices in each (>= 1).
-        profile: config profile of the workers (None: ``$DPCOURSE_PROFILE``/automatic).
-        steps: training steps.
-        data_source: ``"real"``, ``"synthetic"`` or ``"auto"``; pass the source
-            of the run you will compare with, so both use the same data.
-        global_batch: examples per step over all devices (default:
-            ``per_device_batch x n_processes x devices_per_process``).
-        num_processes: the process count the workers are told (default
-            ``n_processes``; another value shows what a mismatch does).
-        port: coordinator port (None: a free one).
-        host: address of the coordinator (loopback for local runs).
-        timeout_s: limit for the whole run, in seconds.
-        init_timeout_s: how long each worker waits for the coordinator and the
-            others to join (``initialization_timeout``); below ``timeout_s``.
-        fail_process: make this process exit with an error right after it
-            joined (to see how failures are handled).
-        process_ids: ids of the processes to start (default ``0 ..
-            n_processes - 1``); leaving out 0 shows an unreachable coordinator.
-        check_port: check that the port is free before launching.
-
-    Returns:
-        A :class:`LaunchResult`.
-
-    Raises:
-        ValueError: counts < 1, ``init_timeout_s`` >= ``timeout_s``, process ids
-            outside ``0 .. num_processes - 1`` or repeated, or a global
-            batch that does not divide by ``n_processes x devices_per_process``
-            (checked before anything starts).
-        CoordinatorPortInUse: ``port`` is taken (checked before anything starts).
-        WorkerFailed: a worker exited with an error; the message names it,
-            gives the likely cause and the tail of its stderr.
-        LaunchTimeout: the run did not finish within ``timeout_s``.
-    """
-    if n_processes < 1 or devices_per_process < 1:
-        raise ValueError(
-            f"Need n_processes >= 1 and devices_per_process >= 1, got {n_processes} and {devices_per_process}."
-        )
-    num_processes = n_processes if num_processes is None else num_processes
-    launched = list(range(n_processes)) if process_ids is None else [int(i) for i in process_ids]
-    if len(set(launched)) != len(launched) or not launched or not all(0 <= i < num_processes for i in launched):
-        raise ValueError(
-            f"process_ids {launched} must be distinct ids in 0..{num_processes - 1} (num_processes={num_processes})."
-        )
-    if init_timeout_s >= timeout_s:
-        raise ValueError(
-            f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "
-            "worker waiting for the others gives up before the launcher does."
-        )
-    if global_batch is not None:
-        check_global_batch(global_batch, n_processes * devices_per_process)
-    if port is None:
-        port = free_port(host)
-    elif check_port:
-        check_port_free(host, port)
-    coordinator = f"{host}:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "dpcourse.distributed",
-        "worker",
-        "--steps",
-        str(steps),
-        "--cpu-devices",
-        str(devices_per_process),
-    ]
-    for flag, value in (
-        ("--profile", profile),
-        ("--data-source", data_source),
-        ("--global-batch", global_batch),
-        ("--fail-process", fail_process),
-    ):
-        if value is not None:
-            command += [flag, str(value)]
-
-    procs: dict[int, subprocess.Popen] = {}
-    envs: dict[int, dict[str, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
-        folder = Path(tmp)
-        # Closed in the `finally` below, after the workers are gone.
-        logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
-        start = time.monotonic()
-        failed: tuple[int, int] | None = None
-        timed_out = False
-        try:
-            for i in launched:
-                env = worker_env(i, num_processes, coordinator, init_timeout_s)
-                envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
-                out, err = logs[i]
-                procs[i] = subprocess.Popen(
-                    command + ["--out", str(folder / "out")],
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            while True:
-                codes = {i: p.poll() for i, p in procs.items()}
-                bad = [(i, c) for i, c in codes.items() if c not in (None, 0)]
-                if bad:
-                    failed = bad[0]
-                    break
-                if all(c == 0 for c in codes.values()):
-                    break
-                if time.monotonic() - start > timeout_s:
-                    timed_out = True
-                    break
-                time.sleep(0.05)
-        finally:
-            _end_all(procs)
-            wall_s = time.monotonic() - start
-            texts = {}
-            for i, (out, err) in logs.items():
-                out.seek(0)
-                err.seek(0)
-                texts[i] = (out.read(), err.read())
-                out.close()
-                err.close()
-        exit_codes = {i: p.returncode for i, p in procs.items()}
-        pids = {i: p.pid for i, p in procs.items()}
-        tails = {i: output_tail(texts[i][1]) for i in texts}
-        details = dict(exit_codes=exit_codes, pids=pids, stderr_tails=tails, wall_s=wall_s)
-        if failed is not None:
-            i, code = failed
-            cause = _diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)
-            raise WorkerFailed(
-                f"Worker process {i} of {num_processes} failed (exit status {code}) after {wall_s:.1f} s. {cause} "
-                f"Every process was ended (exit statuses {exit_codes}).\n--- stderr of process {i} (last lines) ---\n"
-                f"{tails[i] or '(empty)'}",
-                process_id=i,
-                **details,
-            )
-        if timed_out:
-            raise LaunchTimeout(
-                f"The {len(launched)} worker processes did not finish within {timeout_s:.0f} s; every process was "
-                f"ended (exit statuses {exit_codes}). Raise timeout_s for a larger profile, or read the stderr "
-                f"below.\n" + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
-                **details,
-            )
-        result_file = folder / "out" / "result.json"
-        if not result_file.exists():
-            raise WorkerFailed(
-                f"Process 0 exited cleanly but wrote no result.json.\n{tails.get(0, '')}", process_id=0, **details
-            )
-        summary = json.loads(result_file.read_text())
-        with np.load(folder / "out" / "params.npz") as npz:
-            params = {k: np.array(npz[k]) for k in npz.files}
-        with np.load(folder / "out" / "first_moment.npz") as npz:
-            first_moment = {k: np.array(npz[k]) for k in npz.files}
-    return LaunchResult(
-        wall_s=wall_s,
-        n_processes=len(launched),
-        devices_per_process=devices_per_process,
-        summary=summary,
-        params=params,
-        first_moment=first_moment,
-        stdout={i: t[0] for i, t in texts.items()},
-        stderr={i: t[1] for i, t in texts.items()},
-        env=envs,
-        port=port,
-    )
-
-
-# ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
 
@@ -1021,95 +660,52 @@ def _worker_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_main(args: argparse.Namespace) -> int:
-    n_devices = args.processes * args.devices_per_process
-    result = launch_local(
-        args.processes,
-        args.devices_per_process,
-        profile=args.profile,
-        steps=args.steps,
-        data_source=args.data_source,
-        global_batch=args.global_batch,
-        port=args.port,
-        timeout_s=args.timeout_s,
-        init_timeout_s=args.init_timeout_s,
-    )
-    print(output_tail(result.stdout[0]))
-    print(f"wall time of the {args.processes}-process run: {result.wall_s:.1f} s")
-    if args.compare:
-        _devices.setup_devices(n_devices)
-        import jax
-
-        have = len(jax.devices("cpu"))
-        if have < n_devices:
-            print(
-                f"error: --compare needs {n_devices} CPU devices in this process for the single-process "
-                f"reference, but JAX has {have} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} wins). "
-                "Unset the device count in XLA_FLAGS or raise it.",
-                file=sys.stderr,
-            )
-            return 2
-        reference, _, first_moment = single_process_reference(
-            args.profile, args.steps, jax.devices("cpu")[:n_devices], result.summary["data_source"], args.global_batch
-        )
-        print(
-            f"max |param diff| vs one process with {n_devices} devices: "
-            f"{max_abs_diff(reference, result.params):.3g}; first-step gradients, relative: "
-            f"{relative_diff(first_moment, result.first_moment):.3g}"
-        )
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dpcourse.distributed {worker,launch} ...``."""
-    parser = argparse.ArgumentParser(prog="python -m dpcourse.distributed", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--profile", choices=_config.profile_names() + ["auto"], default=None)
-    common.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    common.add_argument(
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a training run, shared by the worker and the launcher's command lines."""
+    parser.add_argument("--profile", choices=_config.profile_names() + ["auto"], default=None)
+    parser.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    parser.add_argument(
         "--data-source",
         choices=["auto", "real", "synthetic"],
         default=None,
         help=f"default: ${_data.DATA_ENV}, else auto",
     )
-    common.add_argument(
+    parser.add_argument(
         "--global-batch",
         type=int,
         default=None,
         help="examples per step over all devices (default: per-device batch x devices)",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpcourse.distributed worker ...``; ``launch ...`` hands over to ``python -m dpcourse.launcher``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"]:
+        # The launcher has its own module (it imports this one, never the
+        # reverse); the old command keeps working by handing over to it.
+        os.execv(sys.executable, [sys.executable, "-m", "dpcourse.launcher", *argv[1:]])
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.distributed", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser(
         "worker",
-        parents=[common],
         help=f"one process of a run; reads {COORDINATOR_ENV}, {NUM_PROCESSES_ENV}, {PROCESS_ID_ENV} unless given",
     )
-    worker.add_argument("--coordinator", default=None, help="host:port of process 0")
+    add_run_options(worker)
+    worker.add_argument("--coordinator", default=None, help="host:port of process 0 ([::1]:port for IPv6)")
     worker.add_argument("--num-processes", type=int, default=None)
     worker.add_argument("--process-id", type=int, default=None)
     worker.add_argument("--init-timeout-s", type=int, default=None)
     worker.add_argument("--cpu-devices", type=int, default=None, help="simulated CPU devices in this process")
     worker.add_argument("--out", default=None, help="folder for process 0's result.json and params.npz")
     worker.add_argument("--fail-process", type=int, default=None, help=argparse.SUPPRESS)
-    worker.set_defaults(func=_worker_main)
-    launch = sub.add_parser("launch", parents=[common], help="run N local worker processes on 127.0.0.1")
-    launch.add_argument("--processes", type=int, default=2)
-    launch.add_argument("--devices-per-process", type=int, default=4)
-    launch.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
-    launch.add_argument("--timeout-s", type=float, default=120.0)
-    launch.add_argument("--init-timeout-s", type=int, default=20)
-    launch.add_argument(
-        "--compare",
-        action="store_true",
-        help="also train in this process on the same number of devices and print the difference",
-    )
-    launch.set_defaults(func=_launch_main)
+    sub.add_parser("launch", help="run N local worker processes: see python -m dpcourse.launcher --help")
     args = parser.parse_args(argv)
     if args.profile == "auto":
         args.profile = None
     try:
-        return args.func(args)
-    except (LaunchError, DistributedSetupError, ValueError) as err:
+        return _worker_main(args)
+    except (DistributedSetupError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

@@ -44,7 +44,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import config, costs, data, distributed, model, results, train
+from dpcourse import config, costs, data, distributed, launcher, model, results, train
 from dpcourse import display as show
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
@@ -135,14 +135,14 @@ show.show_source(distributed.train_worker)
 # %% [markdown]
 # ## 3. Launch 2 processes x 4 devices on this machine
 #
-# `launch_local` starts `python -m dpcourse.distributed worker` once per
+# `launcher.launch_local` (the module `dpcourse.launcher`) starts `python -m dpcourse.distributed worker` once per
 # process, each with its own environment, the coordinator on a free port of
 # 127.0.0.1, and 4 simulated CPU devices. It waits at most
 # `LAUNCH_TIMEOUT_S`; if one process fails, or time runs out, it ends
 # **every** process it started and says which one failed and why.
 
 # %%
-run = distributed.launch_local(
+run = launcher.launch_local(
     N_PROCESSES,
     DEVICES_PER_PROCESS,
     profile=cfg.profile,
@@ -167,7 +167,7 @@ display(
     )
 )
 for i in sorted(run.stdout):
-    printed = distributed.output_tail(run.stdout[i]) or "(nothing: only process 0 prints results)"
+    printed = launcher.output_tail(run.stdout[i]) or "(nothing: only process 0 prints results)"
     print(f"--- process {i} printed ---\n{printed}")
 print(
     f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.wall_s:.1f} s; "
@@ -256,7 +256,7 @@ assert grad_rel_diff < train.GRAD_REL_TOL, grad_rel_diff
 
 # %%
 try:
-    distributed.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, global_batch=global_batch - 4)
+    launcher.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, global_batch=global_batch - 4)
     raise AssertionError("an indivisible global batch should be refused")
 except ValueError as err:
     print("ValueError:", err)
@@ -268,7 +268,7 @@ except ValueError as err:
 
 # %%
 try:
-    distributed.launch_local(
+    launcher.launch_local(
         N_PROCESSES,
         DEVICES_PER_PROCESS,
         profile=cfg.profile,
@@ -277,7 +277,7 @@ try:
         timeout_s=LAUNCH_TIMEOUT_S,
     )
     raise AssertionError("the run should fail")
-except distributed.WorkerFailed as err:
+except launcher.WorkerFailed as err:
     print(f"{type(err).__name__}: {err}")
     assert err.process_id == 1 and all(code is not None for code in err.exit_codes.values())
 
@@ -290,7 +290,7 @@ except distributed.WorkerFailed as err:
 
 # %%
 try:
-    distributed.launch_local(
+    launcher.launch_local(
         N_PROCESSES,
         DEVICES_PER_PROCESS,
         profile=cfg.profile,
@@ -300,7 +300,7 @@ try:
         timeout_s=LAUNCH_TIMEOUT_S,
     )
     raise AssertionError("the run should fail")
-except distributed.WorkerFailed as err:
+except launcher.WorkerFailed as err:
     print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
 
 # %%

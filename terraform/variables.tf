@@ -83,7 +83,7 @@ variable "gpu_node_count" {
 }
 
 variable "gpu_driver_version" {
-  description = "NVIDIA driver that GKE installs on the GPU nodes: DEFAULT (GKE's default for the node version) or LATEST. The course's jax[cuda12] wheels need driver 525 or newer, which both provide."
+  description = "NVIDIA driver that GKE installs on the GPU nodes: DEFAULT (GKE's default for the node version) or LATEST. The course's jax[cuda12] wheels need driver 525 or newer, which both provide. Changing it on a running cluster replaces the node pool (ForceNew): the lab pod goes and must be re-applied (kubectl apply -f deploy/jupyter.yaml)."
   type        = string
   default     = "DEFAULT"
 

@@ -92,7 +92,7 @@ def test_four_gpus_in_a_manifest_against_the_two_gpu_pool_is_caught(tmp_path, tf
 
 
 def test_four_gpu_variant_edited_on_both_sides_is_consistent(tmp_path, pins):
-    """The README's 4-GPU recipe: g2-standard-48, gpu_count = 4, 4 GPUs in both manifests."""
+    """The GKE guide's 4-GPU recipe (docs/gke.md): g2-standard-48, gpu_count = 4, 4 GPUs in both manifests."""
     workdir = tmp_path / "terraform"
     shutil.copytree(TERRAFORM_DIR, workdir, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
     variables = workdir / "variables.tf"
