@@ -5,6 +5,8 @@
 #   infra-install  requirements-infra.txt (python-hcl2, kubernetes-validate,
 #                  yamllint, PyYAML) into $(VENV)
 #   infra-test     checkov in its own venv, then pytest tests/infra
+#   preflight      before terraform apply: the GPU quotas (through gcloud)
+#                  against what terraform/terraform.tfvars asks for
 #
 # checkov gets its own virtual environment ($(CHECKOV_VENV)): its dependency
 # bc-python-hcl2 installs a top-level `hcl2` module that would shadow
@@ -18,7 +20,7 @@ CHECKOV := $(CHECKOV_VENV)/bin/checkov
 # --skip-download: offline (no external checks or guidelines fetched).
 CHECKOV_FLAGS := --skip-download --compact --quiet
 
-.PHONY: infra-install infra-test
+.PHONY: infra-install infra-test preflight
 
 # The main Makefile defines PY and the rule that makes $(VENV); on its own,
 # this file makes the environment itself.
@@ -46,3 +48,9 @@ infra-test: infra-install $(CHECKOV_VENV)/.installed
 	$(CHECKOV) --directory terraform --framework terraform secrets $(CHECKOV_FLAGS)
 	$(CHECKOV) --directory deploy --framework kubernetes secrets $(CHECKOV_FLAGS)
 	CHECKOV=$(CHECKOV) $(INFRA_PY) -m pytest tests/infra --confcutdir=tests/infra
+
+# Before `terraform apply`: NVIDIA_L4_GPUS in the region and GPUS_ALL_REGIONS
+# in the project against gpu_node_count x gpu_count (tools/preflight.py).
+TFVARS ?= terraform/terraform.tfvars
+preflight: infra-install
+	$(INFRA_PY) tools/preflight.py $(TFVARS)
