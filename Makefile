@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine with Python 3.11+ and make:
 #   make course   set up .venv, install the pinned requirements, run the course headlessly
 #   make test     the same set-up plus the test requirements, then every test
-# Other targets: lab (JupyterLab), sync (re-pair notebooks), clean.
+# Other targets: lab (JupyterLab), sync (re-pair notebooks), clean, lint,
+# workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
 
 PYTHON ?= python3
 VENV ?= .venv
