@@ -214,7 +214,7 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
         raise DistributedSetupError(
             f"{', '.join(missing)} not set. Every process needs {COORDINATOR_ENV}=host:port of process 0, "
             f"{NUM_PROCESSES_ENV}=N and {PROCESS_ID_ENV}=0..N-1 (or pass them to initialize()). "
-            "Locally, launch_local() sets them; on GKE, deploy/multihost.yaml does."
+            "Locally, dpcourse.launcher.launch_local() sets them; on GKE, deploy/multihost.yaml does."
         )
     timeout = _int_env(INIT_TIMEOUT_ENV, env)
     return DistributedSpec(
