@@ -237,9 +237,7 @@ display(
         caption=f"Timed psum over {lesson.devices.label} (median of 3 x 8 chained all-reduces)",
     )
 )
-print(
-    f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
-)
+print(f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s.")
 if lesson.devices.simulated:
     print("Simulated devices: the 'link' is a copy through this host's memory; no datasheet link to compare.")
 elif peak is not None:
