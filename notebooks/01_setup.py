@@ -197,9 +197,12 @@ results.set_context(
     device_kind=report.device_kind,
     device_count=report.device_count,
 )
-results.record("device_count", report.device_count, "devices")
-results.record("cpu_device_count", report.cpu_device_count, "devices")
-results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices")
+for metric, count in (
+    ("device_count", report.device_count),
+    ("cpu_device_count", report.cpu_device_count),
+    ("lesson_device_count", 0 if lesson is None else lesson.count),
+):
+    results.record(metric, count, "devices")
 
 # %% [markdown]
 # ## 5. Compile once: the persistent compilation cache
@@ -213,6 +216,7 @@ results.record("lesson_device_count", 0 if lesson is None else lesson.count, "de
 # `JAX_COMPILATION_CACHE_DIR=~/.cache/jax make lab`. Here, a scratch folder:
 
 # %%
+import shutil
 import tempfile
 
 import jax
@@ -227,6 +231,7 @@ print(f"{len(entries)} compiled program(s) stored in {cache_dir}:", *entries[:3]
 assert entries, "the persistent cache stored nothing"
 jax.config.update("jax_compilation_cache_dir", None)  # back to no cache for the rest of this kernel
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+shutil.rmtree(cache_dir)
 
 # %% [markdown]
 # ## What you learned
