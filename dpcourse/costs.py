@@ -376,7 +376,7 @@ def judge_fit(n_points: int, worst_error: float, threshold: float = 0.10) -> str
 
 @dataclass(frozen=True)
 class Scaling:
-    """One device vs N devices at the same per-device batch (weak scaling, notebook 07).
+    """One device vs N devices (notebook 07 runs both at the same global batch).
 
     Attributes:
         n_devices: N.

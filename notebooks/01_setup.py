@@ -140,7 +140,7 @@ except devices.DeviceSetupError as err:
 # GPU memory JAX's allocator may take) are also read only at start.
 # (`XLA_CLIENT_MEM_FRACTION` is the current name; the older
 # `XLA_PYTHON_CLIENT_MEM_FRACTION` is deprecated: jaxlib 0.10.2 reads the
-# new name first and refuses to start when both are set.) Changing one now
+# new name first and refuses to start the GPU backend when both are set.) Changing one now
 # changes nothing, silently; `settings_changed_after_start` notices. Here we
 # change one on purpose, look, and put it back.
 

@@ -20,7 +20,8 @@
 # devices.
 #
 # **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
-# about 10 seconds; `cpu` 35 to 55 seconds.
+# about 10 seconds; `cpu` 35 to 55 seconds on an otherwise idle machine (the
+# all-reduce measurement of section 3 adds 1 to 3 seconds of that).
 # `full`: not yet measured on a GPU (none was available when this was
 # written); a GPU run's `results.json` records it.
 
