@@ -13,6 +13,7 @@ compare against the FP32 peak instead.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from dpcourse.config import Config
@@ -56,8 +57,15 @@ class DevicePeak:
 
 # Datasheet values are quoted "with sparsity" for TF32/BF16; the dense
 # figures are half of those. PCIe Gen4 x16: about 32 GB/s each way (PCI-SIG
-# 16 GT/s x 16 lanes, 128b/130b encoding). NVLink4 (H100/H200 SXM): 900 GB/s
-# in total, 450 GB/s each way; NVLink3 (A100 SXM): 600 GB/s total, 300 each way.
+# 16 GT/s x 16 lanes, 128b/130b encoding); Gen5 twice that. NVLink4
+# (H100/H200 SXM): 900 GB/s in total, 450 GB/s each way; NVLink3 (A100 SXM):
+# 600 GB/s total, 300 each way. A PCIe card's optional NVLink bridge joins
+# pairs of cards only, so the PCIe entries quote the PCIe link.
+#
+# Each entry: (key, tokens that must all appear in the device kind, peak).
+# The kind is split into tokens at every non-alphanumeric character, so
+# "A100" matches "NVIDIA A100-SXM4-80GB" but not "RTX A1000", and "L4" does
+# not match "L40S". The first matching entry wins: PCIe entries come first.
 PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
     (
         "l4",
@@ -69,20 +77,36 @@ PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
             121 * TFLOP,
             "PCIe Gen4 x16",
             32 * GB,
-            "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 120*, BF16 242* TFLOPS (*with sparsity)",
+            "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 120*, BF16 242* TFLOPS (*with sparsity); "
+            "no NVLink: PCIe Gen4 x16, 32 GB/s each way",
+        ),
+    ),
+    (
+        "a100-pcie",
+        ("A100", "PCIE"),
+        DevicePeak(
+            "NVIDIA A100 PCIe",
+            19.5 * TFLOP,
+            156 * TFLOP,
+            312 * TFLOP,
+            "PCIe Gen4 x16",
+            32 * GB,
+            "NVIDIA A100 Tensor Core GPU datasheet, PCIe columns (40GB, 80GB): FP32 19.5, TF32 156 (312*), "
+            "BF16 312 (624*) TFLOPS; link PCIe Gen4 x16, 32 GB/s each way (PCI-SIG 16 GT/s x 16, 128b/130b)",
         ),
     ),
     (
         "a100",
         ("A100",),
         DevicePeak(
-            "NVIDIA A100",
+            "NVIDIA A100 SXM",
             19.5 * TFLOP,
             156 * TFLOP,
             312 * TFLOP,
             "NVLink3 (SXM)",
             300 * GB,
-            "NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5, TF32 156 (312*), BF16 312 (624*) TFLOPS",
+            "NVIDIA A100 Tensor Core GPU datasheet, SXM columns: FP32 19.5, TF32 156 (312*), BF16 312 (624*) "
+            "TFLOPS; NVLink3 600 GB/s in total, 300 GB/s each way",
         ),
     ),
     (
@@ -95,7 +119,8 @@ PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
             756 * TFLOP,
             "PCIe Gen5 x16",
             64 * GB,
-            "NVIDIA H100 Tensor Core GPU datasheet, PCIe column: FP32 51, TF32 756*, BF16 1,513* TFLOPS",
+            "NVIDIA H100 Tensor Core GPU datasheet, PCIe column: FP32 51, TF32 756*, BF16 1,513* TFLOPS; "
+            "link PCIe Gen5 x16, 64 GB/s each way (PCI-SIG 32 GT/s x 16)",
         ),
     ),
     (
@@ -108,7 +133,8 @@ PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
             989 * TFLOP,
             "NVLink4",
             450 * GB,
-            "NVIDIA H100 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS",
+            "NVIDIA H100 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS; "
+            "NVLink4 900 GB/s in total, 450 GB/s each way",
         ),
     ),
     (
@@ -121,7 +147,8 @@ PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
             989 * TFLOP,
             "NVLink4",
             450 * GB,
-            "NVIDIA H200 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS",
+            "NVIDIA H200 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS; "
+            "NVLink4 900 GB/s in total, 450 GB/s each way",
         ),
     ),
 )
@@ -130,15 +157,18 @@ PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
 def find_peak(device_kind: str) -> DevicePeak | None:
     """The :class:`DevicePeak` for a JAX ``device.device_kind``, or None.
 
-    Matching is by product name in the kind string (``"NVIDIA L4"``,
-    ``"NVIDIA H100 80GB HBM3"``, ...). NVL variants and every CPU return
-    None: no MFU is computed for them rather than an invented peak.
+    Matching is by whole tokens of the kind string (``"NVIDIA L4"``,
+    ``"NVIDIA H100 80GB HBM3"``, ``"NVIDIA A100-PCIE-40GB"``, ``"NVIDIA A100
+    80GB PCIe"``, ...), case-insensitive: a PCIe part gets its PCIe link, an
+    SXM part its NVLink. NVL variants, unlisted GPUs (L40S, GH200, RTX
+    cards) and every CPU return None: no MFU or link time is computed for
+    them rather than an invented peak.
     """
-    kind = device_kind.upper()
-    if "NVL" in kind:
+    tokens = set(re.split(r"[^0-9A-Z]+", device_kind.upper()))
+    if "NVL" in tokens:
         return None
     for _, needles, peak in PEAKS:
-        if all(n.upper() in kind for n in needles):
+        if all(n.upper() in tokens for n in needles):
             return peak
     return None
 
@@ -153,18 +183,32 @@ def train_flops_per_step(cfg: Config, global_batch: int) -> float:
     return float(train_flops_per_example(cfg)) * global_batch
 
 
-def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float) -> float:
-    """Time of a bandwidth-bound ring all-reduce: ``2 (N - 1) / N x bytes / bandwidth``.
+def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Time of a ring all-reduce: ``2 (N - 1) x latency + 2 (N - 1) / N x bytes / bandwidth``.
 
-    Each device sends and receives ``2 (N - 1) / N`` times the buffer
-    (reduce-scatter then all-gather); latency terms are left out.
+    Each device sends and receives ``2 (N - 1) / N`` times the buffer in
+    ``2 (N - 1)`` steps (reduce-scatter then all-gather); each step also
+    pays a fixed ``latency_s`` (launch and synchronisation). With the
+    default ``latency_s=0`` this is the bandwidth term alone, a lower bound.
+    For a 7.45 MB gradient over NVLink4 (450 GB/s) the bandwidth term of 8
+    GPUs is 29 us, while its 14 ring steps at an illustrative 2 us each
+    would add 28 us: the same order. Measure both terms with
+    :mod:`dpcourse.linkbench` rather than assuming them.
+
+    Args:
+        n_bytes: bytes of the buffer reduced (the gradient), per device.
+        link_bytes_per_s: one-direction bandwidth of each device's link.
+        latency_s: fixed time per ring step, seconds (>= 0).
 
     Raises:
-        ValueError: ``n_devices`` < 1 or a bandwidth <= 0.
+        ValueError: ``n_devices`` < 1, a bandwidth <= 0 or a negative latency.
     """
-    if n_devices < 1 or link_bytes_per_s <= 0:
-        raise ValueError(f"Need n_devices >= 1 and bandwidth > 0, got {n_devices} and {link_bytes_per_s}.")
-    return 2.0 * (n_devices - 1) / n_devices * n_bytes / link_bytes_per_s
+    if n_devices < 1 or link_bytes_per_s <= 0 or latency_s < 0:
+        raise ValueError(
+            f"Need n_devices >= 1, bandwidth > 0 and latency >= 0, got {n_devices}, {link_bytes_per_s} and {latency_s}."
+        )
+    steps = 2 * (n_devices - 1)
+    return steps * latency_s + steps / n_devices * n_bytes / link_bytes_per_s
 
 
 def achieved_flops_per_s(cfg: Config, global_batch: int, ms_per_step: float) -> float:
@@ -191,8 +235,10 @@ def mfu(
 class Prediction:
     """Predicted data-parallel step on ``n_devices`` (cost model).
 
-    Times in seconds. ``step_s = compute_s + allreduce_s`` (no overlap of
-    communication with compute assumed). ``efficiency = single_step_s /
+    Times in seconds. ``step_s = compute_s + allreduce_s``: no overlap of
+    communication with compute is assumed, so this is an upper bound on the
+    step time (XLA on GPUs can run the all-reduce during the backward pass;
+    a profiler trace shows whether it did). ``efficiency = single_step_s /
     step_s`` at the same per-device batch (weak scaling).
     """
 
@@ -213,6 +259,8 @@ def predict_step(
     per_example_s: float,
     link_bytes_per_s: float | None,
     shared_cores: bool = False,
+    grad_bytes_per_value: int = 4,
+    latency_s: float = 0.0,
 ) -> Prediction:
     """Predict step time from a fitted single-device model plus the all-reduce.
 
@@ -224,12 +272,17 @@ def predict_step(
             out (unknown link, e.g. simulated devices).
         shared_cores: simulated CPU devices share the host's cores, so all
             shards' compute adds up instead of running side by side.
+        grad_bytes_per_value: 4 for float32 gradients, 2 for bfloat16
+            (half the all-reduce bytes).
+        latency_s: fixed time per ring step (see :func:`ring_allreduce_s`).
     """
     examples = per_device_batch * (n_devices if shared_cores else 1)
     compute_s = overhead_s + per_example_s * examples
     allreduce_s = 0.0
     if link_bytes_per_s and n_devices > 1:
-        allreduce_s = ring_allreduce_s(gradient_bytes(cfg), n_devices, link_bytes_per_s)
+        allreduce_s = ring_allreduce_s(
+            gradient_bytes(cfg, grad_bytes_per_value), n_devices, link_bytes_per_s, latency_s
+        )
     step_s = compute_s + allreduce_s
     single_s = overhead_s + per_example_s * per_device_batch
     global_batch = per_device_batch * n_devices
@@ -294,3 +347,86 @@ def fit_overhead_and_per_example(batches: list[int], step_s: list[float]) -> tup
     """``(overhead_s, per_example_s)`` of :func:`fit_step_time` (same rules and errors)."""
     fit = fit_step_time(batches, step_s)
     return fit.overhead_s, fit.per_example_s
+
+
+def judge_fit(n_points: int, worst_error: float, threshold: float = 0.10) -> str:
+    """One sentence on how well a fitted ``overhead + per-example`` line describes its points.
+
+    The line has two parameters, so two points (or fewer) fix it exactly:
+    its error there is zero by construction and says nothing. Only from
+    three points on is the largest relative error a test of the model.
+
+    Args:
+        n_points: measurements the line was fitted to.
+        worst_error: largest relative model error over them (signed fraction).
+        threshold: largest error still called a good description.
+    """
+    if n_points < 3:
+        return (
+            f"Only {n_points} sizes ran: a two-parameter line passes through two points exactly, so its "
+            "error there is 0 by construction and does not test the model. Judge it from 3 or more sizes."
+        )
+    if abs(worst_error) < threshold:
+        return f"Largest model error over {n_points} sizes: {worst_error:+.1%}. The model describes them well."
+    return (
+        f"Largest model error over {n_points} sizes: {worst_error:+.1%}. The model misses some sizes by more "
+        f"than {threshold:.0%}: see the reading below."
+    )
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """One device vs N devices (notebook 07 runs both at the same global batch).
+
+    Attributes:
+        n_devices: N.
+        one_examples_per_s, many_examples_per_s: measured throughputs.
+        per_device_examples_per_s: ``many_examples_per_s / N``.
+        speedup: ``many / one``.
+        efficiency: ``many / (N x one)``; 1.0 is perfect scaling.
+        verdict: "simulated" (simulated CPU devices: no verdict on scaling),
+            "communication-bound" (real devices, N slower than one), or "".
+    """
+
+    n_devices: int
+    one_examples_per_s: float
+    many_examples_per_s: float
+    per_device_examples_per_s: float
+    speedup: float
+    efficiency: float
+    verdict: str
+
+
+def scaling(one_examples_per_s: float, many_examples_per_s: float, n_devices: int, simulated: bool) -> Scaling:
+    """Per-device throughput, speed-up and scaling efficiency of N devices against one.
+
+    ``efficiency = many / (N x one)``. On real devices a throughput below
+    one device's means the step spends more on communication (and
+    synchronisation) than the extra devices add: flagged
+    "communication-bound". Simulated CPU devices share the same cores, so
+    their numbers are flagged "simulated" and never judged.
+
+    Raises:
+        ValueError: ``n_devices`` < 1 or a throughput <= 0.
+    """
+    if n_devices < 1 or one_examples_per_s <= 0 or many_examples_per_s <= 0:
+        raise ValueError(
+            f"Need n_devices >= 1 and positive throughputs, got {n_devices}, {one_examples_per_s}, "
+            f"{many_examples_per_s}."
+        )
+    speedup = many_examples_per_s / one_examples_per_s
+    if simulated:
+        verdict = "simulated"
+    elif n_devices > 1 and speedup < 1.0:
+        verdict = "communication-bound"
+    else:
+        verdict = ""
+    return Scaling(
+        n_devices,
+        one_examples_per_s,
+        many_examples_per_s,
+        many_examples_per_s / n_devices,
+        speedup,
+        speedup / n_devices,
+        verdict,
+    )

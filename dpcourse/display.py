@@ -1,8 +1,10 @@
-"""Tables, banners, bar charts and source listings for the notebooks.
+"""Tables, banners, charts, optional widgets and source listings for the notebooks.
 
 Every notebook uses these; all text put into HTML is escaped. Functions
 return objects that Jupyter renders (``IPython.display.HTML``) and that
-print as plain text in a terminal.
+print as plain text in a terminal. Every chart is shown through
+:func:`show_figure`, as a PNG, so that it appears in the executed notebook
+whatever matplotlib's backend (``MPLBACKEND=Agg`` included).
 """
 
 from __future__ import annotations
@@ -92,10 +94,84 @@ def show_source(obj) -> Html:
     return Html(f"<pre><code>{html.escape(src)}</code></pre>", src)
 
 
-def bar_chart(labels: Sequence[str], values: Sequence[float], ylabel: str, title: str, note: str = ""):
-    """A matplotlib bar chart; returns the figure (shown by Jupyter, saved by the caller).
+_SHOWN = "_dpcourse_shown"
 
-    ``note`` is printed under the axis (e.g. that simulated devices add no compute).
+
+def show_figure(fig) -> None:
+    """Show a matplotlib figure in the notebook as a PNG, once, whatever the backend.
+
+    With the inline backend Jupyter shows open figures at the end of a cell;
+    with a non-interactive one (``MPLBACKEND=Agg``, set by some runners) it
+    shows nothing, and an executed notebook loses its charts. This renders
+    the figure to PNG, displays it with ``IPython.display``, and closes it
+    in pyplot, so the inline backend does not show it a second time (the
+    figure object stays usable, e.g. for ``savefig``). A figure already
+    shown is not shown again. Outside IPython nothing is displayed.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+
+    if not getattr(fig, _SHOWN, False):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+        setattr(fig, _SHOWN, True)
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+
+            if get_ipython() is not None:
+                display(Image(data=buffer.getvalue(), format="png"))
+        except ImportError:  # pragma: no cover - IPython is a course requirement
+            pass
+    plt.close(fig)
+
+
+def figure(fig, name: str):
+    """Save a chart as ``<notebook>_<name>.png`` beside the results (when recording) and show it.
+
+    Returns:
+        The PNG's path, or None when recording is off (see
+        :func:`dpcourse.results.save_figure`).
+    """
+    from dpcourse import results
+
+    path = results.save_figure(fig, name)
+    show_figure(fig)
+    return path
+
+
+def optional_widgets():
+    """``ipywidgets``, or None with a one-line note when it cannot be imported.
+
+    Interactive controls are extras: a lesson without them still runs.
+    """
+    try:
+        import ipywidgets
+    except ImportError as err:
+        note = banner(
+            f"Interactive controls skipped: ipywidgets cannot be imported ({err}). "
+            "Install it (pip install ipywidgets) for the controls; the rest of the lesson runs.",
+            "note",
+        )
+        try:
+            from IPython.display import display
+
+            display(note)
+        except ImportError:  # pragma: no cover
+            print(note)
+        return None
+    return ipywidgets
+
+
+def bar_chart(
+    labels: Sequence[str], values: Sequence[float], ylabel: str, title: str, note: str = "", show: bool = True
+):
+    """A matplotlib bar chart, shown at once (:func:`show_figure`); returns the figure.
+
+    The caller may still save it (``results.save_figure``). ``note`` is
+    printed under the axis (e.g. that simulated devices add no compute);
+    ``show=False`` leaves showing to the caller.
     """
     import matplotlib.pyplot as plt
 
@@ -107,6 +183,8 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], ylabel: str, title
     if note:
         fig.text(0.01, -0.04, note, fontsize=8, ha="left", va="top")
     fig.tight_layout()
+    if show:
+        show_figure(fig)
     return fig
 
 

@@ -175,24 +175,70 @@ def split_for_pmap(x: np.ndarray, n_devices: int) -> np.ndarray:
     return x.reshape((n_devices, per_device) + x.shape[1:])
 
 
+def _is_typed_key(leaf) -> bool:
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _key_error(name: str, shape: tuple, n_devices: int, what: str) -> ValueError:
+    return ValueError(
+        f"pmap key input {name} has shape {shape} ({what}); pmap needs exactly one key per device, "
+        f"shape ({n_devices},) of typed keys. Split one key with jax.random.split(key, {n_devices}) "
+        f"(not a shape such as ({n_devices}, 2), which gives each device several keys)."
+    )
+
+
 def check_pmap_leading_axis(tree, n_devices: int) -> None:
     """Check that every array in ``tree`` has leading axis ``n_devices``.
 
-    ``jax.pmap`` maps over the leading axis, one slice per device.
+    ``jax.pmap`` maps over the leading axis, one slice per device. Typed PRNG
+    key arrays (``jax.random.key``, a key dtype) must be exactly one key per
+    device, shape ``(n_devices,)``: ``jax.random.split(key, (n, 2))`` has the
+    right leading axis yet gives each device two keys, which fails deep
+    inside the mapped function. Legacy raw keys (``jax.random.PRNGKey``,
+    uint32 ``(n_devices, 2)``) look like any other uint32 array here; check
+    them with :func:`check_pmap_keys`.
 
     Raises:
-        ValueError: an array is a scalar or has another leading size; the
-            message gives its shape and the fix.
+        ValueError: an array is a scalar or has another leading size, or a
+            typed key array is not ``(n_devices,)``; the message gives its
+            shape and the fix.
     """
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
-        shape = np.shape(leaf)
+        shape = tuple(np.shape(leaf))
+        name = jax.tree_util.keystr(path) or "argument"
+        if _is_typed_key(leaf):
+            if shape != (n_devices,):
+                raise _key_error(name, shape, n_devices, "typed keys")
+            continue
         if not shape or shape[0] != n_devices:
-            name = jax.tree_util.keystr(path) or "argument"
             raise ValueError(
                 f"pmap input {name} has shape {shape}; its leading axis must be the device "
                 f"count {n_devices}. Reshape a global batch with "
                 f"split_for_pmap(x, {n_devices}) and replicate parameters with replicate()."
             )
+
+
+def check_pmap_keys(keys, n_devices: int) -> None:
+    """Check that ``keys`` holds exactly one PRNG key per device for ``jax.pmap``.
+
+    Accepted: typed keys (``jax.random.key``; the course's style) of shape
+    ``(n_devices,)``, or legacy raw keys (``jax.random.PRNGKey``) as uint32
+    ``(n_devices, 2)``.
+
+    Raises:
+        ValueError: any other shape or dtype; the message names the shape
+            found and the fix (``jax.random.split(key, n_devices)``).
+    """
+    shape = tuple(np.shape(keys))
+    if _is_typed_key(keys):
+        if shape != (n_devices,):
+            raise _key_error("keys", shape, n_devices, "typed keys")
+        return
+    dtype = getattr(keys, "dtype", None)
+    if dtype == np.uint32 and shape == (n_devices, 2):
+        return
+    raise _key_error("keys", shape, n_devices, f"dtype {dtype}, neither typed keys nor legacy uint32 (n, 2)")
 
 
 def replicate(tree, devices: list):

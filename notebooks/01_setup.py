@@ -52,14 +52,19 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 
 # %% [markdown]
 # Only now do we touch JAX. `device_report` starts the backend and reads
-# versions, the default backend and its devices. Memory per device is known
-# on GPUs (`device.memory_stats()["bytes_limit"]`) and not reported for CPU
-# devices.
+# versions, the default backend and its devices.
+#
+# **Memory: two different figures.** On a GPU, JAX reports
+# `device.memory_stats()["bytes_limit"]`: the size of **JAX's allocator
+# pool**, the most it will take, a fraction of the GPU's memory set by
+# `XLA_CLIENT_MEM_FRACTION` (0.75 by default; on an H200 with 150.8 GB,
+# 112.6 GB). It is not the device's memory: that total comes from the
+# driver (`nvidia-smi`), shown beside it. CPU devices report neither.
 
 # %%
 from IPython.display import display
 
-from dpcourse import config, results
+from dpcourse import config, gpuinfo, results
 from dpcourse import display as show
 
 report = devices.device_report()
@@ -81,6 +86,8 @@ display(
         caption="What JAX sees",
     )
 )
+# Every GPU's total, when all have the same memory (then the order of nvidia-smi's rows does not matter).
+gpu_total = gpuinfo.uniform_gpu_memory(gpuinfo.gpu_memory_totals()) if report.backend == "gpu" else None
 display(
     show.table(
         [
@@ -89,11 +96,13 @@ display(
                 "platform": d.platform,
                 "kind": d.kind,
                 "process": d.process_index,
-                "memory GB": None if d.memory_bytes is None else d.memory_bytes / 1e9,
+                "JAX pool limit GB (bytes_limit)": None if d.memory_bytes is None else d.memory_bytes / 1e9,
+                "device memory GB (nvidia-smi)": None if gpu_total is None else gpu_total / 1e9,
+                "pool / device": None if d.memory_bytes is None or gpu_total is None else d.memory_bytes / gpu_total,
             }
             for d in report.devices
         ],
-        caption="Devices of the default backend (memory n/a: not reported)",
+        caption="Devices of the default backend (n/a: not reported, or unknown)",
     )
 )
 
@@ -127,33 +136,47 @@ except devices.DeviceSetupError as err:
     print("Refused, as it should be:\n", err)
 
 # %% [markdown]
-# Environment variables such as `XLA_PYTHON_CLIENT_MEM_FRACTION` (the share
-# of GPU memory JAX preallocates) are also read only at start. Changing one
-# now changes nothing, silently; `settings_changed_after_start` notices.
-# Here we change one on purpose, look, and put it back.
+# Environment variables such as `XLA_CLIENT_MEM_FRACTION` (the share of
+# GPU memory JAX's allocator may take) are also read only at start.
+# (`XLA_CLIENT_MEM_FRACTION` is the current name; the older
+# `XLA_PYTHON_CLIENT_MEM_FRACTION` is deprecated: jaxlib 0.10.2 reads the
+# new name first and refuses to start the GPU backend when both are set.) Changing one now
+# changes nothing, silently; `settings_changed_after_start` notices. Here we
+# change one on purpose, look, and put it back.
 
 # %%
-saved = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
-os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.5"
+MEM_FRACTION = "XLA_CLIENT_MEM_FRACTION"
+saved = os.environ.get(MEM_FRACTION)
+os.environ[MEM_FRACTION] = "0.5"
 changed = devices.settings_changed_after_start()
 for name in changed:
     display(show.banner(f"{name} changed after JAX started: it is ignored until you restart the kernel.", "warning"))
-assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in changed
+assert MEM_FRACTION in changed
 if saved is None:
-    del os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"]
+    del os.environ[MEM_FRACTION]
 else:
-    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = saved
+    os.environ[MEM_FRACTION] = saved
 assert devices.settings_changed_after_start() == []
 
 # %% [markdown]
 # ## 4. How are the GPUs connected?
 #
 # Data parallelism all-reduces the gradients every step, so the path between
-# GPUs matters. `nvidia-smi topo -m` prints a matrix: `NV#` means # bonded
-# NVLink links (hundreds of GB/s), `PIX`/`PXB` a PCIe switch, `PHB` a path
-# through the PCIe host bridge of the CPU, `NODE`/`SYS` across NUMA nodes.
+# GPUs matters. `nvidia-smi topo -m` prints a matrix (its legend follows it):
+#
+# - `NV#`: # bonded NVLinks. Each link carries about 25 GB/s per direction
+#   on NVLink 3 (A100: 12 links, 600 GB/s in total) and NVLink 4
+#   (H100/H200: 18 links, 900 GB/s in total), per NVIDIA's datasheets, so
+#   hundreds of GB/s hold only for a large #: `NV2` is about 50 GB/s.
+# - `PIX`: at most one PCIe bridge; `PXB`: several PCIe bridges, without
+#   the CPU's host bridge; `PHB`: through a PCIe host bridge (the CPU).
+# - `NODE`: across PCIe host bridges **within one NUMA node**.
+# - `SYS`: across NUMA nodes (the link between CPU sockets); the only
+#   entry that crosses them.
+#
 # NVIDIA L4 cards (the course's GKE node) have no NVLink: they talk over
-# PCIe Gen4, about 32 GB/s each way, so expect `PHB` or `NODE` there.
+# PCIe Gen4, about 32 GB/s each way at best, so expect `PIX`, `PXB`, `PHB`,
+# `NODE` or `SYS` there. Notebook 07 measures what the link really gives.
 
 # %%
 topology = devices.gpu_topology()
@@ -174,9 +197,41 @@ results.set_context(
     device_kind=report.device_kind,
     device_count=report.device_count,
 )
-results.record("device_count", report.device_count, "devices")
-results.record("cpu_device_count", report.cpu_device_count, "devices")
-results.record("lesson_device_count", 0 if lesson is None else lesson.count, "devices")
+for metric, count in (
+    ("device_count", report.device_count),
+    ("cpu_device_count", report.cpu_device_count),
+    ("lesson_device_count", 0 if lesson is None else lesson.count),
+):
+    results.record(metric, count, "devices")
+
+# %% [markdown]
+# ## 5. Compile once: the persistent compilation cache
+#
+# Every notebook compiles its steps afresh, and so does every worker
+# process of notebook 08. JAX can keep compiled programs on disk and load
+# them next time: set `jax_compilation_cache_dir` (environment variable
+# `JAX_COMPILATION_CACHE_DIR`). Only compilations longer than
+# `jax_persistent_cache_min_compile_time_secs` (1 s by default) are stored.
+# For the whole course, set the variable before starting JupyterLab, e.g.
+# `JAX_COMPILATION_CACHE_DIR=~/.cache/jax make lab`. Here, a scratch folder:
+
+# %%
+import shutil
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+cache_dir = tempfile.mkdtemp(prefix="jax-cache-")
+jax.config.update("jax_compilation_cache_dir", cache_dir)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # store even this tiny program
+jax.jit(lambda v: jnp.tanh(v) * 2.0)(jnp.ones(4)).block_until_ready()
+entries = sorted(os.listdir(cache_dir))
+print(f"{len(entries)} compiled program(s) stored in {cache_dir}:", *entries[:3], sep="\n  ")
+assert entries, "the persistent cache stored nothing"
+jax.config.update("jax_compilation_cache_dir", None)  # back to no cache for the rest of this kernel
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+shutil.rmtree(cache_dir)
 
 # %% [markdown]
 # ## What you learned
@@ -184,9 +239,14 @@ results.record("lesson_device_count", 0 if lesson is None else lesson.count, "de
 # - Device settings must be in place before the first JAX operation; after
 #   that they are ignored, so restart the kernel to change them.
 # - `XLA_FLAGS` is appended to, never overwritten.
-# - JAX shows its backend, devices, their kind and memory; simulated CPU
-#   devices stand in for missing GPUs but never add speed.
+# - JAX shows its backend, devices and their kind; on a GPU its
+#   `bytes_limit` is JAX's allocator pool (`XLA_CLIENT_MEM_FRACTION` of the
+#   device), not the device's memory. Simulated CPU devices stand in for
+#   missing GPUs but never add speed.
 # - The GPU interconnect (NVLink or PCIe) bounds how fast gradients can be
-#   all-reduced.
+#   all-reduced; `nvidia-smi topo -m` shows it (`SYS` alone crosses NUMA
+#   nodes).
+# - A persistent compilation cache (`JAX_COMPILATION_CACHE_DIR`) saves
+#   recompiling the same programs in every notebook and process.
 #
 # **Next:** [02_baseline](02_baseline.ipynb) trains the model on one device.

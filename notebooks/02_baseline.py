@@ -131,8 +131,17 @@ print("x_stack:", x_stack.shape, "on", x_stack.devices())
 # %%
 show.show_source(train.make_train_step)
 
+# %% [markdown]
+# `jax.jit` compiles it. `donate_argnums=(0, 1)` **donates** the parameters
+# and the optimizer state: the step replaces both with its outputs, so XLA
+# may write the new values into the old buffers instead of holding two
+# copies. That is the first answer to an out-of-memory error in a training
+# step. A donated array is deleted by the call (using it again raises an
+# error), so always rebind the names to the outputs, as the loop does:
+# `params, opt_state, metrics = train_step(params, opt_state, x, y)`.
+
 # %%
-train_step = jax.jit(train.make_train_step(cfg, optimizer))
+train_step = jax.jit(train.make_train_step(cfg, optimizer), donate_argnums=(0, 1))
 loss0, metrics0 = model.loss_and_metrics(params, *batches[0], cfg)
 print(f"loss before training: {float(loss0):.4f} (ln 10 = {np.log(10):.4f} for a uniform guess)")
 
@@ -188,7 +197,10 @@ display(
 # one did, then all of them all-reduce the gradient. A ring all-reduce sends
 # and receives 2(N-1)/N times the gradient over each device's link, so its
 # time is about `2(N-1)/N x gradient bytes / link bandwidth`. The table
-# assumes no overlap of communication with compute, and takes the link from
+# assumes no overlap of communication with compute, so its step times are an
+# upper bound (on GPUs XLA can reduce early gradients while the backward
+# pass still runs); it leaves out the latency of each ring step, which
+# notebook 07 measures. It takes the link from
 # the device's entry in the peak table, or PCIe Gen4 x16 (about 32 GB/s each
 # way, the L4 node's link) where the device is not listed.
 
@@ -237,7 +249,8 @@ assert result.final_loss < float(loss0), "training should lower the loss"
 #
 # A device buffer lives as long as a Python reference to its array. Drop the
 # names, collect, and check that the live buffers are gone before the next
-# experiment (on a GPU this is what prevents a later out-of-memory error).
+# experiment (on a GPU this is what prevents a later out-of-memory error;
+# inside a step, buffer donation, section 4, is the first remedy).
 
 # %%
 before, after = memory.free(
@@ -252,7 +265,9 @@ assert after.bytes <= before.bytes  # equal when this cell runs a second time
 #
 # - The workload: Fashion-MNIST, a shared-block MLP whose compute grows with
 #   BLOCK_REPEATS while its gradient stays the same size.
-# - A training step is `value_and_grad` + an optax update under `jax.jit`.
+# - A training step is `value_and_grad` + an optax update under `jax.jit`;
+#   donating its parameters and optimizer state (`donate_argnums`) lets XLA
+#   update them in place.
 # - Honest timing: compile apart, warm up, block until ready, take a median.
 # - MFU needs a stated peak; without one, say so.
 #

@@ -76,6 +76,23 @@ except ValueError as err:
     print("forgot to reshape:", err)
 
 # %% [markdown]
+# The check matters because `pmap` itself is lenient. **Without
+# `devices=`, `pmap` accepts any leading axis up to the local device count
+# and runs on the first that many devices**: a batch split 3 ways instead of
+# N runs on 3 devices, silently leaving the others idle (only a leading
+# axis larger than the device count is an error). The course passes
+# `devices=` and checks the leading axis against N, so a wrong split fails
+# loudly. (`backend=` only picks the platform, as the lesson's devices may
+# be simulated CPU devices beside a GPU.)
+
+# %%
+platform = devs[0].platform  # the lesson's backend (simulated CPU devices on a 1-GPU machine)
+partial_run = jax.pmap(lambda v: v * 2, backend=platform)(jnp.ones((min(3, n), 4)))
+local = len(jax.local_devices(backend=platform))
+print(f"leading axis {min(3, n)}, no devices=: ran on {len(partial_run.devices())} of {local} local devices")
+assert len(partial_run.devices()) == min(3, n)
+
+# %% [markdown]
 # Put the batches on the devices once, already split along the leading
 # axis, so no step copies them from the host:
 
@@ -108,6 +125,12 @@ print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
 # key on each device, or every device draws the same mask. Split one key
 # into N and map over them. (The course's model has no dropout; this shows
 # the pattern on a toy dropout.)
+#
+# **Key style.** This course uses typed keys, `jax.random.key(seed)`: a
+# scalar of a key dtype (`key<fry>`), so N keys are shape `(N,)`, one per
+# device. Legacy code uses `jax.random.PRNGKey(seed)`, a raw uint32 array of
+# shape `(2,)`, so N keys are `(N, 2)`. `train.check_pmap_keys` accepts
+# both and nothing else; `check_pmap_leading_axis` also checks typed keys.
 
 
 # %%
@@ -122,7 +145,37 @@ same_key = jnp.stack([jax.random.key(0)] * n)
 masks_bad = jax.pmap(toy_dropout, devices=devs)(same_key, ones)
 print("split keys, distinct masks:", len({tuple(np.asarray(m)) for m in masks_good}), "of", n)
 print("one key copied, distinct masks:", len({tuple(np.asarray(m)) for m in masks_bad}), "of", n)
+assert len({tuple(np.asarray(m)) for m in masks_good}) == n  # one distinct mask per device
 assert len({tuple(np.asarray(m)) for m in masks_bad}) == 1
+
+# %% [markdown]
+# A split with the wrong shape passes `pmap`'s own leading-axis check and
+# then fails deep inside the mapped function. `jax.random.split(key, (N,
+# 2))` has leading axis N but gives each device two keys; the course's
+# check names the shape and the fix before anything runs:
+
+# %%
+keys = jax.random.split(jax.random.key(0), n)
+train.check_pmap_keys(keys, n)
+train.check_pmap_leading_axis((keys, ones), n)
+try:
+    train.check_pmap_leading_axis(jax.random.split(jax.random.key(0), (n, 2)), n)
+    raise AssertionError("two keys per device should be refused")
+except ValueError as err:
+    print("two keys per device:", err)
+
+# %% [markdown]
+# **`jit` of `pmap`.** Splitting the key inside a jitted function that
+# calls the `pmap` works with typed keys here and draws the very same masks.
+# (Some older JAX versions failed to lower typed keys under `jit(pmap)`:
+# jax-ml/jax issue 20392, fixed in pull request 21216; if you meet that
+# error, upgrade JAX rather than switching key style.)
+
+# %%
+split_and_drop = jax.jit(lambda key, x: jax.pmap(toy_dropout, devices=devs)(jax.random.split(key, n), x))
+masks_jit = split_and_drop(jax.random.key(0), ones)
+assert np.array_equal(np.asarray(masks_jit), np.asarray(masks_good))
+print("jit(pmap) with the key split inside: same masks as above")
 
 # %% [markdown]
 # ## 4. The step
@@ -183,7 +236,14 @@ jax.effects_barrier()
 # %% [markdown]
 # - **Out of memory**: everything replicated (parameters, optimizer state)
 #   costs its full size on *every* device; only the batch shrinks with N.
-#   Free arrays you no longer need (`memory.free`) before the next run.
+#   First try **buffer donation**: `jax.pmap(step, ..., donate_argnums=(0,
+#   1))` (or `jax.jit(..., donate_argnums=...)`) lets XLA write the new
+#   parameters and optimizer state into the old buffers instead of holding
+#   both. A donated input is deleted by the call, so donate only what you
+#   replace with the output: this notebook does *not* donate, because
+#   `params_r` and `state_r` are used again below (the comparison and the
+#   benchmark start from them). Then free arrays you no longer need
+#   (`memory.free`) before the next run.
 #
 # ## 7. From `pmap` to `jit` + `shard_map`
 #
@@ -278,6 +338,9 @@ before, after = memory.free(
     "masks_bad",
     "ones",
     "same_key",
+    "keys",
+    "masks_jit",
+    "partial_run",
 )
 print("freed:", before, "->", after)
 
@@ -288,7 +351,10 @@ print("freed:", before, "->", after)
 #   `[n_devices, per_device_batch, ...]` and check it.
 # - Replicate with `jax.device_put` and a `NamedSharding`; the old helpers
 #   are gone.
-# - Split PRNG keys per device.
+# - Without `devices=`, `pmap` runs on as many devices as the leading axis
+#   says, up to all local ones: check the leading axis yourself.
+# - Split PRNG keys per device: one typed key each, shape `(N,)`, and check
+#   that the masks differ.
 # - Keep state on the devices, pull metrics once.
 # - `pmap` is `jit` + `shard_map` underneath, and gives the same step.
 #

@@ -12,6 +12,7 @@
 # **Goal.** Measure throughput over a range of global batch sizes on all
 # devices, survive the sizes that cannot run, and compare the measurements
 # with a simple cost model: a fixed time per step plus a time per example.
+# Measure the all-reduce itself (a timed `psum`) beside the datasheet link.
 # Then change the model's depth and the per-device batch yourself with the
 # controls at the end.
 #
@@ -19,7 +20,8 @@
 # devices.
 #
 # **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
-# about 10 seconds; `cpu` 35 to 55 seconds.
+# about 10 seconds; `cpu` 35 to 55 seconds on an otherwise idle machine (the
+# all-reduce measurement of section 3 adds 1 to 3 seconds of that).
 # `full`: not yet measured on a GPU (none was available when this was
 # written); a GPU run's `results.json` records it.
 
@@ -39,7 +41,7 @@ import numpy as np
 from IPython.display import display
 from jax.sharding import Mesh
 
-from dpcourse import bench, costs, memory, model, placement, results, train
+from dpcourse import bench, config, costs, memory, model, placement, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
@@ -57,9 +59,17 @@ print(f"{lesson.devices.label}; sweep over global batches {list(cfg.sweep_global
 # `bench.sweep` skips sizes that do not divide by the device count (with the
 # reason), records a size that fails (for example out of memory) and goes on,
 # and calls `cleanup` after every size so no buffers leak into the next one.
+#
+# The step **donates** its parameters and optimizer state
+# (`donate_argnums=(0, 1)`): XLA may write the new values into the old
+# buffers instead of holding both, which is the first thing to try when a
+# step runs out of memory. A donated array is gone after the call (using it
+# again raises an error), so only arrays the loop replaces are donated:
+# here every size places fresh parameters and threads them from step to
+# step, never reusing an input.
 
 # %%
-step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
+step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh), donate_argnums=(0, 1))
 
 
 def run_one(global_batch):
@@ -152,22 +162,13 @@ if fit is not None:
             "The best straight line had a negative overhead, which is not physical: the fit was redone "
             "through zero, so the model is a constant throughput."
         )
-    worst = max(errors, key=abs)
-    print(
-        f"Largest model error: {worst:+.1%}. "
-        + (
-            "The model describes these measurements well."
-            if abs(worst) < 0.10
-            else "The model misses some sizes by more than 10%: see the reading below."
-        )
-    )
-    peak = costs.find_peak(devs[0].device_kind)
-    if peak is not None:
-        ar_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n, peak.link_bytes_per_s)
-        print(f"Of the overhead, the ring all-reduce over {peak.link} accounts for about {ar_s * 1e3:.3f} ms.")
+    # A two-parameter line through two points is exact: judge only from three or more.
+    print(costs.judge_fit(len(ok), max(errors, key=abs)))
 
 # %%
 import matplotlib.pyplot as plt
+
+peak = costs.find_peak(devs[0].device_kind)
 
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 if ok:
@@ -175,7 +176,6 @@ if ok:
 if fit is not None:
     grid = np.geomspace(min(sizes), max(sizes), 50)
     ax.plot(grid, [fit.examples_per_s(b) for b in grid], "--", label="fit: overhead + per-example time")
-peak = costs.find_peak(devs[0].device_kind)
 if peak is not None and ok:
     bound = n * peak.peak("tf32") / model.train_flops_per_example(cfg)
     ax.axhline(bound, color="grey", linestyle=":", label=f"{n} x TF32 peak ({peak.name})")
@@ -192,7 +192,7 @@ if lesson.devices.simulated:
         0.01, -0.02, "Simulated CPU devices add no compute: read the shape of the curve, not its height.", fontsize=8
     )
 fig.tight_layout()
-results.save_figure(fig, "sweep")
+sweep_png = show.figure(fig, "sweep")  # saves the PNG beside the results, shows it whatever the backend
 # %% [markdown]
 # **Reading it.** Where the model fits, throughput climbs with the batch
 # while the fixed overhead is spread over more examples, and flattens once
@@ -204,8 +204,78 @@ results.save_figure(fig, "sweep")
 # the caches, so the time per example itself grows. On simulated devices
 # the runs are also noisy (shared cores). Red lines mark sizes that were
 # skipped or failed.
+#
+# ## 3. The all-reduce, measured
+#
+# The cost model's all-reduce term comes from a datasheet bandwidth. Measure
+# it instead: time a `lax.psum` over all devices (inside `shard_map`, as the
+# step does) at a few sizes up to the full model's gradient, and fit the ring
+# model `t = 2 (N - 1) x latency + 2 (N - 1) / N x bytes / bandwidth`. The
+# fitted bandwidth is the "bus bandwidth" a ring would need per link, the
+# figure comparable with the datasheet's one-way link speed; the latency is
+# the fixed cost of each of the ring's `2 (N - 1)` steps, which for a
+# gradient of a few MB over NVLink can be the same order as the bandwidth
+# term.
 
 # %%
+from dpcourse import linkbench
+
+full_grad = costs.gradient_bytes(config.make_config("full"))
+link_points = linkbench.measure(mesh, [4_096, 65_536, 1_048_576, full_grad])
+try:
+    link = linkbench.fit_link(link_points, n)
+except ValueError as err:  # timings too noisy to fit: show them, skip the model
+    link = None
+    print(f"No link fit: {err}")
+display(
+    show.table(
+        [
+            {
+                "bytes per device": p.n_bytes,
+                "measured µs": p.seconds * 1e6,
+                "ring model µs": None
+                if link is None
+                else costs.ring_allreduce_s(p.n_bytes, n, link.bus_bytes_per_s, link.latency_s) * 1e6,
+                "bus bandwidth GB/s": p.bus_bytes_per_s / costs.GB,
+            }
+            for p in link_points
+        ],
+        caption=f"Timed psum over {lesson.devices.label} (median of 3 x 8 chained all-reduces)",
+    )
+)
+if link is not None:
+    print(
+        f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
+    )
+if lesson.devices.simulated:
+    print("Simulated devices: the 'link' is a copy through this host's memory; no datasheet link to compare.")
+elif peak is not None:
+    print(f"Datasheet: {peak.link}, {peak.link_bytes_per_s / costs.GB:.0f} GB/s each way ({peak.source}).")
+else:
+    print(f"No datasheet link is listed for {devs[0].device_kind}: the measurement is the only figure.")
+for label, bytes_per_value in (("float32", 4), ("bfloat16", 2)) if link is not None else ():
+    b = costs.gradient_bytes(cfg, bytes_per_value)
+    t = costs.ring_allreduce_s(b, n, link.bus_bytes_per_s, link.latency_s)
+    print(f"All-reduce of this lesson's {label} gradient ({b / 1e6:.3f} MB), measured link: {t * 1e3:.3f} ms")
+if fit is not None:
+    print(f"Fitted overhead per step, for scale: {fit.overhead_s * 1e3:.3f} ms.")
+
+# %% [markdown]
+# Three readings. **bfloat16 gradients** (cast before the `pmean`, back to
+# float32 for the update) halve the all-reduce bytes and so its bandwidth
+# term; the latency term stays. **No overlap is an upper bound**: the model
+# adds the all-reduce after the compute, but XLA on GPUs can start reducing
+# early gradients while the backward pass still computes later ones, so the
+# real step can be shorter; a profiler trace (`jax.profiler`) shows what
+# happened. **Measured beats datasheet**: a ring can fall short of the
+# link's peak, and on PCIe systems the path through the CPU's host bridge
+# (`nvidia-smi topo -m`, notebook 01) sets the real figure.
+
+# %%
+if link is not None:
+    results.record("allreduce_latency_per_step", link.latency_s * 1e6, "us")
+    results.record("allreduce_bus_bandwidth", link.bus_bytes_per_s / costs.GB, "GB/s")
+results.record("allreduce_full_gradient", link_points[-1].seconds * 1e6, "us")
 for pt in points:
     if pt.status == "ok":
         results.record(f"throughput_global_batch_{pt.global_batch}", pt.result.examples_per_s, "examples/s")
@@ -223,21 +293,28 @@ if ok:
     results.record("final_accuracy", best.result.final_accuracy, "fraction")
 
 # %% [markdown]
-# ## 3. Try it yourself
+# ## 4. Try it yourself
 #
 # Change BLOCK_REPEATS (compute per example, same gradient size) and the
-# per-device batch, then re-run the 1-device vs N-device comparison. With
-# real GPUs, more compute per byte of gradient brings the ratio closer to N.
-# A short benchmark (1 warm-up, 1 x 3 steps) keeps each click quick. Run
-# headless, the controls show their defaults and the comparison below runs
-# once with them.
+# per-device batch, then re-run the 1-device vs N-device comparison at the
+# same global batch. With real GPUs, more compute per byte of gradient
+# brings the speed-up closer to N. A short benchmark (1 warm-up, 1 x 3
+# steps) keeps each click quick. Run headless, the controls show their
+# defaults and the comparison below runs once with them; without
+# `ipywidgets` the controls are skipped and the comparison still runs.
+#
+# The table reports per-device throughput and the **scaling efficiency**,
+# N-device throughput / (N x one-device throughput): 1.0 is perfect. On real
+# devices, N devices slower than one is flagged **communication-bound**
+# (the all-reduce and synchronisation cost more than the extra devices
+# add). The RNG setting `jax_threefry_partitionable` (how `jax.random`
+# splits random bits over sharded arrays) is recorded with the figures, as
+# it changes what the step computes when a model draws random numbers.
+
 
 # %%
-import ipywidgets as widgets
-
-
 def compare_devices(block_repeats, per_device_batch):
-    """Throughput on 1 device vs all N devices for a modified config."""
+    """Throughput on 1 device vs all N devices, same global batch, for a modified config."""
     c = cfg.with_overrides(block_repeats=block_repeats, per_device_batch=per_device_batch, n_batches=2)
     opt = train.make_optimizer(c)
     gb = c.global_batch(n)
@@ -246,8 +323,8 @@ def compare_devices(block_repeats, per_device_batch):
     many = placement.place_data_parallel(c, dataset, mesh, opt, host_params, gb)
     out = []
     for label, st, placed, k in (
-        ("1 device", jax.jit(train.make_train_step(c, opt)), one, 1),
-        (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh)), many, n),
+        ("1 device", jax.jit(train.make_train_step(c, opt), donate_argnums=(0, 1)), one, 1),
+        (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh), donate_argnums=(0, 1)), many, n),
     ):
         r, _, _ = bench.benchmark(
             st,
@@ -265,39 +342,65 @@ def compare_devices(block_repeats, per_device_batch):
     return out
 
 
-repeats_slider = widgets.IntSlider(
-    value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS"
-)
-batch_slider = widgets.IntSlider(
-    value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch"
-)
-button = widgets.Button(description="re-run comparison")
-output = widgets.Output()
-
-
 def show_comparison(rows):
     display(show.records_table(rows, dataset.source))
-    print(
-        f"ratio {n} devices / 1 device: {rows[1].examples_per_s / rows[0].examples_per_s:.2f}"
-        + (" (simulated devices: scheduling, not scaling)" if lesson.devices.simulated else "")
+    sc = costs.scaling(rows[0].examples_per_s, rows[1].examples_per_s, n, simulated=lesson.devices.simulated)
+    display(
+        show.key_values(
+            {
+                "per-device throughput, 1 device (examples/s)": sc.one_examples_per_s,
+                f"per-device throughput, {n} devices (examples/s)": sc.per_device_examples_per_s,
+                f"speed-up, {n} devices / 1": sc.speedup,
+                "scaling efficiency": sc.efficiency,
+                "jax_threefry_partitionable": jax.config.jax_threefry_partitionable,
+            },
+            caption=f"1 device vs {n}, global batch {rows[0].global_batch}",
+        )
     )
+    if sc.verdict == "simulated":
+        display(show.banner("Simulated devices: these ratios reflect scheduling on shared cores, not scaling.", "note"))
+    elif sc.verdict == "communication-bound":
+        display(
+            show.banner(
+                f"Communication-bound: {n} devices are slower than one. Give each device more compute per "
+                "gradient byte (larger per-device batch or BLOCK_REPEATS), or check the link (section 3).",
+                "warning",
+            )
+        )
+    return sc
 
 
-def on_click(_):
-    with output:
-        output.clear_output()
-        show_comparison(compare_devices(repeats_slider.value, batch_slider.value))
+widgets = show.optional_widgets()
+if widgets is not None:
+    repeats_slider = widgets.IntSlider(
+        value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS"
+    )
+    batch_slider = widgets.IntSlider(
+        value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch"
+    )
+    button = widgets.Button(description="re-run comparison")
+    output = widgets.Output()
 
+    def on_click(_):
+        with output:
+            output.clear_output()
+            show_comparison(compare_devices(repeats_slider.value, batch_slider.value))
 
-button.on_click(on_click)
-display(widgets.VBox([repeats_slider, batch_slider, button, output]))
+    button.on_click(on_click)
+    display(widgets.VBox([repeats_slider, batch_slider, button, output]))
 
 # %% [markdown]
 # The comparison at the defaults, run once here so that it shows in every
 # copy of the notebook (the widget area above stays empty until you click):
 
 # %%
-show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
+comparison = show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
+results.record("scaling_efficiency", comparison.efficiency, "ratio")
+results.record("per_device_throughput_1", comparison.one_examples_per_s, "examples/s", device_count=1)
+results.record("per_device_throughput_n", comparison.per_device_examples_per_s, "examples/s")
+results.record("scaling_verdict", comparison.verdict or "scales", "text")
+results.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
+print(f"scaling efficiency {comparison.efficiency:.3f} ({comparison.verdict or 'real devices, faster than one'})")
 
 # %%
 before, after = memory.free(globals(), "step")
@@ -312,7 +415,23 @@ print("freed:", before, "->", after)
 #   fixed part includes the gradient all-reduce, which does not grow with the
 #   batch.
 # - More compute per gradient byte (BLOCK_REPEATS, per-device batch) is what
-#   lets data parallelism scale.
+#   lets data parallelism scale; scaling efficiency says how well it does.
+# - The all-reduce can be measured (a timed `psum`): a latency per ring step
+#   plus bytes over a bus bandwidth. bfloat16 gradients halve the bytes; the
+#   cost model's "no overlap" is an upper bound.
+# - Donating the step's parameters and optimizer state (`donate_argnums`)
+#   lets XLA update them in place: the first answer to out-of-memory.
+#
+# **What comes next, past replicated data parallelism.** Every device here
+# holds a full copy of the parameters and of AdamW's two moments, each as
+# large as the parameters. Sharding the optimizer state (and then the
+# gradients and parameters) over the `data` axis, ZeRO-style, keeps 1/N of
+# it per device: with `jit`, give the optimizer state a
+# `NamedSharding(mesh, P("data", ...))` on a dimension that divides by N.
+# The all-reduce can then become a reduce-scatter of the gradients and an
+# all-gather of the updated parameters, which together move the bytes of
+# one ring all-reduce; read the compiled program's collectives (notebook
+# 04) to see what XLA chose.
 #
 # **Next:** [08_multihost](08_multihost.ipynb) runs the same step as several
 # cooperating processes with `jax.distributed`. To run the course on GKE

@@ -42,7 +42,11 @@ def test_ring_allreduce_rejects_bad_arguments(n_devices, bandwidth):
         ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 495, 450),
         ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 378, 64),
         ("NVIDIA H200", "NVIDIA H200 SXM", 495, 450),
-        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 156, 300),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 SXM", 156, 300),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 SXM", 156, 300),
+        # PCIe A100s once matched the NVLink entry: an all-reduce 300/32 = 9.4x too fast.
+        ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 PCIe", 156, 32),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 PCIe", 156, 32),
     ],
 )
 def test_find_peak_known_devices(kind, name, tf32_tflops, link_gb_s):
@@ -65,7 +69,20 @@ def test_find_peak_is_case_insensitive():
 
 
 @pytest.mark.parametrize(
-    "kind", ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "cpu", "TPU v5 lite", "NVIDIA GeForce RTX 4090", ""]
+    "kind",
+    [
+        "NVIDIA H100 NVL",
+        "NVIDIA H200 NVL",
+        "cpu",
+        "TPU v5 lite",
+        "NVIDIA GeForce RTX 4090",
+        "",
+        # Names that contain a listed one as a substring, not as a token:
+        "NVIDIA L40S",
+        "NVIDIA L40",
+        "NVIDIA RTX A1000",
+        "NVIDIA GH200 480GB",
+    ],
 )
 def test_find_peak_unknown_devices_are_none(kind):
     assert find_peak(kind) is None
@@ -167,3 +184,86 @@ def test_a_step_time_that_falls_with_the_batch_cannot_be_fitted():
 
     with pytest.raises(ValueError, match="does not grow with the batch"):
         fit_step_time([16, 32, 64], [0.010, 0.009, 0.008])
+
+
+@pytest.mark.parametrize(
+    "kind, link",
+    [
+        ("NVIDIA A100-SXM4-80GB", "NVLink3 (SXM)"),
+        ("NVIDIA A100-PCIE-40GB", "PCIe Gen4 x16"),
+        ("NVIDIA A100 80GB PCIe", "PCIe Gen4 x16"),
+        ("NVIDIA H100 80GB HBM3", "NVLink4"),
+        ("NVIDIA H100 PCIe", "PCIe Gen5 x16"),
+        ("NVIDIA H200", "NVLink4"),
+        ("NVIDIA L4", "PCIe Gen4 x16"),
+    ],
+)
+def test_every_peak_names_its_link_and_the_source_of_its_figures(kind, link):
+    peak = find_peak(kind)
+    assert peak.link == link
+    assert "datasheet" in peak.source
+    # The link figure itself is sourced, not only the FLOP/s.
+    assert f"{peak.link_bytes_per_s / costs.GB:.0f} GB/s each way" in peak.source
+
+
+def test_pcie_a100_allreduce_is_predicted_at_pcie_speed():
+    sxm, pcie = find_peak("NVIDIA A100-SXM4-80GB"), find_peak("NVIDIA A100-PCIE-40GB")
+    t_sxm = ring_allreduce_s(GRAD_BYTES, 4, sxm.link_bytes_per_s)
+    t_pcie = ring_allreduce_s(GRAD_BYTES, 4, pcie.link_bytes_per_s)
+    assert t_pcie / t_sxm == pytest.approx(300 / 32, rel=1e-12)
+
+
+def test_ring_allreduce_latency_term():
+    # 8 devices: 14 ring steps; at 2 us each 28 us, beside 1.75 x 7,454,760 / 450e9 = 28.99 us.
+    bandwidth_only = ring_allreduce_s(GRAD_BYTES, 8, 450e9)
+    assert bandwidth_only == pytest.approx(28.99e-6, abs=0.01e-6)
+    assert ring_allreduce_s(GRAD_BYTES, 8, 450e9, latency_s=2e-6) == pytest.approx(bandwidth_only + 28e-6)
+    assert ring_allreduce_s(GRAD_BYTES, 1, 450e9, latency_s=2e-6) == 0.0  # one device: no steps
+    with pytest.raises(ValueError, match="latency"):
+        ring_allreduce_s(GRAD_BYTES, 8, 450e9, latency_s=-1e-6)
+
+
+def test_bfloat16_gradients_halve_the_allreduce():
+    f32 = predict_step(FULL, 1024, 4, overhead_s=0.002, per_example_s=1e-5, link_bytes_per_s=32e9)
+    bf16 = predict_step(
+        FULL, 1024, 4, overhead_s=0.002, per_example_s=1e-5, link_bytes_per_s=32e9, grad_bytes_per_value=2
+    )
+    assert bf16.allreduce_s == pytest.approx(f32.allreduce_s / 2, rel=1e-12)
+    assert bf16.compute_s == f32.compute_s
+
+
+def test_prediction_docstring_says_no_overlap_is_an_upper_bound():
+    assert "upper bound" in costs.Prediction.__doc__
+
+
+@pytest.mark.parametrize("n_points", [0, 1, 2])
+def test_two_points_are_exact_by_construction(n_points):
+    text = costs.judge_fit(n_points, 0.0)
+    assert "by construction" in text and "well" not in text
+
+
+def test_three_points_are_judged():
+    assert "describes them well" in costs.judge_fit(3, 0.04)
+    assert "misses some sizes" in costs.judge_fit(5, -0.2)
+    assert "+4.0%" in costs.judge_fit(3, 0.04)
+
+
+def test_scaling_efficiency_hand_computed():
+    s = costs.scaling(1000.0, 3000.0, 4, simulated=False)
+    assert (s.per_device_examples_per_s, s.speedup, s.efficiency) == (750.0, 3.0, 0.75)
+    assert s.verdict == ""
+
+
+def test_real_devices_slower_than_one_are_communication_bound():
+    assert costs.scaling(1000.0, 900.0, 2, simulated=False).verdict == "communication-bound"
+
+
+def test_simulated_devices_are_never_judged():
+    s = costs.scaling(1000.0, 900.0, 8, simulated=True)
+    assert s.verdict == "simulated" and s.efficiency == pytest.approx(900 / 8000)
+
+
+@pytest.mark.parametrize("args", [(0.0, 1.0, 2), (1.0, 0.0, 2), (1.0, 1.0, 0)])
+def test_scaling_rejects_bad_input(args):
+    with pytest.raises(ValueError):
+        costs.scaling(*args, simulated=False)

@@ -112,3 +112,76 @@ def test_records_table_names_the_data_source():
 @pytest.mark.parametrize("value, text", [(0.0, "0"), (1500.0, "1,500"), (2e6, "2.000e+06"), (-3, "-3")])
 def test_number_formatting(value, text):
     assert display._fmt(value) == text
+
+
+def test_show_figure_closes_the_figure_and_shows_it_once(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    display.show_figure(fig)
+    display.show_figure(fig)  # a second call shows nothing more
+    assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
+    assert fig.number not in plt.get_fignums()  # the inline backend will not show it again
+
+
+def test_bar_chart_is_shown_unless_asked_not_to(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    display.bar_chart(["a"], [1.0], "y", "t")
+    quiet = display.bar_chart(["a"], [1.0], "y", "t", show=False)
+    assert len(shown) == 1
+    plt.close(quiet)
+
+
+def test_figure_saves_the_png_beside_the_records_and_shows_it(tmp_path, monkeypatch):
+    from dpcourse import results
+
+    monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path / "records.jsonl"))
+    results.set_context("99_test", "smoke", "none", "cpu", "cpu", 1)
+    fig, ax = plt.subplots()
+    ax.plot([1, 2])
+    path = display.figure(fig, "chart")
+    assert path == tmp_path / "99_test_chart.png" and path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_optional_widgets_without_ipywidgets_is_none_with_a_note(monkeypatch, capsys):
+    # Issue 9, C7: None in sys.modules makes `import ipywidgets` raise ImportError.
+    monkeypatch.setitem(__import__("sys").modules, "ipywidgets", None)
+    assert display.optional_widgets() is None
+    out = capsys.readouterr().out
+    assert "Interactive controls skipped" in out and "pip install ipywidgets" in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_optional_widgets_with_ipywidgets_is_the_module():
+    import ipywidgets
+
+    assert display.optional_widgets() is ipywidgets
+
+
+CHART_CELLS = [
+    "import matplotlib.pyplot as plt\nfrom dpcourse import display as show\n"
+    "fig, ax = plt.subplots()\nax.plot([1, 2], [3, 4])\nshow.figure(fig, 'line')",
+    "fig = show.bar_chart(['1 device', '2 devices'], [1.0, 2.0], 'examples/s', 'Throughput')\nfig.savefig('bar.png')",
+]
+
+
+@pytest.mark.parametrize("backend", ["Agg", None])
+def test_an_executed_notebook_shows_every_chart_once_whatever_the_backend(tmp_path, monkeypatch, backend):
+    # Issue 9, C8: with MPLBACKEND=Agg the executed notebook had no chart.
+    import nbformat
+    from nbclient import NotebookClient
+
+    if backend is None:
+        monkeypatch.delenv("MPLBACKEND", raising=False)
+    else:
+        monkeypatch.setenv("MPLBACKEND", backend)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CHART_CELLS])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in nb.cells:
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 1, cell.outputs
+    assert (tmp_path / "bar.png").exists()  # the figure can still be saved after it was shown

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import jax
 import numpy as np
@@ -348,6 +349,48 @@ def test_check_pmap_leading_axis_names_the_array_and_the_fix():
 def test_check_pmap_leading_axis_rejects_a_scalar():
     with pytest.raises(ValueError, match=r"shape \(\)"):
         train.check_pmap_leading_axis({"lr": np.float32(0.1)}, 2)
+
+
+def test_check_pmap_leading_axis_wants_one_typed_key_per_device():
+    # Issue 9, E11: split(key, (4, 2)) has leading axis 4 but two keys per device.
+    keys = jax.random.split(jax.random.key(0), (4, 2))
+    with pytest.raises(ValueError) as err:
+        train.check_pmap_leading_axis(keys, 4)
+    message = str(err.value)
+    assert "(4, 2)" in message and "one key per device" in message
+    assert "jax.random.split(key, 4)" in message
+
+
+def test_check_pmap_leading_axis_accepts_split_keys_beside_data():
+    keys = jax.random.split(jax.random.key(0), 4)
+    train.check_pmap_leading_axis((keys, np.zeros((4, 8))), 4)
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (4, 1)])
+def test_check_pmap_leading_axis_rejects_other_typed_key_shapes(shape):
+    keys = jax.random.split(jax.random.key(0), shape) if shape else jax.random.key(0)
+    with pytest.raises(ValueError, match=re.escape(f"shape {shape}")):
+        train.check_pmap_leading_axis({"key": keys}, 4)
+
+
+def test_check_pmap_keys_accepts_typed_and_legacy_keys():
+    train.check_pmap_keys(jax.random.split(jax.random.key(0), 4), 4)
+    train.check_pmap_keys(jax.random.split(jax.random.PRNGKey(0), 4), 4)  # uint32 (4, 2)
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda: jax.random.split(jax.random.key(0), (4, 2)), "(4, 2)"),
+        (lambda: jax.random.split(jax.random.PRNGKey(0), (4, 2)), "(4, 2, 2)"),
+        (lambda: jax.random.split(jax.random.PRNGKey(0), 3), "(3, 2)"),
+        (lambda: np.zeros((4, 2), np.float32), "(4, 2)"),
+    ],
+)
+def test_check_pmap_keys_names_the_shape_and_the_fix(make, shape):
+    with pytest.raises(ValueError) as err:
+        train.check_pmap_keys(make(), 4)
+    assert shape in str(err.value) and "jax.random.split(key, 4)" in str(err.value)
 
 
 def test_device_axis_step_rejects_an_uneven_batch():

@@ -1,0 +1,108 @@
+"""Plan notebook 08's local multi-process run: the process split and the workers' compilation cache.
+
+The reference run in the notebook's kernel needs as many CPU devices as the
+processes hold together, so the split is chosen from the CPU devices the
+kernel has (2 x 4 with the course's 8). Worker processes compile the same
+step on every launch; JAX's persistent compilation cache
+(``jax_compilation_cache_dir``, environment ``JAX_COMPILATION_CACHE_DIR``)
+lets later launches load it from disk instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MAX_DEVICES = 8  # the lesson's default: 2 processes x 4 devices
+MAX_PROCESSES = 4  # each process starts Python and JAX: more is slow on a laptop
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+MIN_COMPILE_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+
+
+def _fix_hint(available: int) -> str:
+    suggestion = choose_split(available) if available >= 2 else None
+    values = (
+        f"set N_PROCESSES = {suggestion[0]} and DEVICES_PER_PROCESS = {suggestion[1]} (or None for both, "
+        "to let the notebook choose)"
+        if suggestion
+        else "restart the kernel with at least 2 CPU devices (dpcourse.devices.setup_devices(8) before any JAX call)"
+    )
+    return (
+        f"This kernel has {available} CPU device(s) for the single-process reference run: {values}, "
+        f"or raise the device count (XLA_FLAGS=--xla_force_host_platform_device_count={MAX_DEVICES}) "
+        "and restart the kernel."
+    )
+
+
+def choose_split(
+    available: int, n_processes: int | None = None, devices_per_process: int | None = None
+) -> tuple[int, int]:
+    """``(n_processes, devices_per_process)`` for a local multi-process run on ``available`` CPU devices.
+
+    With neither given: the largest device count up to 8 that splits over
+    2, 3 or 4 processes (fewest processes first): 8 -> 2 x 4, 6 -> 2 x 3,
+    4 -> 2 x 2, 3 -> 3 x 1, 2 -> 2 x 1, 5 -> 2 x 2, 7 -> 2 x 3. With one
+    given, the other is the most that fits; with both, they are checked.
+
+    Raises:
+        ValueError: fewer than 2 CPU devices, a value < 1, fewer than 2
+            processes, or a split needing more devices than ``available``;
+            the message says which values to set.
+    """
+    for name, value in (("n_processes", n_processes), ("devices_per_process", devices_per_process)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}.")
+    if n_processes is not None and n_processes < 2:
+        raise ValueError(f"A multi-process run needs at least 2 processes, got {n_processes}.")
+    if available < 2:
+        raise ValueError(f"Need at least 2 CPU devices, have {available}. {_fix_hint(available)}")
+    if n_processes is None and devices_per_process is None:
+        for used in range(min(available, MAX_DEVICES), 1, -1):
+            for processes in range(2, MAX_PROCESSES + 1):
+                if used % processes == 0:
+                    return processes, used // processes
+    if n_processes is None:
+        n_processes = available // devices_per_process
+        if n_processes < 2:
+            raise ValueError(
+                f"DEVICES_PER_PROCESS = {devices_per_process} leaves room for {n_processes} process(es) on "
+                f"{available} CPU devices. {_fix_hint(available)}"
+            )
+    if devices_per_process is None:
+        devices_per_process = available // n_processes
+        if devices_per_process < 1:
+            raise ValueError(
+                f"N_PROCESSES = {n_processes} is more than {available} CPU devices. {_fix_hint(available)}"
+            )
+    if n_processes * devices_per_process > available:
+        raise ValueError(
+            f"N_PROCESSES x DEVICES_PER_PROCESS = {n_processes} x {devices_per_process} = "
+            f"{n_processes * devices_per_process} devices, more than the {available} here. {_fix_hint(available)}"
+        )
+    return n_processes, devices_per_process
+
+
+def default_cache_dir() -> Path:
+    """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/dpcourse/jax-compilation``."""
+    chosen = os.environ.get(CACHE_ENV)
+    return Path(chosen) if chosen else Path.home() / ".cache" / "dpcourse" / "jax-compilation"
+
+
+def worker_cache_env(cache_dir: str | os.PathLike | None = None, environ: dict | None = None) -> dict[str, str]:
+    """Set the persistent compilation cache for worker processes started from ``environ``.
+
+    Workers inherit this process's environment, and JAX reads
+    ``JAX_COMPILATION_CACHE_DIR`` when it is imported. The minimum compile
+    time to cache (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, JAX's
+    default 1 s) is set to 0 unless already set, as the lesson's step
+    compiles in under a second on CPU. Values the learner set are kept.
+
+    Returns:
+        The variables now set (name -> value); ``environ`` (default
+        ``os.environ``) is updated in place.
+    """
+    environ = os.environ if environ is None else environ
+    environ.setdefault(CACHE_ENV, str(Path(cache_dir) if cache_dir is not None else default_cache_dir()))
+    environ.setdefault(MIN_COMPILE_TIME_ENV, "0")
+    Path(environ[CACHE_ENV]).mkdir(parents=True, exist_ok=True)
+    return {name: environ[name] for name in (CACHE_ENV, MIN_COMPILE_TIME_ENV)}
