@@ -1,14 +1,14 @@
 """Start N local worker processes of a multi-process JAX run, watch them, and explain how they failed.
 
 The local side of notebook 08: :func:`launch_local` runs
-``python -m dpcourse.distributed worker`` once per process on this machine,
+``python -m dpcourse.worker`` once per process on this machine,
 each with its own ``DPCOURSE_*`` environment (:func:`worker_env`) and K
 simulated CPU devices, with process 0's coordinator on a free loopback port
 (IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
 every process it started when one fails, and names the failed process and
 the likely cause (:class:`WorkerFailed`, :class:`LaunchTimeout`,
 ``CoordinatorPortInUse``). ``python -m dpcourse.launcher`` is its command
-line. What each worker runs is :mod:`dpcourse.distributed`.
+line. What each worker runs is :mod:`dpcourse.worker`.
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ from dpcourse.distributed import (
     PROCESS_ID_ENV,
     CoordinatorPortInUse,
     DistributedSetupError,
-    add_run_options,
     format_coordinator_address,
     relative_diff,
-    single_process_reference,
 )
 from dpcourse.train import check_global_batch, max_abs_diff
+from dpcourse.worker import add_run_options, single_process_reference
 
 # Lines of an absl "Check failure" stack dump: addresses, not information.
 _STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")
@@ -334,7 +333,7 @@ def launch_local(
 ) -> LaunchResult:
     """Run :func:`train_worker` as ``n_processes`` local processes x ``devices_per_process`` CPU devices.
 
-    Each process is ``python -m dpcourse.distributed worker`` with its own
+    Each process is ``python -m dpcourse.worker`` with its own
     ``DPCOURSE_*`` environment (:func:`worker_env`); process 0 runs the
     coordinator on ``host:port``; collectives between processes use gloo.
     Whatever happens (a worker fails, the time limit passes, an interrupt),
@@ -404,8 +403,7 @@ def launch_local(
     command = [
         sys.executable,
         "-m",
-        "dpcourse.distributed",
-        "worker",
+        "dpcourse.worker",
         "--steps",
         str(steps),
         "--cpu-devices",

@@ -54,7 +54,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import config, costs, data, distributed, launcher, model, results, train
+from dpcourse import config, costs, data, distributed, launcher, model, results, train, worker
 from dpcourse import display as show
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
@@ -140,13 +140,13 @@ display(
 # process 0 only. The step itself is notebook 05's, unchanged.
 
 # %%
-show.show_source(distributed.train_worker)
+show.show_source(worker.train_worker)
 
 # %% [markdown]
 # ## 3. Launch the processes on this machine
 #
 # `launcher.launch_local` (the module `dpcourse.launcher`) starts
-# `python -m dpcourse.distributed worker` once per
+# `python -m dpcourse.worker` once per
 # process (`N_PROCESSES`), each with its own environment, the coordinator
 # on a free port of 127.0.0.1, and `DEVICES_PER_PROCESS` simulated CPU
 # devices. It waits at most `LAUNCH_TIMEOUT_S`; if one process fails, or

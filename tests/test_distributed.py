@@ -1,20 +1,15 @@
-"""dpcourse.distributed: the runtime's settings, the global mesh, process-local rows, and the worker's command line.
+"""dpcourse.distributed: the runtime's settings, the global mesh and process-local rows.
 
-The worker tests start one real ``python -m dpcourse.distributed worker``
-process (a 1-process "cluster" on loopback); the multi-process runs are in
+The worker's tests are in tests/test_worker.py, the multi-process runs in
 tests/test_launcher.py.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from dpcourse import data, distributed, launcher
+from dpcourse import data, distributed
 
 PROFILE = "smoke"
 # Synthetic data, always: no network access, and the same bytes in every process.
@@ -168,67 +163,3 @@ def test_params_digest_sees_one_changed_value():
     assert distributed.params_digest(params) == distributed.params_digest(same)
     same["w"][1, 1] = 1e-7
     assert distributed.params_digest(params) != distributed.params_digest(same)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(60)
-def test_worker_checks_the_global_batch_against_the_global_device_count():
-    """On GKE there is no launcher to check first: the worker itself refuses, and exits at once."""
-    coordinator = f"127.0.0.1:{launcher.free_port()}"
-    env = {k: v for k, v in launcher.worker_env(0, 1, coordinator, 10).items() if not k.startswith("DPCOURSE_")}
-    result = subprocess.run(  # explicit options instead of the environment, on a 1-process "cluster"
-        [
-            sys.executable,
-            "-m",
-            "dpcourse.distributed",
-            "worker",
-            "--coordinator",
-            coordinator,
-            "--num-processes",
-            "1",
-            "--process-id",
-            "0",
-            "--init-timeout-s",
-            "10",
-            "--profile",
-            PROFILE,
-            "--data-source",
-            SOURCE,
-            "--cpu-devices",
-            "8",
-            "--global-batch",
-            "60",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-    )
-    assert result.returncode == 1
-    assert "Global batch 60 does not divide evenly over 8 devices" in result.stderr
-
-
-def test_worker_without_its_environment_says_what_to_set():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPCOURSE_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    result = subprocess.run(
-        [sys.executable, "-m", "dpcourse.distributed", "worker", "--profile", PROFILE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-    )
-    assert result.returncode == 1
-    assert "DPCOURSE_COORDINATOR, DPCOURSE_NUM_PROCESSES, DPCOURSE_PROCESS_ID not set" in result.stderr
-
-
-def test_old_launch_command_hands_over_to_the_launcher():
-    """``python -m dpcourse.distributed launch`` (older guides) runs ``python -m dpcourse.launcher``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "dpcourse.distributed", "launch", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "python -m dpcourse.launcher" in result.stdout and "--devices-per-process" in result.stdout

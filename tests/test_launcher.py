@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpcourse import distributed, launcher, train
+from dpcourse import distributed, launcher, train, worker
 from dpcourse.train import max_abs_diff
 
 PROFILE = "smoke"
@@ -50,7 +50,7 @@ def _our_workers() -> list[int]:
         except OSError:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == os.getpid() and "dpcourse.distributed" in cmdline:
+        if parent == os.getpid() and "dpcourse.worker" in cmdline:
             found.append(int(entry.name))
     return found
 
@@ -190,7 +190,7 @@ def two_process_run():
 @pytest.mark.timeout(120)
 def test_two_processes_reach_the_single_process_parameters(two_process_run, cpu_devices):
     run = two_process_run
-    reference, losses, first_moment = distributed.single_process_reference(PROFILE, STEPS, cpu_devices, SOURCE)
+    reference, losses, first_moment = worker.single_process_reference(PROFILE, STEPS, cpu_devices, SOURCE)
     assert max_abs_diff(reference, run.params) < MULTIHOST_TOL
     # AdamW's update hides a gradient off by a factor; its first moment shows it.
     assert distributed.relative_diff(first_moment, run.first_moment) < train.GRAD_REL_TOL

@@ -276,7 +276,7 @@ def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     script = container["command"][-1]
     assert '"jax[cuda12]==$JAX_VERSION" -r requirements.txt' in script
     assert "--no-deps -e ." in script
-    assert re.search(r"exec python -m dpcourse\.distributed worker\b", script)
+    assert re.search(r"exec python -m dpcourse\.worker\b", script)
     refs = {
         e["name"]: e["valueFrom"]["configMapKeyRef"]
         for e in container["env"]
