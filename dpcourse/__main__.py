@@ -14,7 +14,15 @@ def _run(args: argparse.Namespace) -> int:
 
     from dpcourse.config import PROFILE_ENV, resolve_profile
     from dpcourse.data import DATA_ENV
-    from dpcourse.runner import OutputFolderError, RunInterrupted, find_notebooks, print_summary, run_course
+    from dpcourse.runner import (
+        KernelSetupError,
+        OutputFolderError,
+        RunInterrupted,
+        check_kernel_interpreter,
+        find_notebooks,
+        print_summary,
+        run_course,
+    )
 
     profile = (args.profile or os.environ.get(PROFILE_ENV) or "").strip().lower() or None
     data_source = (os.environ.get(DATA_ENV) or "auto").strip().lower()
@@ -29,7 +37,8 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     try:
         notebooks = find_notebooks(Path(args.notebook_dir), args.notebooks)
-    except FileNotFoundError as err:
+        check_kernel_interpreter()
+    except (FileNotFoundError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not profile or profile == "auto":
@@ -42,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / profile
     try:
         payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout)
-    except OutputFolderError as err:
+    except (OutputFolderError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RunInterrupted as stop:
