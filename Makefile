@@ -74,8 +74,10 @@ test: lint unit-test notebook-test infra-test test-newest
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-sync: $(VENV)/.dev-installed
-	$(VENV)/bin/jupytext --sync notebooks/[0-9][0-9]_*.py
+# Each pair from the file that was edited; refuses (exit 1, naming both files)
+# when both files of a pair changed since their last sync (dpcourse/pairs.py).
+sync: $(VENV)/.installed
+	$(PY) -m dpcourse sync
 
 clean:
 	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints

@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcourse run`` and ``python -m dpcourse compare``."""
+"""Command line: ``python -m dpcourse run``, ``python -m dpcourse compare`` and ``python -m dpcourse sync``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,19 @@ def _compare(args: argparse.Namespace) -> int:
     return compare_main(args.old, args.new, threshold=args.threshold)
 
 
+def _sync(args: argparse.Namespace) -> int:
+    from dpcourse.pairs import PairConflict, sync
+
+    try:
+        statuses = sync(Path(args.notebook_dir))
+    except (PairConflict, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for status in statuses:
+        print(f"{status.py.stem}: {status.action}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpcourse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         "--threshold", type=float, default=0.10, help="largest tolerated throughput drop, as a fraction (default 0.10)"
     )
     cmp_.set_defaults(func=_compare)
+    sync_ = sub.add_parser(
+        "sync", help="re-pair the notebooks' .py and .ipynb; refuses when both files of a pair changed"
+    )
+    sync_.add_argument(
+        "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
+    )
+    sync_.set_defaults(func=_sync)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

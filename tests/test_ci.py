@@ -47,3 +47,9 @@ def test_make_test_runs_both_environments():
 def test_ci_runs_make_test_as_ci():
     script = (ROOT / ".ci" / "run").read_text()
     assert 'export CI="${CI:-true}"' in script and "\nmake test\n" in script
+
+
+@needs_make
+def test_make_sync_goes_through_the_conflict_check():
+    plan = make("-n", "sync", ci=None).stdout
+    assert "-m dpcourse sync" in plan and "jupytext --sync" not in plan
