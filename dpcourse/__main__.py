@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcourse run``, ``python -m dpcourse compare`` and ``python -m dpcourse sync``."""
+"""Command line: ``python -m dpcourse run``, ``compare``, ``sync`` and ``check-collectives``."""
 
 from __future__ import annotations
 
@@ -84,6 +84,17 @@ def _sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_collectives(args: argparse.Namespace) -> int:
+    from dpcourse.health import CollectiveCheckError, check_collectives
+
+    try:
+        print(f"check-collectives: {check_collectives(timeout_s=args.timeout)}")
+    except CollectiveCheckError as err:
+        print(f"check-collectives: FAILED: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpcourse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
     )
     sync_.set_defaults(func=_sync)
+    health_ = sub.add_parser(
+        "check-collectives", help="one shard_map + pmean over every device, stopped after --timeout seconds"
+    )
+    health_.add_argument("--timeout", type=float, default=60.0, help="seconds before the probe is stopped (default 60)")
+    health_.set_defaults(func=_check_collectives)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
