@@ -398,3 +398,21 @@ def test_a_bad_count_in_xla_flags_is_a_clear_error(bad, monkeypatch):
 def test_setup_rejects_a_count_that_is_not_an_int(bad):
     with pytest.raises(ValueError, match="int >= 1"):
         devices.setup_devices(bad)
+
+
+def test_on_a_one_gpu_host_lessons_get_the_cpu_devices_explicitly(cpu_devices, monkeypatch):
+    # Issue 9, I21: a stand-in for a host whose default backend is one GPU.
+    import jax
+
+    class FakeGpu:
+        platform, device_kind, id, process_index = "gpu", "NVIDIA H200", 0, 0
+
+    real_devices = jax.devices
+
+    def fake_devices(backend=None):
+        return [FakeGpu()] if backend is None else real_devices(backend)
+
+    monkeypatch.setattr(jax, "devices", fake_devices)
+    chosen = devices.lesson_devices(2)
+    assert chosen.devices == list(cpu_devices) and chosen.simulated
+    assert all(d.platform == "cpu" for d in chosen.devices)
