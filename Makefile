@@ -1,29 +1,33 @@
 # Two commands do everything on a fresh machine with Python 3.11+ and make:
 #   make course   set up .venv, install the pinned requirements, run the course headlessly
-#   make test     the same set-up plus the test requirements, then every test
+#   make test     the same set-up plus the test requirements, then every test,
+#                 then the package and notebook tests again with the newest JAX
+#                 on Python 3.12 (test-newest)
 # Other targets: lab (JupyterLab), sync (re-pair notebooks), clean, lint,
 # workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
 
 PYTHON ?= python3
 VENV ?= .venv
+REQUIREMENTS ?= requirements.txt
+DEV_REQUIREMENTS ?= requirements-dev.txt
 PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test lint workflow-lint unit-test notebook-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
 # Re-install when a requirements file or the package metadata changes.
-$(VENV)/.installed: requirements.txt pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -r requirements.txt
+$(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -r $(REQUIREMENTS)
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-$(VENV)/.dev-installed: requirements-dev.txt $(VENV)/.installed
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+$(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
+	$(PY) -m pip install --quiet -r $(DEV_REQUIREMENTS)
 	touch $@
 
 install: $(VENV)/.installed
@@ -57,13 +61,36 @@ notebook-test: $(VENV)/.dev-installed
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
 
-test: lint workflow-lint unit-test notebook-test infra-test
+# The second environment: the newest JAX release (requirements-newest.txt) on
+# Python 3.12, in .venv-newest: the package suite and the smoke notebooks again.
+# NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
+# fails and elsewhere the target says so in one line and skips.
+NEWEST_VENV ?= .venv-newest
+NEWEST_PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
+
+test-newest:
+	@if [ -z "$(NEWEST_PYTHON)" ]; then \
+	  msg="no Python 3.12 (python3.12 on PATH or pyenv's 3.12): the newest-JAX environment (requirements-newest.txt) is not tested; install Python 3.12 or set NEWEST_PYTHON=/path/to/python3.12"; \
+	  if [ "$${CI:-}" = "true" ]; then echo "test-newest: FAILED: $$msg" >&2; exit 1; fi; \
+	  echo "test-newest: SKIPPED: $$msg"; exit 0; \
+	fi; \
+	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
+	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
+	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt unit-test notebook-test
+
+# Everything in the pinned environment; `make test` adds the newest JAX.
+test-pinned: lint workflow-lint unit-test notebook-test infra-test
+
+test: test-pinned test-newest
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-sync: $(VENV)/.dev-installed
-	$(VENV)/bin/jupytext --sync notebooks/[0-9][0-9]_*.py
+# Each pair from the file that was edited; refuses (exit 1, naming both files)
+# when both files of a pair changed since their last sync (dpcourse/pairs.py).
+sync: $(VENV)/.installed
+	$(PY) -m dpcourse sync
 
 clean:
 	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints

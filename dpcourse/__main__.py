@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcourse run`` and ``python -m dpcourse compare``."""
+"""Command line: ``python -m dpcourse run``, ``compare``, ``sync`` and ``check-collectives``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ def _run(args: argparse.Namespace) -> int:
 
     from dpcourse.config import PROFILE_ENV, resolve_profile
     from dpcourse.data import DATA_ENV
-    from dpcourse.runner import OutputFolderError, RunInterrupted, find_notebooks, print_summary, run_course
+    from dpcourse.runner import (
+        KernelSetupError,
+        OutputFolderError,
+        RunInterrupted,
+        check_kernel_interpreter,
+        find_notebooks,
+        print_summary,
+        run_course,
+    )
 
     profile = (args.profile or os.environ.get(PROFILE_ENV) or "").strip().lower() or None
     data_source = (os.environ.get(DATA_ENV) or "auto").strip().lower()
@@ -29,7 +37,8 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     try:
         notebooks = find_notebooks(Path(args.notebook_dir), args.notebooks)
-    except FileNotFoundError as err:
+        check_kernel_interpreter()
+    except (FileNotFoundError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not profile or profile == "auto":
@@ -42,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / profile
     try:
         payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout)
-    except OutputFolderError as err:
+    except (OutputFolderError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RunInterrupted as stop:
@@ -60,6 +69,30 @@ def _compare(args: argparse.Namespace) -> int:
     from dpcourse.compare import main as compare_main
 
     return compare_main(args.old, args.new, threshold=args.threshold)
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from dpcourse.pairs import PairConflict, sync
+
+    try:
+        statuses = sync(Path(args.notebook_dir))
+    except (PairConflict, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for status in statuses:
+        print(f"{status.py.stem}: {status.action}")
+    return 0
+
+
+def _check_collectives(args: argparse.Namespace) -> int:
+    from dpcourse.health import CollectiveCheckError, check_collectives
+
+    try:
+        print(f"check-collectives: {check_collectives(timeout_s=args.timeout)}")
+    except CollectiveCheckError as err:
+        print(f"check-collectives: FAILED: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         "--threshold", type=float, default=0.10, help="largest tolerated throughput drop, as a fraction (default 0.10)"
     )
     cmp_.set_defaults(func=_compare)
+    sync_ = sub.add_parser(
+        "sync", help="re-pair the notebooks' .py and .ipynb; refuses when both files of a pair changed"
+    )
+    sync_.add_argument(
+        "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
+    )
+    sync_.set_defaults(func=_sync)
+    health_ = sub.add_parser(
+        "check-collectives", help="one shard_map + pmean over every device, stopped after --timeout seconds"
+    )
+    health_.add_argument("--timeout", type=float, default=60.0, help="seconds before the probe is stopped (default 60)")
+    health_.set_defaults(func=_check_collectives)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

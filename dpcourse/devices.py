@@ -14,15 +14,26 @@ import sys
 from dataclasses import dataclass, field
 
 CPU_COUNT_FLAG = "--xla_force_host_platform_device_count"
-# Environment variables read once, when the backend starts.
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+MEM_FRACTION = "XLA_CLIENT_MEM_FRACTION"
+# The older name of MEM_FRACTION; jaxlib still reads it and refuses both at once
+# (jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options, JAX 0.10 to 0.12).
+OLD_MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+# Environment variables read once, when the backend starts (the GPU ones in
+# jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options).
 BACKEND_START_VARIABLES = (
     "XLA_FLAGS",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    PREALLOCATE,
+    MEM_FRACTION,
+    OLD_MEM_FRACTION,
     "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
     "JAX_PLATFORMS",
     "CUDA_VISIBLE_DEVICES",
 )
+# Environment variables JAX reads when it is imported, with the config option
+# each one sets (jax/_src/config.py defines each option's default from them).
+IMPORT_TIME_VARIABLES = {"JAX_PLATFORMS": "jax_platforms"}
 
 RESTART_HINT = (
     "Restart the kernel (Kernel > Restart Kernel in JupyterLab) and run "
@@ -33,13 +44,24 @@ SIMULATED_DEVICES_HINT = (
     "dpcourse.devices.setup_devices(n_cpu_devices=8) first, or start Python "
     f"with XLA_FLAGS={CPU_COUNT_FLAG}=8."
 )
+PREALLOCATION_NOTE = (
+    f"GPU memory preallocation is off in the course's kernels ({PREALLOCATE}=false, set by "
+    "setup_devices), so several notebooks can share a GPU: JAX takes memory as it needs it. "
+    f"For a benchmark, turn it back on before the kernel starts: {PREALLOCATE}=true "
+    f"(and {MEM_FRACTION}=0.75, the share of GPU memory JAX then takes, if you want another share)."
+)
 
-# Environment as it was when setup_devices() let the backend start.
+# Environment as it was when the JAX backend started (recorded by the watch
+# on xla_bridge.backends), or as last seen before it started.
 _snapshot: dict[str, str | None] | None = None
+# Whether _snapshot was taken at the moment the backend started.
+_snapshot_at_start = False
 # The device count this module appended to XLA_FLAGS, if it did.
 _appended: str | None = None
 # The argument of the call that configured the devices before JAX started.
 _requested: int | None = None
+# Whether setup_devices switched GPU memory preallocation off.
+_preallocation_switched_off = False
 
 
 class DeviceSetupError(RuntimeError):
@@ -64,6 +86,107 @@ def _flag_value(flags: str, name: str) -> str | None:
     return value
 
 
+def _environment() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in BACKEND_START_VARIABLES}
+
+
+def backend_failure_message(err: BaseException) -> str:
+    """What to do when JAX could not start a backend, naming ``JAX_PLATFORMS`` when it is set.
+
+    JAX 0.10 to 0.12 end with a bare ``AssertionError`` when ``JAX_PLATFORMS``
+    names only backends this machine lacks (``cuda`` without a visible GPU:
+    jax/_src/xla_bridge.py, ``backends()``); this message says what happened.
+    """
+    detail = f"{type(err).__name__}: {err}" if str(err).strip() else "no backend of that kind could start here"
+    platforms = os.environ.get("JAX_PLATFORMS")
+    if platforms:
+        return (
+            f"JAX could not start a backend for JAX_PLATFORMS={platforms!r} ({detail}). "
+            "Unset JAX_PLATFORMS (JAX then uses what this machine has), set JAX_PLATFORMS=cpu, or make that "
+            'backend work here (for NVIDIA GPUs: pip install "jax[cuda12]" and check that nvidia-smi lists '
+            "the GPUs). Set it before Python starts, then restart the kernel."
+        )
+    return (
+        f"JAX could not start a backend ({detail}). Check the jax and jaxlib installation; "
+        "JAX_PLATFORMS=cpu (set before Python starts) skips a failing GPU plugin."
+    )
+
+
+def _watch_backend_start() -> None:
+    """Record the environment at the moment JAX starts its backend, once per process.
+
+    Wraps ``jax._src.xla_bridge.backends`` (private, present in JAX 0.10 to
+    0.12; every JAX operation starts the backend through it). The wrapper
+    also turns JAX's bare ``AssertionError`` on a failed start into a
+    :class:`DeviceSetupError` saying what to do. Without that function
+    (a future JAX), the environment last seen before the start is used.
+    """
+    global _snapshot, _snapshot_at_start
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - future JAX
+        return
+    original = getattr(xla_bridge, "backends", None)
+    if original is None or getattr(original, "_dpcourse_watch", False):
+        return
+    if backend_started():  # started before dpcourse could watch: now is the best known
+        if _snapshot is None:
+            _snapshot = _environment()
+        return
+
+    def backends():
+        global _snapshot, _snapshot_at_start
+        if _snapshot_at_start or xla_bridge.backends_are_initialized():
+            return original()
+        environment = _environment()
+        try:
+            result = original()
+        except AssertionError as err:
+            raise DeviceSetupError(backend_failure_message(err)) from err
+        _snapshot, _snapshot_at_start = environment, True
+        return result
+
+    backends._dpcourse_watch = True
+    backends.__wrapped__ = original
+    xla_bridge.backends = backends
+
+
+def _import_time_mismatches(jax) -> list[str]:
+    """Variables JAX read at import whose value changed since, each with the value in effect."""
+    found = []
+    for name, option in IMPORT_TIME_VARIABLES.items():
+        wanted = os.environ.get(name)
+        try:
+            in_effect = getattr(jax.config, option)
+        except AttributeError:  # pragma: no cover - future JAX
+            continue
+        if wanted is not None and (wanted or None) != (in_effect or None):
+            found.append(f"{name}={wanted!r} (JAX uses {option}={in_effect!r})")
+    return found
+
+
+def start_backend() -> list:
+    """Start JAX's backend if needed and return the default backend's devices.
+
+    Returns:
+        ``jax.devices()``.
+
+    Raises:
+        DeviceSetupError: no backend could start (for example
+            ``JAX_PLATFORMS=cuda`` on a machine without a GPU); the message
+            names ``JAX_PLATFORMS`` and the fix.
+    """
+    import jax
+
+    _watch_backend_start()
+    try:
+        return jax.devices()
+    except DeviceSetupError:
+        raise
+    except (AssertionError, RuntimeError) as err:
+        raise DeviceSetupError(backend_failure_message(err)) from err
+
+
 def setup_devices(n_cpu_devices: int = 8) -> int:
     """Ask for ``n_cpu_devices`` simulated CPU devices before the backend starts.
 
@@ -72,6 +195,12 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
     ``jax_num_cpu_devices`` to the same count. Only the CPU backend is
     affected: GPUs are used as they are, and the simulated CPU devices stay
     available for lessons that need more devices than there are GPUs.
+
+    Unless ``XLA_PYTHON_CLIENT_PREALLOCATE`` is already set, it is set to
+    ``false``: JAX otherwise takes most of a GPU's memory at start (107,927
+    MiB of an H200 measured for one course kernel, 561 MiB with it off; issue
+    9), and a second open notebook starves. :data:`PREALLOCATION_NOTE` says how
+    to turn it back on for a benchmark.
 
     Calling it again after the backend started with the count it already
     has, or with the same argument as the call that configured it (re-running
@@ -86,10 +215,13 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
     Raises:
         ValueError: ``n_cpu_devices`` is not an int >= 1.
         DeviceSetupError: the backend already started with another CPU
-            device count (the message says to restart the kernel), or
-            ``XLA_FLAGS`` holds a device count that is not a positive integer.
+            device count (the message says to restart the kernel);
+            ``XLA_FLAGS`` holds a device count that is not a positive integer;
+            a variable JAX reads at import (``JAX_PLATFORMS``) was changed after
+            ``import jax``; or both ``XLA_CLIENT_MEM_FRACTION`` and its old name
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION`` are set.
     """
-    global _snapshot, _appended, _requested
+    global _snapshot, _appended, _requested, _preallocation_switched_off
     if isinstance(n_cpu_devices, bool) or not isinstance(n_cpu_devices, int) or n_cpu_devices < 1:
         raise ValueError(f"n_cpu_devices must be an int >= 1, got {n_cpu_devices!r}.")
     flags = os.environ.get("XLA_FLAGS", "")
@@ -105,6 +237,14 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
 
     import jax
 
+    late = _import_time_mismatches(jax)
+    if late:
+        raise DeviceSetupError(
+            f"{', '.join(late)}: JAX reads this variable once, when jax is imported, so the change has no "
+            "effect. Set it before importing jax (in the shell that starts Python or Jupyter, or in the "
+            f"first cell before any import of jax), or undo the change. {RESTART_HINT}"
+        )
+    _watch_backend_start()
     if backend_started():
         have = len(jax.devices("cpu"))
         if n_cpu_devices in (have, _requested):
@@ -113,6 +253,16 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
             f"The JAX backend already started with {have} CPU device(s); "
             f"asking for {n_cpu_devices} now has no effect. {RESTART_HINT}"
         )
+    if os.environ.get(MEM_FRACTION) and os.environ.get(OLD_MEM_FRACTION):
+        raise DeviceSetupError(
+            f"Both {MEM_FRACTION}={os.environ[MEM_FRACTION]!r} and {OLD_MEM_FRACTION}="
+            f"{os.environ[OLD_MEM_FRACTION]!r} are set. {OLD_MEM_FRACTION} is the deprecated name of "
+            f"{MEM_FRACTION}, and JAX refuses to start a GPU with both: unset {OLD_MEM_FRACTION} "
+            "(keep the value you want in the new name), then restart the kernel."
+        )
+    if PREALLOCATE not in os.environ:
+        os.environ[PREALLOCATE] = "false"
+        _preallocation_switched_off = True
     _requested = n_cpu_devices
     if user_value is None and _flag_value(flags, CPU_COUNT_FLAG) is None:
         os.environ["XLA_FLAGS"] = (flags + f" {CPU_COUNT_FLAG}={wanted}").strip()
@@ -121,16 +271,31 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
         jax.config.update("jax_num_cpu_devices", wanted)
     except RuntimeError as err:  # the backend started in between
         raise DeviceSetupError(f"{err} {RESTART_HINT}") from err
-    _snapshot = {name: os.environ.get(name) for name in BACKEND_START_VARIABLES}
+    if not _snapshot_at_start:
+        _snapshot = _environment()  # used only where the start itself cannot be watched
     return wanted
 
 
+def preallocation_switched_off() -> bool:
+    """Whether :func:`setup_devices` set ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` in this process."""
+    return _preallocation_switched_off
+
+
 def settings_changed_after_start() -> list[str]:
-    """Names of backend-start variables changed since :func:`setup_devices`.
+    """Names of backend-start variables changed since the JAX backend started.
 
     JAX reads them once, when its backend starts; later changes are ignored
-    silently. Notebook 01 warns about each name returned.
+    silently. Changes made before the start (after :func:`setup_devices`
+    but before the first JAX operation) took effect and are not reported.
+    Every lesson warns about each name returned (:func:`dpcourse.session.start_lesson`).
+
+    Returns:
+        The names, in :data:`BACKEND_START_VARIABLES` order; empty before the
+        backend starts.
     """
+    if "jax" not in sys.modules or not backend_started():
+        return []
+    _watch_backend_start()
     if _snapshot is None:
         return []
     return [name for name in BACKEND_START_VARIABLES if os.environ.get(name) != _snapshot.get(name)]
@@ -193,6 +358,7 @@ def device_report() -> DeviceReport:
     import jaxlib
     import optax
 
+    start_backend()
     return DeviceReport(
         python=sys.version.split()[0],
         jax=jax.__version__,
@@ -236,7 +402,7 @@ def lesson_devices(min_devices: int = 2):
     """
     import jax
 
-    default = jax.devices()
+    default = start_backend()
     if len(default) >= min_devices:
         simulated = default[0].platform == "cpu"
         return LessonDevices(default, simulated, _label(default, simulated))

@@ -31,16 +31,30 @@ def _device_bytes(array) -> int:
     return math.prod(shard_shape) * array.dtype.itemsize * len(array.sharding.addressable_devices)
 
 
+def _all_live_arrays() -> list:
+    """Live arrays on the default backend and on the CPU, each once.
+
+    ``jax.live_arrays()`` covers only the default backend: on a one-GPU host
+    the lessons' simulated CPU devices would be missed.
+    """
+    import jax
+
+    seen: dict[int, object] = {}
+    for platform in dict.fromkeys((jax.default_backend(), "cpu")):
+        for array in jax.live_arrays(platform):
+            seen.setdefault(id(array), array)
+    return list(seen.values())
+
+
 def live_buffers() -> LiveBuffers:
     """Count live ``jax.Array`` objects and their total bytes over all shards.
 
+    Covers the default backend's devices and the (simulated) CPU devices.
     ``jax.Array.nbytes`` is the size of the global (logical) array; device
     memory also holds every replica, so each array counts its per-device
     shard size times the devices that hold it.
     """
-    import jax
-
-    arrays = jax.live_arrays()
+    arrays = _all_live_arrays()
     return LiveBuffers(len(arrays), int(sum(_device_bytes(a) for a in arrays)))
 
 

@@ -61,6 +61,65 @@ def find_notebooks(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
     return sorted(chosen)
 
 
+class KernelSetupError(RuntimeError):
+    """The notebooks' kernels cannot start with this interpreter."""
+
+
+def kernel_argv(python: str | None = None) -> list[str]:
+    """The command that starts a notebook kernel: ``python -m ipykernel_launcher`` of the runner's interpreter.
+
+    The runner never looks up an installed ``python3`` kernelspec, which may
+    start another Python (one without JAX, or another virtual environment):
+    the kernels run with the interpreter, and so the packages, of the runner.
+    """
+    return [python or sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+
+
+def check_kernel_interpreter(python: str | None = None) -> str:
+    """Check that ``python`` (default: this interpreter) can start an IPython kernel; return it.
+
+    Raises:
+        KernelSetupError: ipykernel is not importable there; the message names
+            the interpreter and what to install.
+    """
+    import importlib.util
+
+    python = python or sys.executable
+    if python == sys.executable:
+        missing = importlib.util.find_spec("ipykernel") is None
+    else:  # pragma: no cover - the runner always checks its own interpreter
+        import subprocess
+
+        missing = subprocess.run([python, "-c", "import ipykernel"], capture_output=True).returncode != 0
+    if missing:
+        raise KernelSetupError(
+            f"The notebooks' kernels run with this interpreter, {python}, which lacks ipykernel. "
+            f"Install the course's requirements into it: {python} -m pip install -r requirements.txt "
+            "(or at least ipykernel)."
+        )
+    return python
+
+
+def _kernel_manager_class():
+    """A jupyter_client kernel manager that starts :func:`kernel_argv`, whatever kernelspecs are installed."""
+    from jupyter_client.kernelspec import KernelSpec
+    from jupyter_client.manager import AsyncKernelManager
+
+    class RunnerKernelManager(AsyncKernelManager):
+        @property
+        def kernel_spec(self):
+            if self._kernel_spec is None:
+                self._kernel_spec = KernelSpec(
+                    argv=kernel_argv(),
+                    display_name=f"Python {sys.version.split()[0]} ({sys.executable})",
+                    language="python",
+                    resource_dir="",
+                )
+            return self._kernel_spec
+
+    return RunnerKernelManager
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -72,6 +131,11 @@ def _error_text(err: BaseException, cell_timeout_s: int | None = None) -> str:
         return f"CellTimeoutError: the cell ran longer than {cell_timeout_s} s (--cell-timeout)"
     if isinstance(err, DeadKernelError):
         return "DeadKernelError: the kernel died (out of memory?)"
+    if type(err).__name__ == "NoSuchKernel" or "No such kernel" in str(err):
+        return (
+            f"{type(err).__name__}: {err}. Install ipykernel into the runner's Python: "
+            f"{sys.executable} -m pip install ipykernel (or -r requirements.txt)."
+        )
     ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
     if ename:
         lines = [line.strip() for line in _ANSI.sub("", str(evalue or "")).splitlines() if line.strip()]
@@ -84,6 +148,9 @@ def run_notebook(
     path: Path, out_dir: Path, results_file: Path, profile: str | None, cell_timeout_s: int, on_cell=None
 ) -> NotebookRun:
     """Execute one notebook in a fresh kernel with nbclient and save it executed.
+
+    The kernel runs with this interpreter (:func:`kernel_argv`), never with
+    another Python that an installed ``python3`` kernelspec names.
 
     The kernel starts in the notebook's folder with ``DPCOURSE_PROFILE`` (when
     ``profile`` is given) and ``DPCOURSE_RESULTS`` set, so the notebook's
@@ -111,6 +178,8 @@ def run_notebook(
         nb,
         timeout=cell_timeout_s,
         kernel_name="python3",
+        # The runner's own interpreter, not whatever a "python3" kernelspec starts.
+        kernel_manager_class=_kernel_manager_class(),
         # Quieter kernel start (ipykernel warns about its TCP transport on loopback).
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
         resources={"metadata": {"path": str(path.parent)}},
@@ -180,9 +249,12 @@ def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_t
     Raises:
         OutputFolderError: ``out_dir`` cannot hold the results (a file, not
             writable, or the notebooks' own folder).
+        KernelSetupError: this interpreter cannot start kernels (no
+            ipykernel); nothing was run.
     """
     from tqdm.auto import tqdm
 
+    check_kernel_interpreter()
     out_dir = check_output_folder(out_dir, notebooks)
     records_file = out_dir / "records.jsonl"
     if records_file.exists():

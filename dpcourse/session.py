@@ -58,8 +58,10 @@ def start_lesson(
 
     Raises:
         ValueError: unknown profile.
-        DeviceSetupError: too few devices, or device settings changed after
-            JAX started (the messages say what to do).
+        DeviceSetupError: too few devices, no backend could start, or
+            ``JAX_PLATFORMS`` changed after ``import jax`` (the messages say what
+            to do). Backend-start variables changed after JAX started are
+            shown as warnings, not raised: re-running this cell stays possible.
     """
     _devices.setup_devices(n_cpu_devices)
     import jax
@@ -69,8 +71,18 @@ def start_lesson(
     if min_devices > 1:
         chosen = _devices.lesson_devices(min_devices)
     else:
-        default = jax.devices()
+        default = _devices.start_backend()
         chosen = _devices.LessonDevices(default[:1], False, f"1 x {default[0].device_kind}")
+    for name in _devices.settings_changed_after_start():
+        notes.append(
+            _display.banner(
+                f"{name} changed after JAX started in this kernel: JAX read it once, at start, and ignores "
+                "the change. Restart the kernel to apply it.",
+                "warning",
+            )
+        )
+    if _devices.preallocation_switched_off() and jax.default_backend() == "gpu":
+        notes.append(_display.banner(_devices.PREALLOCATION_NOTE, "note"))
     if chosen.simulated and jax.default_backend() != "cpu":
         notes.append(
             _display.banner(

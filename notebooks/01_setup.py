@@ -188,6 +188,20 @@ if topology is None:
 else:
     print(topology)
 
+# %% [markdown]
+# ## 5. Can the devices complete a collective?
+#
+# A broken link between GPUs makes a collective *hang*, not fail. One tiny
+# `shard_map` + `pmean` over every device of the default backend, in a
+# separate process stopped after 60 s, finds that here instead of in the
+# middle of a lesson, and says what to try. On a CPU it runs over the
+# simulated devices in seconds (they cannot hang this way; the check is the same).
+
+# %%
+from dpcourse import health
+
+print(health.check_collectives(timeout_s=60))
+
 # %%
 results.set_context(
     notebook="01_setup",

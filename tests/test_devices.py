@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 
@@ -120,6 +121,153 @@ def test_too_few_devices_for_a_lesson_gives_the_simulated_devices_hint(python_ex
     assert "at least 2 devices" in err and "1 CPU device(s)" in err
     assert devices.SIMULATED_DEVICES_HINT in err
     assert "setup_devices(n_cpu_devices=8)" in err and CPU_COUNT_FLAG in err
+
+
+@slow
+def test_jax_platforms_set_after_import_is_refused_by_name(python_exe):
+    # Issue 9, A1: JAX reads JAX_PLATFORMS at import; setting it later did nothing, silently.
+    result = run_fresh(
+        python_exe,
+        """
+        import json, os
+        os.environ.pop("JAX_PLATFORMS", None)
+        import jax
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        from dpcourse import devices
+        try:
+            n = devices.setup_devices(4)
+            err = None
+        except devices.DeviceSetupError as e:
+            n, err = None, str(e)
+        print(json.dumps({"n": n, "err": err}))
+    """,
+    )
+    assert result["n"] is None and result["err"] is not None
+    assert "JAX_PLATFORMS='cpu'" in result["err"]
+    assert "before importing jax" in result["err"]
+
+
+@slow
+def test_jax_platforms_set_before_import_is_accepted(python_exe):
+    result = run_fresh(
+        python_exe,
+        """
+        import json
+        import jax
+        from dpcourse import devices
+        print(json.dumps({"n": devices.setup_devices(3), "cpus": len(jax.devices("cpu"))}))
+    """,
+    )
+    assert result == {"n": 3, "cpus": 3}
+
+
+@slow
+def test_a_platform_the_machine_lacks_names_jax_platforms_not_a_bare_assert(python_exe):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA GPU: JAX_PLATFORMS=cuda may well start")
+    # Issue 9, A2: JAX_PLATFORMS=cuda without a visible GPU ended in "AssertionError:" with no text,
+    # both in dpcourse's own calls and in the learner's first JAX operation.
+    result = run_fresh(
+        python_exe,
+        """
+        import json
+        from dpcourse import devices
+        devices.setup_devices(2)
+        import jax.numpy as jnp
+        seen = []
+        for start in (lambda: jnp.ones(3), devices.device_report, lambda: devices.lesson_devices(2)):
+            try:
+                start()
+                seen.append(None)
+            except Exception as e:
+                seen.append([type(e).__name__, str(e)])
+        print(json.dumps({"seen": seen}))
+    """,
+        JAX_PLATFORMS="cuda",
+    )
+    for name, message in result["seen"]:
+        assert name == "DeviceSetupError"
+        assert "JAX_PLATFORMS='cuda'" in message and "Unset JAX_PLATFORMS" in message
+
+
+def test_a_bare_assertion_from_the_backend_becomes_a_clear_error(monkeypatch):
+    # Issue 9, A2, as JAX fails with JAX_PLATFORMS=cuda on a machine without a GPU:
+    # xla_bridge.backends() ends in `assert _default_backend is not None`.
+    import jax
+
+    def no_backend(*args, **kwargs):
+        raise AssertionError()
+
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    monkeypatch.setattr(jax, "devices", no_backend)
+    with pytest.raises(devices.DeviceSetupError) as err:
+        devices.start_backend()
+    message = str(err.value)
+    assert "JAX_PLATFORMS='cuda'" in message and "Unset JAX_PLATFORMS" in message
+    assert "AssertionError" not in message.split("(")[0]
+    assert 'pip install "jax[cuda12]"' in message
+
+
+def test_a_backend_failure_without_jax_platforms_says_how_to_skip_a_plugin(monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    message = devices.backend_failure_message(RuntimeError("Unable to initialize backend 'cuda'"))
+    assert "Unable to initialize backend 'cuda'" in message and "JAX_PLATFORMS=cpu" in message
+
+
+@slow
+def test_only_changes_after_the_backend_started_are_reported(python_exe):
+    # Issue 9, A3: a change after setup_devices but before the first JAX operation takes
+    # effect and must not be reported; one after the first operation must be.
+    result = run_fresh(
+        python_exe,
+        """
+        import json, os
+        from dpcourse import devices
+        devices.setup_devices(2)
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
+        not_started = devices.settings_changed_after_start()
+        import jax.numpy as jnp
+        jnp.ones(3).block_until_ready()  # the backend starts here, not in dpcourse
+        in_time = devices.settings_changed_after_start()
+        os.environ["XLA_CLIENT_MEM_FRACTION"] = "0.5"
+        too_late = devices.settings_changed_after_start()
+        print(json.dumps({"not_started": not_started, "in_time": in_time, "too_late": too_late}))
+    """,
+    )
+    assert result == {"not_started": [], "in_time": [], "too_late": ["XLA_CLIENT_MEM_FRACTION"]}
+
+
+@slow
+def test_preallocation_is_off_by_default_and_a_learner_setting_wins(python_exe):
+    code = """
+        import json, os
+        from dpcourse import devices
+        devices.setup_devices(2)
+        print(json.dumps({"value": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+                          "ours": devices.preallocation_switched_off()}))
+    """
+    assert run_fresh(python_exe, code) == {"value": "false", "ours": True}
+    assert run_fresh(python_exe, code, XLA_PYTHON_CLIENT_PREALLOCATE="true") == {"value": "true", "ours": False}
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=true" in devices.PREALLOCATION_NOTE
+
+
+def test_both_memory_fraction_names_are_refused_before_start(monkeypatch):
+    # XLA_PYTHON_CLIENT_MEM_FRACTION is the deprecated name of XLA_CLIENT_MEM_FRACTION;
+    # jaxlib refuses a GPU start with both. The test process has started, so check the refusal
+    # through a process-state stand-in: a backend that has not started yet.
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6")
+    monkeypatch.setattr(devices, "backend_started", lambda: False)
+    monkeypatch.setattr(devices, "_requested", devices._requested)
+    with pytest.raises(devices.DeviceSetupError) as err:
+        devices.setup_devices(8)
+    message = str(err.value)
+    assert "XLA_CLIENT_MEM_FRACTION='0.5'" in message and "XLA_PYTHON_CLIENT_MEM_FRACTION='0.6'" in message
+    assert "deprecated" in message and "unset XLA_PYTHON_CLIENT_MEM_FRACTION" in message
+
+
+def test_both_memory_fraction_names_are_watched():
+    assert {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} <= set(devices.BACKEND_START_VARIABLES)
 
 
 @slow
@@ -250,3 +398,21 @@ def test_a_bad_count_in_xla_flags_is_a_clear_error(bad, monkeypatch):
 def test_setup_rejects_a_count_that_is_not_an_int(bad):
     with pytest.raises(ValueError, match="int >= 1"):
         devices.setup_devices(bad)
+
+
+def test_on_a_one_gpu_host_lessons_get_the_cpu_devices_explicitly(cpu_devices, monkeypatch):
+    # Issue 9, I21: a stand-in for a host whose default backend is one GPU.
+    import jax
+
+    class FakeGpu:
+        platform, device_kind, id, process_index = "gpu", "NVIDIA H200", 0, 0
+
+    real_devices = jax.devices
+
+    def fake_devices(backend=None):
+        return [FakeGpu()] if backend is None else real_devices(backend)
+
+    monkeypatch.setattr(jax, "devices", fake_devices)
+    chosen = devices.lesson_devices(2)
+    assert chosen.devices == list(cpu_devices) and chosen.simulated
+    assert all(d.platform == "cpu" for d in chosen.devices)

@@ -53,3 +53,21 @@ def test_replicated_arrays_count_once_per_device(cpu_devices):
     now = memory.live_buffers()
     assert now.bytes - base.bytes == 8 * params.nbytes == 8 * 100 * 10 * 4
     del params
+
+
+def test_arrays_on_the_simulated_cpu_devices_count_when_a_gpu_is_the_default(cpu_devices, monkeypatch):
+    # Issue 9, I21: on a GPU host jax.live_arrays() lists only the GPU's arrays, so the
+    # simulated CPU devices a lesson runs on were missed. Stand in for that host: the
+    # default backend is "gpu" and holds none of these arrays.
+    real_live_arrays = jax.live_arrays
+
+    def live_arrays(platform=None):
+        return [] if platform in (None, "gpu") else real_live_arrays(platform)
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "live_arrays", live_arrays)
+    base = memory.live_buffers()
+    arr = jax.device_put(np.ones((8, 100), np.float32), cpu_devices[3])
+    now = memory.live_buffers()
+    assert now.count - base.count == 1 and now.bytes - base.bytes == 8 * 100 * 4
+    del arr

@@ -97,11 +97,14 @@ def test_forward_applies_the_block_residually():
     # With block_mix 0 the block is skipped entirely: h stays the input layer's output.
     params = model.init_params(SMOKE)
     x = np.random.default_rng(0).uniform(size=(3, 784)).astype(np.float32)
-    h = jax.nn.gelu(x @ params["w_in"] + params["b_in"])
-    expected = h @ params["w_out"] + params["b_out"]
-    got = jax.jit(model.forward, static_argnums=(2, 3))(params, x, 5, 0.0)
-    # float32 matmuls of the same values; XLA's CPU kernels vs numpy differ
-    # only in summation order (784 terms): 1e-5 relative is ample.
+    # Full float32 matmuls on every platform: a GPU's default is TF32 (10-bit
+    # mantissa), whose rounding differs between the two computations (issue 9, I21).
+    with jax.default_matmul_precision("highest"):
+        h = jax.nn.gelu(x @ params["w_in"] + params["b_in"])
+        expected = h @ params["w_out"] + params["b_out"]
+        got = jax.jit(model.forward, static_argnums=(2, 3))(params, x, 5, 0.0)
+    # float32 matmuls of the same values, differing only in summation order
+    # (784 terms): 1e-5 relative is ample.
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5)
 
 

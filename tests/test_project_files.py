@@ -35,7 +35,7 @@ def test_ci_runs_make_test_for_both_environments_and_keeps_results():
     assert {"push", "pull_request"} <= set(ci[True])  # PyYAML reads the key `on` as True
     job = ci["jobs"]["test"]
     matrix = job["strategy"]["matrix"]["include"]
-    assert {(m["python"], m["target"]) for m in matrix} == {("3.11", "test"), ("3.12", "test-newest")}
+    assert {(m["python"], m["target"]) for m in matrix} == {("3.11", "test-pinned"), ("3.12", "test-newest")}
     assert "make ${{ matrix.target }}" in _run_lines(ci)
     uses = {step.get("uses", "").split("@")[0]: step for step in job["steps"]}
     assert uses["actions/setup-python"]["with"]["cache"] == "pip"

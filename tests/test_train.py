@@ -77,6 +77,23 @@ def adam_moments(opt_state):
     )
 
 
+@pytest.fixture(autouse=True)
+def _on_the_cpu_devices(cpu_devices):
+    """Every computation here runs on the simulated CPU devices, also on a GPU host.
+
+    The meshes and the pmap devices are CPU devices (``jax.devices("cpu")``);
+    anything not placed explicitly (the one-device references) goes to CPU 0
+    too, so that both sides of a comparison are float32 on the same platform
+    (a GPU's default TF32 matmuls would differ by ~1e-3: issue 9, I21).
+    """
+    with jax.default_device(cpu_devices[0]):
+        yield
+
+
+def on_cpu0(tree):
+    return jax.device_put(tree, jax.devices("cpu")[0])
+
+
 def mesh_of(n: int) -> Mesh:
     return Mesh(np.array(jax.devices("cpu")[:n]), ("data",))
 
@@ -168,7 +185,7 @@ def test_reference_actually_trains():
     # Guards the equivalence tests against comparing runs that do nothing.
     history, _ = run("reference", 1)
     first, last = history[0], history[-1]
-    assert train.max_abs_diff(last[0], model.init_params(CFG)) > 1e-4  # 3 AdamW steps of lr 3e-4
+    assert train.max_abs_diff(last[0], jax.device_get(model.init_params(CFG))) > 1e-4  # 3 AdamW steps of lr 3e-4
     assert int(adam_moments(last[1]).count) == N_STEPS
     assert math.isfinite(float(last[2]["loss"])) and float(first[2]["loss"]) > 0
 
@@ -192,7 +209,8 @@ def reference_grads_step0():
     """Gradient of the global mean loss on one device, first batch."""
     xs, ys = batches()
     x, y = xs[0], ys[0]
-    return jax.jit(jax.grad(lambda p, x, y: model.loss_and_metrics(p, x, y, CFG)[0]))(model.init_params(CFG), x, y)
+    grad = jax.jit(jax.grad(lambda p, x, y: model.loss_and_metrics(p, x, y, CFG)[0]))
+    return grad(*on_cpu0((model.init_params(CFG), x, y)))
 
 
 def shard_map_grads(reduce, cast: bool, check_vma: bool = True):
@@ -262,8 +280,8 @@ def test_trap_per_shard_loss_returned_as_replicated_is_one_devices_loss():
     )(params, xs[0], ys[0])
     loss = jax.jit(_per_shard_loss)
     per_device = GLOBAL_BATCH // TRAP_N
-    first_shard = float(loss(params, xs[0][:per_device], ys[0][:per_device]))
-    global_mean = float(loss(params, xs[0], ys[0]))
+    first_shard = float(loss(*on_cpu0((params, xs[0][:per_device], ys[0][:per_device]))))
+    global_mean = float(loss(*on_cpu0((params, xs[0], ys[0]))))
     assert float(wrong) == pytest.approx(first_shard, abs=LOSS_ATOL)
     assert abs(float(wrong) - global_mean) > 100 * LOSS_ATOL  # visibly not the mean
 

@@ -1,0 +1,75 @@
+"""Tests of dpcourse.health: the all-reduce probe with a hard timeout (issue 9, H18)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from dpcourse import health
+
+
+def test_a_hanging_collective_is_stopped_and_the_message_says_what_to_try():
+    # A stand-in for a hung NCCL all-reduce: a process that sleeps past the timeout.
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=1, command=hang)
+    message = str(err.value)
+    assert "did not finish within 1 s" in message
+    for advice in ("NCCL_DEBUG=INFO", "NCCL_P2P_DISABLE=1", "driver"):
+        assert advice in message
+
+
+def test_a_failing_probe_shows_its_error():
+    fail = [sys.executable, "-c", "import sys; sys.exit('NCCL error: unhandled system error')"]
+    with pytest.raises(health.CollectiveCheckError, match="unhandled system error"):
+        health.check_collectives(timeout_s=30, command=fail)
+
+
+def test_a_wrong_mean_is_an_error():
+    wrong = [
+        sys.executable,
+        "-c",
+        'print(\'{"devices": 2, "platform": "gpu", "kind": "x", "values": [0.0, 1.0], "expected": 0.5}\')',
+    ]
+    with pytest.raises(health.CollectiveCheckError, match="expected 0.5"):
+        health.check_collectives(timeout_s=30, command=wrong)
+
+
+@pytest.mark.slow
+def test_the_probe_all_reduces_over_every_device(cpu_devices):
+    # The child inherits XLA_FLAGS from conftest.py: the 8 simulated CPU devices
+    # (on a GPU host, the GPUs: the probe uses the default backend).
+    check = health.check_collectives(timeout_s=120)
+    assert check.devices >= 1
+    if check.platform == "cpu":
+        assert check.devices == len(cpu_devices)
+    assert "finished and agreed" in str(check)
+
+
+def test_the_command_line_exits_1_on_a_hang(monkeypatch, capsys):
+    from dpcourse.__main__ import main
+
+    def hung(timeout_s, command=None):
+        raise health.CollectiveCheckError(f"did not finish within {timeout_s:g} s. {health.HANG_ADVICE}")
+
+    monkeypatch.setattr(health, "check_collectives", hung)
+    assert main(["check-collectives", "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("check-collectives: FAILED: did not finish within 2 s") and "NCCL_P2P_DISABLE=1" in err
+
+
+def test_the_gpu_test_job_checks_collectives_before_the_notebooks():
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parent.parent / "deploy" / "notebook-tests.yaml").read_text()
+    check = script.index("python -m dpcourse check-collectives --timeout 60")
+    assert check < script.index("--nbmake")
+    assert "set -eu" in script[:check]  # a failed check stops the Job
+
+
+def test_notebook_01_runs_the_check():
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parent.parent / "notebooks" / "01_setup.py").read_text()
+    assert "health.check_collectives(timeout_s=60)" in source

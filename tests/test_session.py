@@ -1,0 +1,37 @@
+"""Tests of dpcourse.session: the opening of every lesson (8 simulated CPU devices, conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpcourse import devices, session
+
+
+def plain_notes(lesson: session.Lesson) -> list[str]:
+    return [str(note) for note in lesson.notes]
+
+
+def test_every_lesson_warns_about_a_backend_setting_changed_after_start(cpu_devices, monkeypatch):
+    # Issue 9, A3: the late-change check ran only in notebook 01; every lesson runs it now.
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    warnings = [n for n in plain_notes(lesson) if "XLA_PYTHON_CLIENT_ALLOCATOR" in n]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("[WARNING]") and "Restart the kernel" in warnings[0]
+
+
+def test_a_lesson_without_late_changes_shows_no_such_warning(cpu_devices):
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    assert not [n for n in plain_notes(lesson) if "changed after JAX started" in n]
+
+
+@pytest.mark.parametrize("ours, backend, shown", [(True, "gpu", True), (False, "gpu", False), (True, "cpu", False)])
+def test_the_preallocation_note_shows_on_a_gpu_when_the_course_switched_it_off(
+    cpu_devices, monkeypatch, ours, backend, shown
+):
+    import jax
+
+    monkeypatch.setattr(devices, "_preallocation_switched_off", ours)
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    assert (devices.PREALLOCATION_NOTE in " ".join(plain_notes(lesson))) is shown
