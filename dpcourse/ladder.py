@@ -11,7 +11,7 @@ of memory at a large batch, a dtype the backend lacks) is returned as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -130,7 +130,6 @@ class RungResult:
     final_params: Any = None
     program_bytes: int | None = None
     peak_bytes: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def mfu_datasheet(self, cfg: Config, device_kind: str) -> float | None:
         """MFU against the datasheet peak of the rung's precision (TF32 or BF16); None if unknown."""

@@ -193,13 +193,13 @@ print(
 )
 
 # %% [markdown]
-# **Reading it.** On a GPU, the plain `scan` keeps every repeat in a
-# `while` loop whose body is a few small kernels; each iteration pays
-# launch and synchronisation costs, and XLA cannot fuse across iterations.
-# Unrolling gives the compiler straight-line code to schedule and fuse, at
-# the price of a longer compile. bfloat16 halves the bytes of every
-# activation (the element-wise half of the roofline) and doubles the
-# matmul ceiling. What is left between the best rung and the ceiling is the
+# **Reading it.** The plain `scan` keeps every repeat in a `while` loop
+# whose body is a few small kernels: each iteration launches them anew and
+# evaluates the loop condition, and XLA cannot fuse or schedule across
+# iterations. Unrolling gives the compiler straight-line code, at the price
+# of a longer compile (see the compile column). bfloat16 halves the bytes
+# of every activation (the element-wise part of the roofline) and raises
+# the matmul ceiling (section 1 shows by how much on this device). What is left between the best rung and the ceiling is the
 # element-wise work of section 2 (bias, GELU, the residual mix and their
 # backward) and the optimizer's passes over the parameters: the profile
 # below shows which kernels take the time. On a CPU the ladder mostly
@@ -532,21 +532,17 @@ for dtype in ("float32", "bfloat16"):
         key = "bf16" if dtype == "bfloat16" else "f32"
         results.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
         results.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
+multi_context = dict(
+    backend=multi.devices[0].platform,
+    device_kind=multi.devices[0].device_kind,
+    device_count=n_dev,
+    profile=multi_cfg.profile,
+)
 for k, r in reports.items():
     key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
-    results.record(
-        f"collectives_per_step_{key}", r.runs_per_step, "count", backend=multi.devices[0].platform, device_count=n_dev
-    )
-    results.record(
-        f"collective_bytes_per_step_{key}",
-        r.bytes_per_step,
-        "bytes",
-        backend=multi.devices[0].platform,
-        device_kind=multi.devices[0].device_kind,
-        device_count=n_dev,
-        profile=multi_cfg.profile,
-    )
-results.record("bf16_pmean_written_all_reduce_bytes", sum(b for _, b in written), "bytes")
+    results.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
+    results.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
+results.record("bf16_pmean_written_all_reduce_bytes", sum(b for _, b in written), "bytes", **multi_context)
 if best is not None:
     results.record("throughput", best.result.examples_per_s, "examples/s")
     results.record("best_rung", best.rung.name, "name")
