@@ -20,9 +20,11 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU): `smoke` about 15 seconds; `cpu`
-# about 30 seconds. `full`: not yet measured on a GPU (none was available
-# when this was written); a GPU run's `results.json` records it.
+# **Time** (measured on a 2-core CPU shared with other jobs, load 5 to 11):
+# `smoke` 17 to 80 seconds; `cpu` 52 to 75 seconds of wall time, 36 seconds
+# of CPU time, most of it compiling the rungs. `full`: not yet measured on a
+# GPU (none was available when this was written); a GPU run's
+# `results.json` records it.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
