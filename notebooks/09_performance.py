@@ -337,10 +337,12 @@ if bf16_diff is not None:
 # `jax.profiler.trace` records what the device did during a few steps of
 # the fastest rung. To open it:
 #
-# - **TensorBoard** with the profile plugin (`pip install tensorboard
-#   tensorboard-plugin-profile`, then `tensorboard --logdir <folder>`,
-#   Profile tab), or **XProf** (`pip install xprof`, `xprof --logdir
-#   <folder>`): the trace viewer and per-kernel statistics;
+# - **XProf**, the profiler that also serves TensorBoard's profile tab
+#   (`pip install xprof`, then `xprof --logdir=<folder> --port=6006`; or
+#   `pip install xprof tensorboard`, `tensorboard --logdir=<folder>` and
+#   the Profile tab): the trace viewer, the overview of step time and
+#   per-kernel statistics. It reads the `.xplane.pb` file under
+#   `<folder>/plugins/profile/<session>/`;
 # - **Perfetto** (ui.perfetto.dev): open the `perfetto_trace.json.gz` file.
 #
 # Look for the gaps between kernels (launch overhead, the `while` loop of a
