@@ -107,9 +107,10 @@ display(show.table(rows, caption=f"Ceilings of {single.label}"))
 # its assumptions are in `dpcourse.roofline`). The block matmul's
 # arithmetic intensity tells whether it is compute-bound (above the ridge
 # point, FLOP/s over bytes/s of the measured ceilings); the element-wise
-# work does a few FLOPs per value and is memory-bound. Their times add up
-# when element-wise kernels run between the matmuls: that sum is the step's
-# lower bound.
+# work does a few FLOPs per value and is memory-bound. When the
+# element-wise kernels run between the matmuls, as separate kernels do,
+# their times add up: that sum is the lower bound used here (perfect
+# overlap of the two would give the larger of them instead).
 
 # %%
 batch = cfg.ladder_global_batch
