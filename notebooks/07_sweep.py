@@ -28,12 +28,17 @@
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+BLOCK_UNROLL = 1  # 1: lax.scan (the seed's step); k: scan(unroll=k); "full": a Python loop (notebook 09)
+COMPUTE_DTYPE = "float32"  # "bfloat16": mixed precision with float32 master weights (notebook 09)
 
 # %%
 from dpcourse.session import start_lesson
 
 lesson = start_lesson("07_sweep", PROFILE, N_CPU_DEVICES, min_devices=2)
-cfg, dataset = lesson.cfg, lesson.dataset
+# The step's form comes from the parameters cell: the defaults are the seed's
+# step; notebook 09's faster rungs are one change away.
+cfg = lesson.cfg.with_overrides(block_unroll=BLOCK_UNROLL, compute_dtype=COMPUTE_DTYPE)
+dataset = lesson.dataset
 
 # %%
 import jax
