@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test lint unit-test notebook-test lab sync clean install dev-install
+.PHONY: course test lint unit-test notebook-test solutions-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,10 +44,18 @@ unit-test: $(VENV)/.dev-installed
 notebook-test: $(VENV)/.dev-installed
 	DPCOURSE_PROFILE=smoke $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider notebooks
 
+# Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
+# profile; strict mode makes any checker that does not report success fail.
+SOLVED_DIR ?= build/solved
+solutions-test: $(VENV)/.dev-installed
+	rm -rf $(SOLVED_DIR)
+	$(PY) -m dpcourse.exercises.solutions --out $(SOLVED_DIR)
+	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(SOLVED_DIR)
+
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
 
-test: lint unit-test notebook-test infra-test
+test: lint unit-test notebook-test solutions-test infra-test
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
@@ -56,4 +64,4 @@ sync: $(VENV)/.dev-installed
 	$(VENV)/bin/jupytext --sync notebooks/[0-9][0-9]_*.py
 
 clean:
-	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints
+	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR)

@@ -24,12 +24,12 @@ def intensity(answer, m: int, k: int, n: int, bytes_per_value: int) -> str:
     if close(value, ref, 0.02):
         return f"Right: {ref:.4g} FLOPs per byte; above the device's ridge point the matmul is compute-bound."
     if close(value, ref / 2, 0.02):
-        raise wrong("That counts multiply-accumulates: each is 2 FLOPs.")
+        also = " (or you took 4 bytes per value: this dtype takes 2)" if bytes_per_value == 2 else ""
+        raise wrong(f"Half the answer: a multiply-accumulate is 2 FLOPs{also}.")
     if close(value, 2.0 * m * k * n / (bytes_per_value * (m * k + k * n)), 0.02):
         raise wrong("The output [m, n] must be written too: count its bytes along with both inputs.")
-    other = {2: 4, 4: 2}.get(bytes_per_value)
-    if other and close(value, matmul_intensity(m, k, n, other), 0.02):
-        raise wrong(f"That uses {other} bytes per value; this matmul's dtype takes {bytes_per_value}.")
+    if bytes_per_value == 4 and close(value, matmul_intensity(m, k, n, 2), 0.02):
+        raise wrong("That uses 2 bytes per value; float32 takes 4.")
     if close(value, 2.0 * m * k * n / (m * k + k * n + m * n), 0.02):
         raise wrong("That is FLOPs per value moved; divide by the bytes per value as well.")
     raise wrong(f"Off by a factor {value / ref:.3g}: 2 m k n FLOPs over the bytes of both inputs and the output.")

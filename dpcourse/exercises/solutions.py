@@ -52,12 +52,12 @@ def exercise_cells(nb) -> dict[str, int]:
     return found
 
 
-def solution_path(stem: str, directory: Path = SOLUTIONS_DIR) -> Path:
-    """``solutions/NN_name.py`` for the notebook ``NN_name``."""
-    return Path(directory) / f"{stem}.py"
+def solution_path(stem: str, directory: Path | None = None) -> Path:
+    """``solutions/NN_name.py`` for the notebook ``NN_name`` (``directory`` defaults to :data:`SOLUTIONS_DIR`)."""
+    return Path(SOLUTIONS_DIR if directory is None else directory) / f"{stem}.py"
 
 
-def read_solutions(stem: str, directory: Path = SOLUTIONS_DIR) -> dict[str, str]:
+def read_solutions(stem: str, directory: Path | None = None) -> dict[str, str]:
     """Exercise id -> solution source for one notebook; empty when it has no solution file."""
     import jupytext
 
@@ -68,7 +68,7 @@ def read_solutions(stem: str, directory: Path = SOLUTIONS_DIR) -> dict[str, str]
     return {cell_id(c): c.source for c in solved.cells if c.cell_type == "code" and cell_id(c)}
 
 
-def fill_solutions(nb, stem: str, directory: Path = SOLUTIONS_DIR) -> int:
+def fill_solutions(nb, stem: str, directory: Path | None = None) -> int:
     """Replace every exercise cell of ``nb`` (in place) with its solution; return how many.
 
     Raises:
@@ -89,7 +89,7 @@ def fill_solutions(nb, stem: str, directory: Path = SOLUTIONS_DIR) -> int:
     return len(cells)
 
 
-def write_solved(notebooks: list[Path], out_dir: Path, directory: Path = SOLUTIONS_DIR) -> list[Path]:
+def write_solved(notebooks: list[Path], out_dir: Path, directory: Path | None = None) -> list[Path]:
     """Write each notebook that has exercises, with solutions filled in, to ``out_dir``; return the paths."""
     import nbformat
 
