@@ -1,5 +1,7 @@
 """Checkers of lessons 06 to 09: the solution passes, known wrong answers get their message, untouched is not attempted."""
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -151,18 +153,26 @@ def test_08_2_valid_global_batch():
 # 09 ---------------------------------------------------------------------------
 
 
-def test_09_1_intensity():
-    m = k = n = 4096
-    ref = 2 * m * k * n / (2 * 3 * m * k)
-    expect(lesson09.intensity(ref, m, k, n, 2), CORRECT)
-    expect(lesson09.intensity(ref / 2, m, k, n, 2), WRONG, "multiply-accumulate is 2 FLOPs")
-    expect(lesson09.intensity(2 * m * k * n / (2 * 2 * m * k), m, k, n, 2), WRONG, "output")
-    expect(lesson09.intensity(ref / 2 * 1.0001, 1024, 4096, 512, 2), WRONG)
-    expect(lesson09.intensity(lesson09.matmul_intensity(m, k, n, 4), m, k, n, 2), WRONG, "took 4 bytes per value")
-    expect(lesson09.intensity(lesson09.matmul_intensity(m, k, n, 2), m, k, n, 4), WRONG, "float32 takes 4")
-    expect(lesson09.intensity(ref * 2, m, k, n, 2), WRONG)
-    expect(lesson09.intensity([ref], m, k, n, 2), BAD_INPUT, "got list")
-    expect(lesson09.intensity(..., m, k, n, 2), NOT_ATTEMPTED)
+def test_09_1_ridge_batch():
+    w, ridge = 1024, 200.0
+    ref = lesson09.ridge_batch_reference(w, ridge, 2)
+    assert abs(lesson09.matmul_intensity(ref, w, w, 2) - ridge) < 1e-9 * ridge  # the batch sits on the ridge
+    expect(lesson09.ridge_batch(ref, w, ridge), CORRECT)
+    expect(lesson09.ridge_batch(math.ceil(ref), w, ridge), CORRECT)
+    expect(lesson09.ridge_batch(lesson09.ridge_batch_reference(w, ridge, 4), w, ridge), WRONG, "4 bytes per value")
+    f32_with_2_bytes = lesson09.ridge_batch_reference(w, ridge, 2)
+    expect(lesson09.ridge_batch(f32_with_2_bytes, w, ridge, 4), WRONG, "float32 takes 4")
+    expect(
+        lesson09.ridge_batch(lesson09.ridge_batch_reference(w, 2 * ridge, 2), w, ridge), WRONG, "multiply-accumulate"
+    )
+    expect(lesson09.ridge_batch(400 * w / (2 * w - 400), w, ridge), WRONG, "output")
+    expect(lesson09.ridge_batch(math.inf, w, ridge), WRONG, "some batch reaches it")
+    expect(lesson09.ridge_batch(3 * ref, w, ridge), WRONG, "off by a factor")
+    expect(lesson09.ridge_batch(math.inf, 256, ridge), CORRECT)  # W / 2 = 128 FLOP/byte < 200: never
+    expect(lesson09.ridge_batch(500, 256, ridge), WRONG, "math.inf")
+    expect(lesson09.ridge_batch("big", w, ridge), BAD_INPUT, "got str")
+    expect(lesson09.ridge_batch(ref, w, None), UNAVAILABLE)
+    expect(lesson09.ridge_batch(..., w, ridge), NOT_ATTEMPTED)
 
 
 def test_09_2_rungs():
@@ -175,4 +185,7 @@ def test_09_2_rungs():
     expect(lesson09.rungs_reaching(["fp8"], measured, 0.5), BAD_INPUT, "Unknown rung")
     expect(lesson09.rungs_reaching("bfloat16", measured, 0.5), BAD_INPUT, "list of rung names")
     expect(lesson09.rungs_reaching([], {"a": None}, 0.5), UNAVAILABLE)
+    with_failed = {**measured, "larger batch": None}
+    expect(lesson09.rungs_reaching(["bfloat16"], with_failed, 0.5), CORRECT)
+    expect(lesson09.rungs_reaching(["bfloat16", "larger batch"], with_failed, 0.5), WRONG, "failed")
     expect(lesson09.rungs_reaching(..., measured, 0.5), NOT_ATTEMPTED)
