@@ -31,7 +31,15 @@ exit status:
     devices, simulated ones above all, share a few busy cores and two runs
     of one commit differ by tens of percent. Throughputs measured on
     different hardware or profiles get no verdict ("not comparable").
-- **0** otherwise, with warnings where a collective count or byte total
+  - a status record (metric ending ``_status``, e.g. notebook 09's
+    ``rung_unrolled_f32_status``) was ``"ok"`` in OLD and is anything else
+    in NEW, on the same hardware and profile (a rung or ceiling that ran
+    before and fails now; on other hardware it is a warning).
+- **0** otherwise, with warnings where a figure with a sibling
+  ``<metric>_target`` record (a goal, e.g. notebook 09's fraction of the
+  measured matmul ceiling) is below its target on an accelerator (on the
+  CPU backend that is information: the targets are set for GPUs), and
+  with warnings where a collective count or byte total
   (metrics starting with ``collective``) changed between runs on the same
   hardware: the compiled program moved its all-reduces. Differences of hardware, profile or data source between
   the runs are warnings (a throughput drop across different hardware or
@@ -58,6 +66,8 @@ SCHEMA_VERSION = 1
 THROUGHPUT_UNIT = "examples/s"
 EQUIVALENCE_PREFIX = "max_abs_"  # max_abs_param_diff_*, max_abs_grad_diff_*
 TOLERANCE_SUFFIX = "_tolerance"
+STATUS_SUFFIX = "_status"
+TARGET_SUFFIX = "_target"
 COLLECTIVES_PREFIX = "collective"  # collectives_per_step_*, collective_bytes_per_step_*, collectives_in_loop_*
 HARDWARE_FIELDS = ("backend", "device_kind", "device_count")
 _RECORD_KEYS = ("notebook", "metric", "value", "unit")
@@ -260,6 +270,36 @@ def _check_throughput(row: Row, old_rec: dict, new_rec: dict, threshold: float, 
     result.failures.append(f"{label} {drop}.")
 
 
+def _check_status(row: Row, old_rec: dict, new_rec: dict, result: Comparison) -> None:
+    label = f"{new_rec['notebook']}: {new_rec['metric']}"
+    if old_rec["value"] != "ok" or new_rec["value"] == "ok":
+        if new_rec["value"] == "ok":
+            row.check = "ok"
+        return
+    message = f"{label} was ok in OLD, {new_rec['value']!r} in NEW."
+    if _comparable(old_rec, new_rec):
+        row.check = "REGRESSION"
+        result.failures.append(message)
+    else:
+        row.check = "warning"
+        result.warnings.append(message + " (other hardware or profile)")
+
+
+def _check_target(row: Row, rec: dict, target_rec: dict, result: Comparison) -> None:
+    value, target = _number(rec["value"]), _number(target_rec["value"])
+    if value is None or target is None:
+        return
+    if value >= target:
+        row.check = "ok"
+        return
+    message = f"{rec['notebook']}: {rec['metric']} = {_fmt(value)} is below its target {_fmt(target)}"
+    if rec.get("backend") == "cpu":
+        result.infos.append(message + " (the target is set for GPUs; this ran on the CPU).")
+    else:
+        row.check = "warning"
+        result.warnings.append(message + ".")
+
+
 def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
     """Compare two results payloads (see the module docstring for the rules).
 
@@ -316,6 +356,10 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
             _check_equivalence(row, new_rec, new_keyed, old_keyed, result)
         elif rec["unit"] == THROUGHPUT_UNIT and old_rec is not None:
             _check_throughput(row, old_rec, new_rec, threshold, result)
+        elif rec["metric"].endswith(STATUS_SUFFIX) and old_rec is not None:
+            _check_status(row, old_rec, new_rec, result)
+        elif (key[0], rec["metric"] + TARGET_SUFFIX, 0) in new_keyed:
+            _check_target(row, new_rec, new_keyed[(key[0], rec["metric"] + TARGET_SUFFIX, 0)], result)
         elif (
             rec["metric"].startswith(COLLECTIVES_PREFIX)
             and old_rec is not None

@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 PROFILE_ENV = "DPCOURSE_PROFILE"
 
+# How the block repeats are written (notebook 09): an int k >= 1 is
+# ``lax.scan(..., unroll=k)`` (1 is the seed's plain scan); "full" is a Python
+# loop over the repeats (one copy of the block per repeat in the program).
+FULL_UNROLL = "full"
+# Dtype of the matmul inputs and activations; parameters, optimizer state and
+# the loss stay float32 whichever is chosen (mixed precision, notebook 09).
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -38,6 +46,17 @@ class Config:
         max_train_examples: cap on the training examples loaded (None: all
             60,000 of Fashion-MNIST).
         seed: seed of the parameter initialisation and of the data shuffle.
+        block_unroll: how the repeats are compiled: an int ``k >= 1`` for
+            ``lax.scan(..., unroll=k)`` (1: the seed's scan, the default of
+            every profile) or ``"full"`` for a Python loop over the repeats.
+        compute_dtype: ``"float32"`` (default of every profile) or
+            ``"bfloat16"``: matmuls and activations in bfloat16 with float32
+            master weights and a float32 loss (mixed precision).
+        ladder_global_batch: global batch of notebook 09's ladder (examples,
+            one device).
+        ladder_large_batch: the larger global batch of the ladder's last rung.
+        matmul_size: side ``n`` of the square matmul timed for notebook 09's
+            ceilings (``n x n`` by ``n x n``).
     """
 
     profile: str = "full"
@@ -54,6 +73,15 @@ class Config:
     sweep_global_batches: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     max_train_examples: int | None = None
     seed: int = 0
+    block_unroll: int | str = 1
+    compute_dtype: str = "float32"
+    ladder_global_batch: int = 4096
+    ladder_large_batch: int = 8192
+    matmul_size: int = 8192
+
+    def __post_init__(self):
+        check_block_unroll(self.block_unroll)
+        check_compute_dtype(self.compute_dtype)
 
     def global_batch(self, n_devices: int) -> int:
         """Global batch in examples for ``n_devices`` devices."""
@@ -66,6 +94,31 @@ class Config:
             TypeError: a name is not a field of :class:`Config`.
         """
         return dataclasses.replace(self, **changes)
+
+
+def check_block_unroll(value) -> int | str:
+    """Check a ``block_unroll`` setting: an int >= 1 or ``"full"``.
+
+    Raises:
+        ValueError: anything else; the message lists the valid values.
+    """
+    if value == FULL_UNROLL or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(
+        f"Unknown block_unroll {value!r}. Valid values: an int >= 1 (lax.scan unroll factor; "
+        f"1 is the plain scan) or {FULL_UNROLL!r} (a Python loop over the repeats)."
+    )
+
+
+def check_compute_dtype(value) -> str:
+    """Check a ``compute_dtype`` setting.
+
+    Raises:
+        ValueError: not one of :data:`COMPUTE_DTYPES`; the message lists them.
+    """
+    if value in COMPUTE_DTYPES:
+        return value
+    raise ValueError(f"Unknown compute_dtype {value!r}. Valid values: {', '.join(COMPUTE_DTYPES)}.")
 
 
 # Each profile overrides the one default above (the `full` workload of the
@@ -84,6 +137,9 @@ PROFILES: dict[str, dict] = {
         steps=10,
         sweep_global_batches=(256, 512, 1024, 2048, 4096),
         max_train_examples=16_384,
+        ladder_global_batch=128,
+        ladder_large_batch=256,
+        matmul_size=512,
     ),
     # The smallest sizes that still reach every code path (CI).
     "smoke": dict(
@@ -96,6 +152,9 @@ PROFILES: dict[str, dict] = {
         steps=2,
         sweep_global_batches=(12, 32, 64),
         max_train_examples=512,
+        ladder_global_batch=16,
+        ladder_large_batch=32,
+        matmul_size=64,
     ),
 }
 

@@ -2,7 +2,8 @@
 
 Taught in notebook 02. One hidden block (a WIDTH x WIDTH dense layer and
 GELU) is applied ``block_repeats`` times with ``jax.lax.scan`` and mixed in
-residually. Re-using one block raises the compute per example without
+residually (notebook 09 compiles the repeats unrolled and in bfloat16 through
+the config's ``block_unroll`` and ``compute_dtype``). Re-using one block raises the compute per example without
 raising the number of gradient values that data parallelism must
 all-reduce: the point of the design.
 """
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcourse.config import Config
+from dpcourse.config import FULL_UNROLL, Config, check_block_unroll, check_compute_dtype
 from dpcourse.data import N_CLASSES, N_FEATURES
 
 Params = dict[str, jax.Array]
@@ -46,25 +47,50 @@ def init_params(cfg: Config, seed: int | None = None) -> dict[str, np.ndarray]:
     }
 
 
-def forward(params: Params, x: jax.Array, block_repeats: int, block_mix: float) -> jax.Array:
+def forward(
+    params: Params,
+    x: jax.Array,
+    block_repeats: int,
+    block_mix: float,
+    block_unroll: int | str = 1,
+    compute_dtype: str = "float32",
+) -> jax.Array:
     """Logits of the shared-block MLP.
 
     Args:
-        params: see :func:`init_params`.
+        params: see :func:`init_params` (float32 master weights).
         x: float32 ``[batch, 784]`` (any batch: global under ``jit``,
             per-device inside ``shard_map``/``pmap``).
+        block_unroll: 1 (the seed's ``lax.scan``), an int ``k > 1`` for
+            ``lax.scan(..., unroll=k)`` (k copies of the block per loop
+            iteration), or ``"full"`` for a Python loop (no loop left in the
+            compiled program). All compute the same values.
+        compute_dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision:
+            the weights and the input are cast to bfloat16 here, so matmuls
+            and activations run in bfloat16 while the parameters (and so
+            their gradients and the optimizer) stay float32.
 
     Returns:
-        float32 logits ``[batch, 10]``.
+        float32 logits ``[batch, 10]`` whatever ``compute_dtype`` is.
+
+    Raises:
+        ValueError: an unknown ``block_unroll`` or ``compute_dtype``.
     """
-    h = jax.nn.gelu(x @ params["w_in"] + params["b_in"])
+    check_block_unroll(block_unroll)
+    dtype = jnp.dtype(check_compute_dtype(compute_dtype))
+    p = jax.tree.map(lambda a: a.astype(dtype), params)
+    h = jax.nn.gelu(x.astype(dtype) @ p["w_in"] + p["b_in"])
 
     def block(h, _):
-        out = jax.nn.gelu(h @ params["w_block"] + params["b_block"])
+        out = jax.nn.gelu(h @ p["w_block"] + p["b_block"])
         return (1.0 - block_mix) * h + block_mix * out, None
 
-    h, _ = jax.lax.scan(block, h, None, length=block_repeats)
-    return h @ params["w_out"] + params["b_out"]
+    if block_unroll == FULL_UNROLL:
+        for _ in range(block_repeats):
+            h, _ = block(h, None)
+    else:
+        h, _ = jax.lax.scan(block, h, None, length=block_repeats, unroll=block_unroll)
+    return (h @ p["w_out"] + p["b_out"]).astype(jnp.float32)
 
 
 def loss_and_metrics(params: Params, x: jax.Array, y: jax.Array, cfg: Config) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -77,7 +103,7 @@ def loss_and_metrics(params: Params, x: jax.Array, y: jax.Array, cfg: Config) ->
         ``(loss, {"loss": loss, "accuracy": accuracy})``, scalars (means over
         the batch the function sees).
     """
-    logits = forward(params, x, cfg.block_repeats, cfg.block_mix)
+    logits = forward(params, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, cfg.compute_dtype)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
     accuracy = (jnp.argmax(logits, axis=-1) == y).mean()
     return loss, {"loss": loss, "accuracy": accuracy}

@@ -139,6 +139,19 @@ def save_figure(fig, name: str) -> Path | None:
     return target
 
 
+def output_dir(name: str) -> Path | None:
+    """A folder ``<notebook>_<name>`` beside the records (created), or None when recording is off.
+
+    For results that are not one figure, e.g. notebook 09's profiler trace.
+    """
+    path = active_path()
+    if path is None:
+        return None
+    target = path.parent / f"{_context.get('notebook', 'output')}_{name}"
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Read a JSON-lines file written by :func:`record` (missing file: empty list).
 

@@ -360,3 +360,62 @@ def test_a_change_in_the_collectives_warns(write, capsys):
     new = set_value(baseline(), "04_sharding", "collectives_per_step_jit", 17)
     code, out, _ = run_main(write, baseline(), new, capsys)
     assert code == 0 and "collectives moved" in out
+
+
+# --- notebook 09's records: rung status, throughput, checks and targets ---
+
+
+def ladder_run(status="ok", fraction=0.55, backend="gpu", loss_diff=0.003):
+    """A run of notebook 09 with one rung, its check and a target."""
+    payload = baseline()
+    payload["notebooks"].append(nb("09_performance"))
+    ctx = dict(device_count=1, backend=backend)
+    payload["records"] += [
+        rec("09_performance", "rung_unrolled_bf16_status", status, "status", **ctx),
+        rec("09_performance", "max_abs_loss_diff_bf16_vs_f32", loss_diff, "loss", **ctx),
+        rec("09_performance", "max_abs_loss_diff_bf16_vs_f32_tolerance", 0.04, "loss", **ctx),
+        rec("09_performance", "best_bf16_fraction_of_measured_ceiling", fraction, "fraction", **ctx),
+        rec("09_performance", "best_bf16_fraction_of_measured_ceiling_target", 0.5, "fraction", **ctx),
+    ]
+    if status == "ok":
+        payload["records"].append(rec("09_performance", "rung_unrolled_bf16_throughput", 4.4e5, "examples/s", **ctx))
+    return payload
+
+
+def test_ladder_records_of_two_good_runs_pass(write, capsys):
+    code, out, _ = run_main(write, ladder_run(), ladder_run(), capsys)
+    assert code == 0 and "rung_unrolled_bf16_status" in out and "below its target" not in out
+
+
+def test_a_rung_that_ran_and_now_fails_is_a_regression(write, capsys):
+    new = ladder_run(status="failed: RuntimeError: RESOURCE_EXHAUSTED: out of memory")
+    code, out, _ = run_main(write, ladder_run(), new, capsys)
+    assert code == 1
+    assert "rung_unrolled_bf16_status was ok in OLD" in out and "RESOURCE_EXHAUSTED" in out
+    assert "rung_unrolled_bf16_throughput was measured in OLD and is missing in NEW" in out
+
+
+def test_a_rung_failing_on_other_hardware_only_warns(write, capsys):
+    new = ladder_run(status="failed: no bfloat16")
+    for r in new["records"]:
+        r["device_kind"] = "NVIDIA L4"  # same as OLD ...
+        r["profile"] = "cpu"  # ... but another profile: not comparable
+    code, out, _ = run_main(write, ladder_run(), new, capsys)
+    assert code == 0 and "other hardware or profile" in out
+
+
+def test_a_rung_that_now_runs_passes(write, capsys):
+    code, _, _ = run_main(write, ladder_run(status="failed: x"), ladder_run(), capsys)
+    assert code == 0
+
+
+def test_bf16_loss_beyond_its_tolerance_fails(write, capsys):
+    code, out, _ = run_main(write, ladder_run(), ladder_run(loss_diff=0.5), capsys)
+    assert code == 1 and "max_abs_loss_diff_bf16_vs_f32 = 0.5 exceeds its tolerance 0.04" in out
+
+
+def test_a_figure_below_its_target_warns_on_a_gpu_and_informs_on_a_cpu(write, capsys):
+    code, out, _ = run_main(write, ladder_run(), ladder_run(fraction=0.47), capsys)
+    assert code == 0 and "warning" in out and "below its target 0.5" in out
+    code, out, _ = run_main(write, ladder_run(backend="cpu"), ladder_run(fraction=0.47, backend="cpu"), capsys)
+    assert code == 0 and "the target is set for GPUs" in out

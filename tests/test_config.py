@@ -120,3 +120,37 @@ def test_automatic_profile_asks_jax_when_no_backend_given(cpu_devices):
 
     expected = "full" if jax.default_backend() in ("gpu", "tpu") else "cpu"
     assert config.default_profile() == expected
+
+
+@pytest.mark.parametrize("name", ["full", "cpu", "smoke"])
+def test_every_profile_defaults_to_the_seeds_step(name):
+    # Notebooks 04 to 08 run the seed's step: lax.scan, float32.
+    cfg = make_config(name)
+    assert cfg.block_unroll == 1
+    assert cfg.compute_dtype == "float32"
+
+
+@pytest.mark.parametrize("name", ["full", "cpu", "smoke"])
+def test_ladder_sizes_are_valid(name):
+    cfg = make_config(name)
+    assert 1 <= cfg.ladder_global_batch < cfg.ladder_large_batch
+    assert cfg.matmul_size >= 1
+
+
+@pytest.mark.parametrize("value", [1, 2, 8, 128, "full"])
+def test_valid_block_unroll_values_are_accepted(value):
+    assert make_config("smoke").with_overrides(block_unroll=value).block_unroll == value
+
+
+@pytest.mark.parametrize("value", [0, -1, "Full", "yes", True, 2.0, None])
+def test_unknown_block_unroll_lists_the_valid_values(value):
+    with pytest.raises(ValueError, match=r"Unknown block_unroll.*int >= 1.*'full'"):
+        make_config("smoke").with_overrides(block_unroll=value)
+
+
+@pytest.mark.parametrize("value", ["float16", "bf16", "f32", None])
+def test_unknown_compute_dtype_lists_the_valid_values(value):
+    with pytest.raises(ValueError, match=r"Unknown compute_dtype.*float32, bfloat16"):
+        make_config("smoke").with_overrides(compute_dtype=value)
+    with pytest.raises(ValueError, match="Valid values: float32, bfloat16"):
+        Config(compute_dtype=value)

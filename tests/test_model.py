@@ -140,3 +140,89 @@ def test_accuracy_counts_argmax_hits():
     y[:2] = (y[:2] + 1) % 10  # two wrong labels out of 8
     _, metrics = jax.jit(lambda p, x, y: model.loss_and_metrics(p, x, y, SMOKE))(params, x, y)
     assert float(metrics["accuracy"]) == 6 / 8
+
+
+# --- the ladder's settings (notebook 09): same function, other programs ---
+
+UNROLLS = (1, 2, "full")
+
+
+def _loss_and_grads(cfg, params, x, y):
+    return jax.jit(jax.value_and_grad(lambda p: model.loss_and_metrics(p, x, y, cfg)[0]))(params)
+
+
+def _sample(cfg, n=16):
+    rng = np.random.default_rng(1)
+    return rng.random((n, 784), np.float32), rng.integers(0, 10, n).astype(np.int32)
+
+
+@pytest.mark.parametrize("unroll", UNROLLS[1:])
+def test_unrolled_forward_and_gradients_equal_the_scan(unroll):
+    cfg = make_config("smoke").with_overrides(block_repeats=5)  # 5 repeats: unroll=2 leaves a remainder
+    params = model.init_params(cfg)
+    x, y = _sample(cfg)
+    ref_loss, ref_grads = _loss_and_grads(cfg, params, x, y)
+    loss, grads = _loss_and_grads(cfg.with_overrides(block_unroll=unroll), params, x, y)
+    # Same float32 arithmetic in another program: a few roundings at most.
+    assert abs(float(loss) - float(ref_loss)) <= 1e-6
+    for name in ref_grads:
+        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=1e-5, atol=1e-6)
+
+
+def test_full_unroll_leaves_no_loop_in_the_program():
+    cfg = make_config("smoke").with_overrides(block_repeats=3)
+    params = model.init_params(cfg)
+    x, _ = _sample(cfg)
+
+    def hlo(c):
+        return (
+            jax.jit(lambda p, x: model.forward(p, x, c.block_repeats, c.block_mix, c.block_unroll))
+            .lower(params, x)
+            .compile()
+            .as_text()
+        )
+
+    assert " while(" in hlo(cfg)
+    assert " while(" not in hlo(cfg.with_overrides(block_unroll="full"))
+
+
+def test_bfloat16_compute_keeps_float32_logits_and_gradients():
+    cfg = make_config("smoke").with_overrides(compute_dtype="bfloat16")
+    params = model.init_params(cfg)
+    x, y = _sample(cfg)
+    logits = model.forward(params, x, cfg.block_repeats, cfg.block_mix, compute_dtype="bfloat16")
+    assert logits.dtype == np.float32
+    _, grads = _loss_and_grads(cfg, params, x, y)
+    assert all(g.dtype == np.float32 for g in grads.values())  # master weights: float32 gradients
+
+
+def test_bfloat16_compute_is_really_bfloat16():
+    # A cast that did nothing would give the float32 logits exactly.
+    cfg = make_config("smoke")
+    params = model.init_params(cfg)
+    x, _ = _sample(cfg)
+    f32 = model.forward(params, x, cfg.block_repeats, cfg.block_mix)
+    bf16 = model.forward(params, x, cfg.block_repeats, cfg.block_mix, compute_dtype="bfloat16")
+    assert float(np.max(np.abs(f32 - bf16))) > 0
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu"])
+def test_bfloat16_loss_is_within_the_ladders_tolerance(name):
+    from dpcourse import ladder
+
+    cfg = make_config(name)
+    params = model.init_params(cfg)
+    x, y = _sample(cfg, 64)
+    f32, _ = _loss_and_grads(cfg, params, x, y)
+    bf16, _ = _loss_and_grads(cfg.with_overrides(compute_dtype="bfloat16"), params, x, y)
+    assert abs(float(bf16) - float(f32)) <= ladder.bf16_loss_tolerance(float(f32))
+
+
+def test_forward_refuses_unknown_settings():
+    cfg = make_config("smoke")
+    params = model.init_params(cfg)
+    x, _ = _sample(cfg)
+    with pytest.raises(ValueError, match="block_unroll"):
+        model.forward(params, x, 2, 0.1, block_unroll=0)
+    with pytest.raises(ValueError, match="compute_dtype"):
+        model.forward(params, x, 2, 0.1, compute_dtype="float16")

@@ -13,7 +13,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-EXPECTED = ["01_setup", "02_baseline", "03_mesh", "04_sharding", "05_shard_map", "06_pmap", "07_sweep", "08_multihost"]
+EXPECTED = [
+    "01_setup",
+    "02_baseline",
+    "03_mesh",
+    "04_sharding",
+    "05_shard_map",
+    "06_pmap",
+    "07_sweep",
+    "08_multihost",
+    "09_performance",
+]
 PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 
 

@@ -146,3 +146,11 @@ def test_write_json_atomic_keeps_the_old_file_when_the_payload_is_not_json(tmp_p
         results.write_json_atomic(target, {"bad": object()})
     assert json.loads(target.read_text()) == {"ok": True}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_output_dir_sits_beside_the_records(tmp_path):
+    results.set_context("09_performance", "smoke", "synthetic", "cpu", "cpu", 1, "0.0")
+    assert results.output_dir("trace") is None  # recording off: nothing written
+    results.enable(tmp_path / "records.jsonl")
+    folder = results.output_dir("trace")
+    assert folder == tmp_path / "09_performance_trace" and folder.is_dir()

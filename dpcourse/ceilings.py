@@ -1,0 +1,157 @@
+"""Measure this device's ceilings: matmul FLOP/s per precision and memory bandwidth.
+
+Taught in notebook 09: MFU against a datasheet peak says how far the step is
+from the hardware's advertised rate; the rate a large matmul actually
+reaches on this device, measured here, says how far it is from what XLA can
+do on it. Both are shown, labelled. Timing follows the course's rules (see
+:mod:`dpcourse.bench`): compile apart, untimed warm-up, ``repeats`` blocks of
+``steps`` calls ending with ``jax.block_until_ready``, the median block.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# name -> (dtype, matmul precision). JAX's "default" float32 precision runs
+# as TF32 on NVIDIA GPUs from Ampere on; "highest" is true float32.
+MATMUL_SETTINGS: dict[str, tuple[str, str]] = {
+    "float32 highest": ("float32", "highest"),
+    "float32 default": ("float32", "default"),
+    "bfloat16": ("bfloat16", "default"),
+}
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One measured rate.
+
+    Attributes:
+        name: what was measured (a key of :data:`MATMUL_SETTINGS`, or
+            ``"memory bandwidth"``).
+        status: "ok" or "failed" (e.g. a dtype the backend lacks).
+        rate: FLOP/s for a matmul, bytes/s for the bandwidth; None if failed.
+        ms_per_call: median time of one call, ms; None if failed.
+        reason: why it failed ("" when ok).
+    """
+
+    name: str
+    status: str
+    rate: float | None = None
+    ms_per_call: float | None = None
+    reason: str = ""
+
+
+def time_calls(fn, args: tuple, warmup: int = 2, repeats: int = 3, steps: int = 5) -> float:
+    """Median seconds of one call of ``fn(*args)`` (compiled once, outside the timing).
+
+    Raises:
+        ValueError: ``repeats`` or ``steps`` < 1, or ``warmup`` < 0.
+    """
+    if repeats < 1 or steps < 1 or warmup < 0:
+        raise ValueError(f"Need repeats >= 1, steps >= 1, warmup >= 0; got {repeats}, {steps}, {warmup}.")
+    compiled = jax.jit(fn).lower(*args).compile()
+    out = None
+    for _ in range(warmup):
+        out = compiled(*args)
+    jax.block_until_ready(out)
+    blocks = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = compiled(*args)
+        jax.block_until_ready(out)
+        blocks.append((time.perf_counter() - start) / steps)
+    return statistics.median(blocks)
+
+
+def _failure(name: str, err: Exception) -> Ceiling:
+    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return Ceiling(name, "failed", reason=f"{type(err).__name__}: {message[:300]}")
+
+
+def matmul_rate(n: int, setting: str, device, **timing) -> Ceiling:
+    """FLOP/s of an ``[n, n] @ [n, n]`` matmul (``2 n^3`` FLOPs) on ``device``.
+
+    Args:
+        n: matrix side (8192 fills an H200; the ``cpu`` profile uses 512).
+        setting: a key of :data:`MATMUL_SETTINGS`.
+        timing: ``warmup``, ``repeats``, ``steps`` for :func:`time_calls`.
+
+    Returns:
+        A :class:`Ceiling`; status "failed" with the reason when the backend
+        cannot run it (a missing dtype, out of memory), instead of raising.
+
+    Raises:
+        ValueError: unknown ``setting`` or ``n`` < 1.
+    """
+    if setting not in MATMUL_SETTINGS:
+        raise ValueError(f"Unknown matmul setting {setting!r}. Valid: {', '.join(MATMUL_SETTINGS)}.")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    dtype, precision = MATMUL_SETTINGS[setting]
+    try:
+        rng = np.random.default_rng(0)
+        a = jax.device_put(rng.standard_normal((n, n), np.float32), device).astype(dtype)
+        b = jax.device_put(rng.standard_normal((n, n), np.float32), device).astype(dtype)
+        seconds = time_calls(lambda a, b: jnp.matmul(a, b, precision=precision), (a, b), **timing)
+    except Exception as err:  # noqa: BLE001 - a ceiling that cannot run is recorded, not fatal
+        return _failure(setting, err)
+    return Ceiling(setting, "ok", 2.0 * n**3 / seconds, seconds * 1e3)
+
+
+def memory_bandwidth(n_values: int, device, **timing) -> Ceiling:
+    """Bytes/s of an element-wise ``y = 2 x + 1`` over ``n_values`` float32 values.
+
+    Counts one read and one write of the array (``8 n_values`` bytes per
+    call): the rate that bounds the step's element-wise work.
+
+    Raises:
+        ValueError: ``n_values`` < 1.
+    """
+    if n_values < 1:
+        raise ValueError(f"n_values must be >= 1, got {n_values}.")
+    name = "memory bandwidth"
+    try:
+        x = jax.device_put(np.ones(n_values, np.float32), device)
+        seconds = time_calls(lambda x: 2.0 * x + 1.0, (x,), **timing)
+    except Exception as err:  # noqa: BLE001
+        return _failure(name, err)
+    return Ceiling(name, "ok", 8.0 * n_values / seconds, seconds * 1e3)
+
+
+def measure_all(n: int, device, bandwidth_values: int | None = None, **timing) -> dict[str, Ceiling]:
+    """Every matmul setting of :data:`MATMUL_SETTINGS` and the memory bandwidth.
+
+    ``bandwidth_values`` defaults to ``4 n^2`` float32 values (four matrices'
+    worth).
+    """
+    out = {s: matmul_rate(n, s, device, **timing) for s in MATMUL_SETTINGS}
+    out["memory bandwidth"] = memory_bandwidth(bandwidth_values or 4 * n * n, device, **timing)
+    return out
+
+
+def ceiling_for(compute_dtype: str) -> str:
+    """The :data:`MATMUL_SETTINGS` key a step in ``compute_dtype`` is compared with.
+
+    The course's float32 step runs at JAX's default precision (TF32 on
+    NVIDIA GPUs), so it is held to "float32 default"; bfloat16 to "bfloat16".
+
+    Raises:
+        ValueError: an unknown compute dtype.
+    """
+    table = {"float32": "float32 default", "bfloat16": "bfloat16"}
+    if compute_dtype not in table:
+        raise ValueError(f"Unknown compute_dtype {compute_dtype!r}. Valid values: {', '.join(table)}.")
+    return table[compute_dtype]
+
+
+def datasheet_precision(compute_dtype: str) -> str:
+    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype ("tf32" or "bf16")."""
+    ceiling_for(compute_dtype)  # validates
+    return "bf16" if compute_dtype == "bfloat16" else "tf32"

@@ -1,0 +1,242 @@
+"""Notebook 09's ladder: the same training step written faster, one rung at a time.
+
+Each :class:`Rung` is a choice of ``block_unroll``, ``compute_dtype`` and
+global batch on the config (:mod:`dpcourse.config`); :func:`run_rung`
+measures it on one device with the course's harness
+(:func:`dpcourse.bench.benchmark`) and keeps the compiled program, so its
+HLO and memory can be read without compiling twice. A rung that fails (out
+of memory at a large batch, a dtype the backend lacks) is returned as
+"failed" with its reason and the ladder goes on, as notebook 07's sweep does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from dpcourse import bench, ceilings, costs, placement, train
+from dpcourse.config import Config
+from dpcourse.data import Dataset
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: a name for records (``scan_f32``), a label, and the settings."""
+
+    name: str
+    label: str
+    block_unroll: int | str
+    compute_dtype: str
+    global_batch: int
+
+    def config(self, cfg: Config) -> Config:
+        """``cfg`` with this rung's settings (validated: unknown values raise ValueError)."""
+        return cfg.with_overrides(block_unroll=self.block_unroll, compute_dtype=self.compute_dtype)
+
+
+def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
+    """The ladder of the issue: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
+
+    ``scan_unroll`` is capped at ``cfg.block_repeats``.
+    """
+    b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
+    k = max(1, min(scan_unroll, cfg.block_repeats))
+    return [
+        Rung("scan_f32", "lax.scan, float32 (the seed's step)", 1, "float32", b),
+        Rung(f"scan_unroll{k}_f32", f"lax.scan(unroll={k}), float32", k, "float32", b),
+        Rung("unrolled_f32", "Python loop (fully unrolled), float32", "full", "float32", b),
+        Rung("scan_bf16", "lax.scan, bfloat16 compute, float32 master weights", 1, "bfloat16", b),
+        Rung("unrolled_bf16", "fully unrolled, bfloat16 compute", "full", "bfloat16", b),
+        Rung(f"unrolled_bf16_batch{big}", f"fully unrolled, bfloat16, global batch {big}", "full", "bfloat16", big),
+    ]
+
+
+class CompileProbe:
+    """Wraps a ``jax.jit`` step so that the executable ``bench.benchmark`` compiles is kept.
+
+    ``bench.benchmark`` calls ``step.lower(*args).compile()``; through the
+    probe, ``probe.compiled`` is that executable afterwards.
+    """
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+        self.compiled = None
+
+    def lower(self, *args, **kwargs):
+        lowered = self.jitted.lower(*args, **kwargs)
+        probe = self
+
+        class _Lowered:
+            def compile(self, *a, **k):
+                probe.compiled = lowered.compile(*a, **k)
+                return probe.compiled
+
+            def __getattr__(self, name):
+                return getattr(lowered, name)
+
+        return _Lowered()
+
+
+def program_bytes(compiled) -> int | None:
+    """Device memory one call of a compiled program needs, bytes, from ``memory_analysis()``.
+
+    Arguments + outputs + temporaries, less the outputs that alias (reuse)
+    arguments. None where the backend does not report it.
+    """
+    try:
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
+    except Exception:  # noqa: BLE001 - not every backend reports it
+        return None
+
+
+def device_peak_bytes(device) -> int | None:
+    """``peak_bytes_in_use`` of ``device.memory_stats()`` (GPUs), or None (CPUs report nothing).
+
+    A process-wide high-water mark since start: it never goes down, so it
+    bounds every rung measured so far, not one rung alone.
+    """
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001
+        return None
+    value = stats.get("peak_bytes_in_use")
+    return int(value) if value is not None else None
+
+
+@dataclass
+class RungResult:
+    """A measured (or failed) rung.
+
+    Attributes:
+        status: "ok" or "failed"; ``reason`` says why it failed.
+        result: the harness's :class:`dpcourse.bench.BenchResult` (None if failed).
+        compiled: the executable that ran (None if failed).
+        step: the jitted step (to run more steps with the same program).
+        final_params: parameters after the benchmark's steps (host arrays).
+        program_bytes: see :func:`program_bytes`.
+        peak_bytes: see :func:`device_peak_bytes`.
+    """
+
+    rung: Rung
+    status: str
+    reason: str = ""
+    result: bench.BenchResult | None = None
+    compiled: Any = None
+    step: Any = None
+    final_params: Any = None
+    program_bytes: int | None = None
+    peak_bytes: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def mfu_datasheet(self, cfg: Config, device_kind: str) -> float | None:
+        """MFU against the datasheet peak of the rung's precision (TF32 or BF16); None if unknown."""
+        if self.result is None:
+            return None
+        return costs.mfu(
+            self.rung.config(cfg),
+            self.rung.global_batch,
+            self.result.ms_per_step,
+            1,
+            device_kind,
+            ceilings.datasheet_precision(self.rung.compute_dtype),
+        )
+
+    def fraction_of_ceiling(self, cfg: Config, measured: dict) -> float | None:
+        """Achieved FLOP/s over the matmul rate measured for the rung's dtype; None if unmeasured."""
+        ceiling = measured.get(ceilings.ceiling_for(self.rung.compute_dtype))
+        if self.result is None or ceiling is None or ceiling.rate is None:
+            return None
+        return costs.achieved_flops_per_s(cfg, self.rung.global_batch, self.result.ms_per_step) / ceiling.rate
+
+
+def run_rung(rung: Rung, cfg: Config, dataset: Dataset, device, init_params: dict) -> RungResult:
+    """Measure one rung on ``device`` with the course harness, from ``init_params``.
+
+    Every rung starts from the same parameters and runs the same batches
+    for the same number of steps, so final parameters and losses of two
+    rungs can be compared. Any exception (out of memory, an unsupported
+    dtype) gives a "failed" result with its reason instead of raising.
+
+    Raises:
+        ValueError: the rung's settings are not valid config values (a
+            mistake in the ladder, not a failure of the device).
+    """
+    rcfg = rung.config(cfg)
+    try:
+        optimizer = train.make_optimizer(rcfg)
+        step = jax.jit(train.make_train_step(rcfg, optimizer))
+        placed = placement.place_single_device(rcfg, dataset, device, optimizer, init_params, rung.global_batch)
+        probe = CompileProbe(step)
+        result, params, _ = bench.benchmark(
+            probe,
+            placed.params,
+            placed.opt_state,
+            placed.batches,
+            warmup_steps=rcfg.warmup_steps,
+            repeats=rcfg.repeats,
+            steps=rcfg.steps,
+            label=rung.label,
+            n_devices=1,
+            global_batch=rung.global_batch,
+        )
+        final = jax.tree.map(np.asarray, jax.device_get(params))
+    except Exception as err:  # noqa: BLE001 - a failed rung is recorded and the ladder goes on
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return RungResult(rung, "failed", f"{type(err).__name__}: {message[:300]}")
+    return RungResult(
+        rung,
+        "ok",
+        result=result,
+        compiled=probe.compiled,
+        step=step,
+        final_params=final,
+        program_bytes=program_bytes(probe.compiled),
+        peak_bytes=device_peak_bytes(device),
+    )
+
+
+def run_steps(step, cfg: Config, device, init_params: dict, batches: list, n_steps: int):
+    """Run ``n_steps`` steps of ``step`` from ``init_params`` and a fresh optimizer state.
+
+    Args:
+        step: a jitted step or a compiled executable (e.g. ``RungResult.compiled``,
+            so nothing recompiles) taking ``(params, opt_state, x, y)``.
+        batches: ``(x, y)`` pairs on ``device``; step ``i`` uses ``batches[i % len(batches)]``.
+
+    Returns:
+        ``(losses, params, opt_state)``: the loss of every step (floats, each
+        computed before that step's update) and the final state.
+    """
+    optimizer = train.make_optimizer(cfg)
+    params = jax.device_put(init_params, device)
+    opt_state = optimizer.init(params)
+    losses = []
+    for i in range(n_steps):
+        params, opt_state, metrics = step(params, opt_state, *batches[i % len(batches)])
+        losses.append(metrics["loss"])
+    return [float(v) for v in jax.device_get(losses)], params, opt_state
+
+
+BF16_LOSS_REL_TOL = 0.02  # see bf16_loss_tolerance
+
+
+def bf16_loss_tolerance(loss_f32: float) -> float:
+    """Largest tolerated ``|loss_bf16 - loss_f32|`` over the first steps, absolute.
+
+    2 % of the float32 loss. Why: bfloat16 keeps 8 significant bits (unit
+    roundoff 2^-9, about 2e-3). Each matmul rounds its inputs once and
+    accumulates in float32; the residual mix passes only ``block_mix`` of
+    each repeat's output on, so the rounding errors of the repeats add up
+    like a random walk, about ``sqrt(block_repeats) x block_mix x 2^-9``
+    relative in the logits (0.2 % at full size). The loss moves by less
+    than that, and a few AdamW steps (each moving a weight by at most about
+    the learning rate) add little; 2 % leaves a margin of about 10 against
+    the expected error. A bug (a wrong cast, a bfloat16 loss or optimizer
+    that stalls training) changes the loss by far more. Measured: see
+    notebook 09's record ``max_abs_loss_diff_bf16_vs_f32``.
+    """
+    return BF16_LOSS_REL_TOL * abs(loss_f32)

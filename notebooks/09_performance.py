@@ -1,0 +1,537 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · How fast should the step be?
+#
+# **Goal.** Measure this device's ceilings (how fast a matmul can run in
+# true float32, default float32 and bfloat16), place the course's step on a
+# roofline, then climb a ladder of faster ways to write the *same* step:
+# `lax.scan` unrolled, the repeats as a Python loop, bfloat16 compute with
+# float32 master weights, a larger batch. Check each rung is still correct,
+# look inside with a profiler trace and the compiled program, and come back
+# to data parallelism: where does the all-reduce land for the fast step?
+#
+# **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
+# compiled program).
+#
+# **Time** (measured on a 2-core CPU): `smoke` about 15 seconds; `cpu`
+# about 30 seconds. `full`: not yet measured on a GPU (none was available
+# when this was written); a GPU run's `results.json` records it.
+#
+# Single-device measurements here run on the first device of JAX's default
+# backend: the GPU on a machine with one GPU, with the `full` workload. Only
+# the multi-device part at the end uses simulated CPU devices when there are
+# fewer than two GPUs; the banner below says which part ran where.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for the multi-device part
+TRACE_STEPS = 3  # steps captured in the profiler trace
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import jax
+import numpy as np
+from IPython.display import display
+from tqdm import tqdm
+
+from dpcourse import ceilings, config, costs, devices, hlo, ladder, model, placement, results, roofline, train
+from dpcourse import display as show
+from dpcourse.single_device import measurement_device, where_banner
+
+single = measurement_device(PROFILE)
+device = single.device
+multi = devices.lesson_devices(2)
+multi_cfg = config.make_config("cpu") if multi.simulated and cfg.profile == "full" else cfg
+display(show.banner(where_banner(single, multi.label, multi_cfg.profile, multi.simulated), "note"))
+peak = costs.find_peak(device.device_kind)
+print("datasheet peaks:", peak.source if peak else f"none known for {device.device_kind!r} (no datasheet MFU)")
+
+# %% [markdown]
+# ## 1. Ceilings: what this device can do
+#
+# MFU in notebook 02 divides the achieved FLOP/s by a **datasheet** peak.
+# That peak is a promise of the hardware; what XLA actually reaches on it
+# for a large matmul is the **measured ceiling**. Three precisions matter:
+#
+# - `precision="highest"`: true float32;
+# - the default float32 precision, which on NVIDIA GPUs from Ampere on runs
+#   as TF32 (10-bit mantissa inputs, float32 accumulation): the course's step;
+# - bfloat16 inputs (float32 accumulation): mixed precision.
+#
+# Each rate is `2 n^3` FLOPs of an `n x n` matmul over its median time, timed
+# like the benchmark (compile apart, warm-up, repeats, median). Beside them,
+# the memory bandwidth of a simple element-wise pass, which bounds the
+# step's element-wise work.
+
+# %%
+measured = ceilings.measure_all(cfg.matmul_size, device)
+datasheet_of = {"float32 highest": "fp32", "float32 default": "tf32", "bfloat16": "bf16"}
+rows = []
+for name, c in measured.items():
+    is_bw = name == "memory bandwidth"
+    sheet = peak.peak(datasheet_of[name]) if (peak and not is_bw) else None
+    rows.append(
+        {
+            "measured": name + ("" if is_bw else f" matmul {cfg.matmul_size}^3"),
+            "status": c.status,
+            "rate": None
+            if c.rate is None
+            else (f"{c.rate / 1e9:,.1f} GB/s" if is_bw else f"{c.rate / 1e12:,.2f} TFLOP/s"),
+            "datasheet": None if sheet is None else f"{sheet / 1e12:,.0f} TFLOP/s ({datasheet_of[name].upper()})",
+            "measured / datasheet": None if (sheet is None or c.rate is None) else f"{c.rate / sheet:.1%}",
+            "reason": c.reason,
+        }
+    )
+display(show.table(rows, caption=f"Ceilings of {single.label}"))
+
+# %% [markdown]
+# ## 2. The roofline of this workload
+#
+# Per step at the ladder's global batch: the training FLOPs (analytic, 6 x
+# the forward multiply-accumulates), and the bytes the element-wise work
+# moves (activations of every repeat, forward and backward; the model and
+# its assumptions are in `dpcourse.roofline`). The block matmul's
+# arithmetic intensity tells whether it is compute-bound (above the ridge
+# point, FLOP/s over bytes/s of the measured ceilings); the element-wise
+# work does a few FLOPs per value and is memory-bound. Their times add up
+# when element-wise kernels run between the matmuls: that sum is the step's
+# lower bound.
+
+# %%
+batch = cfg.ladder_global_batch
+f32_rate = measured["float32 default"].rate
+bw = measured["memory bandwidth"].rate
+bf16_cfg = cfg.with_overrides(compute_dtype="bfloat16")
+bound_rows = []
+for label, c, rate in (
+    ("float32", cfg, f32_rate),
+    ("bfloat16", bf16_cfg, measured["bfloat16"].rate),
+):
+    bound = roofline.step_bound(c, batch, rate, bw) if rate and bw else None
+    bound_rows.append(
+        {
+            "compute": label,
+            "FLOPs/step": costs.train_flops_per_step(c, batch),
+            "element-wise bytes/step": roofline.elementwise_bytes_per_step(c, batch),
+            "block matmul FLOP/byte": roofline.block_matmul_intensity(c, batch),
+            "ridge FLOP/byte (measured)": rate / bw if rate and bw else None,
+            "matmul ms": None if bound is None else bound.compute_s * 1e3,
+            "element-wise ms": None if bound is None else bound.memory_s * 1e3,
+            "lower bound ms (sum)": None if bound is None else bound.serial_s * 1e3,
+        }
+    )
+display(show.table(bound_rows, caption=f"Roofline at global batch {batch} (one device)"))
+print(
+    f"{roofline.passes_per_repeat()} passes over a [batch, {cfg.width}] activation per repeat; "
+    f"input and output layers are {roofline.input_output_fraction(cfg):.1%} of the matmul FLOPs."
+)
+
+# %% [markdown]
+# ## 3. The ladder
+#
+# The model's forward pass takes the two settings the ladder changes, from
+# the config: `block_unroll` (1 is the seed's `lax.scan`; `k` puts `k`
+# copies of the block in each loop iteration; `"full"` is a Python loop, so
+# the compiled program has no loop at all) and `compute_dtype` (`bfloat16`
+# casts the weights and the input inside the forward pass: matmuls and
+# activations in bfloat16, while the parameters, their gradients, AdamW and
+# the loss stay float32). Every other notebook uses the defaults, which are
+# the seed's step.
+
+# %%
+show.show_source(model.forward)
+
+# %% [markdown]
+# Each rung starts from the same parameters, runs the same batches through
+# the course's benchmark harness (`bench.benchmark`: compile apart, warm-up,
+# repeats x steps, median) and is recorded. MFU is given twice: against the
+# datasheet peak of its precision (TF32 for float32, BF16 for bfloat16) and
+# against the matmul rate measured above for the same precision. A rung that
+# fails (out of memory at the large batch, a dtype the backend lacks) is
+# recorded as failed with its reason and the ladder goes on.
+
+# %%
+init_host = model.init_params(cfg)
+rungs = ladder.default_rungs(cfg)
+runs = [ladder.run_rung(rung, cfg, dataset, device, init_host) for rung in tqdm(rungs, desc="ladder", unit="rung")]
+MB = 1e6
+ladder_rows = []
+for r in runs:
+    res = r.result
+    ladder_rows.append(
+        {
+            "rung": r.rung.label,
+            "global batch": r.rung.global_batch,
+            "status": r.status,
+            "ms/step": res.ms_per_step if res else None,
+            "examples/s": res.examples_per_s if res else None,
+            "MFU (datasheet)": r.mfu_datasheet(cfg, device.device_kind),
+            "of measured ceiling": r.fraction_of_ceiling(cfg, measured),
+            "compile s": res.compile_s if res else None,
+            "program MB": None if r.program_bytes is None else r.program_bytes / MB,
+            "device peak MB": None if r.peak_bytes is None else r.peak_bytes / MB,
+            "reason": r.reason,
+        }
+    )
+display(show.table(ladder_rows, caption=f"The ladder on {single.label} ({dataset.source} data)"))
+print(
+    "program MB: arguments + outputs + temporaries of the compiled step (memory_analysis). "
+    "device peak MB: the backend's high-water mark since the process started (GPUs only), so it bounds "
+    "every rung so far, not each one alone."
+)
+
+# %% [markdown]
+# **Reading it.** On a GPU, the plain `scan` keeps every repeat in a
+# `while` loop whose body is a few small kernels; each iteration pays
+# launch and synchronisation costs, and XLA cannot fuse across iterations.
+# Unrolling gives the compiler straight-line code to schedule and fuse, at
+# the price of a longer compile. bfloat16 halves the bytes of every
+# activation (the element-wise half of the roofline) and doubles the
+# matmul ceiling. What is left between the best rung and the ceiling is the
+# element-wise work of section 2 (bias, GELU, the residual mix and their
+# backward) and the optimizer's passes over the parameters: the profile
+# below shows which kernels take the time. On a CPU the ladder mostly
+# shows compile-time and correctness effects; its speeds say little about
+# a GPU.
+
+# %%
+by_name = {r.rung.name: r for r in runs}
+ok_runs = [r for r in runs if r.status == "ok"]
+points = []
+for r in ok_runs:
+    rc = r.rung.config(cfg)
+    achieved = costs.achieved_flops_per_s(rc, r.rung.global_batch, r.result.ms_per_step)
+    points.append((r.rung.name, roofline.step_intensity(rc, r.rung.global_batch), achieved))
+if f32_rate and bw and points:
+    fig = roofline.roofline_chart(
+        f32_rate,
+        bw,
+        points,
+        f"Roofline (measured float32-default ceiling and bandwidth), {single.label}",
+        note="x: training FLOPs over the modelled element-wise bytes of the step; y: achieved FLOP/s.",
+    )
+    results.save_figure(fig, "roofline")
+
+# %% [markdown]
+# ## 4. Is every rung still correct?
+#
+# - **Unrolled equals scan.** Both rungs ran the same steps from the same
+#   parameters on the same batches; the same arithmetic in a different
+#   program may round differently, so they must agree within the course's
+#   float tolerance (`train.equivalence_tolerances`: tight on a CPU, looser
+#   where float32 matmuls run as TF32). The first-step gradients are
+#   compared too (through AdamW's first moment), which the parameters alone
+#   would hide.
+# - **bfloat16 tracks float32.** The losses of the first steps agree
+#   within `ladder.bf16_loss_tolerance` (2 % of the float32 loss; the reason
+#   is in its docstring).
+#
+# The extra steps run the compiled programs the ladder kept, so nothing
+# recompiles.
+
+# %%
+opt = train.make_optimizer(cfg)
+check_batches = placement.place_single_device(cfg, dataset, device, opt, init_host, batch).batches
+n_steps_run = cfg.warmup_steps + cfg.repeats * cfg.steps
+param_tol, grad_tol = train.equivalence_tolerances(device.platform, cfg.learning_rate, n_steps_run)
+checks = {}
+scan_run = by_name["scan_f32"]
+for name in [r.rung.name for r in ok_runs if r.rung.compute_dtype == "float32" and r.rung.name != "scan_f32"]:
+    other = by_name[name]
+    if scan_run.status != "ok":
+        break
+    p_diff = train.max_abs_diff(scan_run.final_params, other.final_params)
+    _, _, s_ref = ladder.run_steps(scan_run.compiled, cfg, device, init_host, check_batches, 1)
+    _, _, s_other = ladder.run_steps(other.compiled, cfg, device, init_host, check_batches, 1)
+    g_diff, g_scale = train.first_step_gradient_diff(s_ref, s_other)
+    checks[name] = (p_diff, g_diff / g_scale)
+display(
+    show.table(
+        [
+            {
+                "rung vs scan_f32": k,
+                "max |param diff|": p,
+                "tolerance": param_tol,
+                "gradient diff (rel.)": g,
+                "gradient tolerance": grad_tol,
+                "equal?": "yes" if p <= param_tol and g <= grad_tol else "NO",
+            }
+            for k, (p, g) in checks.items()
+        ],
+        caption=f"Float32 rungs after {n_steps_run} steps",
+    )
+)
+
+n_curve = min(cfg.steps, 10)
+bf16_diff = bf16_tol = None
+if scan_run.status == "ok":
+    f32_losses, _, _ = ladder.run_steps(scan_run.compiled, cfg, device, init_host, check_batches, n_curve)
+    bf16_tol = min(ladder.bf16_loss_tolerance(v) for v in f32_losses)
+    curve_rows = []
+    for name in ("scan_bf16", "unrolled_bf16"):
+        r = by_name[name]
+        if r.status != "ok":
+            continue
+        losses, _, _ = ladder.run_steps(r.compiled, bf16_cfg, device, init_host, check_batches, n_curve)
+        d = max(abs(a - b) for a, b in zip(losses, f32_losses))
+        bf16_diff = d if bf16_diff is None else max(bf16_diff, d)
+        curve_rows.append({"rung": name, "first loss": losses[0], "last loss": losses[-1], "max |loss diff|": d})
+    curve_rows.insert(0, {"rung": "scan_f32", "first loss": f32_losses[0], "last loss": f32_losses[-1]})
+    display(show.table(curve_rows, caption=f"Loss over the first {n_curve} steps (tolerance {bf16_tol:.3g})"))
+if bf16_diff is not None:
+    print(f"bfloat16 tracks float32: max |loss diff| {bf16_diff:.3g} <= {bf16_tol:.3g}: {bf16_diff <= bf16_tol}")
+
+# %% [markdown]
+# ## 5. Look inside: a profiler trace and the compiled program
+#
+# `jax.profiler.trace` records what the device did during a few steps of
+# the fastest rung. To open it:
+#
+# - **TensorBoard** with the profile plugin (`pip install tensorboard
+#   tensorboard-plugin-profile`, then `tensorboard --logdir <folder>`,
+#   Profile tab), or **XProf** (`pip install xprof`, `xprof --logdir
+#   <folder>`): the trace viewer and per-kernel statistics;
+# - **Perfetto** (ui.perfetto.dev): open the `perfetto_trace.json.gz` file.
+#
+# Look for the gaps between kernels (launch overhead, the `while` loop of a
+# scan) and for how much time the element-wise fusions take beside the
+# matmuls. With the runner, the trace is saved beside `results.json`.
+
+# %%
+import tempfile
+from pathlib import Path
+
+best = max(ok_runs, key=lambda r: r.result.examples_per_s) if ok_runs else None
+trace_dir = results.output_dir("trace") or Path(tempfile.mkdtemp(prefix="dpcourse-09-trace-"))
+if best is not None:
+    best_batches = check_batches
+    if best.rung.global_batch != batch:
+        best_batches = placement.place_single_device(
+            cfg, dataset, device, opt, init_host, best.rung.global_batch
+        ).batches[:1]
+    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        ladder.run_steps(best.compiled, best.rung.config(cfg), device, init_host, best_batches, TRACE_STEPS)
+    files = sorted(p for p in trace_dir.rglob("*") if p.is_file())
+    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {trace_dir}:")
+    for p in files:
+        print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
+
+# %% [markdown]
+# The compiled program itself (`compiled.as_text()`, the optimised HLO):
+# how many `while` loops and with what trip count, how many fused kernels
+# and matmuls run per step.
+
+# %%
+summaries = {r.rung.name: hlo.summarize(r.compiled.as_text()) for r in ok_runs}
+display(
+    show.table(
+        [{"rung": k, **s.row()} for k, s in summaries.items()], caption=f"Compiled programs on {device.platform}"
+    )
+)
+
+# %% [markdown]
+# ## 6. Back to data parallelism: where does the all-reduce land?
+#
+# Notebook 04 found that plain `jit` on sharded arrays puts gradient
+# all-reduces inside the backward `scan` on the CPU backend, and that the
+# device-axis step reduces once. With the repeats unrolled there is no loop
+# left: how many all-reduces now, and how many bytes? Compile each step for
+# the N devices and read its collectives (nothing runs: the arguments are
+# only shapes and shardings). The last step computes in bfloat16 and casts
+# its gradients to bfloat16 for the `pmean` (the `reduce_dtype` of
+# `train.make_shard_map_step`), to halve the all-reduce bytes: compare the
+# all-reduce the program asks for (the lowered StableHLO, before the
+# compiler) with what the compiled program moves.
+
+# %%
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpcourse import collectives
+
+mesh = Mesh(np.array(multi.devices), ("data",))
+n_dev = multi.count
+gb = multi_cfg.global_batch(n_dev)
+m_opt = train.make_optimizer(multi_cfg)
+replicated = NamedSharding(mesh, P())
+p_shape = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated), model.init_params(multi_cfg)
+)
+o_shape = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated), jax.eval_shape(m_opt.init, p_shape)
+)
+x_shape = jax.ShapeDtypeStruct((gb, 784), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+y_shape = jax.ShapeDtypeStruct((gb,), jnp.int32, sharding=NamedSharding(mesh, P("data")))
+unrolled = multi_cfg.with_overrides(block_unroll="full")
+unrolled_bf16 = unrolled.with_overrides(compute_dtype="bfloat16")
+variants = {
+    "plain jit, scan (04)": train.make_train_step(multi_cfg, m_opt),
+    "plain jit, unrolled": train.make_train_step(unrolled, m_opt),
+    "device-axis step, scan (04)": train.make_device_axis_step(multi_cfg, m_opt, n_dev),
+    "shard_map, unrolled, bfloat16, bf16 pmean": train.make_shard_map_step(
+        unrolled_bf16, m_opt, mesh, reduce_dtype="bfloat16"
+    ),
+}
+lowered = {k: jax.jit(f).lower(p_shape, o_shape, x_shape, y_shape) for k, f in variants.items()}
+reports = {k: collectives.parse_hlo(lo.compile().as_text()) for k, lo in lowered.items()}
+grad_mb = costs.gradient_bytes(multi_cfg) / MB
+display(
+    show.table(
+        [
+            {
+                "step": k,
+                "collectives in program": r.count,
+                "inside a loop": r.in_loop_count,
+                "runs per step": r.runs_per_step,
+                "MB per step": None if r.bytes_per_step is None else r.bytes_per_step / MB,
+                "x float32 gradient": None if r.bytes_per_step is None else r.bytes_per_step / MB / grad_mb,
+            }
+            for k, r in reports.items()
+        ],
+        caption=f"Collectives on {multi.label}, global batch {gb} ({multi.devices[0].platform} compiler)",
+    )
+)
+print(f"float32 gradient: {grad_mb:.3f} MB; in bfloat16: {costs.gradient_bytes(multi_cfg, 2) / MB:.3f} MB")
+bf16_key = "shard_map, unrolled, bfloat16, bf16 pmean"
+written = hlo.written_all_reduce_bytes(lowered[bf16_key].as_text())
+written_mb = sum(b for _, b in written) / MB
+compiled_mb = reports[bf16_key].bytes_per_step / MB
+print(
+    f"{bf16_key}: the program JAX wrote all-reduces {written_mb:.3f} MB "
+    f"({', '.join(sorted({d for d, _ in written}))}); the {multi.devices[0].platform} compiler's program moves "
+    f"{compiled_mb:.3f} MB"
+    + (" (it promoted the bfloat16 all-reduce to float32)" if compiled_mb > 1.5 * written_mb else "")
+)
+if multi.devices[0].platform == "cpu":
+    display(
+        show.banner(
+            "These placements are the CPU compiler's. XLA's GPU compiler runs other passes (for example one "
+            "that moves all-reduces out of while loops) and may place them differently: compile for the GPUs "
+            "you will train on and read the report there.",
+            "warning",
+        )
+    )
+
+# %% [markdown]
+# **Reading it.** Read the counts *and* the bytes. One all-reduce per step
+# is not enough: if the unrolled step's single all-reduce carries many
+# times the gradient, XLA has combined one reduction per repeat into one
+# instruction, and the bytes on the wire did not shrink. The device-axis
+# step and the `shard_map` step reduce the accumulated gradient once, so
+# they move one gradient's worth. Compute in bfloat16 alone does not
+# shrink the all-reduce: the gradients of float32 master weights are
+# float32. Casting them to bfloat16 for the `pmean` asks for half the
+# bytes, and a backend whose collectives reduce bfloat16 natively (NCCL
+# does) can send half; XLA's CPU compiler instead promotes a bfloat16
+# all-reduce to float32, as the line above shows when it happens. The mean
+# is then rounded to 8 significant bits: check the loss when you do it.
+
+# %% [markdown]
+# ## 7. Record the figures
+#
+# Every rung's figures go to `results.json` (`python -m dpcourse compare`
+# flags a rung that ran before and fails now, or a throughput that fell on
+# the same hardware), with the ceilings, the checks and their tolerances,
+# and the fractions of the measured ceilings that the issue's speed targets
+# are about (`..._target` records: 50 % of the measured rate on a GPU).
+
+# %%
+for name, c in measured.items():
+    key = name.replace(" ", "_")
+    results.record(f"ceiling_{key}_status", c.status, "status")
+    if c.rate is not None:
+        results.record(f"ceiling_{key}", c.rate, "bytes/s" if name == "memory bandwidth" else "FLOP/s")
+for r, row in zip(runs, ladder_rows):
+    n = r.rung.name
+    results.record(f"rung_{n}_status", r.status if r.status == "ok" else f"failed: {r.reason}", "status")
+    if r.status != "ok":
+        continue
+    results.record(f"rung_{n}_throughput", r.result.examples_per_s, "examples/s")
+    results.record(f"rung_{n}_ms_per_step", r.result.ms_per_step, "ms")
+    results.record(f"rung_{n}_compile_time", r.result.compile_s, "s")
+    for metric, value in (
+        ("mfu_datasheet", row["MFU (datasheet)"]),
+        ("fraction_of_measured_ceiling", row["of measured ceiling"]),
+    ):
+        if value is not None:
+            results.record(f"rung_{n}_{metric}", value, "fraction")
+    for metric, value in (("program_bytes", r.program_bytes), ("device_peak_bytes", r.peak_bytes)):
+        if value is not None:
+            results.record(f"rung_{n}_{metric}", value, "bytes")
+    results.record(f"rung_{n}_final_loss", r.result.final_loss, "loss")
+for name, (p, g) in checks.items():
+    results.record(f"max_abs_param_diff_{name}_vs_scan", p, "abs")
+    results.record(f"max_abs_param_diff_{name}_vs_scan_tolerance", param_tol, "abs")
+    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan", g, "relative")
+    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance", grad_tol, "relative")
+if bf16_diff is not None:
+    results.record("max_abs_loss_diff_bf16_vs_f32", bf16_diff, "loss")
+    results.record("max_abs_loss_diff_bf16_vs_f32_tolerance", bf16_tol, "loss")
+for dtype in ("float32", "bfloat16"):
+    fractions = [
+        r.fraction_of_ceiling(cfg, measured)
+        for r in ok_runs
+        if r.rung.compute_dtype == dtype and r.rung.global_batch == batch
+    ]
+    fractions = [f for f in fractions if f is not None]
+    if fractions:
+        key = "bf16" if dtype == "bfloat16" else "f32"
+        results.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
+        results.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
+for k, r in reports.items():
+    key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
+    results.record(
+        f"collectives_per_step_{key}", r.runs_per_step, "count", backend=multi.devices[0].platform, device_count=n_dev
+    )
+    results.record(
+        f"collective_bytes_per_step_{key}",
+        r.bytes_per_step,
+        "bytes",
+        backend=multi.devices[0].platform,
+        device_kind=multi.devices[0].device_kind,
+        device_count=n_dev,
+        profile=multi_cfg.profile,
+    )
+results.record("bf16_pmean_written_all_reduce_bytes", sum(b for _, b in written), "bytes")
+if best is not None:
+    results.record("throughput", best.result.examples_per_s, "examples/s")
+    results.record("best_rung", best.rung.name, "name")
+
+# %%
+from dpcourse import memory
+
+before, after = memory.free(globals(), "runs", "by_name", "ok_runs", "best", "scan_run", "check_batches")
+print("freed:", before, "->", after)
+
+# %% [markdown]
+# ## What you learned
+#
+# - MFU needs a stated peak: the datasheet's, or the ceiling measured on the
+#   device in the same precision. The second says how much of the gap is
+#   the step's own fault.
+# - The roofline splits the step into compute-bound matmuls and
+#   memory-bound element-wise work; the lower bound adds them.
+# - The same math compiles to very different programs: `lax.scan` keeps a
+#   loop, a Python loop unrolls it, bfloat16 halves the bytes and raises
+#   the matmul ceiling. Each rung is checked against the seed's step, with
+#   a tolerance whose reason is written down.
+# - A profiler trace and the compiled HLO show where the time and the
+#   kernels go; read them before guessing.
+# - How you write the step changes the collectives too: count the
+#   all-reduces and their bytes on the backend you will train on.
+#
+# **Next:** apply the fast step to notebook 07's sweep by setting
+# `block_unroll` and `compute_dtype` in its configuration, and compare.
