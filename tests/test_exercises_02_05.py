@@ -179,7 +179,7 @@ def _grads_fn(mesh, reduce=jax.lax.pmean, cast=True, check_vma=True):
     )
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 8])
+@pytest.mark.parametrize("k", [1, 3, 8])
 def test_05_1_solution_on_any_device_count(k):
     mesh = mesh_of(k)
     expect(lesson05.pmean_gradients(_grads_fn(mesh), CFG, mesh), CORRECT)

@@ -60,6 +60,7 @@ def test_feedback_renders_as_html_and_text():
     feedback = Feedback("ex09_9", base.WRONG, "a < b & c")
     assert "a &lt; b &amp; c" in feedback._repr_html_()
     assert str(feedback).startswith("[ex09_9] Not yet:")
+    assert str(Feedback("ex09_9", base.CORRECT, "Right: 42.")) == "[ex09_9] Right: 42."
 
 
 def test_shape_and_tree_checks():

@@ -60,6 +60,8 @@ class Feedback:
         return self.status == CORRECT
 
     def __str__(self) -> str:
+        if self.status == CORRECT:  # the message itself starts with "Right:"
+            return f"[{self.exercise}] {self.message}"
         return f"[{self.exercise}] {_STYLE[self.status][2]}: {self.message}"
 
     __repr__ = __str__

@@ -57,7 +57,7 @@ def pmean_gradients(answer, cfg: Config, mesh: Mesh) -> str:
     fn = as_callable(answer, "grads_fn(params, x, y)")
     n = mesh.shape["data"]
     x, y, host_params = _batch(cfg, n)
-    ref = jax.device_get(jax.grad(_loss(cfg))(host_params, x, y))
+    ref = jax.device_get(jax.jit(jax.grad(_loss(cfg)))(host_params, x, y))
     params = jax.device_put(host_params, NamedSharding(mesh, P()))
     xs = jax.device_put(x, NamedSharding(mesh, P("data", None)))
     ys = jax.device_put(y, NamedSharding(mesh, P("data")))
@@ -73,7 +73,7 @@ def pmean_gradients(answer, cfg: Config, mesh: Mesh) -> str:
             f"The gradient is {n} times too large: a psum (or a missing pcast before grad) sums the shards' "
             "gradients; average them with lax.pmean."
         )
-    shard0 = jax.device_get(jax.grad(_loss(cfg))(host_params, x[:PER_DEVICE], y[:PER_DEVICE]))
+    shard0 = jax.device_get(jax.jit(jax.grad(_loss(cfg)))(host_params, x[:PER_DEVICE], y[:PER_DEVICE]))
     if n > 1 and tree_close(got, shard0, tol):
         raise wrong("That is device 0's local gradient only: reduce it over 'data' with lax.pmean before returning it.")
     if n > 1 and close(ratio, 1.0 / n, 1e-3):

@@ -105,4 +105,4 @@ def rungs_reaching(answer, measured_mfu: Mapping[str, float], target: float) -> 
         raise wrong(f"{name} also reaches the target: it measured {measured_mfu[name]:.1%}.")
     if not ref:
         return f"Right: no rung reached {target:.0%} here."
-    return f"Right: {', '.join(sorted(ref))} reach {target:.0%} MFU on this device."
+    return f"Right: {', '.join(sorted(ref))} reach the target {target:.0%} on this device."
