@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import optax
@@ -35,6 +37,14 @@ def _loss(cfg: Config):
     return lambda p, x, y: model.loss_and_metrics(p, x, y, cfg)[0]
 
 
+@functools.lru_cache(maxsize=8)
+def _reference_grads(cfg: Config, n: int) -> tuple[dict, dict]:
+    """Gradients of the global mean loss and of device 0's shard, on one device (cached per config and N)."""
+    x, y, host_params = _batch(cfg, n)
+    grad = jax.jit(jax.grad(_loss(cfg)))
+    return jax.device_get(grad(host_params, x, y)), jax.device_get(grad(host_params, x[:PER_DEVICE], y[:PER_DEVICE]))
+
+
 def _rel_tol(mesh: Mesh) -> float:
     """Gradient tolerance relative to its largest element (see train.equivalence_tolerances)."""
     device = mesh.devices.flat[0]
@@ -57,7 +67,7 @@ def pmean_gradients(answer, cfg: Config, mesh: Mesh) -> str:
     fn = as_callable(answer, "grads_fn(params, x, y)")
     n = mesh.shape["data"]
     x, y, host_params = _batch(cfg, n)
-    ref = jax.device_get(jax.jit(jax.grad(_loss(cfg)))(host_params, x, y))
+    ref, shard0 = _reference_grads(cfg, n)
     params = jax.device_put(host_params, NamedSharding(mesh, P()))
     xs = jax.device_put(x, NamedSharding(mesh, P("data", None)))
     ys = jax.device_put(y, NamedSharding(mesh, P("data")))
@@ -73,7 +83,6 @@ def pmean_gradients(answer, cfg: Config, mesh: Mesh) -> str:
             f"The gradient is {n} times too large: a psum (or a missing pcast before grad) sums the shards' "
             "gradients; average them with lax.pmean."
         )
-    shard0 = jax.device_get(jax.jit(jax.grad(_loss(cfg)))(host_params, x[:PER_DEVICE], y[:PER_DEVICE]))
     if n > 1 and tree_close(got, shard0, tol):
         raise wrong("That is device 0's local gradient only: reduce it over 'data' with lax.pmean before returning it.")
     if n > 1 and close(ratio, 1.0 / n, 1e-3):
