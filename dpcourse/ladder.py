@@ -11,7 +11,7 @@ of memory at a large batch, a dtype the backend lacks) is returned as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -130,7 +130,6 @@ class RungResult:
     final_params: Any = None
     program_bytes: int | None = None
     peak_bytes: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def mfu_datasheet(self, cfg: Config, device_kind: str) -> float | None:
         """MFU against the datasheet peak of the rung's precision (TF32 or BF16); None if unknown."""
@@ -240,3 +239,27 @@ def bf16_loss_tolerance(loss_f32: float) -> float:
     notebook 09's record ``max_abs_loss_diff_bf16_vs_f32``.
     """
     return BF16_LOSS_REL_TOL * abs(loss_f32)
+
+
+def sweep_single_device(
+    cfg: Config, dataset: Dataset, device, init_params: dict, global_batches, progress: bool = True
+) -> list[bench.SweepPoint]:
+    """A global batch sweep of ``cfg``'s step (its ``block_unroll`` and ``compute_dtype``) on one device.
+
+    For a single-device sweep on the GPU of a one-GPU machine (pick the
+    device with :func:`dpcourse.single_device.measurement_device`), beside
+    notebook 07's multi-device sweep. Each size runs as a :class:`Rung`
+    through :func:`run_rung`; a size that fails is recorded by
+    :func:`dpcourse.bench.sweep` as "failed" with its reason.
+    """
+
+    def run_one(global_batch: int) -> bench.BenchResult:
+        rung = Rung(
+            f"batch{global_batch}", f"global batch {global_batch}", cfg.block_unroll, cfg.compute_dtype, global_batch
+        )
+        out = run_rung(rung, cfg, dataset, device, init_params)
+        if out.status != "ok":
+            raise RuntimeError(out.reason)
+        return out.result
+
+    return bench.sweep(global_batches, 1, run_one, progress=progress)

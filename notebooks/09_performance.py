@@ -20,9 +20,11 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU): `smoke` about 15 seconds; `cpu`
-# about 30 seconds. `full`: not yet measured on a GPU (none was available
-# when this was written); a GPU run's `results.json` records it.
+# **Time** (measured on a 2-core CPU shared with other jobs, load 5 to 11):
+# `smoke` 17 to 80 seconds; `cpu` 52 to 75 seconds of wall time, 36 seconds
+# of CPU time, most of it compiling the rungs. `full`: not yet measured on a
+# GPU (none was available when this was written); a GPU run's
+# `results.json` records it.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
@@ -105,9 +107,10 @@ display(show.table(rows, caption=f"Ceilings of {single.label}"))
 # its assumptions are in `dpcourse.roofline`). The block matmul's
 # arithmetic intensity tells whether it is compute-bound (above the ridge
 # point, FLOP/s over bytes/s of the measured ceilings); the element-wise
-# work does a few FLOPs per value and is memory-bound. Their times add up
-# when element-wise kernels run between the matmuls: that sum is the step's
-# lower bound.
+# work does a few FLOPs per value and is memory-bound. When the
+# element-wise kernels run between the matmuls, as separate kernels do,
+# their times add up: that sum is the lower bound used here (perfect
+# overlap of the two would give the larger of them instead).
 
 # %%
 batch = cfg.ladder_global_batch
@@ -193,18 +196,52 @@ print(
 )
 
 # %% [markdown]
-# **Reading it.** On a GPU, the plain `scan` keeps every repeat in a
-# `while` loop whose body is a few small kernels; each iteration pays
-# launch and synchronisation costs, and XLA cannot fuse across iterations.
-# Unrolling gives the compiler straight-line code to schedule and fuse, at
-# the price of a longer compile. bfloat16 halves the bytes of every
-# activation (the element-wise half of the roofline) and doubles the
-# matmul ceiling. What is left between the best rung and the ceiling is the
+# **Reading it.** The plain `scan` keeps every repeat in a `while` loop
+# whose body is a few small kernels: each iteration launches them anew and
+# evaluates the loop condition, and XLA cannot fuse or schedule across
+# iterations. Unrolling gives the compiler straight-line code, at the price
+# of a longer compile (see the compile column). bfloat16 halves the bytes
+# of every activation (the element-wise part of the roofline) and raises
+# the matmul ceiling (section 1 shows by how much on this device). What is left between the best rung and the ceiling is the
 # element-wise work of section 2 (bias, GELU, the residual mix and their
 # backward) and the optimizer's passes over the parameters: the profile
 # below shows which kernels take the time. On a CPU the ladder mostly
 # shows compile-time and correctness effects; its speeds say little about
 # a GPU.
+
+# %% [markdown]
+# **What is left to win?** The target for a GPU is half of the
+# measured matmul rate in each precision. From the roofline: the step time
+# that target means, the lower bound, and how much of that bound is
+# element-wise traffic rather than matmuls. Where the element-wise share is
+# large, a bigger batch does not help (both grow with it); fewer bytes do:
+# bfloat16 activations, element-wise work fused into the matmul's epilogue
+# (bias and GELU), saving only what the backward pass needs.
+
+# %%
+budget_rows = []
+for label, c, rate in (("float32", cfg, f32_rate), ("bfloat16", bf16_cfg, measured["bfloat16"].rate)):
+    if not (rate and bw):
+        continue
+    bound = roofline.step_bound(c, batch, rate, bw)
+    best_ms = min(
+        (
+            r.result.ms_per_step
+            for r in runs
+            if r.status == "ok" and r.rung.compute_dtype == c.compute_dtype and r.rung.global_batch == batch
+        ),
+        default=None,
+    )
+    budget_rows.append(
+        {
+            "compute": label,
+            "50 % of ceiling: ms/step": costs.train_flops_per_step(c, batch) / (0.5 * rate) * 1e3,
+            "best measured ms/step": best_ms,
+            "lower bound ms (sum)": bound.serial_s * 1e3,
+            "element-wise share of the bound": f"{bound.memory_s / bound.serial_s:.0%}",
+        }
+    )
+display(show.table(budget_rows, caption=f"Step-time budget at global batch {batch}"))
 
 # %%
 by_name = {r.rung.name: r for r in runs}
@@ -288,7 +325,9 @@ if scan_run.status == "ok":
         d = max(abs(a - b) for a, b in zip(losses, f32_losses))
         bf16_diff = d if bf16_diff is None else max(bf16_diff, d)
         curve_rows.append({"rung": name, "first loss": losses[0], "last loss": losses[-1], "max |loss diff|": d})
-    curve_rows.insert(0, {"rung": "scan_f32", "first loss": f32_losses[0], "last loss": f32_losses[-1]})
+    curve_rows.insert(
+        0, {"rung": "scan_f32", "first loss": f32_losses[0], "last loss": f32_losses[-1], "max |loss diff|": 0.0}
+    )
     display(show.table(curve_rows, caption=f"Loss over the first {n_curve} steps (tolerance {bf16_tol:.3g})"))
 if bf16_diff is not None:
     print(f"bfloat16 tracks float32: max |loss diff| {bf16_diff:.3g} <= {bf16_tol:.3g}: {bf16_diff <= bf16_tol}")
@@ -299,10 +338,12 @@ if bf16_diff is not None:
 # `jax.profiler.trace` records what the device did during a few steps of
 # the fastest rung. To open it:
 #
-# - **TensorBoard** with the profile plugin (`pip install tensorboard
-#   tensorboard-plugin-profile`, then `tensorboard --logdir <folder>`,
-#   Profile tab), or **XProf** (`pip install xprof`, `xprof --logdir
-#   <folder>`): the trace viewer and per-kernel statistics;
+# - **XProf**, the profiler that also serves TensorBoard's profile tab
+#   (`pip install xprof`, then `xprof --logdir=<folder> --port=6006`; or
+#   `pip install xprof tensorboard`, `tensorboard --logdir=<folder>` and
+#   the Profile tab): the trace viewer, the overview of step time and
+#   per-kernel statistics. It reads the `.xplane.pb` file under
+#   `<folder>/plugins/profile/<session>/`;
 # - **Perfetto** (ui.perfetto.dev): open the `perfetto_trace.json.gz` file.
 #
 # Look for the gaps between kernels (launch overhead, the `while` loop of a
@@ -321,9 +362,10 @@ if best is not None:
         best_batches = placement.place_single_device(
             cfg, dataset, device, opt, init_host, best.rung.global_batch
         ).batches[:1]
+    earlier = set(trace_dir.rglob("*"))  # the runner's folder keeps the traces of earlier runs
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
         ladder.run_steps(best.compiled, best.rung.config(cfg), device, init_host, best_batches, TRACE_STEPS)
-    files = sorted(p for p in trace_dir.rglob("*") if p.is_file())
+    files = sorted(p for p in trace_dir.rglob("*") if p.is_file() and p not in earlier)
     print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {trace_dir}:")
     for p in files:
         print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
@@ -356,6 +398,8 @@ display(
 # compiler) with what the compiled program moves.
 
 # %%
+from concurrent.futures import ThreadPoolExecutor
+
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -386,7 +430,9 @@ variants = {
     ),
 }
 lowered = {k: jax.jit(f).lower(p_shape, o_shape, x_shape, y_shape) for k, f in variants.items()}
-reports = {k: collectives.parse_hlo(lo.compile().as_text()) for k, lo in lowered.items()}
+with ThreadPoolExecutor() as pool:  # compiles are independent: use every core (nothing is timed here)
+    texts = pool.map(lambda lo: lo.compile().as_text(), lowered.values())
+reports = {k: collectives.parse_hlo(text) for k, text in zip(lowered, texts)}
 grad_mb = costs.gradient_bytes(multi_cfg) / MB
 display(
     show.table(
@@ -491,21 +537,17 @@ for dtype in ("float32", "bfloat16"):
         key = "bf16" if dtype == "bfloat16" else "f32"
         results.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
         results.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
+multi_context = dict(
+    backend=multi.devices[0].platform,
+    device_kind=multi.devices[0].device_kind,
+    device_count=n_dev,
+    profile=multi_cfg.profile,
+)
 for k, r in reports.items():
     key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
-    results.record(
-        f"collectives_per_step_{key}", r.runs_per_step, "count", backend=multi.devices[0].platform, device_count=n_dev
-    )
-    results.record(
-        f"collective_bytes_per_step_{key}",
-        r.bytes_per_step,
-        "bytes",
-        backend=multi.devices[0].platform,
-        device_kind=multi.devices[0].device_kind,
-        device_count=n_dev,
-        profile=multi_cfg.profile,
-    )
-results.record("bf16_pmean_written_all_reduce_bytes", sum(b for _, b in written), "bytes")
+    results.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
+    results.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
+results.record("bf16_pmean_written_all_reduce_bytes", sum(b for _, b in written), "bytes", **multi_context)
 if best is not None:
     results.record("throughput", best.result.examples_per_s, "examples/s")
     results.record("best_rung", best.rung.name, "name")

@@ -124,3 +124,19 @@ def test_memory_helpers_report_none_when_the_backend_does_not():
 def test_bf16_tolerance_is_two_percent_of_the_loss():
     assert ladder.bf16_loss_tolerance(2.0) == pytest.approx(0.04)
     assert ladder.bf16_loss_tolerance(-1.0) == pytest.approx(0.02)
+
+
+def test_single_device_sweep_records_each_size_and_survives_a_failure(dataset, cpu0, monkeypatch):
+    real = ladder.run_rung
+
+    def flaky(rung, *args):
+        if rung.global_batch == 32:
+            return ladder.RungResult(rung, "failed", "MemoryError: out of memory")
+        return real(rung, *args)
+
+    monkeypatch.setattr(ladder, "run_rung", flaky)
+    cfg = CFG.with_overrides(block_unroll="full")
+    points = ladder.sweep_single_device(cfg, dataset, cpu0, model.init_params(cfg), (8, 32), progress=False)
+    assert [(p.global_batch, p.status) for p in points] == [(8, "ok"), (32, "failed")]
+    assert points[0].result.global_batch == 8 and points[0].result.n_devices == 1
+    assert "out of memory" in points[1].reason
