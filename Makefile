@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,14 +55,24 @@ unit-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests --ignore=tests/infra
 
 # Layer 2: every notebook under nbmake with the smoke profile.
+NOTEBOOK_TEST_PATHS ?= notebooks
 notebook-test: $(VENV)/.dev-installed
-	DPCOURSE_PROFILE=smoke $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider notebooks
+	DPCOURSE_PROFILE=smoke $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_PATHS)
+
+# Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
+# profile; strict mode makes any checker that does not report success fail.
+SOLVED_DIR ?= build/solved
+solutions-test: $(VENV)/.dev-installed
+	rm -rf $(SOLVED_DIR)
+	$(PY) -m dpcourse.exercises.solutions --out $(SOLVED_DIR)
+	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
-# Python 3.12, in .venv-newest: the package suite and the smoke notebooks again.
+# Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
+# solutions (which run every cell of 02-09 too), smoke profile.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_VENV ?= .venv-newest
@@ -77,10 +87,11 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
-	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt unit-test notebook-test
+	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
+	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint unit-test notebook-test infra-test
+test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test
 
 test: test-pinned test-newest
 
@@ -93,4 +104,4 @@ sync: $(VENV)/.installed
 	$(PY) -m dpcourse sync
 
 clean:
-	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints
+	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR)

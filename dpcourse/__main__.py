@@ -48,9 +48,20 @@ def _run(args: argparse.Namespace) -> int:
         from dpcourse.devices import probe_backend
 
         profile = default_profile(probe_backend())
-    out = Path(args.out) if args.out else Path("results") / profile
+    if args.solutions:  # check that every exercise has its solution before starting kernels
+        from dpcourse.exercises.solutions import SolutionError, fill_solutions
+
+        try:
+            import nbformat
+
+            for path in notebooks:
+                fill_solutions(nbformat.read(path, as_version=4), path.stem)
+        except SolutionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    out = Path(args.out) if args.out else Path("results") / (f"{profile}-solutions" if args.solutions else profile)
     try:
-        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout)
+        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions)
     except (OutputFolderError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -113,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
     )
     run.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell (default 1800)")
+    run.add_argument(
+        "--solutions",
+        action="store_true",
+        help="fill the exercises' solutions (solutions/) in; every checker must then pass (default out: results/<profile>-solutions/)",
+    )
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="compare two results.json files and flag regressions")
     cmp_.add_argument("old", type=Path)

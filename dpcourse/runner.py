@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dpcourse.data import DATA_DIR_ENV
+from dpcourse.exercises.base import STRICT_ENV
 from dpcourse.results import RESULTS_ENV, read_records, write_json_atomic
 
 SCHEMA_VERSION = 1
@@ -145,7 +146,13 @@ def _error_text(err: BaseException, cell_timeout_s: int | None = None) -> str:
 
 
 def run_notebook(
-    path: Path, out_dir: Path, results_file: Path, profile: str | None, cell_timeout_s: int, on_cell=None
+    path: Path,
+    out_dir: Path,
+    results_file: Path,
+    profile: str | None,
+    cell_timeout_s: int,
+    on_cell=None,
+    solutions: bool = False,
 ) -> NotebookRun:
     """Execute one notebook in a fresh kernel with nbclient and save it executed.
 
@@ -154,13 +161,19 @@ def run_notebook(
 
     The kernel starts in the notebook's folder with ``DPCOURSE_PROFILE`` (when
     ``profile`` is given) and ``DPCOURSE_RESULTS`` set, so the notebook's
-    ``parameters`` cell and the results recorder see them.
+    ``parameters`` cell and the results recorder see them. With ``solutions``
+    the exercise cells get their solutions (``solutions/``) and every checker
+    must report success (``DPCOURSE_EXERCISES_STRICT=1``).
     """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
+    if solutions:
+        from dpcourse.exercises.solutions import fill_solutions
+
+        fill_solutions(nb, path.stem)
     current = {"index": None}
 
     def started(cell, cell_index, **_):
@@ -168,7 +181,9 @@ def run_notebook(
         if on_cell is not None:
             on_cell(path.stem, cell_index, len(nb.cells))
 
-    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV, DATA_DIR_ENV)}
+    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV, DATA_DIR_ENV, STRICT_ENV)}
+    if solutions:
+        os.environ[STRICT_ENV] = "1"
     if profile:
         os.environ["DPCOURSE_PROFILE"] = profile
     os.environ[RESULTS_ENV] = str(results_file)
@@ -238,7 +253,9 @@ class RunInterrupted(KeyboardInterrupt):
         self.run = run
 
 
-def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800) -> dict:
+def run_course(
+    profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800, solutions: bool = False
+) -> dict:
     """Run ``notebooks`` in order and write ``results.json`` in ``out_dir``.
 
     A failing notebook is recorded and the next one still runs (each starts
@@ -280,7 +297,7 @@ def run_course(profile: str | None, notebooks: list[Path], out_dir: Path, cell_t
     try:
         for path in bar:
             try:
-                runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell))
+                runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions))
             except RunInterrupted as stop:
                 runs.append(stop.run)
                 raise

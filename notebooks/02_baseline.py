@@ -272,3 +272,53 @@ assert after.bytes <= before.bytes  # equal when this cell runs a second time
 # - MFU needs a stated peak; without one, say so.
 #
 # **Next:** [03_mesh](03_mesh.ipynb) arranges many devices into a mesh.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson02 as check
+
+# %% [markdown]
+# **02.1 · FLOPs when BLOCK_REPEATS doubles.** Predict the training FLOPs per
+# example of this model with BLOCK_REPEATS doubled and WIDTH unchanged.
+# Count it yourself from `cfg.width` and `cfg.block_repeats` with the rule
+# of section 2 (which layers repeat? how many FLOPs per multiply-accumulate?
+# how much does the backward pass add?).
+
+# %% tags=["exercise", "ex02_1"]
+flops_doubled = ...  # a number: training FLOPs per example with 2 x BLOCK_REPEATS
+
+# %%
+check.flops_doubled(flops_doubled, cfg)
+
+# %% [markdown]
+# **02.2 · A plain SGD step.** Write `sgd_step(params, x, y, learning_rate)`
+# that returns new parameters, `params - learning_rate * gradient` for every
+# array of the dict, where the gradient is that of the mean loss
+# `model.loss_and_metrics(params, x, y, cfg)[0]`. Use `jax.grad` and
+# `jax.tree.map`. The check runs it on its own batch.
+
+# %% tags=["exercise", "ex02_2"]
+sgd_step = ...  # replace with: def sgd_step(params, x, y, learning_rate): ...
+
+# %%
+check.sgd_step(sgd_step, cfg)
+
+# %% [markdown]
+# **02.3 · What step time is 40 % MFU?** On one NVIDIA H200 (dense TF32 peak
+# 495 TFLOP/s, NVIDIA's datasheet), at which step time in **milliseconds**
+# would this workload, at this notebook's global batch (`global_batch`),
+# run at 40 % MFU? `costs.train_flops_per_step` gives the FLOPs of a step.
+
+# %% tags=["exercise", "ex02_3"]
+step_ms_at_40_percent = ...  # a number, in ms
+
+# %%
+check.step_time_for_mfu(step_ms_at_40_percent, cfg, global_batch)

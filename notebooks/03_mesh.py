@@ -156,3 +156,41 @@ results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
 #
 # **Next:** [04_sharding](04_sharding.ipynb) shards the batch and lets the
 # compiler parallelise the training step.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson03 as check
+
+# %% [markdown]
+# **03.1 · Predict shard shapes.** On `mesh` (its `n` devices on the axis
+# `data`), a float32 array of global shape `[48, 784]` is placed with
+# `NamedSharding(mesh, spec)`. Predict the shape each device holds for the
+# three specs `P('data', None)`, `P(None, 'data')` and `P()`, in that order.
+# Where the split dimension does not divide by `n`, JAX refuses the
+# placement: write `None` there. Write them as expressions in `n`, then
+# print the real ones with `shard_table` or `addressable_shards` if you like.
+
+# %% tags=["exercise", "ex03_1"]
+shard_shapes = ...  # (shape under P('data', None), shape under P(None, 'data'), shape under P())
+
+# %%
+check.shard_shapes(shard_shapes, mesh)
+
+# %% [markdown]
+# **03.2 · The batch's sharding.** Build `batch_sharding`, the
+# `NamedSharding` on `mesh` that data parallelism uses for a batch of images
+# `[global_batch, 784]`.
+
+# %% tags=["exercise", "ex03_2"]
+batch_sharding = ...  # a NamedSharding
+
+# %%
+check.batch_sharding(batch_sharding, mesh)

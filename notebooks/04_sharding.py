@@ -399,3 +399,42 @@ print("freed:", before, "->", after)
 #
 # **Next:** [05_shard_map](05_shard_map.ipynb) writes the per-device program
 # and its collective by hand.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson04 as check
+
+# %% [markdown]
+# **04.1 · Collectives when BLOCK_REPEATS doubles.** `report` (section 3)
+# lists the collectives of `jit(train_step)` for this configuration. Predict
+# how many collective executions per step the same step has when
+# BLOCK_REPEATS doubles: which rows of the table depend on BLOCK_REPEATS? Compute
+# your number from `report.collectives` (each has `.in_loop` and
+# `.runs_per_step`); the check compiles the doubled step and measures it
+# with `collective_report`.
+
+# %% tags=["exercise", "ex04_1"]
+runs_per_step_doubled = ...  # an int
+
+# %%
+check.collectives_doubled(runs_per_step_doubled, cfg, mesh)
+
+# %% [markdown]
+# **04.2 · Place a batch yourself.** Pick a global batch of about 100
+# examples that the `n` devices can share, and place the first that many
+# images of `dataset.images` (a numpy array `[examples, 784]`) on the mesh
+# as data parallelism needs them.
+
+# %% tags=["exercise", "ex04_2"]
+x_mine = ...  # a jax.Array from jax.device_put(...)
+
+# %%
+check.placed_batch(x_mine, dataset, mesh)

@@ -361,3 +361,43 @@ print("freed:", before, "->", after)
 #
 # **Next:** [06_pmap](06_pmap.ipynb): the older `jax.pmap` way, and how it
 # maps onto what you just wrote.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson05 as check
+
+# %% [markdown]
+# **05.1 · Write the gradient with `pmean` yourself.** Write
+# `grads_fn(params, x, y)` that takes replicated parameters and a global
+# batch sharded over `data` and returns the gradient of the global mean loss
+# (`model.loss_and_metrics(params, x, y, cfg)[0]`), replicated. Use
+# `jax.shard_map` on `mesh`, a per-device copy of the parameters
+# (`jax.lax.pcast(..., "data", to="varying")`), `jax.grad` and `jax.lax.pmean`.
+# The check calls it on its own batch and compares with one device.
+
+# %% tags=["exercise", "ex05_1"]
+grads_fn = ...  # replace with: def grads_fn(params, x, y): ...
+
+# %%
+check.pmean_gradients(grads_fn, cfg, mesh)
+
+# %% [markdown]
+# **05.2 · What does a `psum` do to the update?** Someone wrote `lax.psum`
+# where `lax.pmean` belongs in the step. On this mesh, by what factor is the
+# norm of the **first update** too large with plain SGD, and with AdamW
+# (optax's defaults, this lesson's weight decay)? Think about how each
+# optimizer turns a gradient into an update; the check measures both.
+
+# %% tags=["exercise", "ex05_2"]
+psum_factors = ...  # (sgd_factor, adamw_factor)
+
+# %%
+check.psum_update_factors(psum_factors, cfg, mesh)

@@ -360,3 +360,40 @@ print("freed:", before, "->", after)
 #
 # **Next:** [07_sweep](07_sweep.ipynb) measures throughput over global batch
 # sizes and compares it with the cost model.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson06 as check
+
+# %% [markdown]
+# **06.1 · One dropout key per device.** Write `device_keys(seed)` returning
+# one PRNG key per device (`n` of them), so that each device draws a
+# different dropout mask and the same seed gives the same masks run after
+# run. The check draws a mask from each key.
+
+# %% tags=["exercise", "ex06_1"]
+device_keys = ...  # replace with: def device_keys(seed): ...
+
+# %%
+check.per_device_keys(device_keys, n)
+
+# %% [markdown]
+# **06.2 · What does each device hold?** Under `pmap` the parameters and the
+# AdamW state are replicated. Predict the bytes **one** device holds for
+# both, for this profile (`model.param_count(cfg)` parameters, float32).
+# What does optax's AdamW keep besides the parameters? The check measures
+# the shards of `train.replicate`.
+
+# %% tags=["exercise", "ex06_2"]
+bytes_per_device = ...  # a number of bytes
+
+# %%
+check.bytes_per_device(bytes_per_device, cfg, n)

@@ -441,3 +441,41 @@ print("freed:", before, "->", after)
 # **Next:** [08_multihost](08_multihost.ipynb) runs the same step as several
 # cooperating processes with `jax.distributed`. To run the course on GKE
 # GPUs, see the README.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson07 as check
+
+# %% [markdown]
+# **07.1 · Where does throughput stop growing?** Take only two points of the
+# sweep, the smallest and the largest global batch that ran (`points`, with
+# `pt.result.ms_per_step`), and fit `step_s = a + b x B` through them.
+# Predict the plateau throughput (examples/s as B grows without bound) and
+# the global batch at which throughput reaches 90 % of it. If `a` or `b`
+# is not positive there is no plateau: answer `(None, None)`. Then compare
+# with the sweep's table.
+
+# %% tags=["exercise", "ex07_1"]
+plateau_answer = ...  # (plateau_examples_per_s, global_batch_at_90_percent)
+
+# %%
+check.plateau(plateau_answer, points)
+
+# %% [markdown]
+# **07.2 · The all-reduce in the overhead.** Predict the time, in ms, of one
+# ring all-reduce of this profile's float32 gradient (`costs.gradient_bytes(cfg)`)
+# over 4 GPUs linked by PCIe Gen4 x16 (32 GB/s each way), bandwidth-bound.
+
+# %% tags=["exercise", "ex07_2"]
+allreduce_ms = ...  # a number, in ms
+
+# %%
+check.allreduce_ms(allreduce_ms, cfg)

@@ -409,3 +409,41 @@ display(
 #
 # **Where next.** Run the same program on several GKE GPU nodes:
 # `deploy/multihost.yaml` and the README (Multi-host data parallelism).
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson08 as check
+
+# %% [markdown]
+# **08.1 · The process-local part of a global batch.** Write
+# `local_batch(x_global, process_id, num_processes, devices_per_process)`
+# that returns the rows of `x_global` that process `process_id` loads, for
+# the global mesh of this lesson (`distributed.global_mesh`: devices in
+# process order, batch split over `data`). The check tries several process
+# counts.
+
+# %% tags=["exercise", "ex08_1"]
+local_batch = ...  # replace with: def local_batch(x_global, process_id, num_processes, devices_per_process): ...
+
+# %%
+check.local_batch(local_batch)
+
+# %% [markdown]
+# **08.2 · A global batch that fits the run.** For `N_PROCESSES` processes
+# with `DEVICES_PER_PROCESS` devices each, give the smallest valid global
+# batch of at least 100 examples, and the number of rows each process
+# loads.
+
+# %% tags=["exercise", "ex08_2"]
+batch_answer = ...  # (global_batch, rows_per_process)
+
+# %%
+check.valid_global_batch(batch_answer, N_PROCESSES, DEVICES_PER_PROCESS)

@@ -577,3 +577,46 @@ print("freed:", before, "->", after)
 #
 # **Next:** apply the fast step to notebook 07's sweep by setting
 # `block_unroll` and `compute_dtype` in its configuration, and compare.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson09 as check
+
+ridge_bf16 = measured["bfloat16"].rate / bw if measured["bfloat16"].rate and bw else None
+print("measured bfloat16 ridge point:", "not measured" if ridge_bf16 is None else f"{ridge_bf16:.4g} FLOP/byte")
+
+# %% [markdown]
+# **09.1 · When does the block matmul turn compute-bound?** In bfloat16 (2
+# bytes per value), the forward block matmul `[B, W] @ [W, W]` with
+# `W = cfg.width` does `2 B W^2` FLOPs and moves both inputs and its output.
+# Predict the smallest global batch `B` at which its arithmetic intensity
+# reaches the measured bfloat16 ridge point `ridge_bf16` (printed above). If
+# no batch gets there, answer `math.inf`.
+
+# %% tags=["exercise", "ex09_1"]
+ridge_batch_bf16 = ...  # a number (a global batch), or math.inf
+
+# %%
+check.ridge_batch(ridge_batch_bf16, cfg.width, ridge_bf16, 2)
+
+# %% [markdown]
+# **09.2 · Which rungs reach the target?** The course's speed target is half
+# of the measured matmul ceiling of the rung's own precision (the ladder's
+# "of measured ceiling" column). List the names of the rungs that reach it
+# on this device (`[r.name for r in rungs]` gives the names, in the table's
+# order).
+
+# %% tags=["exercise", "ex09_2"]
+rungs_at_target = ...  # a list of rung names, e.g. ["scan_f32"]
+
+# %%
+ceiling_fraction = {r.name: row["of measured ceiling"] for r, row in zip(rungs, ladder_rows)}
+check.rungs_reaching(rungs_at_target, ceiling_fraction, 0.5)

@@ -1,0 +1,11 @@
+"""Exercise checkers for lessons 02 to 09: one call per exercise, feedback in a sentence or two.
+
+Each lesson imports its module (``from dpcourse.exercises import lesson04 as check``)
+and calls one checker per exercise with the learner's answer. Solutions
+live in ``solutions/`` beside the course; :mod:`dpcourse.exercises.solutions`
+fills them into the notebooks for the CI run.
+"""
+
+from dpcourse.exercises.base import STRICT_ENV, ExerciseFailed, Feedback
+
+__all__ = ["STRICT_ENV", "ExerciseFailed", "Feedback"]

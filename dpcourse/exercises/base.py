@@ -1,0 +1,231 @@
+"""What every exercise checker shares: feedback, "not attempted yet", type and shape checks.
+
+A checker takes the learner's answer (and the lesson's context), compares it
+with a reference it computes itself, and returns a :class:`Feedback` that a
+notebook displays as the last value of a cell. A checker never raises at a
+learner: a wrong type or shape, or an answer that crashes, becomes a
+"bad input" feedback that says what was expected and what came. Only with
+``DPCOURSE_EXERCISES_STRICT=1`` (the run with solutions filled in, in CI)
+does a feedback other than "correct" raise :class:`ExerciseFailed`.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+STRICT_ENV = "DPCOURSE_EXERCISES_STRICT"
+
+CORRECT = "correct"
+WRONG = "wrong"
+NOT_ATTEMPTED = "not attempted yet"
+BAD_INPUT = "bad input"
+UNAVAILABLE = "cannot check here"
+
+_STYLE = {
+    CORRECT: ("#e7f5e9", "#1b7a2f", "Correct"),
+    WRONG: ("#fdecea", "#a31515", "Not yet"),
+    NOT_ATTEMPTED: ("#f3f3f3", "#555555", "Not attempted yet"),
+    BAD_INPUT: ("#fff4e0", "#8a5300", "Cannot check this answer"),
+    UNAVAILABLE: ("#f3f3f3", "#555555", "Cannot check here"),
+}
+
+
+class ExerciseFailed(AssertionError):
+    """Raised in strict mode (``DPCOURSE_EXERCISES_STRICT=1``) by any feedback but "correct"."""
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """The outcome of one check.
+
+    Attributes:
+        exercise: the exercise's id, e.g. ``"ex04_2"``.
+        status: one of "correct", "wrong", "not attempted yet", "bad input",
+            "cannot check here".
+        message: one or two sentences: what is right, or what is wrong and why.
+    """
+
+    exercise: str
+    status: str
+    message: str
+
+    @property
+    def correct(self) -> bool:
+        return self.status == CORRECT
+
+    def __str__(self) -> str:
+        if self.status == CORRECT:  # the message itself starts with "Right:"
+            return f"[{self.exercise}] {self.message}"
+        return f"[{self.exercise}] {_STYLE[self.status][2]}: {self.message}"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        background, colour, title = _STYLE[self.status]
+        return (
+            f'<div style="background:{background};border-left:4px solid {colour};padding:6px 10px;margin:4px 0">'
+            f'<b style="color:{colour}">{html.escape(self.exercise)} · {title}</b><br>{html.escape(self.message)}</div>'
+        )
+
+
+class Reject(Exception):  # noqa: N818 - a control-flow signal inside checkers, never seen by a learner
+    """Raised inside a checker to end it with a given feedback status and message."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def wrong(message: str) -> Reject:
+    """End the check: the answer is wrong, and ``message`` says why."""
+    return Reject(WRONG, message)
+
+
+def bad_input(message: str) -> Reject:
+    """End the check: the answer has the wrong type or shape; ``message`` says what was expected."""
+    return Reject(BAD_INPUT, message)
+
+
+def unavailable(message: str) -> Reject:
+    """End the check: this run cannot check the exercise (e.g. too few measured sizes)."""
+    return Reject(UNAVAILABLE, message)
+
+
+def strict() -> bool:
+    """Whether a feedback other than "correct" must fail the cell (the run with solutions)."""
+    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
+
+
+def untouched(answer) -> bool:
+    """True for an answer still at the placeholder: ``...`` or ``None``."""
+    return answer is Ellipsis or answer is None
+
+
+def checker(exercise: str, expects: str) -> Callable:
+    """Decorate a checker ``fn(answer, *context) -> str`` (the success message).
+
+    The wrapper returns a :class:`Feedback`: "not attempted yet" for an
+    untouched answer; the message of a :class:`Reject` raised inside; "bad
+    input" naming ``expects`` for any other exception (a learner's function
+    that crashed, an answer of an unusable type); "correct" with the returned
+    message otherwise. In strict mode anything but "correct" (or "cannot
+    check here") raises :class:`ExerciseFailed`.
+    """
+
+    def wrap(fn: Callable[..., str]) -> Callable[..., Feedback]:
+        @functools.wraps(fn)
+        def check(answer=Ellipsis, *context, **kwargs) -> Feedback:
+            if untouched(answer):
+                feedback = Feedback(exercise, NOT_ATTEMPTED, f"Replace the `...` with {expects}, then run this cell.")
+            else:
+                try:
+                    feedback = Feedback(exercise, CORRECT, fn(answer, *context, **kwargs))
+                except Reject as stop:
+                    feedback = Feedback(exercise, stop.status, stop.message)
+                except Exception as err:  # noqa: BLE001 - a learner sees a sentence, never a traceback
+                    text = str(err).strip().splitlines()
+                    feedback = Feedback(
+                        exercise,
+                        BAD_INPUT,
+                        f"Expected {expects}; using your answer raised {type(err).__name__}: "
+                        f"{text[0][:300] if text else ''}",
+                    )
+            if strict() and feedback.status not in (CORRECT, UNAVAILABLE):
+                raise ExerciseFailed(str(feedback))
+            return feedback
+
+        check.exercise = exercise
+        check.expects = expects
+        return check
+
+    return wrap
+
+
+def describe(value) -> str:
+    """A short description of a value's type (and shape and dtype for arrays)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__} of length {len(value)}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def as_number(answer, what: str = "a number") -> float:
+    """The answer as a float, or a "bad input" :class:`Reject` saying what came instead."""
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
+        if hasattr(answer, "shape") and np.shape(answer) == () and np.issubdtype(np.asarray(answer).dtype, np.number):
+            return float(np.asarray(answer))
+        raise bad_input(f"Expected {what} (an int or a float); got {describe(answer)}.")
+    value = float(answer)
+    if not np.isfinite(value):
+        raise bad_input(f"Expected a finite number for {what}; got {value}.")
+    return value
+
+
+def as_tuple(answer, length: int, what: str) -> tuple:
+    """The answer as a tuple of ``length`` items, or a "bad input" :class:`Reject`."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != length:
+        raise bad_input(f"Expected {what}: a tuple of {length} items; got {describe(answer)}.")
+    return tuple(answer)
+
+
+def as_shape(answer, what: str) -> tuple[int, ...] | None:
+    """A shape given as a tuple of ints (``None`` allowed), or a "bad input" :class:`Reject`."""
+    if answer is None:
+        return None
+    if not isinstance(answer, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in answer
+    ):
+        raise bad_input(f"Expected {what} as a tuple of ints such as (6, 784), or None; got {describe(answer)}.")
+    return tuple(int(d) for d in answer)
+
+
+def as_callable(answer, what: str) -> Callable:
+    """The answer if it can be called, else a "bad input" :class:`Reject`."""
+    if not callable(answer):
+        raise bad_input(f"Expected {what} (a function); got {describe(answer)}.")
+    return answer
+
+
+def close(value: float, reference: float, rel: float = 0.01) -> bool:
+    """``value`` within ``rel`` (relative) of ``reference``; exact match needed for a zero reference."""
+    if reference == 0:
+        return abs(value) <= 1e-12
+    return abs(value - reference) <= rel * abs(reference)
+
+
+def tree_close(tree, reference, rel: float) -> bool:
+    """Every leaf of ``tree`` within ``rel`` x (the largest reference element) of the reference."""
+    import jax
+
+    leaves, ref_leaves = jax.tree.leaves(tree), jax.tree.leaves(reference)
+    scale = max(float(np.max(np.abs(np.asarray(r)))) for r in ref_leaves) or 1.0
+    return all(
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(r, np.float64)))) <= rel * scale
+        for a, r in zip(leaves, ref_leaves)
+    )
+
+
+def check_tree_like(tree, reference, what: str) -> None:
+    """Raise a "bad input" :class:`Reject` unless ``tree`` has the reference's structure, shapes and dtypes."""
+    import jax
+
+    leaves, treedef = jax.tree.flatten(tree)
+    ref_leaves, ref_def = jax.tree.flatten(reference)
+    if treedef != ref_def:
+        raise bad_input(f"Expected {what} with the structure {ref_def}; got {treedef}.")
+    for path_leaf, ref in zip(jax.tree_util.tree_leaves_with_path(tree), ref_leaves):
+        path, leaf = path_leaf
+        name = jax.tree_util.keystr(path)
+        if np.shape(leaf) != np.shape(ref):
+            raise bad_input(f"Expected {what}{name} of shape {np.shape(ref)}; got shape {np.shape(leaf)}.")
+        if not hasattr(leaf, "dtype") or np.dtype(leaf.dtype) != np.dtype(ref.dtype):
+            got = getattr(leaf, "dtype", type(leaf).__name__)
+            raise bad_input(f"Expected {what}{name} of dtype {ref.dtype}; got {got}.")

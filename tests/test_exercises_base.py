@@ -1,0 +1,76 @@
+"""The shared checker machinery: not attempted, bad input, strict mode, display."""
+
+import numpy as np
+import pytest
+
+from dpcourse.exercises import base
+from dpcourse.exercises.base import Feedback, checker, wrong
+
+
+@checker("ex00_1", "a number")
+def _number_check(answer, reference):
+    value = base.as_number(answer)
+    if value != reference:
+        raise wrong(f"Expected {reference}.")
+    return "Right."
+
+
+@checker("ex00_2", "a function f(x)")
+def _crashing_call(answer):
+    return str(answer(1))
+
+
+def test_untouched_answers_report_not_attempted():
+    for answer in (..., None):
+        feedback = _number_check(answer, 3)
+        assert feedback.status == base.NOT_ATTEMPTED
+        assert "not attempted yet" in str(feedback).lower()
+
+
+def test_correct_and_wrong():
+    assert _number_check(3, 3).correct
+    feedback = _number_check(4, 3)
+    assert feedback.status == base.WRONG and "Expected 3." in feedback.message
+
+
+@pytest.mark.parametrize("answer", ["3", [3], np.ones(2), True])
+def test_wrong_type_says_what_was_expected_and_what_came(answer):
+    feedback = _number_check(answer, 3)
+    assert feedback.status == base.BAD_INPUT
+    assert "Expected" in feedback.message and "got" in feedback.message
+
+
+def test_a_crash_in_the_learners_code_becomes_a_sentence():
+    feedback = _crashing_call(lambda x: 1 / 0)
+    assert feedback.status == base.BAD_INPUT
+    assert "ZeroDivisionError" in feedback.message and "a function f(x)" in feedback.message
+
+
+def test_strict_mode_raises_for_anything_but_correct(monkeypatch):
+    monkeypatch.setenv(base.STRICT_ENV, "1")
+    assert _number_check(3, 3).correct
+    for answer in (4, ..., "x"):
+        with pytest.raises(base.ExerciseFailed):
+            _number_check(answer, 3)
+    monkeypatch.setenv(base.STRICT_ENV, "0")
+    assert _number_check(..., 3).status == base.NOT_ATTEMPTED
+
+
+def test_feedback_renders_as_html_and_text():
+    feedback = Feedback("ex09_9", base.WRONG, "a < b & c")
+    assert "a &lt; b &amp; c" in feedback._repr_html_()
+    assert str(feedback).startswith("[ex09_9] Not yet:")
+    assert str(Feedback("ex09_9", base.CORRECT, "Right: 42.")) == "[ex09_9] Right: 42."
+
+
+def test_shape_and_tree_checks():
+    with pytest.raises(base.Reject, match="tuple of ints"):
+        base.as_shape((6.0, 784), "a shape")
+    assert base.as_shape(None, "a shape") is None
+    ref = {"w": np.zeros((2, 3), np.float32)}
+    with pytest.raises(base.Reject, match=r"shape \(2, 3\)"):
+        base.check_tree_like({"w": np.zeros((3, 2), np.float32)}, ref, "params")
+    with pytest.raises(base.Reject, match="dtype float32"):
+        base.check_tree_like({"w": np.zeros((2, 3), np.float64)}, ref, "params")
+    with pytest.raises(base.Reject, match="structure"):
+        base.check_tree_like({"v": np.zeros((2, 3), np.float32)}, ref, "params")
