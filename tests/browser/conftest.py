@@ -89,8 +89,12 @@ def page(browser):
     """A fresh browser context (no cookies) and page, 1280 x 900."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(60_000)
+    new_page = context.new_page()
+    # JavaScript errors in the lab: reported with each lesson's notes.
+    new_page.js_errors = []
+    new_page.on("pageerror", lambda err: new_page.js_errors.append(str(err)[:300]))
     try:
-        yield context.new_page()
+        yield new_page
     finally:
         context.close()
 

@@ -63,17 +63,18 @@ _CELLS = (
   for (let i = 0; i < cells.length; i++) {
     const c = cells.get(i);
     if (c.type !== 'code') continue;
-    const texts = [], errors = [];
+    const texts = [], errors = [], stderr = [];
     for (const o of c.outputs.toJSON()) {
       if (o.output_type === 'error') {
         errors.push({ename: o.ename, evalue: o.evalue, traceback: (o.traceback || []).join('\\n')});
       } else if (o.output_type === 'stream') {
         texts.push(text(o.text));
+        if (o.name === 'stderr') stderr.push(text(o.text));
       } else if (o.data) {
         texts.push(text(o.data['text/plain']) + '\\n' + text(o.data['text/html']));
       }
     }
-    out.push({index: i, count: c.executionCount, source: c.sharedModel.getSource(), texts, errors});
+    out.push({index: i, count: c.executionCount, source: c.sharedModel.getSource(), texts, errors, stderr});
   }
   return out;
 }"""
@@ -87,6 +88,30 @@ _SCROLL = (
   panel.content.activeCellIndex = index;
   panel.content.scrollToItem(index, 'start');
   return true;
+}"""
+)
+
+# The cell's output (an error, a table) rather than the top of its code.
+_SCROLL_TO_OUTPUT = (
+    "([path, index]) => {"
+    + _PANEL
+    + """
+  const cell = findPanel(path).content.widgets[index];
+  const output = cell && cell.node.querySelector('.jp-OutputArea-output');
+  if (output) output.scrollIntoView({block: 'start'});
+  return Boolean(output);
+}"""
+)
+
+_SCROLL_TO_TEXT = (
+    "([path, text]) => {"
+    + _PANEL
+    + """
+  const panel = findPanel(path);
+  for (const el of panel.node.querySelectorAll('.jp-OutputArea-output')) {
+    if (el.textContent.includes(text)) { el.scrollIntoView({block: 'start'}); return true; }
+  }
+  return false;
 }"""
 )
 
@@ -116,6 +141,7 @@ class CodeCell:
     source: str
     texts: list[str]
     errors: list[dict]
+    stderr: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -132,6 +158,7 @@ class LessonRun:
     cells: list[CodeCell] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     problem_cell: int | None = None
+    controls_cell: int | None = None
     screenshot: str | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -227,9 +254,18 @@ def notebook_text(page: Page, path: str) -> str:
 
 
 def scroll_to_cell(page: Page, path: str, index: int) -> None:
-    """Make cell ``index`` (0-based among all cells) the active one and scroll it into view."""
+    """Make cell ``index`` (0-based among all cells) the active one and scroll its output into view."""
     page.evaluate(_SCROLL, [path, index])
     page.wait_for_timeout(500)
+    page.evaluate(_SCROLL_TO_OUTPUT, [path, index])
+    page.wait_for_timeout(300)
+
+
+def scroll_to_text(page: Page, path: str, text: str) -> bool:
+    """Scroll the first output showing ``text`` to the top of the notebook; False if none shows it."""
+    found = page.evaluate(_SCROLL_TO_TEXT, [path, text])
+    page.wait_for_timeout(500)
+    return found
 
 
 def kernel_execute(page: Page, path: str, code: str) -> str:
@@ -252,6 +288,10 @@ def check_cells(run: LessonRun, cells: list[CodeCell]) -> None:
             if TRACEBACK in strip_ansi(text):
                 tail = strip_ansi(text).strip().splitlines()[-1][:300]
                 run.problem(f"printed a traceback, ending: {tail}", cell)
+    for cell in cells:
+        for text in cell.stderr:  # warnings are allowed, but shown in a red box: worth a look
+            first = next((line for line in strip_ansi(text).splitlines() if line.strip()), "")
+            run.notes.append(f"stderr in {cell.label}: {first[:120]}")
     if not any(cell.errors for cell in cells):
         for cell in cells:
             if not cell.count:

@@ -67,9 +67,14 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
-    """Linux: have the kernel send SIGTERM to the server if the test process dies."""
+    """Linux: have the kernel kill the server if the test process dies.
+
+    SIGKILL, not SIGTERM: a server told to stop while a kernel is busy was seen
+    to hang in its shutdown. Its kernels notice that their parent is gone
+    (ipykernel watches ``JPY_PARENT_PID``) and exit by themselves.
+    """
     with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _children_map() -> dict[int, list[int]]:

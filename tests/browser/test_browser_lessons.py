@@ -53,6 +53,10 @@ def exercise_controls(page, lesson: str, path: str, run: labpage.LessonRun) -> N
     if sliders.count() == 0 and buttons.count() == 0:
         return
     run.notes.append(f"{sliders.count()} slider(s), {buttons.count()} button(s)")
+    run.controls_cell = page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.content.widgets"
+        ".findIndex((cell) => cell.node.querySelector('.widget-slider, .widget-button'))"
+    )
     for label in labpage.widget_labels(page):
         if label["cut"]:
             run.problem(
@@ -128,29 +132,20 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
         run.problem(f"the browser run stopped: {type(err).__name__}: {str(err).splitlines()[0][:500]}")
     finally:
         run.seconds = time.monotonic() - start
+        run.notes += [f"page error: {err}" for err in getattr(page, "js_errors", [])]
         run.screenshot = str(screenshots / f"{lesson}.png")
         try:
-            target = run.problem_cell
-            if target is None:
-                target = _key_output_cell(run, lesson)
-            if target is not None:
-                labpage.scroll_to_cell(page, path, target)
+            if run.problem_cell is not None:
+                labpage.scroll_to_cell(page, path, run.problem_cell)
+            elif run.controls_cell is not None:
+                labpage.scroll_to_cell(page, path, run.controls_cell)
+            elif key_output(lesson):
+                labpage.scroll_to_text(page, path, key_output(lesson)[0])
             page.screenshot(path=run.screenshot)
         except Exception as err:  # noqa: BLE001
             run.notes.append(f"screenshot failed: {err}")
         lab.shutdown_kernels()
     return run
-
-
-def _key_output_cell(run: labpage.LessonRun, lesson: str) -> int | None:
-    """The cell showing the lesson's first key output (None: not found, or no key output)."""
-    wanted = key_output(lesson)
-    if not wanted:
-        return None
-    for cell in run.cells:
-        if any(wanted[0] in text for text in cell.texts):
-            return cell.index
-    return None
 
 
 @pytest.mark.parametrize("lesson", lesson_names())
