@@ -257,14 +257,19 @@ def scroll_to_cell(page: Page, path: str, index: int) -> None:
     """Make cell ``index`` (0-based among all cells) the active one and scroll its output into view."""
     page.evaluate(_SCROLL, [path, index])
     page.wait_for_timeout(500)
-    page.evaluate(_SCROLL_TO_OUTPUT, [path, index])
-    page.wait_for_timeout(300)
+    for _ in range(3):  # see scroll_to_text
+        page.evaluate(_SCROLL_TO_OUTPUT, [path, index])
+        page.wait_for_timeout(400)
 
 
 def scroll_to_text(page: Page, path: str, text: str) -> bool:
     """Scroll the first output showing ``text`` to the top of the notebook; False if none shows it."""
-    found = page.evaluate(_SCROLL_TO_TEXT, [path, text])
-    page.wait_for_timeout(500)
+    # Cells off screen are laid out when they come into view (content-visibility),
+    # which moves the target: scroll again until it stays.
+    found = False
+    for _ in range(3):
+        found = page.evaluate(_SCROLL_TO_TEXT, [path, text])
+        page.wait_for_timeout(400)
     return found
 
 
