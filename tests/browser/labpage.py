@@ -34,6 +34,7 @@ _STATE = (
     + """
   const panel = findPanel(path);
   if (!panel) return null;
+  if (!panel.hasClass('jp-NotebookPanel')) return {isNotebook: false, kind: panel.content.node.className};
   const session = panel.sessionContext.session;
   const kernel = session && session.kernel;
   const cells = panel.content.model.cells;
@@ -203,6 +204,8 @@ def wait_for_kernel(page: Page, path: str, timeout_s: float = 120) -> None:
     last = None
     while time.monotonic() < deadline:
         last = state(page, path)
+        if last and not last["isNotebook"]:
+            raise AssertionError(f"{path} opened, but not as a notebook ({last.get('kind')})")
         if last and last["status"] == "idle":
             return
         time.sleep(0.5)
