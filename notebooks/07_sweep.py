@@ -377,11 +377,13 @@ def show_comparison(rows):
 
 widgets = show.optional_widgets()
 if widgets is not None:
+    # "initial": the label takes the width its text needs (else it is cut).
+    label = {"description_width": "initial"}
     repeats_slider = widgets.IntSlider(
-        value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS"
+        value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS", style=label
     )
     batch_slider = widgets.IntSlider(
-        value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch"
+        value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch", style=label
     )
     button = widgets.Button(description="re-run comparison")
     output = widgets.Output()

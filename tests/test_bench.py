@@ -173,3 +173,10 @@ def test_sweep_skips_non_positive_sizes_and_works_without_cleanup():
     points = sweep([0, 16], 8, fake_result, progress=False)
     assert [p.status for p in points] == ["skipped", "ok"]
     assert isinstance(points[1], SweepPoint) and points[1].result.global_batch == 16
+
+
+def test_sweep_progress_goes_to_stdout_not_the_red_stderr_box(capsys):
+    sweep([8, 16], 8, fake_result)
+    out, err = capsys.readouterr()
+    assert "sweep" in out and "2/2" in out
+    assert "sweep" not in err

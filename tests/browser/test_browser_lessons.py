@@ -1,0 +1,192 @@
+"""Every lesson, opened and run in JupyterLab in a real Chromium, as a learner would.
+
+For each ``notebooks/NN_name.ipynb``: open it by its address, click Run > Run
+All Cells, wait until the kernel is idle and every code cell has run, then
+check that no cell raised or printed a traceback and that the lesson's key
+output (``lessons.KEY_OUTPUT``) is on the page. Lessons with controls
+(ipywidgets sliders and buttons, as in 07) must show them with readable
+labels, take a slider change and a button press, and show the result.
+A screenshot of each lesson is saved under ``results/browser/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import labpage
+import pytest
+from labserver import lesson_names
+from lessons import key_output
+
+LESSON_TIMEOUT_S = float(os.environ.get("DPCOURSE_BROWSER_LESSON_TIMEOUT_S", "300"))
+
+
+def _controls_07(page, path: str, run: labpage.LessonRun, changed: dict) -> None:
+    """07: the comparison in the output area is for the per-device batch the slider now shows."""
+    if "per-device batch" not in changed:
+        run.problem("07: no 'per-device batch' slider to change")
+        return
+    n = labpage.kernel_execute(page, path, "print(n)").strip()
+    if not n.isdigit():
+        run.problem(f"07: could not read the device count from the kernel (got {n!r})")
+        return
+    text = labpage.output_widget_text(page)
+    global_batch = int(changed["per-device batch"]) * int(n)
+    if "global batch" not in text or not re.search(rf"\b{global_batch}\b", text):
+        run.problem(
+            f"07: after setting the per-device batch to {changed['per-device batch']} and pressing the button, "
+            f"the output area does not show global batch {global_batch} ({n} devices); it shows: {text[:400]!r}"
+        )
+
+
+CONTROL_CHECKS = {"07_sweep": _controls_07}
+
+
+def exercise_controls(page, lesson: str, path: str, run: labpage.LessonRun) -> None:
+    """Check the lesson's widgets: readable labels; move each slider one step; press each button."""
+    root = page.locator(".jp-NotebookPanel:visible")
+    sliders = root.locator(".widget-slider")
+    buttons = root.locator("button.widget-button")
+    if sliders.count() == 0 and buttons.count() == 0:
+        return
+    run.notes.append(f"{sliders.count()} slider(s), {buttons.count()} button(s)")
+    run.controls_cell = page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.content.widgets"
+        ".findIndex((cell) => cell.node.querySelector('.widget-slider, .widget-button'))"
+    )
+    for label in labpage.widget_labels(page):
+        if label["cut"]:
+            run.problem(
+                f"widget label {label['text']!r} is cut off ({label['shown']} px shown, {label['needed']} px needed): "
+                "give the control style={'description_width': 'initial'}"
+            )
+    changed = {}
+    for i in range(sliders.count()):
+        slider = sliders.nth(i)
+        name = slider.locator(".widget-label").text_content().strip()
+        handle = slider.get_by_role("slider")
+        before = handle.get_attribute("aria-valuenow")
+        handle.focus()
+        handle.press("ArrowRight")
+        page.wait_for_timeout(300)
+        after = handle.get_attribute("aria-valuenow")
+        if after == before:
+            handle.press("ArrowLeft")  # at its maximum: step down instead
+            page.wait_for_timeout(300)
+            after = handle.get_attribute("aria-valuenow")
+        if after == before:
+            run.problem(f"slider {name!r} did not move (stays at {before})")
+        changed[name] = str(int(float(after)))
+    if not labpage.output_widget_text(page).strip():
+        run.notes.append("output area empty before the button press")
+    for i in range(buttons.count()):
+        buttons.nth(i).click()
+        if not labpage.wait_kernel_busy_then_idle(page, path, LESSON_TIMEOUT_S):
+            run.problem(f"the kernel stayed busy after pressing {buttons.nth(i).text_content()!r}")
+    shown = labpage.output_widget_text(page)
+    if buttons.count() and not shown.strip():
+        run.problem("pressing the button left the output area empty")
+    if labpage.TRACEBACK in shown:
+        run.problem(f"the output area shows an error: {shown.strip()[-400:]}")
+    check = CONTROL_CHECKS.get(lesson)
+    if check is not None:
+        check(page, path, run, changed)
+
+
+def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TIMEOUT_S) -> labpage.LessonRun:
+    """Open ``lesson`` by its address, run all cells from the menu, check what it shows.
+
+    Returns the run with every problem found; its screenshot is saved whether
+    or not there are problems (at the first failing cell if there is one).
+    """
+    path = f"{lesson}.ipynb"
+    run = labpage.LessonRun(lesson)
+    start = time.monotonic()
+    try:
+        page.goto(labpage.lab_url(lab.url, lab.token, path, workspace=f"lesson-{lesson}"))
+        labpage.wait_for_lab(page)
+        labpage.wait_for_kernel(page, path)
+        run.notes.append(f"lab and kernel ready after {time.monotonic() - start:.1f} s")
+        labpage.run_all_from_menu(page)
+        ran = time.monotonic()
+        final = labpage.wait_until_run(page, path, timeout_s)
+        run.notes.append(f"run all {time.monotonic() - ran:.1f} s")
+        cells = labpage.code_cells(page, path)
+        run.cells = cells
+        if final["timed_out"]:
+            busy = next((c for c in cells if not c.count), None)
+            run.problem(f"still running after {timeout_s:.0f} s (kernel {final.get('status')})", busy)
+        elif final.get("status") != "idle":
+            run.problem(f"kernel ended in state {final.get('status')!r} (it died or restarted)")
+        labpage.check_cells(run, cells)
+        text = labpage.notebook_text(page, path)
+        for expected in key_output(lesson):
+            if expected not in text:
+                run.problem(f"key output {expected!r} is not on the page")
+        if not run.problems:
+            exercise_controls(page, lesson, path, run)
+    except Exception as err:  # noqa: BLE001 (reported with the screenshot below)
+        run.problem(f"the browser run stopped: {type(err).__name__}: {str(err).splitlines()[0][:500]}")
+    finally:
+        run.seconds = time.monotonic() - start
+        run.notes += [f"page error: {err}" for err in getattr(page, "js_errors", [])]
+        run.screenshot = str(screenshots / f"{lesson}.png")
+        try:
+            if run.problem_cell is not None:
+                labpage.scroll_to_cell(page, path, run.problem_cell)
+            elif run.controls_cell is not None:
+                labpage.scroll_to_cell(page, path, run.controls_cell)
+            elif key_output(lesson):
+                labpage.scroll_to_text(page, path, key_output(lesson)[0])
+            page.screenshot(path=run.screenshot)
+        except Exception as err:  # noqa: BLE001
+            run.notes.append(f"screenshot failed: {err}")
+        lab.shutdown_kernels()
+    return run
+
+
+@pytest.mark.parametrize("lesson", lesson_names())
+def test_lesson_runs_in_the_browser(page, lab, screenshots, lesson):
+    run = run_lesson(page, lab, lesson, screenshots)
+    print(f"{lesson}: {run.seconds:.1f} s in the browser; {'; '.join(run.notes)}")
+    assert not run.problems, run.report()
+
+
+def test_a_failing_lesson_is_reported_with_its_cell_and_error(page, lab, screenshots):
+    """A lesson that raises: the failure names the lesson, the cell and the error; the screenshot is kept."""
+    lesson = "99_raises"
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# A lesson that fails"},
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "x = 1"},
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": "raise ValueError('per-device batch must divide the global batch')",
+            },
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "y = 2"},
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (lab.root / f"{lesson}.ipynb").write_text(json.dumps(notebook))
+    shot = screenshots / f"{lesson}.png"
+    shot.unlink(missing_ok=True)
+    try:
+        run = run_lesson(page, lab, lesson, screenshots, timeout_s=120)
+    finally:
+        (lab.root / f"{lesson}.ipynb").unlink()
+    report = run.report()
+    assert "Lesson 99_raises failed" in report
+    assert "cell 3 `raise ValueError" in report
+    assert "ValueError: per-device batch must divide the global batch" in report
+    # The cell after the error never ran: reported as the error, not as a second problem.
+    assert len(run.problems) == 1, report
+    assert shot.exists() and shot.stat().st_size > 0
+    shot.unlink()
