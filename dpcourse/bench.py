@@ -60,29 +60,26 @@ class BenchResult:
 
 # Fingerprints of the programs compiled by compile_step in this process.
 _compiled_here: set[str] = set()
-# XLA compiles seen in this process (JAX's backend-compile event).
-_xla_compiles = [0]
-_listening = [False]
+# The function name of every XLA compile since this module was imported
+# (JAX's backend-compile event, e.g. "jit(train_step)").
+_compile_log: list[str] = []
 
 
-def _count_compiles(event: str, duration: float, **kwargs) -> None:
+def _log_compiles(event: str, duration: float, **kwargs) -> None:
     if event == "/jax/core/compile/backend_compile_duration":
-        _xla_compiles[0] += 1
+        _compile_log.append(str(kwargs.get("fun_name", "")))
+
+
+monitoring.register_event_duration_secs_listener(_log_compiles)
 
 
 def compile_kind(fingerprint: str) -> str:
-    """The label of the first XLA compile of a program in :func:`compile_step`.
+    """The label of a first XLA compile of a program in :func:`compile_step`.
 
-    - ``"warm"``: the same program was compiled earlier in this process.
-      ``jax.clear_caches()`` empties JAX's caches but not XLA's own: on an
-      H200 a step's first compile took 0.809 s and the same function after
-      ``clear_caches`` 0.120 s (issue 13 of this project). A warm time
-      is a recompile, not what a new program costs.
-    - ``"persistent cache on"``: first compile here, but
-      ``jax_compilation_cache_dir`` is set, so it may have been read from
-      disk.
-    - ``"cold"``: the first compile of this program in this process, no
-      persistent cache.
+    ``"warm"`` when the same program (same lowered text) went through
+    :func:`compile_step` before in this process; ``"persistent cache on"``
+    when ``jax_compilation_cache_dir`` is set (it may have been read from
+    disk); else ``"cold"``.
     """
     if fingerprint in _compiled_here:
         return "warm"
@@ -97,34 +94,38 @@ def compile_step(step, *args):
     ``step`` must be a ``jax.jit`` or ``jax.pmap`` function. The compiled
     executable is called with the same argument shapes and shardings. The
     time covers tracing, lowering and XLA's compile. ``kind`` says what it
-    measured (:func:`compile_kind`):
+    measured:
 
-    - the program was not compiled before in this process: the time is its
-      first compile, ``"cold"``;
-    - it was (the step already ran, or was compiled here before): JAX would
-      hand back the compiled program in microseconds, so its caches are
+    - ``"cold"``: XLA compiled the program now, and nothing of this function
+      (no program with its name, any shape or device count) was compiled
+      before in this process since :mod:`dpcourse.bench` was imported.
+    - ``"warm"``: the function was compiled before. If JAX still holds the
+      program it would hand it back in microseconds, so JAX's caches are
       cleared (other functions recompile on their next call) and it is
-      compiled again, ``"warm"``: XLA's own caches survive
-      ``jax.clear_caches()``. For a cold time of such a program, compile it
-      in a fresh process.
+      compiled again. ``jax.clear_caches()`` empties JAX's caches but not
+      XLA's own: on an H200 a step's first compile took 0.809 s and the same
+      function after ``clear_caches`` 0.120 s (issue 13 of this project).
+      For a cold time of such a step, compile it in a fresh process.
+    - ``"persistent cache on"``: first compile here, but
+      ``jax_compilation_cache_dir`` is set, so it may have come from disk.
     """
-    if not _listening[0]:
-        monitoring.register_event_duration_secs_listener(_count_compiles)
-        _listening[0] = True
     start = time.perf_counter()
     lowered = step.lower(*args)
-    before = _xla_compiles[0]
+    seen = len(_compile_log)
     compiled = lowered.compile()
     seconds = time.perf_counter() - start
     fingerprint = hashlib.sha256(lowered.as_text().encode()).hexdigest()
-    if _xla_compiles[0] > before:
-        kind = compile_kind(fingerprint)
-    else:  # served from JAX's in-memory cache: compiled earlier in this process
+    new = _compile_log[seen:]
+    if not new:  # served from JAX's in-memory cache: compiled earlier in this process
         jax.clear_caches()
         start = time.perf_counter()
         compiled = step.lower(*args).compile()
         seconds = time.perf_counter() - start
         kind = "warm"
+    elif new[-1] in _compile_log[:seen]:  # this function was compiled before
+        kind = "warm"
+    else:
+        kind = compile_kind(fingerprint)
     _compiled_here.add(fingerprint)
     return compiled, seconds, kind
 

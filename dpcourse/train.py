@@ -110,10 +110,12 @@ def make_shard_map_step(cfg: Config, optimizer: optax.GradientTransformation, me
     def local_grads(params, x, y):
         # With check_vma on, params enter as invariant over `axis` (P()).
         # Differentiating an invariant input inside shard_map already sums
-        # the gradient over the axis, with the sum placed where the value is
-        # used: inside the scan, once per block repeat. Casting to a
+        # its gradient over the axis (the transpose of the implicit
+        # broadcast), so a pmean on top would scale it by the axis size.
+        # Where that sum lands is the compiler's choice (the CPU compiler
+        # leaves it inside the scan, once per block repeat). Casting to a
         # per-device ("varying") copy first keeps each gradient local, so the
-        # one pmean below is the only reduction, after the loop.
+        # one pmean below is the only reduction, written after the loop.
         params = jax.lax.pcast(params, axis, to="varying")
         grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
         (_, metrics), grads = grad_fn(params, x, y, cfg)

@@ -117,13 +117,13 @@ def test_compile_step_returns_a_callable_executable():
 
 
 def fresh_program(k: float):
-    """A jitted function whose program no other test compiles (the constant differs)."""
+    """A jitted function that no other test compiles (its own name and constant)."""
 
-    @jax.jit
     def step(params, opt_state, x, y):
         return params * k + jnp.sum(x), opt_state + 1, {"loss": jnp.sum(x) * k, "accuracy": jnp.mean(y == 0)}
 
-    return step
+    step.__name__ = step.__qualname__ = f"fresh_step_{round(k * 1e4)}"
+    return jax.jit(step)
 
 
 ARGS = (jnp.float32(0.0), jnp.int32(0), jnp.ones(8), jnp.zeros(8, jnp.int32))
@@ -145,11 +145,12 @@ def test_a_step_that_already_ran_compiles_warm():
     assert float(compiled(*ARGS)[0]) == 8.0
 
 
-def test_a_new_shape_is_a_new_program_and_compiles_cold():
+def test_another_shape_of_a_compiled_function_is_not_called_cold():
     step = fresh_program(3.4567)
     step(*ARGS)
+    jax.clear_caches()  # even with JAX's caches empty, XLA's may still hold parts of it
     longer = (jnp.float32(0.0), jnp.int32(0), jnp.ones(16), jnp.zeros(16, jnp.int32))
-    assert compile_step(step, *longer)[2] == "cold"
+    assert compile_step(step, *longer)[2] == "warm"
 
 
 def test_with_a_persistent_cache_a_first_compile_is_not_called_cold(tmp_path):
