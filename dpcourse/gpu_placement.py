@@ -427,14 +427,42 @@ def record(reports: list[PlacementReport]) -> list:
     return [w for w in written if w is not None]
 
 
+def report(profile: str, topologies: tuple[str, ...] = GPU_TOPOLOGIES, cpu_devices: int = 8) -> list[PlacementReport]:
+    """Placement on mocked GPUs (where possible) and on ``cpu_devices`` simulated CPU devices.
+
+    Prints one line per report as it arrives (a GPU check script's output).
+    """
+    reason = gpu_unavailable_reason()
+    reports = [] if reason else [run_worker("gpu", profile, topology=t) for t in topologies]
+    if reason:
+        print(f"GPU placement cannot be compiled here: {reason}.")
+    reports.append(run_worker("cpu", profile, n_devices=cpu_devices))
+    for rep in reports:
+        print(rep.to_line())
+    return reports
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dpcourse.gpu_placement --platform gpu --topology 1x4x1 --profile full`` (a worker)."""
-    parser = argparse.ArgumentParser(description="Compile the course's steps and print their collectives (worker).")
-    parser.add_argument("--platform", choices=("gpu", "cpu"), required=True)
+    """Command line.
+
+    ``python -m dpcourse.gpu_placement --report --profile full``: the table
+    for mocked 2, 4 and 8 GPUs (where an NVIDIA GPU is present) and 8 CPU
+    devices. With ``--platform`` it is one worker (used by :func:`run_worker`).
+    """
+    parser = argparse.ArgumentParser(description="Compile the course's steps and report their collectives.")
+    parser.add_argument("--report", action="store_true", help="every GPU topology and 8 CPU devices, one process each")
+    parser.add_argument("--platform", choices=("gpu", "cpu"))
     parser.add_argument("--profile", required=True)
     parser.add_argument("--topology", help="mocked GPU topology, e.g. 1x4x1 (gpu)")
     parser.add_argument("--devices", type=int, help="simulated CPU devices (cpu)")
     args = parser.parse_args(argv)
+    if args.report:
+        reports = report(args.profile)
+        for row in rows(reports):
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+        return 0 if all(r.error is None for r in reports if r.platform == "cpu") else 1
+    if args.platform is None:
+        parser.error("give --report, or --platform for one worker")
     if args.platform == "gpu" and not args.topology:
         parser.error("--platform gpu needs --topology")
     if args.platform == "cpu" and not args.devices:

@@ -175,3 +175,19 @@ def test_records_carry_backend_and_topology(tmp_path):
 
 def test_no_gpu_caveat_names_the_pass():
     assert "while-loop-all-reduce-code-motion" in gp.CPU_ONLY_CAVEAT
+
+
+def test_report_command_prints_the_cpu_placement_and_why_gpu_is_missing(monkeypatch, capsys):
+    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
+    assert gp.main(["--report", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU placement cannot be compiled here: no NVIDIA GPU here (stand-in)." in out
+    rep = gp.PlacementReport.from_output(out)
+    assert (rep.platform, rep.n_devices, rep.error) == ("cpu", 8, None)
+    assert "step=jit(train_step)" in out and "inside loop=1" in out
+
+
+@pytest.mark.parametrize("argv", [["--profile", "smoke"], ["--platform", "gpu", "--profile", "smoke"]])
+def test_worker_command_needs_its_arguments(argv):
+    with pytest.raises(SystemExit):
+        gp.main(argv)
