@@ -261,8 +261,9 @@ def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, 
     axis. Each device then accumulates its own gradient through the backward
     ``scan`` (an array ``[n_devices, ...]`` sharded over the mesh), and the
     mean over the device axis after the loop is the only all-reduce.
-    Taught in notebook 04, where the plain step's all-reduce lands inside the
-    backward loop instead.
+    Taught in notebook 04: the CPU compiler places the plain step's
+    reduction of the shared block's gradient inside the backward loop; this
+    form has one reduction per step whatever the backend's passes do.
 
     Raises:
         ValueError: (when called) the global batch does not divide by

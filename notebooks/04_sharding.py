@@ -172,23 +172,6 @@ print(
 if backend == "cpu":
     print(gpu_placement.CPU_ONLY_CAVEAT)
 
-# %%
-# The same three steps compiled for mocked GPU topologies, one fresh process each
-# (JAX_MOCK_GPU_TOPOLOGY is read when the backend starts). Needs an NVIDIA GPU.
-gpu_reason = gpu_placement.gpu_unavailable_reason()
-if gpu_reason is None:
-    gpu_reports = [gpu_placement.run_worker("gpu", cfg.profile, topology=t) for t in gpu_placement.GPU_TOPOLOGIES]
-    display(
-        show.table(
-            gpu_placement.rows(gpu_reports),
-            caption=f"Compiled for mocked GPU topologies ({cfg.profile} profile, JAX {jax.__version__})",
-        )
-    )
-    gpu_placement.record(gpu_reports)
-else:
-    print(f"GPU placement cannot be compiled here: {gpu_reason}.")
-    print(f"The placement shown above is the {backend.upper()} compiler's.")
-
 # %% [markdown]
 # The ideal counts the gradient only; a real step also all-reduces the loss
 # and accuracy (8 more bytes), which XLA packs into the same instruction.
@@ -210,8 +193,26 @@ else:
 #   `jit` may reduce once per step. The next cell compiles the steps for
 #   mocked 2, 4 and 8 GPU topologies when this machine has an NVIDIA GPU.
 #
-# The summary line below the table above is measured on this run's backend.
-#
+# The line printed under the table above is measured on this run's backend.
+
+# %%
+# The same three steps compiled for mocked GPU topologies, one fresh process each
+# (JAX_MOCK_GPU_TOPOLOGY is read when the backend starts). Needs an NVIDIA GPU.
+gpu_reason = gpu_placement.gpu_unavailable_reason()
+if gpu_reason is None:
+    gpu_reports = [gpu_placement.run_worker("gpu", cfg.profile, topology=t) for t in gpu_placement.GPU_TOPOLOGIES]
+    display(
+        show.table(
+            gpu_placement.rows(gpu_reports),
+            caption=f"Compiled for mocked GPU topologies ({cfg.profile} profile, JAX {jax.__version__})",
+        )
+    )
+    gpu_placement.record(gpu_reports)
+else:
+    print(f"GPU placement cannot be compiled here: {gpu_reason}.")
+    print(f"The placement shown above is the {backend.upper()} compiler's.")
+
+# %% [markdown]
 # **A way to one reduction per step by construction, still with plain
 # `jit`.** Give each device its own gradient accumulator: reshape the global
 # batch to `[N, per_device_batch, 784]` and take per-device gradients with

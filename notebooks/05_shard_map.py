@@ -46,7 +46,7 @@ from dpcourse import display as show
 devs = lesson.devices.devices
 n = len(devs)
 global_batch = cfg.global_batch(n)
-mesh = Mesh(np.array(devs), ("data",))
+mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit ones: notebook 03, section 4)
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
 # The placements of notebook 04: parameters P(), batches P('data', None).
