@@ -200,6 +200,7 @@ def records_table(results: Iterable[Any], data_source: str) -> Html:
             "devices": r.n_devices,
             "global batch": r.global_batch,
             "compile s": r.compile_s,
+            "compile": getattr(r, "compile_kind", "") or "n/a",  # cold or warm: see bench.compile_step
             "ms/step": r.ms_per_step,
             "examples/s": r.examples_per_s,
             "final loss": r.final_loss,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpcourse.config import Config
@@ -33,6 +33,39 @@ def make_optimizer(cfg: Config) -> optax.GradientTransformation:
     return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
+def check_mesh_context(x) -> None:
+    """Refuse a batch sharded over Explicit mesh axes when no mesh is set.
+
+    ``jax.make_mesh`` builds ``Explicit`` axes unless told otherwise
+    (``Mesh(...)`` builds ``Auto``). On Explicit axes shardings are part of
+    the array types, and JAX needs the mesh in context (``jax.set_mesh``)
+    to type the step's operations; without it JAX 0.11 and later fail deep
+    inside the step (a ``ShardingTypeError`` about a scatter's
+    ``out_sharding``, or ``Resource axis: data ... not found in mesh: ()``;
+    issue 9, item D9), while JAX 0.10.2 ran it. This check makes every JAX
+    the course admits answer the same, early and with the fix. Auto axes and
+    single-device arrays pass.
+
+    Args:
+        x: the step's batch (a ``jax.Array`` or a tracer of one).
+
+    Raises:
+        ValueError: ``x`` is sharded over a mesh with Explicit axes and no
+            mesh is set; the message gives both fixes.
+    """
+    mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+    if mesh is None:
+        return
+    explicit = [name for name, kind in zip(mesh.axis_names, mesh.axis_types) if kind == AxisType.Explicit]
+    if explicit and jax.sharding.get_abstract_mesh().empty:
+        raise ValueError(
+            f"The batch is sharded over a mesh with Explicit axes {explicit} (jax.make_mesh's default), "
+            "but no mesh is set. Either run the step under `with jax.set_mesh(mesh):`, or build the mesh "
+            "with Auto axes, as the course does: jax.make_mesh(shape, names, "
+            "axis_types=(jax.sharding.AxisType.Auto,) * len(names)) or Mesh(devices, names)."
+        )
+
+
 def make_train_step(cfg: Config, optimizer: optax.GradientTransformation) -> StepFn:
     """The plain training step (not jitted): ``jax.jit`` it where it is used.
 
@@ -40,9 +73,12 @@ def make_train_step(cfg: Config, optimizer: optax.GradientTransformation) -> Ste
     with ``x`` float32 ``[global_batch, 784]`` and ``y`` int32
     ``[global_batch]``; ``metrics`` holds the scalar mean ``loss`` and
     ``accuracy`` over the global batch, computed before the update.
+    Works on a mesh with Auto axes, and on one with Explicit axes under
+    ``jax.set_mesh(mesh)`` (see :func:`check_mesh_context`).
     """
 
     def train_step(params, opt_state, x, y):
+        check_mesh_context(x)
         grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
         (_, metrics), grads = grad_fn(params, x, y, cfg)
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -84,10 +120,12 @@ def make_shard_map_step(
     def local_grads(params, x, y):
         # With check_vma on, params enter as invariant over `axis` (P()).
         # Differentiating an invariant input inside shard_map already sums
-        # the gradient over the axis, with the sum placed where the value is
-        # used: inside the scan, once per block repeat. Casting to a
+        # its gradient over the axis (the transpose of the implicit
+        # broadcast), so a pmean on top would scale it by the axis size.
+        # Where that sum lands is the compiler's choice (the CPU compiler
+        # leaves it inside the scan, once per block repeat). Casting to a
         # per-device ("varying") copy first keeps each gradient local, so the
-        # one pmean below is the only reduction, after the loop.
+        # one pmean below is the only reduction, written after the loop.
         params = jax.lax.pcast(params, axis, to="varying")
         grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
         (_, metrics), grads = grad_fn(params, x, y, cfg)
@@ -282,11 +320,14 @@ def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, 
     axis. Each device then accumulates its own gradient through the backward
     ``scan`` (an array ``[n_devices, ...]`` sharded over the mesh), and the
     mean over the device axis after the loop is the only all-reduce.
-    Taught in notebook 04, where the plain step's all-reduce lands inside the
-    backward loop instead.
+    Taught in notebook 04: the CPU compiler places the plain step's
+    reduction of the shared block's gradient inside the backward loop; this
+    form has one reduction per step whatever the backend's passes do.
 
     Raises:
-        ValueError: (when called) the global batch does not divide by ``n_devices``.
+        ValueError: (when called) the global batch does not divide by
+            ``n_devices``; or the batch is on an Explicit-axes mesh that is
+            not set (:func:`check_mesh_context`).
     """
 
     grad_fn = jax.vmap(
@@ -294,6 +335,7 @@ def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, 
     )
 
     def train_step(params, opt_state, x, y):
+        check_mesh_context(x)
         per_device = check_global_batch(x.shape[0], n_devices)
         xs = x.reshape(n_devices, per_device, x.shape[-1])
         ys = y.reshape(n_devices, per_device)

@@ -11,8 +11,9 @@
 #
 # **Goal.** Arrange all devices into a `Mesh` with one axis named `data`,
 # and see what an axis name does (nothing, until a PartitionSpec or a
-# collective uses it). Compare `jax.make_mesh` with `Mesh(...)`, look ahead
-# at a 2-D (`data`, `model`) mesh, and at why the device topology matters.
+# collective uses it). Compare `jax.make_mesh` with `Mesh(...)`, see what
+# code on an `Explicit`-axes mesh needs, look ahead at a 2-D (`data`,
+# `model`) mesh, and at why the device topology matters.
 #
 # **Assumes.** Notebook 01. At least 2 devices (GPUs or simulated CPU devices).
 #
@@ -33,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import devices, results
+from dpcourse import devices, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
@@ -82,19 +83,24 @@ jax.debug.visualize_array_sharding(sharded)
 # ## 3. `jax.make_mesh` or `Mesh(...)`?
 #
 # `Mesh(devices, names)` uses the devices in the order you give.
-# `jax.make_mesh(shape, names)` picks an order that suits the hardware's
-# topology (on GPUs and TPUs it keeps devices that are closely connected
-# next to each other), which is what you want on real multi-GPU systems.
-# The two also differ in their **axis types** in this JAX version:
-# `Mesh(...)` gives `Auto` axes (the compiler decides how intermediate values
-# are sharded), `jax.make_mesh` gives `Explicit` axes (shardings become part
-# of the array types and mismatches are errors). The course's data-parallel
-# lessons use `Auto` axes, the automatic partitioning that `jit` has always
-# done.
+# `jax.make_mesh(shape, names)` picks the order itself: on TPUs from their
+# physical topology; on GPUs it **sorts them by device id**, which does not
+# look at the interconnect (NVLink or PCIe); on CPUs it keeps the order
+# given (`create_device_mesh` in `jax/_src/mesh_utils.py`, JAX 0.10.2). The
+# cell below hands it the devices in reverse and prints the order it used.
+#
+# The two also differ in their **axis types**: `Mesh(...)` gives `Auto`
+# axes (the compiler decides how intermediate values are sharded),
+# `jax.make_mesh` gives `Explicit` axes unless told otherwise (shardings
+# become part of the array types, and mismatches are errors). The course's
+# data-parallel lessons teach automatic partitioning, so they build `Auto`
+# meshes; section 4 shows what code on an `Explicit` mesh needs.
 
 # %%
 made_mesh = jax.make_mesh((n,), ("data",), devices=devs)
-made_auto = jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs)
+made_auto = jax.make_mesh((n,), ("data",), axis_types=(AxisType.Auto,), devices=devs)
+reversed_ids = [d.id for d in jax.make_mesh((n,), ("data",), devices=devs[::-1]).devices.flat]
+print(f"make_mesh given device ids {[d.id for d in devs[::-1]]} on {devs[0].platform}: mesh order {reversed_ids}")
 display(
     show.table(
         [
@@ -107,7 +113,46 @@ display(
 )
 
 # %% [markdown]
-# ## 4. Looking ahead: a 2-D mesh
+# ## 4. Code on an `Explicit` mesh
+#
+# On `Explicit` axes the sharding is part of each array's type
+# (`jax.typeof` shows it: `float32[8@data,4]` is 8 rows split over `data`).
+# Three things change:
+#
+# - **`jax.set_mesh(mesh)`** puts the mesh in context (as a `with` block or
+#   globally). JAX needs it to give every operation's result a sharding;
+#   inside it a bare `PartitionSpec` is enough where a `NamedSharding` was.
+# - **Sharding-in-types**: each result's sharding follows from its inputs
+#   (a sum over the sharded axis is replicated; over the other axis it stays
+#   split). Where that is ambiguous, JAX raises an error and asks for an
+#   `out_sharding`, instead of letting the compiler choose.
+# - **`jax.sharding.reshard(x, spec)`** changes a sharding explicitly (the
+#   compiler adds the collective).
+
+# %%
+explicit_mesh = jax.make_mesh((n,), ("data",), axis_types=(AxisType.Explicit,), devices=devs)
+with jax.set_mesh(explicit_mesh):
+    xe = jax.device_put(x, P("data", None))  # a bare PartitionSpec: the mesh is set
+    print("x:                ", jax.typeof(xe))
+    print("x.sum(axis=0):    ", jax.typeof(jax.jit(lambda a: a.sum(axis=0))(xe)))
+    print("x.sum(axis=1):    ", jax.typeof(jax.jit(lambda a: a.sum(axis=1))(xe)))
+    print("reshard(x, P()):  ", jax.typeof(jax.sharding.reshard(xe, P())))
+
+# %% [markdown]
+# The course's steps run on both kinds of mesh: on `Auto` axes as they are,
+# on `Explicit` axes inside `with jax.set_mesh(mesh):`. Given a batch on an
+# `Explicit` mesh with no mesh set, they stop at once and name both fixes
+# (newer JAX versions would otherwise fail deep inside the step):
+
+# %%
+try:
+    train.check_mesh_context(xe)
+    raise AssertionError("a batch on an Explicit mesh without jax.set_mesh should be refused")
+except ValueError as err:
+    print(err)
+
+# %% [markdown]
+# ## 5. Looking ahead: a 2-D mesh
 #
 # With more devices you can split two ways at once: the batch over `data` and
 # the weight matrices over `model` (tensor parallelism, beyond this course).
@@ -126,7 +171,7 @@ else:
     print(f"A 2-D mesh needs an even device count >= 4; this run has {n}.")
 
 # %% [markdown]
-# ## 5. Why the topology matters
+# ## 6. Why the topology matters
 #
 # In data parallelism every step ends with an all-reduce of the gradient over
 # the `data` axis. A ring all-reduce sends about 2(N-1)/N times the gradient
@@ -144,14 +189,18 @@ print(
 # %%
 results.record("mesh_devices", n, "devices")
 results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
+results.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
 
 # %% [markdown]
 # ## What you learned
 #
 # - A `Mesh` names the axes of an array of devices; building one moves nothing.
 # - A `PartitionSpec` maps array dimensions to mesh axes; `P()` replicates.
-# - `jax.make_mesh` orders devices for the hardware; in this JAX it defaults
-#   to `Explicit` axes, `Mesh(...)` to `Auto`.
+# - `jax.make_mesh` orders TPUs by their topology and GPUs by device id (not
+#   by interconnect); it defaults to `Explicit` axes, `Mesh(...)` to `Auto`.
+# - On `Explicit` axes shardings are part of the types: set the mesh with
+#   `jax.set_mesh`, change a sharding with `jax.sharding.reshard`. The
+#   course's lessons use `Auto` meshes.
 # - The topology decides how expensive the gradient all-reduce is.
 #
 # **Next:** [04_sharding](04_sharding.ipynb) shards the batch and lets the

@@ -40,13 +40,13 @@ from IPython.display import display
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, collectives, costs, memory, model, placement, results, train
+from dpcourse import bench, collectives, costs, gpu_placement, memory, model, placement, results, train
 from dpcourse import display as show
 
 devs = lesson.devices.devices
 n = len(devs)
 global_batch = cfg.global_batch(n)
-mesh = Mesh(np.array(devs), ("data",))
+mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit ones: notebook 03, section 4)
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
 # The placements of notebook 04: parameters P(), batches P('data', None).
@@ -90,9 +90,11 @@ display(
 #    batch split.
 # 2. `lax.pcast(params, 'data', to='varying')`: each device differentiates
 #    its **own copy** of the parameters. With `check_vma=True` (the default)
-#    JAX tracks which values vary across the axis; differentiating a
-#    replicated (invariant) input directly would make JAX *sum* its gradient
-#    over the devices for you, placed inside the loop (section 5 shows it).
+#    JAX tracks which values vary across the axis. A replicated (invariant)
+#    input is implicitly broadcast to every device, and the gradient of a
+#    broadcast is a sum: differentiating it directly makes JAX *sum* its
+#    gradient over the devices for you, so a `pmean` on top would give N
+#    times the mean (section 5 shows it).
 # 3. `lax.pmean` over `data` on the local gradients, loss and accuracy: the
 #    mean of equal-sized shards' mean gradients is the global mean gradient.
 #
@@ -135,11 +137,39 @@ display(
         caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}",
     )
 )
+backend = devs[0].platform
+print(
+    f"Measured on {backend} ({n} devices): shard_map step {rep_smap.in_loop_count} collective(s) inside a loop, "
+    f"{rep_smap.runs_per_step} per step; jit step {rep_auto.in_loop_count} inside a loop, "
+    f"{rep_auto.runs_per_step} per step."
+)
+if backend == "cpu":
+    print(gpu_placement.CPU_ONLY_CAVEAT)
+
+# %%
+# Both steps (and 04's device-axis step) compiled for mocked GPU topologies,
+# one fresh process each. Needs an NVIDIA GPU.
+gpu_reason = gpu_placement.gpu_unavailable_reason()
+if gpu_reason is None:
+    gpu_reports = [gpu_placement.run_worker("gpu", cfg.profile, topology=t) for t in gpu_placement.GPU_TOPOLOGIES]
+    display(
+        show.table(
+            gpu_placement.rows(gpu_reports),
+            caption=f"Compiled for mocked GPU topologies ({cfg.profile} profile, JAX {jax.__version__})",
+        )
+    )
+    gpu_placement.record(gpu_reports)
+else:
+    print(f"GPU placement cannot be compiled here: {gpu_reason}.")
+    print(f"The placement shown above is the {backend.upper()} compiler's.")
 
 # %% [markdown]
-# The explicit step reduces once, after the backward loop: exactly the
-# all-reduce you wrote (XLA packs the gradients and the two metrics into one
-# instruction). The automatic version reduced inside the loop (notebook 04).
+# The explicit step's `pmean` is written after the backward loop, and the
+# table shows where the compiler put it on this run's backend (XLA packs the
+# gradients and the two metrics into one instruction). Where the automatic
+# version reduces is the backend compiler's decision (notebook 04): the CPU
+# compiler reduces the shared block's gradient inside the loop, XLA's GPU
+# pipeline has a pass meant to move such a reduction out of the loop.
 
 # %% [markdown]
 # ## 4. Same parameters, three ways
@@ -170,9 +200,11 @@ for k in range(3):
     )
 display(show.table(rows, caption="Parameters after each step"))
 equiv = rows[-1]["max |diff| shard_map vs 1 device"]
+equiv_jit = rows[-1]["max |diff| shard_map vs jit"]
 # Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
 EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
 assert equiv < EQUIV_TOL, equiv
+assert equiv_jit < EQUIV_TOL, equiv_jit  # the explicit and the automatic step agree too
 GRAD_TOL = GRAD_REL_TOL * grad_scale  # relative to the largest gradient element
 print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g})")
 assert grad_diff < GRAD_TOL
@@ -243,8 +275,9 @@ assert abs(scale - n) < 1e-3 * n
 # %% [markdown]
 # **(c) Forgetting the cast to a per-device copy.** With `check_vma=True`,
 # the gradient of a replicated input is already summed over `data`; adding
-# `pmean` on top again gives N times the right gradient, and the sum sits
-# inside the loop:
+# `pmean` on top again gives N times the right gradient. The implicit sum is
+# placed by the compiler (the count of collectives inside the loop is
+# printed for this run's backend):
 
 
 # %%
@@ -256,7 +289,10 @@ no_cast = jax.jit(jax.shard_map(local_no_cast, mesh=mesh, in_specs=(P(), P("data
 g_no_cast = no_cast(params, *batches[0])
 scale_nc = float(jnp.linalg.norm(g_no_cast["w_block"]) / jnp.linalg.norm(g_mean["w_block"]))
 rep_nc = collectives.collective_report(no_cast, params, *batches[0])
-print(f"|grad without pcast| / |correct grad| = {scale_nc:.3f}; collectives inside the loop: {rep_nc.in_loop_count}")
+print(
+    f"|grad without pcast| / |correct grad| = {scale_nc:.3f}; "
+    f"collectives inside the loop on {backend}: {rep_nc.in_loop_count}"
+)
 assert abs(scale_nc - n) < 1e-3 * n
 
 # %% [markdown]
@@ -319,6 +355,8 @@ results.record("final_loss", res_smap.final_loss, "loss")
 results.record("final_accuracy", res_smap.final_accuracy, "fraction")
 results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
 results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+results.record("max_abs_param_diff_vs_jit", equiv_jit, "abs")
+results.record("max_abs_param_diff_vs_jit_tolerance", EQUIV_TOL, "abs")
 results.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
 results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
 results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
@@ -356,8 +394,15 @@ print("freed:", before, "->", after)
 # - The data-parallel step is: local gradient of a per-device copy,
 #   `lax.pmean` over `data`, optimizer update outside.
 # - `check_vma` catches a varying value returned as replicated; the
-#   `psum`/`pmean` and missing-cast mistakes scale the gradient by N.
-# - Written by hand, the all-reduce happens exactly once per step.
+#   `psum`/`pmean` and missing-cast mistakes scale the gradient by N. The
+#   missing cast is about semantics: differentiating an invariant input
+#   sums its gradient over the axis.
+# - Written by hand, the all-reduce is where you put it, after the loop;
+#   section 3 counts it in the program compiled for this run's backend
+#   (and for mocked GPUs, where an NVIDIA GPU is present). Plain `jit`
+#   leaves that placement to the backend's compiler.
+# - The compile column of the benchmark says `warm`: both steps ran before
+#   it, and a recompile in the same process is not a cold compile.
 #
 # **Next:** [06_pmap](06_pmap.ipynb): the older `jax.pmap` way, and how it
 # maps onto what you just wrote.

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from dpcourse import bench as bench_module
 from dpcourse.bench import BenchResult, SweepPoint, benchmark, compile_step, sweep
 
 
@@ -85,6 +86,7 @@ def test_as_dict_holds_every_field():
         "final_accuracy",
         "repeat_ms_per_step",
         "steps",
+        "compile_kind",
     }
 
 
@@ -108,10 +110,68 @@ def test_benchmark_rejects_bad_arguments(kwargs, match):
 
 
 def test_compile_step_returns_a_callable_executable():
-    compiled, seconds = compile_step(counting_step, jnp.float32(0.0), jnp.int32(0), *two_batches()[1])
-    assert seconds > 0
+    compiled, seconds, kind = compile_step(counting_step, jnp.float32(0.0), jnp.int32(0), *two_batches()[1])
+    assert seconds > 0 and kind in ("cold", "warm")
     params, opt_state, metrics = compiled(jnp.float32(0.0), jnp.int32(0), *two_batches()[1])
     assert float(params) == 1.0 and float(metrics["loss"]) == 8.0
+
+
+def fresh_program(k: float):
+    """A jitted function that no other test compiles (its own name and constant)."""
+
+    def step(params, opt_state, x, y):
+        return params * k + jnp.sum(x), opt_state + 1, {"loss": jnp.sum(x) * k, "accuracy": jnp.mean(y == 0)}
+
+    step.__name__ = step.__qualname__ = f"fresh_step_{round(k * 1e4)}"
+    return jax.jit(step)
+
+
+ARGS = (jnp.float32(0.0), jnp.int32(0), jnp.ones(8), jnp.zeros(8, jnp.int32))
+
+
+def test_first_compile_in_the_process_is_cold_and_a_recompile_is_warm():
+    step = fresh_program(1.2345)
+    _, _, first = compile_step(step, *ARGS)
+    _, _, second = compile_step(step, *ARGS)
+    assert (first, second) == ("cold", "warm")
+
+
+def test_a_step_that_already_ran_compiles_warm():
+    # Issue 13, item 2: jax.clear_caches() does not make a recompile cold.
+    step = fresh_program(2.3456)
+    step(*ARGS)
+    compiled, seconds, kind = compile_step(step, *ARGS)
+    assert kind == "warm" and seconds > 0
+    assert float(compiled(*ARGS)[0]) == 8.0
+
+
+def test_another_shape_of_a_compiled_function_is_not_called_cold():
+    step = fresh_program(3.4567)
+    step(*ARGS)
+    jax.clear_caches()  # even with JAX's caches empty, XLA's may still hold parts of it
+    longer = (jnp.float32(0.0), jnp.int32(0), jnp.ones(16), jnp.zeros(16, jnp.int32))
+    assert compile_step(step, *longer)[2] == "warm"
+
+
+def test_with_a_persistent_cache_a_first_compile_is_not_called_cold(tmp_path):
+    saved = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    try:
+        assert bench_module.compile_kind("never-seen") == "persistent cache on"
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+    assert bench_module.compile_kind("never-seen") == "cold"
+    bench_module._compiled_here.add("seen")
+    assert bench_module.compile_kind("seen") == "warm"
+
+
+def test_benchmark_labels_its_compile():
+    step = fresh_program(4.5678)
+    step(*ARGS)
+    result, _, _ = benchmark(
+        step, *ARGS[:2], [ARGS[2:]], warmup_steps=0, repeats=1, steps=1, label="x", n_devices=1, global_batch=8
+    )
+    assert result.compile_kind == "warm"
 
 
 # --------------------------------------------------------------------------
@@ -180,3 +240,12 @@ def test_sweep_progress_goes_to_stdout_not_the_red_stderr_box(capsys):
     out, err = capsys.readouterr()
     assert "sweep" in out and "2/2" in out
     assert "sweep" not in err
+
+
+def test_results_table_says_whether_each_compile_was_cold_or_warm():
+    from dpcourse import display
+
+    cold = BenchResult("a", 1, 8, 0.5, 1.0, 8000.0, 2.0, 0.5, [1.0], 3, compile_kind="cold")
+    warm = BenchResult("b", 1, 8, 0.1, 1.0, 8000.0, 2.0, 0.5, [1.0], 3, compile_kind="warm")
+    text = str(display.records_table([cold, warm], "synthetic"))
+    assert "cold" in text and "warm" in text

@@ -1,4 +1,4 @@
-"""Tests of dpcourse.collectives: where the compiled program puts its all-reduces.
+"""Tests of dpcourse.collectives: where the compiled program puts its all-reduces (CPU compiler).
 
 Two parts: the HLO reader on small hand-written programs (exact counts,
 bytes, loop placement), and the facts notebooks 04 and 05 teach, measured
@@ -12,8 +12,11 @@ JAX 0.10.2:
   one all-reduce of the whole gradient (and the two metrics) per step,
   outside every loop.
 
-If a JAX or XLA upgrade changes these, the tests say so: the notebooks'
-explanations must then be revisited, not just the numbers.
+These are the CPU compiler's placements (the same with JAX 0.12.0.1); GPU
+compilers may place the plain step's reduction elsewhere (see
+``dpcourse.gpu_placement`` and notebook 04). If a JAX or XLA upgrade changes
+these, the tests say so: the notebooks' explanations must then be
+revisited, not just the numbers.
 """
 
 from __future__ import annotations
