@@ -429,6 +429,34 @@ def record(reports: list[PlacementReport]) -> list:
     return [w for w in written if w is not None]
 
 
+def show_mocked_gpu_placement(profile: str, backend: str) -> list[PlacementReport]:
+    """Notebooks 04 and 05: compile the steps for the mocked GPU topologies and show the table.
+
+    One fresh process per topology in :data:`GPU_TOPOLOGIES`; the reports
+    are recorded. Where no GPU can compile them, it prints why and that the
+    placement shown by the notebook is ``backend``'s compiler's.
+
+    Returns:
+        The reports (empty when GPU placement cannot be compiled here).
+    """
+    from IPython.display import display
+
+    from dpcourse import display as show
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"GPU placement cannot be compiled here: {reason}.")
+        print(f"The placement shown above is the {backend.upper()} compiler's.")
+        return []
+    import jax
+
+    reports = [run_worker("gpu", profile, topology=t) for t in GPU_TOPOLOGIES]
+    caption = f"Compiled for mocked GPU topologies ({profile} profile, JAX {jax.__version__})"
+    display(show.table(rows(reports), caption=caption))
+    record(reports)
+    return reports
+
+
 def report(profile: str, topologies: tuple[str, ...] = GPU_TOPOLOGIES, cpu_devices: int = 8) -> list[PlacementReport]:
     """Placement on mocked GPUs (where possible) and on ``cpu_devices`` simulated CPU devices.
 

@@ -198,19 +198,7 @@ if backend == "cpu":
 # %%
 # The same three steps compiled for mocked GPU topologies, one fresh process each
 # (JAX_MOCK_GPU_TOPOLOGY is read when the backend starts). Needs an NVIDIA GPU.
-gpu_reason = gpu_placement.gpu_unavailable_reason()
-if gpu_reason is None:
-    gpu_reports = [gpu_placement.run_worker("gpu", cfg.profile, topology=t) for t in gpu_placement.GPU_TOPOLOGIES]
-    display(
-        show.table(
-            gpu_placement.rows(gpu_reports),
-            caption=f"Compiled for mocked GPU topologies ({cfg.profile} profile, JAX {jax.__version__})",
-        )
-    )
-    gpu_placement.record(gpu_reports)
-else:
-    print(f"GPU placement cannot be compiled here: {gpu_reason}.")
-    print(f"The placement shown above is the {backend.upper()} compiler's.")
+gpu_reports = gpu_placement.show_mocked_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
 # **A way to one reduction per step by construction, still with plain

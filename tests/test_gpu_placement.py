@@ -191,3 +191,33 @@ def test_report_command_prints_the_cpu_placement_and_why_gpu_is_missing(monkeypa
 def test_worker_command_needs_its_arguments(argv):
     with pytest.raises(SystemExit):
         gp.main(argv)
+
+
+def test_notebook_helper_says_why_there_is_no_gpu_table(monkeypatch, capsys):
+    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU (nvidia-smi not found)")
+    assert gp.show_mocked_gpu_placement("smoke", "cpu") == []
+    out = capsys.readouterr().out
+    assert "no NVIDIA GPU (nvidia-smi not found)" in out and "the CPU compiler's" in out
+
+
+def test_notebook_helper_compiles_every_mocked_topology_and_records_them(monkeypatch, tmp_path, capsys):
+    recorded = gp.PlacementReport.from_output(RECORDED.read_text())
+    asked = []
+
+    def fake_worker(platform, profile, topology=None, **_):
+        asked.append((platform, profile, topology))
+        return gp.PlacementReport(**{**recorded.__dict__, "platform": "gpu", "topology": topology})
+
+    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(gp, "run_worker", fake_worker)
+    results.enable(tmp_path / "records.jsonl")
+    results.set_context("04_sharding", "smoke", "synthetic", "gpu", "NVIDIA H200", 1, jax_version="0.11.2")
+    try:
+        reports = gp.show_mocked_gpu_placement("smoke", "gpu")
+    finally:
+        results.disable()
+    assert asked == [("gpu", "smoke", t) for t in gp.GPU_TOPOLOGIES]
+    assert [r.topology for r in reports] == list(gp.GPU_TOPOLOGIES)
+    topologies = {r["device_kind"].split()[-1].rstrip(")") for r in results.read_records(tmp_path / "records.jsonl")}
+    assert topologies == set(gp.GPU_TOPOLOGIES)
+    assert "Compiled for mocked GPU topologies" in capsys.readouterr().out
