@@ -22,6 +22,8 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "06_pmap": ("pmap vs shard_map, same start, same global batch",),
     "07_sweep": ("Sweep on",),
     "08_multihost": ("The environment each process got", "Loss per step (global mean, before each update)"),
+    # The ladder table and the all-reduce placement of the fast step.
+    "09_performance": ("The ladder on", "Collectives on"),
 }
 
 
