@@ -92,6 +92,9 @@ def _check_collectives(args: argparse.Namespace) -> int:
     except CollectiveCheckError as err:
         print(f"check-collectives: FAILED: {err}", file=sys.stderr)
         return 1
+    except ValueError as err:  # a bad --timeout: nothing was checked
+        print(f"error: --{err}", file=sys.stderr)
+        return 2
     return 0
 
 
