@@ -404,3 +404,16 @@ def test_a_subset_run_keeps_the_results_of_the_notebooks_it_does_not_repeat(tmp_
     (out / "results.json").write_text("{not json")
     runner.run_course("smoke", [one, nine], out)
     assert (out / "results.unreadable.json").read_text() == "{not json"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_cli_refuses_a_cell_timeout_that_is_not_positive(course_dir, capsys, value):
+    from dpcourse.__main__ import main
+
+    out = course_dir / "out"
+    code = main(
+        ["run", "--notebook-dir", str(course_dir), "--profile", "smoke", "--out", str(out), "--cell-timeout", value]
+    )
+    assert code == 2
+    assert "--cell-timeout must be a positive number of seconds" in capsys.readouterr().err
+    assert not out.exists()
