@@ -173,3 +173,15 @@ def test_sweep_skips_non_positive_sizes_and_works_without_cleanup():
     points = sweep([0, 16], 8, fake_result, progress=False)
     assert [p.status for p in points] == ["skipped", "ok"]
     assert isinstance(points[1], SweepPoint) and points[1].result.global_batch == 16
+
+
+def test_sweep_sizes_are_rounded_to_the_device_count():
+    from dpcourse.bench import sizes_for_devices
+
+    # 3 devices: none of the cpu profile's sizes divides; each becomes the nearest multiple
+    assert sizes_for_devices((256, 512, 1024, 2048, 4096), 3) == (
+        [255, 513, 1023, 2049, 4095],
+        ["256 -> 255", "512 -> 513", "1024 -> 1023", "2048 -> 2049", "4096 -> 4095"],
+    )
+    assert sizes_for_devices((256, 512), 8) == ([256, 512], [])  # already valid: unchanged
+    assert sizes_for_devices((2, 12, 13), 6) == ([6, 12], ["2 -> 6", "13 -> 12"])  # at least n; no duplicates
