@@ -20,8 +20,8 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU shared with other jobs, load 4 to 11):
-# `smoke` 17 to 80 seconds; `cpu` 43 to 75 seconds of wall time, 32 to 36 seconds
+# **Time** (measured on a 2-core CPU shared with other jobs, load 2.5 to 11):
+# `smoke` 17 to 80 seconds; `cpu` 31 to 75 seconds of wall time, 32 to 36 seconds
 # of CPU time, most of it compiling the rungs. `full`: not yet measured on a
 # GPU (none was available when this was written); a GPU run's
 # `results.json` records it.
