@@ -24,6 +24,9 @@ def _run(args: argparse.Namespace) -> int:
         run_course,
     )
 
+    if args.cell_timeout <= 0:  # nbclient would read a negative limit as none at all
+        print(f"error: --cell-timeout must be a positive number of seconds, got {args.cell_timeout}.", file=sys.stderr)
+        return 2
     profile = (args.profile or os.environ.get(PROFILE_ENV) or "").strip().lower() or None
     data_source = (os.environ.get(DATA_ENV) or "auto").strip().lower()
     if data_source not in ("auto", "real", "synthetic"):
@@ -103,6 +106,9 @@ def _check_collectives(args: argparse.Namespace) -> int:
     except CollectiveCheckError as err:
         print(f"check-collectives: FAILED: {err}", file=sys.stderr)
         return 1
+    except ValueError as err:  # a bad --timeout: nothing was checked
+        print(f"error: --{err}", file=sys.stderr)
+        return 2
     return 0
 
 

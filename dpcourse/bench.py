@@ -217,6 +217,27 @@ class SweepPoint:
     result: BenchResult | None = None
 
 
+def sizes_for_devices(global_batches: Sequence[int], n_devices: int) -> tuple[list[int], list[str]]:
+    """Round each global batch (examples) to the nearest multiple of ``n_devices`` (at least one per device).
+
+    A profile's sweep sizes are powers of two: on 3, 5, 6 or 7 devices most
+    or all of them do not divide, and :func:`sweep` would skip them all.
+    Sizes that already divide are kept; duplicates after rounding are dropped.
+
+    Returns:
+        ``(sizes, changes)``: the sizes in the original order, and one
+        ``"256 -> 255"`` entry per rounded size (empty when none changed).
+    """
+    sizes, changes = [], []
+    for size in global_batches:
+        fitted = size if size % n_devices == 0 else max(n_devices, round(size / n_devices) * n_devices)
+        if fitted != size:
+            changes.append(f"{size} -> {fitted}")
+        if fitted not in sizes:
+            sizes.append(fitted)
+    return sizes, changes
+
+
 def sweep(
     global_batches: Sequence[int], n_devices: int, run_one, cleanup=None, progress: bool = True
 ) -> list[SweepPoint]:

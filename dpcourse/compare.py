@@ -317,6 +317,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
     _check_notebooks(old, new, result)
     old_keyed, new_keyed = _keyed(old["records"]), _keyed(new["records"])
     new_status = {nb["notebook"]: nb["status"] for nb in new["notebooks"]}
+    new_only: dict[str, list[str]] = {}  # notebook -> metrics without an OLD value
     for key in list(old_keyed) + [k for k in new_keyed if k not in old_keyed]:
         old_rec, new_rec = old_keyed.get(key), new_keyed.get(key)
         rec = new_rec or old_rec
@@ -348,7 +349,7 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
                     result.warnings.append(f"{key[0]}: {metric} recorded in OLD, not in NEW.")
             continue
         if old_rec is None:
-            result.infos.append(f"{key[0]}: {metric} is new in NEW (no OLD value to compare).")
+            new_only.setdefault(key[0], []).append(metric)
         has_tolerance = (key[0], rec["metric"] + TOLERANCE_SUFFIX, 0) in new_keyed
         if not rec["metric"].endswith(TOLERANCE_SUFFIX) and (
             rec["metric"].startswith(EQUIVALENCE_PREFIX) or has_tolerance
@@ -370,6 +371,16 @@ def compare(old: dict, new: dict, threshold: float = 0.10) -> Comparison:
             result.warnings.append(
                 f"{key[0]}: {metric} changed from {_fmt(old_v)} to {_fmt(new_v)}: "
                 "the compiled program's collectives moved (JAX or XLA changed?)."
+            )
+    for notebook, metrics in new_only.items():  # one line per notebook, not one per metric
+        if len(metrics) == 1:
+            result.infos.append(f"{notebook}: {metrics[0]} is new in NEW (no OLD value to compare).")
+        else:
+            shown = ", ".join(metrics[:4]) + (
+                f", ... ({len(metrics) - 4} more, see the table)" if len(metrics) > 4 else ""
+            )
+            result.infos.append(
+                f"{notebook}: {len(metrics)} metrics are new in NEW (no OLD value to compare): {shown}."
             )
     return result
 

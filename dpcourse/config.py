@@ -91,8 +91,13 @@ class Config:
         """Return a copy with some fields replaced (the dataclass is frozen).
 
         Raises:
-            TypeError: a name is not a field of :class:`Config`.
+            TypeError: a name is not a field of :class:`Config` (the message lists the fields).
+            ValueError: an invalid ``block_unroll`` or ``compute_dtype`` (the message lists the valid ones).
         """
+        fields = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise TypeError(f"Unknown Config field(s) {', '.join(map(repr, unknown))}. Fields: {', '.join(fields)}.")
         return dataclasses.replace(self, **changes)
 
 

@@ -415,6 +415,12 @@ def lesson_devices(min_devices: int = 2):
             f"Your XLA_FLAGS sets {CPU_COUNT_FLAG}={user_count}, which wins over the notebook's "
             f"setting: raise it to at least {min_devices} or remove it, then restart the kernel."
         )
+    elif _requested is not None and _requested < min_devices:
+        hint = (
+            f"This kernel asked for {_requested} simulated CPU device(s) (setup_devices({_requested}); in a "
+            f"lesson, N_CPU_DEVICES in its parameters cell): set it to at least {min_devices}, then restart "
+            "the kernel and run the notebook again."
+        )
     else:
         hint = SIMULATED_DEVICES_HINT
     raise DeviceSetupError(

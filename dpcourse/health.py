@@ -77,7 +77,10 @@ def check_collectives(timeout_s: float = 60.0, command: list[str] | None = None)
         CollectiveCheckError: the probe ran past ``timeout_s`` (the message says what to try:
             ``NCCL_DEBUG=INFO``, ``NCCL_P2P_DISABLE=1``, the driver), exited with an error
             (its stderr is in the message), or returned a wrong mean.
+        ValueError: ``timeout_s`` is not a positive number of seconds (nothing was started).
     """
+    if not timeout_s > 0:  # also NaN: a zero or negative limit would report every probe as a hang
+        raise ValueError(f"timeout must be a positive number of seconds (for example 60), got {timeout_s!r}.")
     cmd = command or [sys.executable, "-c", PROBE]
     start = time.perf_counter()
     try:

@@ -367,7 +367,8 @@ def launch_local(
         A :class:`LaunchResult`.
 
     Raises:
-        ValueError: counts < 1, ``init_timeout_s`` >= ``timeout_s``, process ids
+        ValueError: counts or ``steps`` < 1, ``init_timeout_s`` < 1 or >= ``timeout_s``, a ``port``
+            outside 1..65535, process ids
             outside ``0 .. num_processes - 1`` or repeated, or a global
             batch that does not divide by ``n_processes x devices_per_process``
             (checked before anything starts).
@@ -388,6 +389,14 @@ def launch_local(
         raise ValueError(
             f"process_ids {launched} must be distinct ids in 0..{num_processes - 1} (num_processes={num_processes})."
         )
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}.")
+    if not init_timeout_s >= 1 or not timeout_s > 0:  # `not >=` also refuses NaN
+        raise ValueError(
+            f"init_timeout_s must be >= 1 second and timeout_s positive, got {init_timeout_s} and {timeout_s}."
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port must be in 1..65535 (or None: a free one), got {port}.")
     if init_timeout_s >= timeout_s:
         raise ValueError(
             f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "

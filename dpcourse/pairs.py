@@ -51,8 +51,20 @@ def cell_fingerprint(text: str, fmt: str) -> str:
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
+class UnreadableNotebook(RuntimeError):
+    """A file of a pair cannot be read as a notebook; nothing was synced."""
+
+
 def _fingerprint_file(path: Path) -> str:
-    return cell_fingerprint(path.read_text(encoding="utf-8"), "ipynb" if path.suffix == ".ipynb" else "py:percent")
+    try:
+        return cell_fingerprint(path.read_text(encoding="utf-8"), "ipynb" if path.suffix == ".ipynb" else "py:percent")
+    except Exception as err:  # noqa: BLE001 - jupytext/nbformat raise many kinds for a damaged file
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise UnreadableNotebook(
+            f"{path} cannot be read as a notebook ({type(err).__name__}: {first}). Nothing was synced. "
+            f"Restore it (`git checkout -- {path.name}`), or delete it to rebuild it from the other file "
+            "of its pair, then run `make sync` again."
+        ) from err
 
 
 def _committed_fingerprint(py: Path) -> str | None:
@@ -126,6 +138,7 @@ def sync(folder: Path, jupytext_cmd: list[str] | None = None) -> list[PairStatus
         PairConflict: some pair changed on both sides (the message names both files of each).
         FileNotFoundError: ``folder`` has no numbered ``.py`` notebooks.
         RuntimeError: jupytext failed (its output is in the message).
+        UnreadableNotebook: a file of a pair is not a readable notebook (a RuntimeError; nothing written).
     """
     folder = Path(folder)
     pys = sorted(folder.glob("[0-9][0-9]_*.py"))

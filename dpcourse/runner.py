@@ -9,6 +9,7 @@ status 1) when any notebook fails, naming the notebook and the cell.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import re
 import sys
@@ -273,6 +274,12 @@ def run_course(
 
     check_kernel_interpreter()
     out_dir = check_output_folder(out_dir, notebooks)
+    kept = keep_previous_results(out_dir, notebooks)
+    if kept is not None:
+        print(
+            f"note: {out_dir / 'results.json'} held notebooks this run does not repeat; it is kept as {kept}.",
+            file=sys.stderr,
+        )
     records_file = out_dir / "records.jsonl"
     if records_file.exists():
         records_file.unlink()
@@ -306,6 +313,39 @@ def run_course(
     finally:
         bar.close()
     return payload
+
+
+def keep_previous_results(out_dir: Path, notebooks: list[Path]) -> Path | None:
+    """Keep a ``results.json`` that a run of ``notebooks`` would overwrite and lose figures of.
+
+    When ``out_dir/results.json`` lists a notebook that is not in
+    ``notebooks`` (a full run, then ``--notebooks 09`` into the same
+    folder), it is renamed to ``results.<its created time>.json`` so that
+    those figures stay; a rerun of the same notebooks simply replaces it.
+
+    Returns:
+        The new path of the kept file (an unreadable file is kept too), or
+        None when there is none or a rerun of the same notebooks replaces it.
+    """
+    path = Path(out_dir) / "results.json"
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_names = {nb["notebook"] for nb in old["notebooks"]}
+        created = str(old.get("created") or "previous")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        old_names, created = None, "unreadable"  # not ours to judge: keep it as well
+    if old_names is not None and old_names <= {p.stem for p in notebooks}:
+        return None
+    stamp = re.sub(r"[^0-9A-Za-z]+", "-", created).strip("-")
+    target = path.with_name(f"results.{stamp}.json")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"results.{stamp}.{n}.json")
+    os.replace(path, target)
+    return target
 
 
 class OutputFolderError(ValueError):

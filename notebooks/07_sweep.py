@@ -54,15 +54,19 @@ n = len(devs)
 mesh = Mesh(np.array(devs), ("data",))
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
-print(f"{lesson.devices.label}; sweep over global batches {list(cfg.sweep_global_batches)}")
+sweep_sizes, rounded = bench.sizes_for_devices(cfg.sweep_global_batches, n)  # e.g. 3 devices: 256 -> 255
+print(f"{lesson.devices.label}; sweep over global batches {sweep_sizes}")
+if rounded:
+    print(f"rounded to multiples of {n} devices, so every device gets the same batch: {', '.join(rounded)}")
 
 # %% [markdown]
 # ## 1. One size, start to finish
 #
 # For each global batch: place fresh parameters and the batches, compile the
 # explicit data-parallel step of notebook 05 for that shape, benchmark it.
-# `bench.sweep` skips sizes that do not divide by the device count (with the
-# reason), records a size that fails (for example out of memory) and goes on,
+# The profile's sizes were rounded above to multiples of the device count
+# (`bench.sizes_for_devices`); `bench.sweep` skips any size that still does
+# not divide (one you add by hand, say) with the reason, records a size that fails (for example out of memory) and goes on,
 # and calls `cleanup` after every size so no buffers leak into the next one.
 #
 # The step **donates** its parameters and optimizer state
@@ -103,7 +107,7 @@ def cleanup():
 
 
 baseline_live = memory.live_buffers()
-points = bench.sweep(cfg.sweep_global_batches, n, run_one, cleanup)
+points = bench.sweep(sweep_sizes, n, run_one, cleanup)
 
 # %%
 display(

@@ -20,8 +20,8 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU shared with other jobs, load 5 to 11):
-# `smoke` 17 to 80 seconds; `cpu` 52 to 75 seconds of wall time, 36 seconds
+# **Time** (measured on a 2-core CPU shared with other jobs, load 2.5 to 11):
+# `smoke` 17 to 80 seconds; `cpu` 31 to 75 seconds of wall time, 32 to 36 seconds
 # of CPU time, most of it compiling the rungs. `full`: not yet measured on a
 # GPU (none was available when this was written); a GPU run's
 # `results.json` records it.
@@ -97,6 +97,11 @@ for name, c in measured.items():
         }
     )
 display(show.table(rows, caption=f"Ceilings of {single.label}"))
+if measured["bfloat16"].rate and measured["float32 default"].rate:
+    print(
+        "bfloat16 matmul rate / float32-default rate on this device: "
+        f"{measured['bfloat16'].rate / measured['float32 default'].rate:.2f}x"
+    )
 
 # %% [markdown]
 # ## 2. The roofline of this workload
@@ -201,8 +206,10 @@ print(
 # evaluates the loop condition, and XLA cannot fuse or schedule across
 # iterations. Unrolling gives the compiler straight-line code, at the price
 # of a longer compile (see the compile column). bfloat16 halves the bytes
-# of every activation (the element-wise part of the roofline) and raises
-# the matmul ceiling (section 1 shows by how much on this device). What is left between the best rung and the ceiling is the
+# of every activation (the element-wise part of the roofline); on GPUs
+# with bfloat16 tensor cores it also raises the matmul ceiling, while a CPU
+# may run bfloat16 matmuls slower than float32 (section 1's ratio says which
+# holds on this device). What is left between the best rung and the ceiling is the
 # element-wise work of section 2 (bias, GELU, the residual mix and their
 # backward) and the optimizer's passes over the parameters: the profile
 # below shows which kernels take the time. On a CPU the ladder mostly
@@ -285,6 +292,8 @@ n_steps_run = cfg.warmup_steps + cfg.repeats * cfg.steps
 param_tol, grad_tol = train.equivalence_tolerances(device.platform, cfg.learning_rate, n_steps_run)
 checks = {}
 scan_run = by_name["scan_f32"]
+if scan_run.status != "ok":
+    print(f"scan_f32, the reference of these checks, failed ({scan_run.reason}): no rung could be checked.")
 for name in [r.rung.name for r in ok_runs if r.rung.compute_dtype == "float32" and r.rung.name != "scan_f32"]:
     other = by_name[name]
     if scan_run.status != "ok":
@@ -497,7 +506,7 @@ if multi.devices[0].platform == "cpu":
 # %%
 for name, c in measured.items():
     key = name.replace(" ", "_")
-    results.record(f"ceiling_{key}_status", c.status, "status")
+    results.record(f"ceiling_{key}_status", c.status if c.status == "ok" else f"failed: {c.reason}", "status")
     if c.rate is not None:
         results.record(f"ceiling_{key}", c.rate, "bytes/s" if name == "memory bandwidth" else "FLOP/s")
 for r, row in zip(runs, ladder_rows):
@@ -567,8 +576,8 @@ print("freed:", before, "->", after)
 # - The roofline splits the step into compute-bound matmuls and
 #   memory-bound element-wise work; the lower bound adds them.
 # - The same math compiles to very different programs: `lax.scan` keeps a
-#   loop, a Python loop unrolls it, bfloat16 halves the bytes and raises
-#   the matmul ceiling. Each rung is checked against the seed's step, with
+#   loop, a Python loop unrolls it, bfloat16 halves the bytes and, on GPUs,
+#   raises the matmul ceiling (measure it: not every device does). Each rung is checked against the seed's step, with
 #   a tolerance whose reason is written down.
 # - A profiler trace and the compiled HLO show where the time and the
 #   kernels go; read them before guessing.

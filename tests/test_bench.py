@@ -249,3 +249,15 @@ def test_results_table_says_whether_each_compile_was_cold_or_warm():
     warm = BenchResult("b", 1, 8, 0.1, 1.0, 8000.0, 2.0, 0.5, [1.0], 3, compile_kind="warm")
     text = str(display.records_table([cold, warm], "synthetic"))
     assert "cold" in text and "warm" in text
+
+
+def test_sweep_sizes_are_rounded_to_the_device_count():
+    from dpcourse.bench import sizes_for_devices
+
+    # 3 devices: none of the cpu profile's sizes divides; each becomes the nearest multiple
+    assert sizes_for_devices((256, 512, 1024, 2048, 4096), 3) == (
+        [255, 513, 1023, 2049, 4095],
+        ["256 -> 255", "512 -> 513", "1024 -> 1023", "2048 -> 2049", "4096 -> 4095"],
+    )
+    assert sizes_for_devices((256, 512), 8) == ([256, 512], [])  # already valid: unchanged
+    assert sizes_for_devices((2, 12, 13), 6) == ([6, 12], ["2 -> 6", "13 -> 12"])  # at least n; no duplicates

@@ -335,7 +335,17 @@ def test_metrics_only_in_new_are_reported(write, capsys):
     new["records"].append(rec("04_sharding", "max_abs_grad_diff_vs_1_device_tolerance", 1e-6, "abs"))
     code, out, _ = run_main(write, baseline(), new, capsys)
     assert code == 0
-    assert "max_abs_grad_diff_vs_1_device is new in NEW" in out
+    assert "04_sharding: 2 metrics are new in NEW" in out and "max_abs_grad_diff_vs_1_device," in out
+
+
+def test_many_new_metrics_give_one_note_per_notebook(write, capsys):
+    new = baseline()
+    for i in range(30):
+        new["records"].append(rec("09_performance", f"rung_{i}_compile_time", 1.0, "s"))
+    code, out, _ = run_main(write, baseline(), new, capsys)
+    assert code == 0
+    flat = " ".join(out.split())  # rich may fold a long note
+    assert flat.count("new in NEW") == 1 and "30 metrics are new in NEW" in flat and "26 more, see the table" in flat
 
 
 def test_any_metric_with_a_tolerance_sibling_is_checked(write, capsys):

@@ -72,7 +72,7 @@ def test_with_overrides_returns_a_copy_and_rejects_unknown_fields():
     cfg = make_config("smoke")
     bigger = cfg.with_overrides(block_repeats=7)
     assert bigger.block_repeats == 7 and cfg.block_repeats == 2
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Unknown Config field.*'not_a_field'.*Fields: profile, width"):
         cfg.with_overrides(not_a_field=1)
 
 

@@ -119,7 +119,28 @@ def test_too_few_devices_for_a_lesson_gives_the_simulated_devices_hint(python_ex
     err = result["err"]
     assert err is not None
     assert "at least 2 devices" in err and "1 CPU device(s)" in err
-    assert devices.SIMULATED_DEVICES_HINT in err
+    # the learner's own setting is named, not a generic call they never made
+    assert "asked for 1 simulated CPU device(s)" in err and "N_CPU_DEVICES" in err and "at least 2" in err
+
+
+@slow
+def test_too_few_devices_without_setup_gives_the_simulated_devices_hint(python_exe):
+    result = run_fresh(
+        python_exe,
+        """
+        import json
+        from dpcourse import devices
+        try:
+            devices.lesson_devices(2)
+            err = None
+        except devices.DeviceSetupError as e:
+            err = str(e)
+        print(json.dumps({"err": err}))
+    """,
+        XLA_FLAGS="",
+    )
+    err = result["err"]
+    assert err is not None and devices.SIMULATED_DEVICES_HINT in err
     assert "setup_devices(n_cpu_devices=8)" in err and CPU_COUNT_FLAG in err
 
 

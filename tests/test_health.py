@@ -73,3 +73,19 @@ def test_notebook_01_runs_the_check():
 
     source = (Path(__file__).resolve().parent.parent / "notebooks" / "01_setup.py").read_text()
     assert "health.check_collectives(timeout_s=60)" in source
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan")])
+def test_a_timeout_that_is_not_positive_is_refused_before_any_probe(timeout):
+    started = []
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        health.check_collectives(timeout_s=timeout, command=started.append)
+    assert started == []
+
+
+def test_the_command_line_refuses_a_zero_timeout_instead_of_reporting_a_hang(capsys):
+    from dpcourse.__main__ import main
+
+    assert main(["check-collectives", "--timeout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "positive number of seconds" in err and "NCCL" not in err

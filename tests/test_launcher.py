@@ -161,6 +161,11 @@ def test_indivisible_global_batch_is_refused_before_anything_starts():
         (dict(process_ids=[2]), "distinct ids in 0..1"),
         (dict(init_timeout_s=30, timeout_s=10), "must be below timeout_s"),
         (dict(n_processes=0), "n_processes >= 1"),
+        (dict(steps=0), "steps must be >= 1"),
+        (dict(init_timeout_s=-1), "init_timeout_s must be >= 1"),
+        (dict(timeout_s=0), "timeout_s positive"),
+        (dict(port=99999), "port must be in 1..65535"),
+        (dict(port=0), "port must be in 1..65535"),
     ],
 )
 def test_bad_launch_arguments_are_refused(kwargs, fragment):

@@ -124,3 +124,18 @@ def test_without_a_sync_record_the_committed_version_is_the_baseline(folder):
 def test_a_folder_without_notebooks_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="No numbered notebooks"):
         pairs.sync(tmp_path)
+
+
+def test_a_damaged_ipynb_is_named_and_nothing_is_written(folder, capsys):
+    pairs.sync(folder)
+    (folder / f"{PAIR}.ipynb").write_text("{\n")  # e.g. a half-written save
+    py_before = (folder / f"{PAIR}.py").read_text()
+    with pytest.raises(pairs.UnreadableNotebook, match=f"{PAIR}.ipynb cannot be read as a notebook"):
+        pairs.sync(folder)
+    assert (folder / f"{PAIR}.py").read_text() == py_before
+
+    from dpcourse.__main__ import main
+
+    assert main(["sync", "--notebook-dir", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and "git checkout" in err

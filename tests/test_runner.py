@@ -362,3 +362,58 @@ def test_no_such_kernel_says_what_to_install():
     text = runner._error_text(NoSuchKernel("python3"))
     assert "No such kernel named python3" in text
     assert "pip install ipykernel" in text and sys.executable in text
+
+
+def _fake_runs(monkeypatch):
+    """run_notebook without a kernel: each notebook 'passes' at once."""
+
+    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None):
+        return runner.NotebookRun(path.stem, "passed", 0.0, output=path.name)
+
+    monkeypatch.setattr(runner, "run_notebook", fake)
+
+
+def test_a_subset_run_keeps_the_results_of_the_notebooks_it_does_not_repeat(tmp_path, monkeypatch, capsys):
+    _fake_runs(monkeypatch)
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    one, nine = nbs / "01_a.ipynb", nbs / "09_b.ipynb"
+    out = tmp_path / "out"
+    out.mkdir()
+    full = {
+        "schema": 1,
+        "created": "2026-11-30T18:00:00+00:00",
+        "notebooks": [{"notebook": "01_a", "status": "passed"}, {"notebook": "09_b", "status": "passed"}],
+        "records": [{"notebook": "01_a", "metric": "throughput", "value": 1.0}],
+    }
+    (out / "results.json").write_text(json.dumps(full))
+
+    runner.run_course("smoke", [nine], out)
+
+    kept = out / "results.2026-11-30T18-00-00-00-00.json"
+    assert json.loads(kept.read_text()) == full  # nothing of the full run is lost
+    assert [nb["notebook"] for nb in json.loads((out / "results.json").read_text())["notebooks"]] == ["09_b"]
+    assert str(kept) in capsys.readouterr().err
+
+    runner.run_course("smoke", [nine], out)  # the same notebooks again: a plain replacement
+    assert sorted(p.name for p in out.glob("results*.json")) == [
+        "results.2026-11-30T18-00-00-00-00.json",
+        "results.json",
+    ]
+
+    (out / "results.json").write_text("{not json")
+    runner.run_course("smoke", [one, nine], out)
+    assert (out / "results.unreadable.json").read_text() == "{not json"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_cli_refuses_a_cell_timeout_that_is_not_positive(course_dir, capsys, value):
+    from dpcourse.__main__ import main
+
+    out = course_dir / "out"
+    code = main(
+        ["run", "--notebook-dir", str(course_dir), "--profile", "smoke", "--out", str(out), "--cell-timeout", value]
+    )
+    assert code == 2
+    assert "--cell-timeout must be a positive number of seconds" in capsys.readouterr().err
+    assert not out.exists()
