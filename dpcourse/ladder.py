@@ -38,7 +38,7 @@ class Rung:
 
 
 def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
-    """The ladder of the issue: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
+    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
 
     ``scan_unroll`` is capped at ``cfg.block_repeats``.
     """

@@ -22,8 +22,9 @@
 #
 # **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke` 10
 # to 15 seconds; `cpu` 20 to 50 seconds, depending on the machine's load.
-# `full`: not yet measured on a GPU (none was available when this was
-# written); a GPU run's `results.json` records it.
+# On a machine with one GPU this lesson runs on simulated CPU devices: 14.6
+# seconds on the H200 machine of `baselines/h200-full-jax0.11.2.json`
+# (JAX 0.11.2, commit 3dd0d13; this lesson has grown since).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -280,8 +281,8 @@ assert grad_diff < GRAD_TOL
 # %% [markdown]
 # **Float32 on a GPU is not float32 everywhere.** On NVIDIA GPUs JAX's
 # default float32 matmul runs in TF32 (10 mantissa bits): measured on an
-# H200, a 2048 x 2048 matmul at the default precision was 2.9e-4 off in
-# relative terms, and 8.1e-7 with `"highest"` (issue 13 of this project).
+# H200 (JAX 0.11.2), a 2048 x 2048 matmul at the default precision was
+# 2.9e-4 off in relative terms, and 8.1e-7 with `"highest"`.
 # That is why the GPU tolerances above are loose. For a tight check, run
 # both sides under `jax.default_matmul_precision("highest")` (full float32
 # matmuls; slower) and hold them to the CPU tolerance:
@@ -312,8 +313,8 @@ else:
 # measured: `cold` is the first compile of that program in this process,
 # `warm` a recompile of a program compiled earlier (every step here ran
 # above). `jax.clear_caches()` does not make a recompile cold: XLA keeps
-# caches of its own (on an H200, 0.809 s first, 0.120 s after
-# `clear_caches`; issue 13 of this project).
+# caches of its own (measured on an H200: 0.809 s first, 0.120 s after
+# `clear_caches`).
 
 # %%
 one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)

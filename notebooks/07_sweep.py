@@ -20,10 +20,11 @@
 # devices.
 #
 # **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
-# about 10 seconds; `cpu` 35 to 55 seconds on an otherwise idle machine (the
+# about 10 seconds; `cpu` 32 seconds on an otherwise idle machine (the
 # all-reduce measurement of section 3 adds 1 to 3 seconds of that).
-# `full`: not yet measured on a GPU (none was available when this was
-# written); a GPU run's `results.json` records it.
+# On a machine with one GPU this lesson runs on simulated CPU devices: 19.1
+# seconds on the H200 machine of `baselines/h200-full-jax0.11.2.json`
+# (JAX 0.11.2, commit 3dd0d13; this lesson has grown since).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

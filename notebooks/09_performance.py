@@ -20,11 +20,12 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU shared with other jobs, load 2.5 to 11):
-# `smoke` 17 to 80 seconds; `cpu` 31 to 75 seconds of wall time, 32 to 36 seconds
-# of CPU time, most of it compiling the rungs. `full`: not yet measured on a
-# GPU (none was available when this was written); a GPU run's
-# `results.json` records it.
+# **Time** (measured on a 2-core CPU with 8 simulated devices): `cpu`
+# 18.6 seconds on an idle machine (31 to 75 seconds when other jobs share the
+# cores), most of it compiling the rungs; `smoke` 17 to 40 seconds. `full`:
+# not yet measured on a GPU (none was available when this was written); a
+# GPU run's `results.json` records it, and the targets below are checked
+# from it.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
@@ -217,7 +218,7 @@ print(
 # a GPU.
 
 # %% [markdown]
-# **What is left to win?** The target for a GPU is half of the
+# **What is left to win?** The course's target for a GPU is half of the
 # measured matmul rate in each precision. From the roofline: the step time
 # that target means, the lower bound, and how much of that bound is
 # element-wise traffic rather than matmuls. Where the element-wise share is
@@ -500,7 +501,7 @@ if multi.devices[0].platform == "cpu":
 # Every rung's figures go to `results.json` (`python -m dpcourse compare`
 # flags a rung that ran before and fails now, or a throughput that fell on
 # the same hardware), with the ceilings, the checks and their tolerances,
-# and the fractions of the measured ceilings that the speed targets
+# and the fractions of the measured ceilings that the course's speed targets
 # are about (`..._target` records: 50 % of the measured rate on a GPU).
 
 # %%
