@@ -218,6 +218,41 @@ print(
 # a GPU.
 
 # %% [markdown]
+# **The fast step against the batch.** The ladder measured each rung at one
+# global batch (and the last at a larger one). Here the fastest rung at
+# that batch runs over a few batch sizes on the same single device (the GPU
+# on a one-GPU machine): throughput grows with the batch until the device
+# is busy, then flattens. Notebook 07 sweeps the seed's step over N
+# devices; setting its `BLOCK_UNROLL` and `COMPUTE_DTYPE` repeats that sweep
+# with this step.
+
+# %%
+at_batch = [r for r in runs if r.status == "ok" and r.rung.global_batch == batch]
+fastest = max(at_batch, key=lambda r: r.result.examples_per_s) if at_batch else None
+if fastest is None:
+    print("No rung ran at the ladder's batch, so there is no fast step to sweep.")
+else:
+    fast_cfg = fastest.rung.config(cfg)
+    sizes = (batch // 2, batch, cfg.ladder_large_batch)
+    points = ladder.sweep_single_device(fast_cfg, dataset, device, init_host, sizes, progress=False)
+    sweep_rows = [
+        {
+            "global batch": p.global_batch,
+            "status": p.status,
+            "ms/step": p.result.ms_per_step if p.result else None,
+            "examples/s": p.result.examples_per_s if p.result else None,
+            "reason": p.reason,
+        }
+        for p in points
+    ]
+    display(show.table(sweep_rows, caption=f"{fastest.rung.label} over the batch, on {single.label}"))
+    for p in points:
+        if p.result:
+            results.record(f"fast_step_examples_per_s_batch{p.global_batch}", p.result.examples_per_s, "examples/s")
+        else:
+            results.record(f"fast_step_status_batch{p.global_batch}", f"{p.status}: {p.reason}", "status")
+
+# %% [markdown]
 # **What is left to win?** The course's target for a GPU is half of the
 # measured matmul rate in each precision. From the roofline: the step time
 # that target means, the lower bound, and how much of that bound is
