@@ -177,12 +177,13 @@ class PlacementReport:
 
 def _cuda_plugin_names() -> list[str]:
     names = [n for n in ("jax_cuda12_plugin", "jax_cuda13_plugin") if importlib.util.find_spec(n) is not None]
-    try:
-        import jax_plugins  # a namespace package; holds xla_cuda12 / xla_cuda13 when installed
-
-        names += [f"jax_plugins.{m.name}" for m in pkgutil.iter_modules(jax_plugins.__path__) if "cuda" in m.name]
-    except ImportError:
-        pass
+    # jax_plugins is a namespace package holding xla_cuda12 / xla_cuda13 when installed;
+    # find_spec looks without importing it.
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is not None and spec.submodule_search_locations:
+        names += [
+            f"jax_plugins.{m.name}" for m in pkgutil.iter_modules(spec.submodule_search_locations) if "cuda" in m.name
+        ]
     return names
 
 

@@ -367,7 +367,7 @@ def test_no_such_kernel_says_what_to_install():
 def _fake_runs(monkeypatch):
     """run_notebook without a kernel: each notebook 'passes' at once."""
 
-    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None):
+    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None, solutions=False):
         return runner.NotebookRun(path.stem, "passed", 0.0, output=path.name)
 
     monkeypatch.setattr(runner, "run_notebook", fake)
