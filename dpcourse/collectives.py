@@ -147,8 +147,10 @@ class CollectiveReport:
         ]
 
 
-def parse_hlo(text: str) -> CollectiveReport:
-    """Find the collectives in optimised HLO text (``compiled.as_text()``).
+def split_computations(text: str) -> tuple[dict[str, list[str]], str | None]:
+    """Split HLO text into its computations: ``({name: body lines}, entry name or None)``.
+
+    Shared by :func:`parse_hlo` and :mod:`dpcourse.hlo`.
 
     Raises:
         ValueError: the text holds no HLO computation (not a compiled program).
@@ -171,6 +173,16 @@ def parse_hlo(text: str) -> CollectiveReport:
                 computations[current].append(line)
     if not computations:
         raise ValueError("No HLO computation found: pass compiled.as_text() of a jitted function.")
+    return computations, entry
+
+
+def parse_hlo(text: str) -> CollectiveReport:
+    """Find the collectives in optimised HLO text (``compiled.as_text()``).
+
+    Raises:
+        ValueError: the text holds no HLO computation (not a compiled program).
+    """
+    computations, entry = split_computations(text)
 
     # Edges caller -> callee, with the trip count for while bodies.
     edges: dict[str, list[tuple[str, int | None, bool]]] = {name: [] for name in computations}

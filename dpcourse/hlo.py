@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+from dpcourse.collectives import split_computations
+
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
 _CALLEES = re.compile(r"\b(?:body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
@@ -69,21 +70,7 @@ def summarize(text: str) -> ProgramSummary:
     Raises:
         ValueError: the text holds no HLO computation.
     """
-    comps: dict[str, list[str]] = {}
-    entry = current = None
-    for line in text.splitlines():
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(2)
-            comps[current] = []
-            entry = current if header.group(1) else entry
-        elif current is not None:
-            if line.strip() == "}":
-                current = None
-            else:
-                comps[current].append(line)
-    if not comps:
-        raise ValueError("No HLO computation found: pass compiled.as_text() of a jitted function.")
+    comps, entry = split_computations(text)
 
     totals = {"fusion": 0, "matmul": 0, "instr": 0}
     loops: list[int | None] = []

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpcourse import collectives, model, train
-from dpcourse.collectives import parse_hlo, shape_bytes
+from dpcourse.collectives import parse_hlo, shape_bytes, split_computations
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
 
@@ -296,3 +296,17 @@ def test_explicit_forms_reduce_once_per_step_outside_any_loop(form):
         f"{form}: {UPGRADE_HINT} Got: {describe(report)}"
     )
     assert report.bytes_per_step == only.bytes
+
+
+def test_split_computations_names_the_entry_and_keeps_each_body():
+    text = "HloModule m\n\nadd {\n  a = f32[] parameter(0)\n}\n\nENTRY main (p: f32[]) -> f32[] {\n  p = f32[] parameter(0)\n  ROOT r = f32[] add(p, p)\n}\n"
+    text = text.replace("add {", "add (x: f32[]) -> f32[] {")
+    comps, entry = split_computations(text)
+    assert entry == "main"
+    assert list(comps) == ["add", "main"]
+    assert comps["main"][-1].strip().startswith("ROOT r")
+
+
+def test_split_computations_refuses_text_without_hlo():
+    with pytest.raises(ValueError, match="compiled.as_text"):
+        split_computations("not a program")
