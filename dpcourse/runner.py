@@ -376,7 +376,7 @@ def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
 
 
 def print_summary(payload: dict, out_dir: Path) -> None:
-    """Print the notebooks' status and their recorded figures (rich tables)."""
+    """Print the recorded figures, then the notebooks' status last, where a learner sees it (rich tables)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -395,7 +395,6 @@ def print_summary(payload: dict, out_dir: Path) -> None:
             "" if r.get("error_code_cell") is None else f"code cell {r['error_code_cell']}",
             r["error"] or "",
         )
-    console.print(nb_table)
     records = payload.get("records", [])
     if records:
 
@@ -418,4 +417,5 @@ def print_summary(payload: dict, out_dir: Path) -> None:
                 rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"
             )
         console.print(rec_table)
+    console.print(nb_table)
     console.print(f"Executed notebooks and results.json: {out_dir}")

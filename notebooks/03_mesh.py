@@ -189,7 +189,7 @@ print(
 # %%
 results.record("mesh_devices", n, "devices")
 results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
-results.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
+_ = results.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
 
 # %% [markdown]
 # ## What you learned

@@ -369,7 +369,8 @@ fig = show.bar_chart(
     f"Throughput, global batch {global_batch} ({dataset.source} data)",
     note,
 )
-results.save_figure(fig, "throughput")
+_ = results.save_figure(fig, "throughput")
+
 # %% [markdown]
 # ### Reading the ratio honestly
 #
@@ -439,7 +440,8 @@ results.record("collectives_per_step_jit", report.runs_per_step, "count")
 results.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
 results.record("collectives_in_loop_jit", report.in_loop_count, "count")
 results.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
-results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
+_ = results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
+
 # %% [markdown]
 # ## 6. A batch that does not divide by the device count
 #

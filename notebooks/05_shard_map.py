@@ -334,7 +334,8 @@ fig = show.bar_chart(
     f"Explicit vs automatic, global batch {global_batch}",
     note,
 )
-results.save_figure(fig, "throughput")
+_ = results.save_figure(fig, "throughput")
+
 # %%
 results.record("throughput", res_smap.examples_per_s, "examples/s")
 results.record("throughput_jit", res_auto.examples_per_s, "examples/s")
@@ -351,7 +352,8 @@ results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
 results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
 results.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
 results.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")
-results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
+_ = results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
+
 # %%
 before, after = memory.free(
     globals(),

@@ -242,6 +242,7 @@ display(
         [
             {
                 "bytes per device": p.n_bytes,
+                "size of": "the full profile's gradient" if p.n_bytes == full_grad else "",
                 "measured µs": p.seconds * 1e6,
                 "ring model µs": None
                 if link is None
@@ -285,7 +286,7 @@ if fit is not None:
 if link is not None:
     results.record("allreduce_latency_per_step", link.latency_s * 1e6, "us")
     results.record("allreduce_bus_bandwidth", link.bus_bytes_per_s / costs.GB, "GB/s")
-results.record("allreduce_full_gradient", link_points[-1].seconds * 1e6, "us")
+results.record("allreduce_full_profile_gradient", link_points[-1].seconds * 1e6, "us")
 for pt in points:
     if pt.status == "ok":
         results.record(f"throughput_global_batch_{pt.global_batch}", pt.result.examples_per_s, "examples/s")

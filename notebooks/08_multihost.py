@@ -340,7 +340,8 @@ results.record("final_accuracy", summary["accuracies"][-1], "fraction")
 results.record("max_abs_param_diff_vs_single_process", diff, "abs")
 results.record("max_abs_param_diff_vs_single_process_tolerance", MULTIHOST_TOL, "abs")
 results.record("rel_grad_diff_vs_single_process", grad_rel_diff, "ratio")
-results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
+_ = results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
+
 # %% [markdown]
 # ## 6. What changes on real hosts
 #

@@ -44,6 +44,8 @@ lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
+import sys
+
 import jax
 import numpy as np
 from IPython.display import display
@@ -174,7 +176,10 @@ show.show_source(model.forward)
 # %%
 init_host = model.init_params(cfg)
 rungs = ladder.default_rungs(cfg)
-runs = [ladder.run_rung(rung, cfg, dataset, device, init_host) for rung in tqdm(rungs, desc="ladder", unit="rung")]
+runs = [
+    ladder.run_rung(rung, cfg, dataset, device, init_host)
+    for rung in tqdm(rungs, desc="ladder", unit="rung", file=sys.stdout)
+]
 MB = 1e6
 ladder_rows = []
 for r in runs:

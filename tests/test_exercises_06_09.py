@@ -167,7 +167,7 @@ def test_09_1_ridge_batch():
     )
     expect(lesson09.ridge_batch(400 * w / (2 * w - 400), w, ridge), WRONG, "output")
     expect(lesson09.ridge_batch(math.inf, w, ridge), WRONG, "some batch reaches it")
-    expect(lesson09.ridge_batch(3 * ref, w, ridge), WRONG, "off by a factor")
+    expect(lesson09.ridge_batch(3 * ref, w, ridge), WRONG, "about 3x too large")
     expect(lesson09.ridge_batch(math.inf, 256, ridge), CORRECT)  # W / 2 = 128 FLOP/byte < 200: never
     expect(lesson09.ridge_batch(500, 256, ridge), WRONG, "math.inf")
     expect(lesson09.ridge_batch("big", w, ridge), BAD_INPUT, "got str")

@@ -74,3 +74,17 @@ def test_shape_and_tree_checks():
         base.check_tree_like({"w": np.zeros((2, 3), np.float64)}, ref, "params")
     with pytest.raises(base.Reject, match="structure"):
         base.check_tree_like({"v": np.zeros((2, 3), np.float32)}, ref, "params")
+
+
+def test_a_size_or_time_answer_must_be_positive():
+    # A learner's -3 or 0 used to get "off by a factor -2.17e-07".
+    with pytest.raises(base.Reject, match="Expected a positive number for a step time; got -3"):
+        base.as_number(-3, "a step time", positive=True)
+    with pytest.raises(base.Reject, match="got 0"):
+        base.as_number(0, "a step time", positive=True)
+    assert base.as_number(0, "an offset") == 0.0
+
+
+def test_how_far_says_which_way_the_answer_misses():
+    assert base.how_far(129.0, 1.0) == "about 129x too large"
+    assert base.how_far(1.0, 3.2) == "about 3.2x too small"

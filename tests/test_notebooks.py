@@ -87,3 +87,20 @@ def test_no_helper_defined_twice_across_notebooks():
         for name in re.findall(r"^def (\w+)\(", (NOTEBOOKS / f"{stem}.py").read_text(), flags=re.M):
             assert name not in defined, f"{name} is defined in {defined.get(name)} and {stem}: move it to dpcourse"
             defined[name] = stem
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_no_cell_ends_by_showing_a_records_return_value(stem):
+    """A cell ending in a bare ``results.record(...)`` shows ``Record(...)`` to the learner: assign it to ``_``."""
+    import ast
+
+    nb = jupytext.read(NOTEBOOKS / f"{stem}.py")
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        body = ast.parse(cell.source).body
+        if body and isinstance(body[-1], ast.Expr) and isinstance(body[-1].value, ast.Call):
+            call = ast.unparse(body[-1].value.func)
+            assert not call.startswith("results."), (
+                f"{stem} cell {index} ends with {call}(...), whose return value would show: write `_ = {call}(...)`"
+            )

@@ -223,6 +223,8 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
     text = capsys.readouterr().out
     for piece in ("01_setup", "passed", "02_baseline", "failed", "boom", "examples_per_s", "1234", "synthetic"):
         assert piece in text
+    # The pass/fail table comes last, so that a long list of figures does not scroll it away.
+    assert text.index("Recorded figures") < text.index("Course run")
 
 
 @pytest.mark.slow

@@ -157,8 +157,11 @@ def describe(value) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def as_number(answer, what: str = "a number") -> float:
-    """The answer as a float, or a "bad input" :class:`Reject` saying what came instead."""
+def as_number(answer, what: str = "a number", positive: bool = False) -> float:
+    """The answer as a float, or a "bad input" :class:`Reject` saying what came instead.
+
+    ``positive``: also refuse zero and negative values (sizes, times, counts).
+    """
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         if hasattr(answer, "shape") and np.shape(answer) == () and np.issubdtype(np.asarray(answer).dtype, np.number):
             return float(np.asarray(answer))
@@ -166,7 +169,15 @@ def as_number(answer, what: str = "a number") -> float:
     value = float(answer)
     if not np.isfinite(value):
         raise bad_input(f"Expected a finite number for {what}; got {value}.")
+    if positive and value <= 0:
+        raise bad_input(f"Expected a positive number for {what}; got {value:g}.")
     return value
+
+
+def how_far(value: float, reference: float) -> str:
+    """``"about 129x too large"`` / ``"about 3.2x too small"``: how a numeric answer misses (both positive)."""
+    ratio = value / reference
+    return f"about {ratio:.3g}x too large" if ratio >= 1 else f"about {1 / ratio:.3g}x too small"
 
 
 def as_tuple(answer, length: int, what: str) -> tuple:

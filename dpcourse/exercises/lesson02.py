@@ -7,7 +7,7 @@ import numpy as np
 
 from dpcourse import costs, model
 from dpcourse.config import Config
-from dpcourse.exercises.base import as_callable, as_number, check_tree_like, checker, close, tree_close, wrong
+from dpcourse.exercises.base import as_callable, as_number, check_tree_like, checker, close, how_far, tree_close, wrong
 
 H200_TF32_FLOPS_PER_S = costs.find_peak("NVIDIA H200").peak("tf32")  # datasheet, see dpcourse.costs.PEAKS
 TARGET_MFU = 0.40
@@ -21,7 +21,7 @@ def flops_doubled(answer, cfg: Config) -> str:
     ``block_repeats`` doubled (6 x the forward multiply-accumulates).
     Accepted within 1 %.
     """
-    value = as_number(answer, "the training FLOPs per example")
+    value = as_number(answer, "the training FLOPs per example", positive=True)
     doubled = cfg.with_overrides(block_repeats=2 * cfg.block_repeats)
     ref = model.train_flops_per_example(doubled)
     macs = model.macs_per_example(doubled)
@@ -43,9 +43,7 @@ def flops_doubled(answer, cfg: Config) -> str:
         )
     if close(value, 3 * macs):
         raise wrong("Forward plus backward is 3 passes, but each multiply-accumulate is 2 FLOPs: the factor is 6.")
-    raise wrong(
-        f"Not within 1 % of the reference (you are off by a factor {value / ref:.3g}); count 6 x the forward MACs."
-    )
+    raise wrong(f"Not within 1 % of the reference (your answer is {how_far(value, ref)}); count 6 x the forward MACs.")
 
 
 @checker("ex02_2", "a function sgd_step(params, x, y, learning_rate) -> new params")
@@ -93,7 +91,7 @@ def step_time_for_mfu(answer, cfg: Config, global_batch: int) -> str:
     495 TFLOP/s from NVIDIA's datasheet via :data:`dpcourse.costs.PEAKS`),
     in milliseconds. Accepted within 1 %.
     """
-    value = as_number(answer, "a step time in milliseconds")
+    value = as_number(answer, "a step time in milliseconds", positive=True)
     flops = costs.train_flops_per_step(cfg, global_batch)
     ref = flops / (TARGET_MFU * H200_TF32_FLOPS_PER_S) * 1e3
     if close(value, ref):
@@ -113,4 +111,4 @@ def step_time_for_mfu(answer, cfg: Config, global_batch: int) -> str:
         )
     if close(value, ref / global_batch):
         raise wrong("That is the time per example; the FLOPs of a whole step cover the global batch.")
-    raise wrong(f"Off by a factor {value / ref:.3g}: step time = FLOPs per step / (0.40 x TF32 peak), in ms.")
+    raise wrong(f"Your answer is {how_far(value, ref)}: step time = FLOPs per step / (0.40 x TF32 peak), in ms.")

@@ -38,7 +38,7 @@ def collectives_doubled(answer, cfg: Config, mesh: Mesh) -> str:
     mesh and reads the counts with :func:`dpcourse.collectives.collective_report`;
     the prediction must match the measured count exactly.
     """
-    value = as_number(answer, "a count of collective executions per step")
+    value = as_number(answer, "a count of collective executions per step", positive=True)
     now = measured_runs_per_step(cfg, mesh)
     ref = measured_runs_per_step(cfg.with_overrides(block_repeats=2 * cfg.block_repeats), mesh)
     if ref is None or now is None:

@@ -132,8 +132,8 @@ def psum_update_factors(answer, cfg: Config, mesh: Mesh) -> str:
     weight decay move the second ratio slightly off 1).
     """
     sgd_ans, adam_ans = as_tuple(answer, 2, "(sgd_factor, adamw_factor)")
-    sgd_ans = as_number(sgd_ans, "the SGD factor")
-    adam_ans = as_number(adam_ans, "the AdamW factor")
+    sgd_ans = as_number(sgd_ans, "the SGD factor", positive=True)
+    adam_ans = as_number(adam_ans, "the AdamW factor", positive=True)
     n = mesh.shape["data"]
     sgd_ref, adam_ref = measured_update_ratios(cfg, mesh)
     sgd_ok, adam_ok = close(sgd_ans, sgd_ref, 0.05), close(adam_ans, adam_ref, 0.05)

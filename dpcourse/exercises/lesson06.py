@@ -7,7 +7,7 @@ import numpy as np
 
 from dpcourse import train
 from dpcourse.config import Config
-from dpcourse.exercises.base import as_callable, as_number, bad_input, checker, close, describe, wrong
+from dpcourse.exercises.base import as_callable, as_number, bad_input, checker, close, describe, how_far, wrong
 
 MASK_SIZE = 256  # dropout-style mask drawn per device by the checker
 KEEP = 0.5
@@ -78,7 +78,7 @@ def bytes_per_device(answer, cfg: Config, n_devices: int) -> str:
     """
     from dpcourse import model
 
-    value = as_number(answer, "a number of bytes")
+    value = as_number(answer, "a number of bytes", positive=True)
     params = model.init_params(cfg)
     ref = replicated_bytes_per_device(params, train.make_optimizer(cfg))
     param_bytes = 4 * model.param_count(cfg)
@@ -96,4 +96,4 @@ def bytes_per_device(answer, cfg: Config, n_devices: int) -> str:
         raise wrong(f"That is the total over all {n_devices} devices; the question is per device.")
     if close(value, ref / 4):
         raise wrong("That counts values, not bytes: each float32 takes 4 bytes.")
-    raise wrong(f"Off by a factor {value / ref:.3g}: count parameters + AdamW's mu and nu, 4 bytes each.")
+    raise wrong(f"Your answer is {how_far(value, ref)}: count parameters + AdamW's mu and nu, 4 bytes each.")

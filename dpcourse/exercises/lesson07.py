@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from dpcourse import costs
 from dpcourse.config import Config
-from dpcourse.exercises.base import as_number, as_tuple, checker, close, unavailable, wrong
+from dpcourse.exercises.base import as_number, as_tuple, checker, close, how_far, unavailable, wrong
 
 PLATEAU_FRACTION = 0.9
 LINK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, one way (see dpcourse.costs.PEAKS)
@@ -49,8 +49,8 @@ def plateau(answer, points: Sequence) -> str:
     ref_batch = PLATEAU_FRACTION / (1 - PLATEAU_FRACTION) * overhead / slope
     if plateau_ans is None or batch_ans is None:
         raise wrong("These two points do give a positive overhead and slope, so there is a plateau: compute it.")
-    plateau_ans = as_number(plateau_ans, "the plateau in examples/s")
-    batch_ans = as_number(batch_ans, "the global batch")
+    plateau_ans = as_number(plateau_ans, "the plateau in examples/s", positive=True)
+    batch_ans = as_number(batch_ans, "the global batch", positive=True)
     if not close(plateau_ans, ref_plateau, 0.02):
         if close(plateau_ans, ref_plateau / 1e3, 0.02) or close(plateau_ans, ref_plateau * 1e3, 0.02):
             raise wrong("The plateau is off by 1000: ms_per_step is in milliseconds, convert to seconds first.")
@@ -77,7 +77,7 @@ def allreduce_ms(answer, cfg: Config) -> str:
     Reference: :func:`dpcourse.costs.ring_allreduce_s` with
     :func:`dpcourse.costs.gradient_bytes`, 32 GB/s one way, in ms. Within 2 %.
     """
-    value = as_number(answer, "a time in milliseconds")
+    value = as_number(answer, "a time in milliseconds", positive=True)
     grad = costs.gradient_bytes(cfg)
     ref = costs.ring_allreduce_s(grad, N_GPUS, LINK_BYTES_PER_S) * 1e3
     plain = grad / LINK_BYTES_PER_S * 1e3
@@ -97,4 +97,4 @@ def allreduce_ms(answer, cfg: Config) -> str:
         raise wrong("Off by 8: bits versus bytes. The gradient is 4 bytes per value and the link is 32 GB/s (bytes).")
     if close(value, ref / 4, 0.02):
         raise wrong("That counts values, not bytes: each float32 gradient value is 4 bytes.")
-    raise wrong(f"Off by a factor {value / ref:.3g}: time = 2(N-1)/N x gradient bytes / link bytes per second.")
+    raise wrong(f"Your answer is {how_far(value, ref)}: time = 2(N-1)/N x gradient bytes / link bytes per second.")

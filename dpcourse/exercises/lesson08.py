@@ -82,7 +82,10 @@ def valid_global_batch(answer, num_processes: int, devices_per_process: int) -> 
     devices_per_process``.
     """
     batch_ans, rows_ans = as_tuple(answer, 2, "(global_batch, rows_per_process)")
-    batch_ans, rows_ans = as_number(batch_ans, "the global batch"), as_number(rows_ans, "the rows per process")
+    batch_ans, rows_ans = (
+        as_number(batch_ans, "the global batch", positive=True),
+        as_number(rows_ans, "the rows per process", positive=True),
+    )
     n_global = num_processes * devices_per_process
     ref_batch = -(-TARGET_08_2 // n_global) * n_global
     ref_rows = ref_batch // num_processes

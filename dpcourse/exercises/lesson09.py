@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from dpcourse.exercises.base import as_number, bad_input, checker, close, describe, unavailable, wrong
+from dpcourse.exercises.base import as_number, bad_input, checker, close, describe, how_far, unavailable, wrong
 
 
 def matmul_intensity(m: int, k: int, n: int, bytes_per_value: int) -> float:
@@ -55,7 +55,7 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
         raise wrong(
             f"The intensity tends to W / bytes = {limit:.4g} FLOP/byte, above the ridge: some batch reaches it."
         )
-    value = as_number(answer, "a global batch")
+    value = as_number(answer, "a global batch", positive=True)
     if close(value, ref, 0.02) or (value == int(value) and int(value) - 1 < ref <= int(value)):
         return (
             f"Right: from about B = {ref:.4g} the block matmul does more FLOPs per byte than the ridge "
@@ -71,7 +71,7 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
         raise wrong("The output [B, W] must be written too: count its bytes along with both inputs.")
     raise wrong(
         "Solve 2 B W^2 / (bytes x (2 B W + W^2)) = ridge for B: the inputs [B, W] and [W, W] and the output "
-        f"[B, W] all move (you are off by a factor {value / ref:.3g})."
+        f"[B, W] all move (your answer is {how_far(value, ref)})."
     )
 
 
