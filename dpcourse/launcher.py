@@ -232,17 +232,23 @@ def worker_env(
     return env
 
 
+_GLOO_NOTICE = re.compile(r"is connected to \d+ peer ranks")
+_GLOO_FRAGMENT = re.compile(r"\s*\[Gloo\] Rank\s*$")
+
+
 def output_tail(text: str, lines: int = 15) -> str:
     """The last ``lines`` informative lines of a worker's output.
 
     Drops the addresses of absl's stack dumps and gloo's connection notices
-    (``[Gloo] Rank 3 is connected to 7 peer ranks``).
+    (``[Gloo] Rank 3 is connected to 7 peer ranks``), also when gloo's C++
+    output and Python's were interleaved and split such a notice over two
+    lines (``... [Gloo] Rank`` then ``4 is connected to 7 peer ranks ...``).
     """
-    kept = [
-        line
-        for line in text.splitlines()
-        if line.strip() and not _STACK_LINE.match(line) and not line.startswith("[Gloo]")
-    ]
+    kept = []
+    for line in text.splitlines():
+        line = _GLOO_FRAGMENT.sub("", line)
+        if line.strip() and not _STACK_LINE.match(line) and not _GLOO_NOTICE.search(line):
+            kept.append(line)
     return "\n".join(kept[-lines:])
 
 

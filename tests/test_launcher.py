@@ -324,3 +324,17 @@ def test_command_line_refuses_an_indivisible_batch_before_starting(python_exe):
     )
     assert result.returncode == 1
     assert "error: Global batch 60 does not divide evenly over 8 devices" in result.stderr
+
+
+def test_output_tail_drops_gloo_notices_even_when_split_across_lines():
+    # Seen in a CI run: gloo's C++ output and Python's interleaved, so the
+    # notice's prefix ended one line and its rest began the next.
+    text = (
+        "[Gloo] Rank 0 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7\n"
+        "step 1 done [Gloo] Rank\n"
+        "4 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7\n"
+        "    @     0x7f00deadbeef  (unknown)\n"
+        "loss 2.30\n"
+    )
+    assert launcher.output_tail(text) == "step 1 done\nloss 2.30"
+    assert launcher.output_tail("[Gloo] Rank\n4 is connected to 7 peer ranks.\n") == ""
