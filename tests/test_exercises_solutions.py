@@ -22,6 +22,14 @@ def _nb(stem):
     return nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
 
 
+def _exercises(stem):
+    """The lesson and its exercise cells (``{id: cell index}``); every lesson 02-09 has some."""
+    nb = _nb(stem)
+    cells = solutions.exercise_cells(nb)
+    assert cells, f"{stem} has no exercise cells"
+    return nb, cells
+
+
 def test_every_lesson_02_to_09_has_exercises():
     for stem in LESSONS:
         assert 2 <= len(solutions.exercise_cells(_nb(stem))) <= 3, stem
@@ -35,10 +43,7 @@ def test_every_exercise_has_a_solution_and_every_solution_an_exercise(stem):
 
 @pytest.mark.parametrize("stem", LESSONS)
 def test_exercises_are_a_section_at_the_end_left_untouched_and_solutions_are_not_in_the_lesson(stem):
-    nb = _nb(stem)
-    cells = solutions.exercise_cells(nb)
-    if not cells:
-        pytest.skip(f"{stem} has no exercises")
+    nb, cells = _exercises(stem)
     heading = max(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Exercises" in c.source)
     learned = max(i for i, c in enumerate(nb.cells) if "## What you learned" in c.source)
     assert learned < heading < min(cells.values())
@@ -55,10 +60,7 @@ def test_exercises_are_a_section_at_the_end_left_untouched_and_solutions_are_not
 
 @pytest.mark.parametrize("stem", LESSONS)
 def test_each_exercise_is_checked_by_its_own_checker(stem):
-    nb = _nb(stem)
-    cells = solutions.exercise_cells(nb)
-    if not cells:
-        pytest.skip(f"{stem} has no exercises")
+    nb, cells = _exercises(stem)
     module = importlib.import_module(f"dpcourse.exercises.lesson{stem[:2]}")
     for ident, index in cells.items():
         following = next(c for c in nb.cells[index + 1 :] if c.cell_type == "code")
