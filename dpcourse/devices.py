@@ -216,7 +216,9 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
         ValueError: ``n_cpu_devices`` is not an int >= 1.
         DeviceSetupError: the backend already started with another CPU
             device count (the message says to restart the kernel);
-            ``XLA_FLAGS`` holds a device count that is not a positive integer;
+            ``XLA_FLAGS`` holds a device count that is not a positive integer,
+            or a token XLA would end the process on (:mod:`dpcourse.xlaflags`:
+            which token, and the fix; nothing is appended to it);
             a variable JAX reads at import (``JAX_PLATFORMS``) was changed after
             ``import jax``; or both ``XLA_CLIENT_MEM_FRACTION`` and its old name
             ``XLA_PYTHON_CLIENT_MEM_FRACTION`` are set.
@@ -225,6 +227,13 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
     if isinstance(n_cpu_devices, bool) or not isinstance(n_cpu_devices, int) or n_cpu_devices < 1:
         raise ValueError(f"n_cpu_devices must be an int >= 1, got {n_cpu_devices!r}.")
     flags = os.environ.get("XLA_FLAGS", "")
+    if not backend_started():  # a bad token would end the process when the backend starts
+        from dpcourse.xlaflags import XlaFlagsError, check_xla_flags
+
+        try:
+            check_xla_flags(flags)
+        except XlaFlagsError as err:
+            raise DeviceSetupError(str(err)) from None
     user_value = _flag_value(flags, CPU_COUNT_FLAG)
     if user_value is not None and user_value == _appended:
         user_value = None  # the flag is ours, from an earlier call
@@ -454,19 +463,34 @@ def probe_backend(timeout_s: float = 120.0) -> str:
 
     The course runner uses it to pick the automatic profile without holding
     GPU memory that the notebook kernels need. GPU memory preallocation is
-    switched off in the probe.
+    switched off in the probe, and the probe starts JAX as the lessons do
+    (:func:`start_backend`), so a backend that cannot start gives the
+    course's one-line message.
 
     Raises:
-        RuntimeError: the probe failed (the message holds its stderr).
+        DeviceSetupError: no backend could start (for example
+            ``JAX_PLATFORMS=cuda`` without a GPU); the message names the
+            setting and the fix, without JAX's traceback.
+        RuntimeError: the probe failed otherwise (the message holds its stderr).
     """
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    code = "import jax\nfrom dpcourse.devices import start_backend\nstart_backend()\nprint(jax.default_backend())"
     out = subprocess.run(
-        [sys.executable, "-c", "import jax; print(jax.default_backend())"],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=timeout_s,
         env=env,
     )
     if out.returncode != 0:
+        from dpcourse.xlaflags import describe_abort
+
+        flags = describe_abort(out.stderr)
+        if flags:
+            raise DeviceSetupError(flags)
+        marker = "DeviceSetupError: "
+        last = [line for line in out.stderr.splitlines() if marker in line]
+        if last:
+            raise DeviceSetupError(last[-1].split(marker, 1)[1].strip())
         raise RuntimeError(f"Could not start JAX to find its backend:\n{out.stderr.strip()[-2000:]}")
     return out.stdout.strip().splitlines()[-1]

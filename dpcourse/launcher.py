@@ -45,6 +45,7 @@ from dpcourse.distributed import (
     relative_diff,
 )
 from dpcourse.train import check_global_batch, max_abs_diff
+from dpcourse.xlaflags import check_xla_flags, describe_abort
 from dpcourse.worker import add_run_options, single_process_reference
 
 # Lines of an absl "Check failure" stack dump: addresses, not information.
@@ -263,6 +264,9 @@ def _diagnose(
 ) -> str:
     """A sentence on the likely cause of a worker's failure."""
     n_launched = len(launched)
+    flags = describe_abort(stderr)
+    if flags:
+        return f"Process {process_id} stopped at JAX's start: {flags}"
     # When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
     # server", but now and then crashes (SIGSEGV) right after logging "Failed
     # to add port to server": look for both.
@@ -373,6 +377,7 @@ def launch_local(
         A :class:`LaunchResult`.
 
     Raises:
+        XlaFlagsError: ``XLA_FLAGS`` holds a token XLA would end the workers on (a ValueError).
         ValueError: counts or ``steps`` < 1, ``init_timeout_s`` < 1 or >= ``timeout_s``, a ``port``
             outside 1..65535, process ids
             outside ``0 .. num_processes - 1`` or repeated, or a global
@@ -410,6 +415,8 @@ def launch_local(
         )
     if global_batch is not None:
         check_global_batch(global_batch, n_processes * devices_per_process)
+    # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
+    check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
     if port is None:
         port = free_port(host)
     elif check_port:

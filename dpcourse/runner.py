@@ -19,9 +19,21 @@ from pathlib import Path
 
 from dpcourse.data import DATA_DIR_ENV
 from dpcourse.exercises.base import STRICT_ENV
-from dpcourse.results import RESULTS_ENV, read_records, write_json_atomic
+from dpcourse.outfolder import (  # noqa: F401 - the errors are re-exported for the command line
+    DiskFullError,
+    FolderInUse,
+    OutputFolderError,
+    acquire_lock,
+    disk_full_message,
+    is_disk_full,
+    release_lock,
+    write_atomic,
+    write_json_atomic,
+)
+from dpcourse.results import RESULTS_ENV, read_records
 
 SCHEMA_VERSION = 1
+FIGURES_FILE = "figures.txt"  # the recorded figures as a table, beside results.json
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
@@ -125,14 +137,49 @@ def _kernel_manager_class():
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _error_text(err: BaseException, cell_timeout_s: int | None = None) -> str:
+def dead_kernel_text(exit_code: int | None, stderr_text: str = "") -> str:
+    """Why a kernel died, from its exit status and its own stderr; "out of memory" only for a kill.
+
+    XLA ends the process with status 1 and a fatal line on a bad
+    ``XLA_FLAGS`` token (:func:`dpcourse.xlaflags.describe_abort`); the
+    Linux out-of-memory killer sends SIGKILL and leaves no message.
+    """
+    import signal
+
+    from dpcourse.xlaflags import describe_abort
+
+    flags = describe_abort(stderr_text)
+    if flags:
+        return f"DeadKernelError: the kernel stopped at start: {flags}"
+    lines = [line.strip() for line in _ANSI.sub("", stderr_text).splitlines() if line.strip()]
+    last = f" Its last message: {lines[-1][:300]}" if lines else ""
+    if exit_code is not None and exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        if -exit_code == signal.SIGKILL:
+            return (
+                "DeadKernelError: the kernel was killed (SIGKILL), most often by the out-of-memory killer: "
+                "`dmesg` or `journalctl -k` says so; use a smaller profile (--profile smoke) or free memory."
+                + last
+            )
+        return f"DeadKernelError: the kernel died of {name}." + last
+    if exit_code is not None:
+        return f"DeadKernelError: the kernel exited with status {exit_code}." + last
+    return "DeadKernelError: the kernel died." + last
+
+
+def _error_text(
+    err: BaseException, cell_timeout_s: int | None = None, exit_code: int | None = None, stderr_text: str = ""
+) -> str:
     """One line: the exception's type and the first line of its message, without colour codes."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     if isinstance(err, CellTimeoutError):
         return f"CellTimeoutError: the cell ran longer than {cell_timeout_s} s (--cell-timeout)"
     if isinstance(err, DeadKernelError):
-        return "DeadKernelError: the kernel died (out of memory?)"
+        return dead_kernel_text(exit_code, stderr_text)
     if type(err).__name__ == "NoSuchKernel" or "No such kernel" in str(err):
         return (
             f"{type(err).__name__}: {err}. Install ipykernel into the runner's Python: "
@@ -175,10 +222,12 @@ def run_notebook(
         from dpcourse.exercises.solutions import fill_solutions
 
         fill_solutions(nb, path.stem)
-    current = {"index": None}
+    current = {"index": None, "process": None}
 
     def started(cell, cell_index, **_):
         current["index"] = cell_index
+        if current["process"] is None:  # the kernel's Popen, to read its exit status if it dies
+            current["process"] = getattr(getattr(client.km, "provisioner", None), "process", None)
         if on_cell is not None:
             on_cell(path.stem, cell_index, len(nb.cells))
 
@@ -201,15 +250,25 @@ def run_notebook(
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_start=started,
     )
+    import tempfile
+
     start = time.perf_counter()
     status, error, error_cell = "passed", None, None
     interrupted = False
+    # The kernel's own stderr (XLA's fatal lines land there, not in the notebook).
+    kernel_stderr = tempfile.TemporaryFile(mode="w+b")
     try:
-        client.execute()
+        client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:
         status, error, error_cell, interrupted = "interrupted", "KeyboardInterrupt: run stopped", current["index"], True
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
-        status, error, error_cell = "failed", _error_text(err, cell_timeout_s), current["index"]
+        exit_code, text = None, ""
+        if isinstance(err, DeadKernelError):
+            process = current["process"]
+            exit_code = process.poll() if process is not None else None
+            kernel_stderr.seek(0)
+            text = kernel_stderr.read()[-20000:].decode("utf-8", "replace")
+        status, error, error_cell = "failed", _error_text(err, cell_timeout_s, exit_code, text), current["index"]
         if getattr(err, "ename", None) == "KeyboardInterrupt":
             status, interrupted = "interrupted", True
     except Exception as err:  # noqa: BLE001 - e.g. no such kernel: record it, run the next notebook
@@ -221,6 +280,7 @@ def run_notebook(
         if hasattr(client, "_async_cleanup_kernel_future"):
             status, interrupted = "interrupted", True
             error = "KeyboardInterrupt: run stopped (SIGINT or SIGTERM)"
+        kernel_stderr.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -228,7 +288,7 @@ def run_notebook(
                 os.environ[key] = value
     wall = time.perf_counter() - start
     out_path = out_dir / path.name
-    nbformat.write(nb, out_path)
+    write_atomic(out_path, nbformat.writes(nb))  # never a half-written notebook (a full disk)
     code_cell = None
     if error_cell is not None:
         code_cell = sum(1 for c in nb.cells[: error_cell + 1] if c.cell_type == "code")
@@ -254,6 +314,31 @@ class RunInterrupted(KeyboardInterrupt):
         self.run = run
 
 
+def _progress(notebooks: list[Path]):
+    """A tqdm bar over ``notebooks`` on stderr, or one line per notebook where tqdm is not installed."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+
+        class _Lines:
+            def __init__(self, items):
+                self.items = items
+
+            def __iter__(self):
+                for i, item in enumerate(self.items, start=1):
+                    print(f"notebook {i}/{len(self.items)}: {item.stem}", file=sys.stderr, flush=True)
+                    yield item
+
+            def set_postfix_str(self, *_, **__):
+                pass
+
+            def close(self):
+                pass
+
+        return _Lines(notebooks)
+    return tqdm(notebooks, desc="notebooks", unit="nb", file=sys.stderr, mininterval=1.0)
+
+
 def run_course(
     profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800, solutions: bool = False
 ) -> dict:
@@ -262,56 +347,82 @@ def run_course(
     A failing notebook is recorded and the next one still runs (each starts
     from a fresh kernel). Ctrl-C stops the run: the notebook is recorded as
     "interrupted", ``results.json`` is written, and :class:`RunInterrupted`
-    propagates. Returns the results payload.
+    propagates. The run holds ``out_dir``'s lock while it runs
+    (:func:`dpcourse.outfolder.acquire_lock`); every file it writes there
+    is written atomically. ``results.json`` also holds the machine, its load
+    and the course commit (:func:`dpcourse.timings.machine_info`), and
+    ``figures.txt`` the recorded figures as a table. Returns the results payload.
 
     Raises:
         OutputFolderError: ``out_dir`` cannot hold the results (a file, not
             writable, or the notebooks' own folder).
+        FolderInUse: another run holds ``out_dir``; nothing was run.
+        DiskFullError: the disk filled up; the files written so far are whole.
         KernelSetupError: this interpreter cannot start kernels (no
             ipykernel); nothing was run.
     """
-    from tqdm.auto import tqdm
+    from dpcourse.timings import course_commit, load_average, machine_info
 
     check_kernel_interpreter()
     out_dir = check_output_folder(out_dir, notebooks)
-    kept = keep_previous_results(out_dir, notebooks)
-    if kept is not None:
-        print(
-            f"note: {out_dir / 'results.json'} held notebooks this run does not repeat; it is kept as {kept}.",
-            file=sys.stderr,
-        )
-    records_file = out_dir / "records.jsonl"
-    if records_file.exists():
-        records_file.unlink()
-    runs: list[NotebookRun] = []
-    payload: dict = {}
-    bar = tqdm(notebooks, desc="notebooks", unit="nb", file=sys.stderr, mininterval=1.0)
-
-    def on_cell(name, index, total):
-        bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
-
-    def save() -> dict:
-        payload = {
-            "schema": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "profile": profile or "auto",
-            "notebooks": [asdict(r) for r in runs],
-            "records": read_records(records_file),
-        }
-        write_json_atomic(out_dir / "results.json", payload)
-        return payload
-
+    lock = acquire_lock(out_dir, command=" ".join(["python -m dpcourse", *sys.argv[1:]]))
     try:
-        for path in bar:
-            try:
-                runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions))
-            except RunInterrupted as stop:
-                runs.append(stop.run)
-                raise
-            finally:
-                payload = save()
+        kept = keep_previous_results(out_dir, notebooks)
+        if kept is not None:
+            print(
+                f"note: {out_dir / 'results.json'} held notebooks this run does not repeat; it is kept as {kept}.",
+                file=sys.stderr,
+            )
+        records_file = out_dir / "records.jsonl"
+        if records_file.exists():
+            records_file.unlink()
+        runs: list[NotebookRun] = []
+        payload: dict = {}
+        machine = machine_info()
+        commit = course_commit()
+        bar = _progress(notebooks)
+
+        def on_cell(name, index, total):
+            bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
+
+        def save() -> dict:
+            payload = {
+                "schema": SCHEMA_VERSION,
+                "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "profile": profile or "auto",
+                "commit": commit,
+                "machine": {**machine, "load_average_end": load_average()},
+                "notebooks": [asdict(r) for r in runs],
+                "records": read_records(records_file),
+            }
+            write_json_atomic(out_dir / "results.json", payload)
+            write_atomic(out_dir / FIGURES_FILE, figures_text(payload) + "\n")
+            return payload
+
+        try:
+            for path in bar:
+                try:
+                    runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions))
+                    if runs[-1].error and ("No space left on device" in runs[-1].error or "Errno 28" in runs[-1].error):
+                        raise DiskFullError(disk_full_message(out_dir))  # the kernel's own writes (records)
+                except RunInterrupted as stop:
+                    runs.append(stop.run)
+                    raise
+                except OSError as err:
+                    if is_disk_full(err):
+                        raise DiskFullError(disk_full_message(out_dir)) from err
+                    raise
+                finally:
+                    try:
+                        payload = save()
+                    except OSError as err:
+                        if is_disk_full(err):
+                            raise DiskFullError(disk_full_message(out_dir)) from None
+                        raise
+        finally:
+            bar.close()
     finally:
-        bar.close()
+        release_lock(lock)
     return payload
 
 
@@ -348,10 +459,6 @@ def keep_previous_results(out_dir: Path, notebooks: list[Path]) -> Path | None:
     return target
 
 
-class OutputFolderError(ValueError):
-    """The output folder given to the runner cannot be used."""
-
-
 def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
     """Create ``out_dir`` if needed and check it can take the results; return it absolute.
 
@@ -375,47 +482,67 @@ def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
     return out_dir
 
 
-def print_summary(payload: dict, out_dir: Path) -> None:
-    """Print the recorded figures, then the notebooks' status last, where a learner sees it (rich tables)."""
-    from rich.console import Console
-    from rich.table import Table
+def _plain_table(rows: list[list[str]], header: list[str]) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return lines
 
-    console = Console()
-    if not console.is_terminal:  # logs and CI: do not fold metric names
-        console = Console(width=160)
-    nb_table = Table(title=f"Course run ({out_dir})")
-    for col in ("notebook", "status", "wall s", "failed cell", "error"):
-        nb_table.add_column(col)
-    for r in payload["notebooks"]:
-        colour = {"passed": "green", "interrupted": "yellow"}.get(r["status"], "red")
-        nb_table.add_row(
+
+def figures_text(payload: dict) -> str:
+    """The recorded figures of a results payload as a plain-text table (``figures.txt``, ``--figures``)."""
+    records = payload.get("records", [])
+    if not records:
+        return "No figures were recorded."
+
+    def distinct(field):
+        values = sorted({str(r.get(field)) for r in records if r.get(field) not in (None, "none", "n/a")})
+        return ", ".join(values) or "none"
+
+    rows = []
+    for rec in records:
+        value = rec["value"]
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        rows.append([rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"])
+    title = (
+        f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
+        f"JAX {distinct('jax_version')}"
+    )
+    return "\n".join([title, *_plain_table(rows, ["notebook", "metric", "value", "unit", "devices"])])
+
+
+def summary_text(payload: dict, out_dir: Path) -> str:
+    """The pass/fail table of a run, plain text: no optional package needed."""
+    runs = payload["notebooks"]
+    passed = sum(r["status"] == "passed" for r in runs)
+    rows = [
+        [
             r["notebook"],
-            f"[{colour}]{r['status']}[/{colour}]",
+            r["status"] if r["status"] == "passed" else r["status"].upper(),
             f"{r['wall_s']:.1f}",
             "" if r.get("error_code_cell") is None else f"code cell {r['error_code_cell']}",
-            r["error"] or "",
-        )
-    records = payload.get("records", [])
-    if records:
+            r.get("error") or "",
+        ]
+        for r in runs
+    ]
+    total = sum(r["wall_s"] for r in runs)
+    head = f"Course run ({out_dir}): {passed} of {len(runs)} notebooks passed, {total:.0f} s of notebook time"
+    return "\n".join([head, *_plain_table(rows, ["notebook", "status", "wall s", "failed cell", "error"])])
 
-        def distinct(field):
-            values = sorted({str(r[field]) for r in records if r[field] not in (None, "none", "n/a")})
-            return ", ".join(values) or "none"
 
-        rec_table = Table(
-            title=(
-                f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
-                f"JAX {distinct('jax_version')}"
-            )
-        )
-        for col in ("notebook", "metric", "value", "unit", "devices"):
-            rec_table.add_column(col)
-        for rec in records:
-            value = rec["value"]
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
-            rec_table.add_row(
-                rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"
-            )
-        console.print(rec_table)
-    console.print(nb_table)
-    console.print(f"Executed notebooks and results.json: {out_dir}")
+def print_summary(payload: dict, out_dir: Path, figures: bool = False) -> None:
+    """Print the notebooks' status (last, where a learner sees it); the figures table only with ``figures``.
+
+    Plain text, so the summary never needs an optional package. Without
+    ``figures``, one line says where the figures are (``results.json`` and
+    ``figures.txt``) and how to print them.
+    """
+    n_records = len(payload.get("records", []))
+    if figures:
+        print(figures_text(payload))
+        print()
+    print(summary_text(payload, out_dir))
+    if n_records and not figures:
+        print(f"{n_records} recorded figures: {Path(out_dir) / FIGURES_FILE} (and results.json); --figures prints them.")
+    print(f"Executed notebooks and results.json: {out_dir}")

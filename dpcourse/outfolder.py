@@ -1,0 +1,177 @@
+"""The runner's output folder: one run at a time (a lock file), atomic writes, a short error on a full disk.
+
+Two runs into one ``--out`` would mix their notebooks and records in one
+``results.json``; :func:`acquire_lock` refuses the second, naming the run
+that holds the folder, and a lock left by a run that was killed (its
+process is gone) does not block. Every file the runner writes goes through
+:func:`write_atomic` (a temporary file in the same folder, then
+``os.replace``), so a reader sees the old file or the new one, never half
+of one; when the disk is full, :class:`DiskFullError` says so in one line.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import socket
+from pathlib import Path
+
+LOCK_NAME = ".dpcourse-run.lock"
+# Errors meaning "the disk (or the quota) is full".
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+class OutputFolderError(ValueError):
+    """The output folder given to the runner cannot be used."""
+
+
+class FolderInUse(OutputFolderError):
+    """Another run holds the output folder (its lock file names it)."""
+
+
+class DiskFullError(OutputFolderError):
+    """No space left where the runner writes its results."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) is "no space left on device" or "quota exceeded"."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _FULL:
+            return True
+        if "No space left on device" in str(err) or "Errno 28" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def disk_full_message(folder: Path) -> str:
+    """One line: the folder and what to do about the lack of space."""
+    return (
+        f"No space left on the disk that holds {folder}: the run stopped. Free some space "
+        f"(`df -h {folder}` shows how much is left) or pass --out on another disk, then run again. "
+        "Files already written there are complete; no half-written file was left."
+    )
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` and flush it to disk (tests replace this to fill the disk)."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    On any error the temporary file is removed and ``path`` is left as it
+    was (the previous version, or absent).
+
+    Raises:
+        DiskFullError: the disk or quota is full (the message names the folder).
+        OSError: any other write error.
+    """
+    path = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(err):
+            raise DiskFullError(disk_full_message(path.parent)) from err
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, payload) -> Path:
+    """:func:`write_atomic` of ``payload`` as indented JSON."""
+    return write_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _describe(holder: dict) -> str:
+    return (
+        f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
+        + (f" ({holder['command']})" if holder.get("command") else "")
+    )
+
+
+def acquire_lock(folder: Path, command: str = "") -> Path:
+    """Take ``folder``'s run lock (a JSON file with pid, host, start time and command); return its path.
+
+    A lock whose process is gone (same host, dead pid) is stale: it is
+    replaced. Release it with :func:`release_lock`.
+
+    Raises:
+        FolderInUse: a live run (or a run on another host, which cannot be
+            checked) holds the folder; the message names the folder, that run,
+            and what to do.
+    """
+    folder = Path(folder)
+    lock = folder / LOCK_NAME
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": command,
+    }
+    tmp = folder / f".dpcourse-run.{os.getpid()}.tmp"
+    write_atomic(tmp, json.dumps(me))
+    try:
+        for _ in range(3):
+            try:
+                os.link(tmp, lock)  # atomic, and fails when the lock exists: never two holders
+                return lock
+            except FileExistsError:
+                pass
+            try:
+                holder = json.loads(lock.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue  # released in between: try again
+            except (OSError, ValueError):
+                holder = {}
+            same_host = holder.get("host") == me["host"]
+            pid = holder.get("pid")
+            if same_host and isinstance(pid, int) and not _alive(pid):
+                lock.unlink(missing_ok=True)  # stale: that run was killed
+                continue
+            if same_host and pid == me["pid"]:
+                raise FolderInUse(f"--out {folder} is already in use by this process (a run inside a run?).")
+            hint = (
+                "Wait for it to finish, or pass another --out."
+                if same_host
+                else f"If that run is over, delete {lock} and run again; otherwise pass another --out."
+            )
+            raise FolderInUse(
+                f"--out {folder} is in use by another course run ({_describe(holder)}): two runs in one "
+                f"folder would mix their results. {hint}"
+            )
+        raise FolderInUse(f"--out {folder}: could not take the run lock {lock}; try again.")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def release_lock(lock: Path) -> None:
+    """Remove a lock taken by :func:`acquire_lock` in this process (never another run's)."""
+    try:
+        holder = json.loads(Path(lock).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        Path(lock).unlink(missing_ok=True)
