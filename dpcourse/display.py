@@ -211,13 +211,61 @@ def records_table(results: Iterable[Any], data_source: str) -> Html:
     return table(rows, caption=f"Benchmark (median over repeats; data: {data_source})")
 
 
+def _is_traced(array) -> bool:
+    import jax
+
+    return isinstance(array, jax.core.Tracer)
+
+
+def _print_blocks(array, name: str) -> bool:
+    """Inside ``shard_map``: print, as each device runs, its index along every mesh axis and its block's shape.
+
+    Returns:
+        True when it set up the print (a ``shard_map`` body), False for a
+        value traced by ``jit`` alone (no per-device block exists there).
+    """
+    import jax
+
+    mesh = jax.sharding.get_abstract_mesh()
+    axes = tuple(getattr(mesh, "manual_axes", ()) or ())
+    if not axes:
+        return False
+    where = ", ".join(f"{axis}={{{axis}}}" for axis in axes)
+    shape = tuple(array.shape)
+    # The shape is static (the same on every device); the index is each device's own.
+    jax.debug.print(
+        f"{name}: the device at {where} holds a local block of shape {shape} {array.dtype}",
+        **{axis: jax.lax.axis_index(axis) for axis in axes},
+    )
+    return True
+
+
+TRACED_BY_JIT = (
+    "{name} is traced by jit here (an abstract value, no data yet): which device holds what is decided "
+    "when the function is compiled, so there is nothing per device to show inside it. Show the result "
+    "outside jit (show.sharding(result)), or inside shard_map, where each device's block is known."
+)
+
+
 def shard_table(array, name: str = "array") -> Html:
     """Per-device shard shapes of a ``jax.Array`` of any rank.
 
     ``jax.debug.visualize_array_sharding`` draws only rank-1 and rank-2
     arrays; this table covers the rest (e.g. stacked batches
     ``[n_batches, global_batch, 784]``). Taught in notebook 04.
+
+    Inside a ``shard_map`` body the value is one device's block, not a
+    global array: each device then prints its index along the mesh axes and
+    its block's shape as it runs (``jax.debug.print``), and the returned
+    note says so. Inside ``jit`` alone the note says why there is nothing
+    per device to show.
     """
+    if _is_traced(array):
+        if _print_blocks(array, name):
+            text = f"{name}: inside shard_map each device prints its own block (its index along the axis, its shape) as it runs."
+        else:
+            text = TRACED_BY_JIT.format(name=name)
+        return Html(f"<p>{html.escape(text)}</p>", text)
     rows = []
     for shard in sorted(array.addressable_shards, key=lambda s: s.device.id):
         index = ", ".join(
@@ -232,3 +280,51 @@ def shard_table(array, name: str = "array") -> Html:
         )
     caption = f"{name}: global shape {tuple(array.shape)}, sharding {array.sharding.spec if hasattr(array.sharding, 'spec') else array.sharding}"
     return table(rows, caption)
+
+
+RICH_MISSING = (
+    "The sharding picture needs the rich package (pip install rich, or -r requirements.txt); "
+    "here is the same placement as a table."
+)
+
+
+def _display(obj) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display(obj)
+            return
+    except ImportError:  # pragma: no cover - IPython is a course requirement
+        pass
+    print(obj)
+
+
+def sharding(array, name: str = "array") -> None:
+    """Show where each part of ``array`` lives: the picture where it can be drawn, else a table; prints.
+
+    * a concrete rank-1 or rank-2 ``jax.Array`` with ``rich`` installed:
+      ``jax.debug.visualize_array_sharding``'s picture;
+    * another rank, or without ``rich`` (which JAX needs for the picture):
+      :func:`shard_table` (per-device shard shapes), after one line saying
+      what to install for the picture;
+    * inside a ``shard_map`` body, where ``visualize_array_sharding`` draws
+      one box over all devices that looks replicated: each device prints its
+      index along the mesh axes and its local block's shape as it runs;
+    * inside ``jit`` alone: one sentence on why there is nothing per device.
+    """
+    import importlib.util
+
+    if _is_traced(array):
+        if not _print_blocks(array, name):
+            print(TRACED_BY_JIT.format(name=name))
+        return
+    if array.ndim in (1, 2) and importlib.util.find_spec("rich") is not None:
+        import jax
+
+        jax.debug.visualize_array_sharding(array)
+        return
+    if array.ndim in (1, 2):
+        print(RICH_MISSING)
+    _display(shard_table(array, name))

@@ -478,6 +478,8 @@ def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as err:
+        if is_disk_full(err):
+            raise DiskFullError(disk_full_message(out_dir)) from None
         raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). Choose a writable folder.") from err
     return out_dir
 

@@ -188,7 +188,7 @@ def check_xla_flags(flags: str | None = None, probe: bool = True) -> None:
     if unknown is not None:
         raise XlaFlagsError(
             _fix(
-                f"XLA does not know {unknown} (its own words: '{UNKNOWN_PREFIX} {unknown}'). Check the spelling "
+                f"XLA does not know {unknown} (it says 'Unknown flag in XLA_FLAGS'). Check the spelling "
                 "against XLA's flag list (xla/debug_options_flags.cc) or remove it.",
                 flags,
             )

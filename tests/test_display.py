@@ -1,5 +1,7 @@
 """Tests of dpcourse.display: escaped HTML tables, banners and charts."""
 
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")  # no display in tests
@@ -185,3 +187,85 @@ def test_an_executed_notebook_shows_every_chart_once_whatever_the_backend(tmp_pa
         images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(images) == 1, cell.outputs
     assert (tmp_path / "bar.png").exists()  # the figure can still be saved after it was shown
+
+
+# --------------------------------------------------------------------------
+# show.sharding and show.shard_table: with and without rich, inside shard_map and jit
+
+
+def _sharded(cpu_devices, shape=(8, 4)):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(cpu_devices), ("data",))
+    x = jax.device_put(jnp.arange(float(np.prod(shape))).reshape(shape), NamedSharding(mesh, P("data")))
+    return mesh, x
+
+
+def test_sharding_without_rich_falls_back_to_per_device_shapes_with_one_install_line(cpu_devices, monkeypatch, capsys):
+    """Issue 18 item 2: lessons 03 and 04 crashed with "visualize_sharding requires rich"."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "rich", None)  # and importing it fails, as without the package
+    _, x = _sharded(cpu_devices)
+    display.sharding(x, "x")
+    out = capsys.readouterr().out
+    assert out.count("pip install rich") == 1
+    assert out.count("(1, 4)") == 8 and "cpu:7" in out  # each device's shard shape
+
+
+def test_sharding_with_rich_draws_the_picture(cpu_devices, capsys):
+    pytest.importorskip("rich")
+    _, x = _sharded(cpu_devices)
+    display.sharding(x, "x")
+    out = capsys.readouterr().out
+    assert "CPU 7" in out and "pip install rich" not in out
+
+
+def test_sharding_of_rank_three_is_a_table(cpu_devices, capsys):
+    _, x = _sharded(cpu_devices, (8, 2, 3))
+    display.sharding(x, "stack")
+    out = capsys.readouterr().out
+    assert out.count("(1, 2, 3)") == 8 and "pip install rich" not in out
+
+
+def test_inside_shard_map_each_device_prints_its_index_and_local_shape(cpu_devices, capsys):
+    """Issue 18 item 2: visualize_array_sharding drew one replicated-looking box; shard_table raised."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh, x = _sharded(cpu_devices)
+    notes = []
+
+    def body(block):
+        display.sharding(block, "block")
+        notes.append(display.shard_table(block, "block"))
+        return block * 2
+
+    jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data")))(x).block_until_ready()
+    jax.effects_barrier()
+    out = capsys.readouterr().out
+    for i in range(8):
+        assert out.count(f"block: the device at data={i} holds a local block of shape (1, 4) float32") == 2
+    assert "prints its own block" in repr(notes[0])
+
+
+def test_inside_jit_alone_a_sentence_says_why_nothing_per_device_is_shown(cpu_devices, capsys):
+    import jax
+
+    _, x = _sharded(cpu_devices)
+    notes = []
+
+    def f(v):
+        display.sharding(v, "v")
+        notes.append(display.shard_table(v, "v"))
+        return v + 1
+
+    jax.jit(f)(x).block_until_ready()
+    out = capsys.readouterr().out
+    assert "traced by jit" in out and "traced by jit" in repr(notes[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -219,12 +220,30 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
             }
         ],
     }
-    runner.print_summary(payload, tmp_path)
+    runner.print_summary(payload, tmp_path, figures=True)
     text = capsys.readouterr().out
-    for piece in ("01_setup", "passed", "02_baseline", "failed", "boom", "examples_per_s", "1234", "synthetic"):
+    for piece in ("01_setup", "passed", "02_baseline", "FAILED", "boom", "examples_per_s", "1234", "synthetic"):
         assert piece in text
     # The pass/fail table comes last, so that a long list of figures does not scroll it away.
     assert text.index("Recorded figures") < text.index("Course run")
+    # Without --figures (the default), one line says where the figures are instead of the table.
+    runner.print_summary(payload, tmp_path)
+    text = capsys.readouterr().out
+    assert "examples_per_s" not in text and "figures.txt" in text and "--figures" in text
+    assert text.rstrip().splitlines()[-1].startswith("Executed notebooks")
+
+
+def test_the_summary_needs_no_optional_package(tmp_path, monkeypatch, capsys):
+    """Issue 18 item 2: without rich the runner died in its own summary (No module named 'rich')."""
+    for name in ("rich", "rich.console", "rich.table", "tqdm", "tqdm.auto"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing any of them now fails
+    payload = {
+        "notebooks": [{"notebook": "03_mesh", "status": "failed", "wall_s": 2.0, "error_code_cell": 3, "error": "E"}],
+        "records": [],
+    }
+    runner.print_summary(payload, tmp_path)
+    assert re.search(r"03_mesh +FAILED +2\.0 +code cell 3 +E", capsys.readouterr().out)
+    assert [p.stem for p in runner._progress([tmp_path / "01_a.ipynb"])] == ["01_a"]
 
 
 @pytest.mark.slow
@@ -419,3 +438,31 @@ def test_cli_refuses_a_cell_timeout_that_is_not_positive(course_dir, capsys, val
     assert code == 2
     assert "--cell-timeout must be a positive number of seconds" in capsys.readouterr().err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------
+# why a kernel died (issue 18 item 1: "out of memory?" only when it was memory)
+
+
+def test_a_dead_kernel_says_out_of_memory_only_for_a_kill():
+    xla = "F1201 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --not_a_flag"
+    text = runner.dead_kernel_text(1, "some log\n" + xla)
+    assert "--not_a_flag" in text and "XLA_FLAGS" in text and "memory" not in text
+    assert "out-of-memory killer" in runner.dead_kernel_text(-9, "")
+    assert "memory" not in runner.dead_kernel_text(-11, "") and "SIGSEGV" in runner.dead_kernel_text(-11, "")
+    assert "memory" not in runner.dead_kernel_text(3, "boom") and "boom" in runner.dead_kernel_text(3, "boom")
+
+
+@pytest.mark.slow
+def test_a_bad_flag_set_inside_a_notebook_is_reported_as_such_not_as_memory(tmp_path):
+    nb = write_notebook(
+        tmp_path / "01_x.ipynb",
+        "import os\nos.environ['XLA_FLAGS'] = '--not_a_flag'\nos.environ['JAX_PLATFORMS'] = 'cpu'",
+        "import jax\njax.devices()",
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    run = runner.run_notebook(nb, out, out / "records.jsonl", profile=None, cell_timeout_s=300)
+    assert run.status == "failed" and run.error_code_cell == 2
+    assert "--not_a_flag" in run.error and "XLA_FLAGS" in run.error and "memory" not in run.error
+    assert nbformat.read(out / "01_x.ipynb", as_version=4).cells  # the executed notebook is whole
