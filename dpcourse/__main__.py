@@ -23,7 +23,6 @@ def _run(args: argparse.Namespace) -> int:
         print_summary,
         run_course,
     )
-
     from dpcourse.xlaflags import XlaFlagsError, check_xla_flags
 
     try:  # before any JAX starts here or in a kernel: XLA would end the process on a bad token
@@ -167,9 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     sync_.set_defaults(func=_sync)
     health_ = sub.add_parser(
-        "check-collectives", help="one shard_map + pmean over every device, stopped after --timeout seconds"
+        "check-collectives",
+        help="one shard_map + pmean over every device; the all-reduce itself is stopped after --timeout seconds",
     )
-    health_.add_argument("--timeout", type=float, default=60.0, help="seconds before the probe is stopped (default 60)")
+    health_.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds the all-reduce may take after JAX started and compiled it (default 60)",
+    )
     health_.set_defaults(func=_check_collectives)
     args = parser.parse_args(argv)
     try:

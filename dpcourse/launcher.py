@@ -45,8 +45,8 @@ from dpcourse.distributed import (
     relative_diff,
 )
 from dpcourse.train import check_global_batch, max_abs_diff
-from dpcourse.xlaflags import check_xla_flags, describe_abort
 from dpcourse.worker import add_run_options, single_process_reference
+from dpcourse.xlaflags import check_xla_flags, describe_abort
 
 # Lines of an absl "Check failure" stack dump: addresses, not information.
 _STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")

@@ -106,9 +106,8 @@ def _alive(pid: int) -> bool:
 
 
 def _describe(holder: dict) -> str:
-    return (
-        f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
-        + (f" ({holder['command']})" if holder.get("command") else "")
+    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}" + (
+        f" ({holder['command']})" if holder.get("command") else ""
     )
 
 

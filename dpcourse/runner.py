@@ -161,8 +161,7 @@ def dead_kernel_text(exit_code: int | None, stderr_text: str = "") -> str:
         if -exit_code == signal.SIGKILL:
             return (
                 "DeadKernelError: the kernel was killed (SIGKILL), most often by the out-of-memory killer: "
-                "`dmesg` or `journalctl -k` says so; use a smaller profile (--profile smoke) or free memory."
-                + last
+                "`dmesg` or `journalctl -k` says so; use a smaller profile (--profile smoke) or free memory." + last
             )
         return f"DeadKernelError: the kernel died of {name}." + last
     if exit_code is not None:
@@ -506,7 +505,9 @@ def figures_text(payload: dict) -> str:
     for rec in records:
         value = rec["value"]
         text = f"{value:.4g}" if isinstance(value, float) else str(value)
-        rows.append([rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"])
+        rows.append(
+            [rec["notebook"], rec["metric"], text, rec["unit"], f"{rec['device_count']} x {rec['device_kind']}"]
+        )
     title = (
         f"Recorded figures: profile {distinct('profile')}, data {distinct('data_source')}, "
         f"JAX {distinct('jax_version')}"
@@ -546,5 +547,7 @@ def print_summary(payload: dict, out_dir: Path, figures: bool = False) -> None:
         print()
     print(summary_text(payload, out_dir))
     if n_records and not figures:
-        print(f"{n_records} recorded figures: {Path(out_dir) / FIGURES_FILE} (and results.json); --figures prints them.")
+        print(
+            f"{n_records} recorded figures: {Path(out_dir) / FIGURES_FILE} (and results.json); --figures prints them."
+        )
     print(f"Executed notebooks and results.json: {out_dir}")

@@ -28,7 +28,12 @@ from pathlib import Path
 
 CPU_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Characters that look like "-" but are not (what a word processor or a web page puts for "--").
-_DASHES = {"\u2013": "an en dash (–)", "\u2014": "an em dash (—)", "\u2212": "a minus sign (−)", "\u2010": "a hyphen (‐)"}
+_DASHES = {
+    "\u2013": "an en dash (–)",
+    "\u2014": "an em dash (—)",
+    "\u2212": "a minus sign (−)",
+    "\u2010": "a hyphen (‐)",
+}
 _WELL_FORMED = re.compile(r"^--[A-Za-z][A-Za-z0-9_]*(=.*)?$")
 CACHE_ENV = "DPCOURSE_CACHE_DIR"
 PROBE_TIMEOUT_S = 120.0

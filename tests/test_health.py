@@ -10,8 +10,8 @@ from dpcourse import health
 
 
 def test_a_hanging_collective_is_stopped_and_the_message_says_what_to_try():
-    # A stand-in for a hung NCCL all-reduce: a process that sleeps past the timeout.
-    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    # A stand-in for a hung NCCL all-reduce: compiled on a GPU, then sleeps past the timeout.
+    hang = [sys.executable, "-c", "import time; print('COMPILED gpu', flush=True); time.sleep(60)"]
     with pytest.raises(health.CollectiveCheckError) as err:
         health.check_collectives(timeout_s=1, command=hang)
     message = str(err.value)
@@ -89,3 +89,32 @@ def test_the_command_line_refuses_a_zero_timeout_instead_of_reporting_a_hang(cap
     assert main(["check-collectives", "--timeout", "0"]) == 2
     err = capsys.readouterr().err
     assert "positive number of seconds" in err and "NCCL" not in err
+
+
+def test_a_slow_start_is_not_reported_as_a_hang():
+    """Issue 18 item 7: --timeout counted JAX's start and compile, then blamed the collective."""
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # never gets to the all-reduce
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=0.3, command=slow, start_limit_s=1)
+    message = str(err.value)
+    assert "never ran" in message and "not a hang" in message and "NCCL" not in message
+
+
+@pytest.mark.slow
+def test_a_short_timeout_on_cpu_times_the_all_reduce_alone(cpu_devices):
+    """The issue's example: on CPU, --timeout 0.3 reported "a hang, not slowness" with NCCL advice."""
+    check = health.check_collectives(timeout_s=60)
+    assert check.collective_s is not None and check.wall_s > check.collective_s + check.start_s
+    assert "not counted against the timeout" in str(check)
+    try:
+        health.check_collectives(timeout_s=0.3)
+    except health.CollectiveCheckError as err:  # the first CPU all-reduce can take a second when loaded
+        assert "slowness, not a hang" in str(err) and "NCCL" not in str(err) and "Raise --timeout" in str(err)
+
+
+def test_a_cpu_stall_is_called_slowness_without_nccl_advice():
+    hang = [sys.executable, "-c", "import time; print('COMPILED cpu', flush=True); time.sleep(60)"]
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=0.5, command=hang)
+    assert "NCCL" not in str(err.value) and "after it was compiled" in str(err.value)
+    assert "slowness, not a hang" in str(err.value)

@@ -21,7 +21,7 @@ def foreign_python3(folder: Path) -> Path:
     spec = folder / "kernels" / "python3"
     spec.mkdir(parents=True)
     other = folder / "other-env-python"
-    other.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    other.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     other.chmod(0o755)
     argv = [str(other), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     spec_json = {"argv": argv, "display_name": "other", "language": "python", "env": {"FOREIGN_KERNEL": "1"}}
@@ -39,7 +39,11 @@ def test_a_foreign_kernelspec_under_the_courses_name_is_refused_naming_it(tmp_pa
     name = nbmake_guard.kernel_name()
     spec = tmp_path / "kernels" / name
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({"argv": ["/usr/bin/python3", "-m", "ipykernel_launcher"], "display_name": "x", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {"argv": ["/usr/bin/python3", "-m", "ipykernel_launcher"], "display_name": "x", "language": "python"}
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(RuntimeError) as err:
         nbmake_guard.check_kernelspec(name)
@@ -62,7 +66,18 @@ def test_nbmake_runs_this_interpreter_even_with_a_foreign_python3_kernelspec_on_
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     env = dict(os.environ, JUPYTER_PATH=str(jpath))
     env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "dpcourse.nbmake_guard", "--nbmake", "-p", "no:cacheprovider", "-q", str(tmp_path / "01_x.ipynb")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "dpcourse.nbmake_guard",
+        "--nbmake",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(tmp_path / "01_x.ipynb"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # Without the guard the same run uses the foreign kernelspec (so the test above can fail).
@@ -77,7 +92,18 @@ def test_a_bad_xla_flags_token_stops_nbmake_before_any_kernel_naming_it(tmp_path
     nb.cells = [nbformat.v4.new_code_cell("1")]
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     env = dict(os.environ, XLA_FLAGS="\u2013xla_force_host_platform_device_count=8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "dpcourse.nbmake_guard", "--nbmake", "-p", "no:cacheprovider", "-q", str(tmp_path / "01_x.ipynb")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "dpcourse.nbmake_guard",
+        "--nbmake",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(tmp_path / "01_x.ipynb"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "NBMAKE INTERNAL ERROR" not in text

@@ -36,7 +36,16 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_folder_and_the_
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         lock = out / outfolder.LOCK_NAME
-        lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "started": "2026-12-01T20:00:00+00:00", "command": "python -m dpcourse run"}))
+        lock.write_text(
+            json.dumps(
+                {
+                    "pid": holder.pid,
+                    "host": socket.gethostname(),
+                    "started": "2026-12-01T20:00:00+00:00",
+                    "command": "python -m dpcourse run",
+                }
+            )
+        )
         with pytest.raises(outfolder.FolderInUse) as err:
             runner.run_course("smoke", [nb], out)
         text = str(err.value)
