@@ -166,6 +166,17 @@ def benchmark(
         raise ValueError("benchmark needs at least one batch.")
     if repeats < 1 or steps < 1 or warmup_steps < 0:
         raise ValueError(f"Need repeats >= 1, steps >= 1, warmup_steps >= 0; got {repeats}, {steps}, {warmup_steps}.")
+    if n_devices == 1:  # a one-device baseline runs outside a global jax.set_mesh(mesh)
+        from dpcourse.devices import outside_mesh
+
+        with outside_mesh():
+            return _benchmark(
+                step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch
+            )
+    return _benchmark(step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch)
+
+
+def _benchmark(step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch):
     x0, y0 = batches[0]
     compiled, compile_s, kind = compile_step(step, params, opt_state, x0, y0)
     i = 0

@@ -7,6 +7,7 @@ this module refuses to pretend they took effect.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -494,3 +495,26 @@ def probe_backend(timeout_s: float = 120.0) -> str:
             raise DeviceSetupError(last[-1].split(marker, 1)[1].strip())
         raise RuntimeError(f"Could not start JAX to find its backend:\n{out.stderr.strip()[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def outside_mesh():
+    """Run the enclosed one-device work with no mesh in context, then restore the mesh.
+
+    Notebook 03 teaches that ``jax.set_mesh(mesh)`` may also be called
+    without ``with``: the mesh is then global, and every later ``jax.jit``
+    call checks its arguments against it, so a step on one device's arrays
+    fails with ``ValueError: Received incompatible devices for jitted
+    computation ... context mesh with device ids [0..7]`` (JAX 0.10.2 and
+    0.12.0.1). The course's one-device helpers
+    (:func:`dpcourse.placement.place_single_device`, a one-device
+    :func:`dpcourse.bench.benchmark`) run inside this context;
+    ``with jax.set_mesh(None):`` clears the mesh in JAX 0.10 to 0.12.
+    """
+    import jax
+
+    if jax.sharding.get_abstract_mesh().empty:
+        yield
+        return
+    with jax.set_mesh(None):
+        yield

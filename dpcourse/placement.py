@@ -70,9 +70,15 @@ def place_data_parallel(
 def place_single_device(
     cfg: Config, dataset: Dataset, device, optimizer: optax.GradientTransformation, init_params: dict, global_batch: int
 ) -> Placed:
-    """The same workload on one device (the reference of the equivalence checks)."""
-    params = jax.device_put(init_params, device)
-    opt_state = optimizer.init(params)
-    x_host, y_host = stacked_batches(dataset, cfg.n_batches, global_batch)
-    batches = [(jax.device_put(x_host[i], device), jax.device_put(y_host[i], device)) for i in range(cfg.n_batches)]
+    """The same workload on one device (the reference of the equivalence checks).
+
+    Runs outside any mesh set with ``jax.set_mesh`` (:func:`dpcourse.devices.outside_mesh`).
+    """
+    from dpcourse.devices import outside_mesh
+
+    with outside_mesh():
+        params = jax.device_put(init_params, device)
+        opt_state = optimizer.init(params)
+        x_host, y_host = stacked_batches(dataset, cfg.n_batches, global_batch)
+        batches = [(jax.device_put(x_host[i], device), jax.device_put(y_host[i], device)) for i in range(cfg.n_batches)]
     return Placed(params, opt_state, batches, x_host, y_host)
