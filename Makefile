@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: timings time-make-test course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,18 @@ lab: $(VENV)/.installed
 # when both files of a pair changed since their last sync (dpcourse/pairs.py).
 sync: $(VENV)/.installed
 	$(PY) -m dpcourse sync
+
+# Measured times: run the course with the smoke and cpu profiles, then write each lesson's
+# "Time" line and the README's figures from those runs (baselines/timings.json, machine and
+# load included). time-make-test measures `make test` and records it the same way.
+timings: $(VENV)/.installed
+	$(PY) -m dpcourse run --profile smoke --out results/timings-smoke
+	$(PY) -m dpcourse run --profile cpu --out results/timings-cpu
+	$(PY) -m dpcourse timings --update results/timings-smoke/results.json results/timings-cpu/results.json
+
+time-make-test:
+	start=$$(date +%s) && $(MAKE) --no-print-directory test && end=$$(date +%s) && \
+	$(PY) -m dpcourse timings --make-test-seconds $$((end - start))
 
 clean:
 	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcourse run``, ``compare``, ``sync`` and ``check-collectives``."""
+"""Command line: ``python -m dpcourse run``, ``compare``, ``sync``, ``check-collectives`` and ``timings``."""
 
 from __future__ import annotations
 
@@ -123,6 +123,11 @@ def _check_collectives(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["timings"]:  # its own options (dpcourse/timings.py)
+        from dpcourse.timings import main as timings_main
+
+        return timings_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m dpcourse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute the notebooks headlessly and write results.json")

@@ -12,6 +12,7 @@ deploy/notebook-tests.yaml run it (``python -m dpcourse check-collectives``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -149,10 +150,8 @@ def check_collectives(
             elif line.startswith("{"):
                 break  # the result: the all-reduce is over; the process's exit is not timed
         if not timed_out:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=start_limit_s)  # JAX's shutdown, not the collective
-            except subprocess.TimeoutExpired:
-                pass
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -255,7 +255,7 @@ def run_notebook(
     status, error, error_cell = "passed", None, None
     interrupted = False
     # The kernel's own stderr (XLA's fatal lines land there, not in the notebook).
-    kernel_stderr = tempfile.TemporaryFile(mode="w+b")
+    kernel_stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 - closed in the finally below
     try:
         client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:

@@ -102,3 +102,181 @@ def course_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def _run_entry(path: Path) -> dict:
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    if "machine" not in payload:
+        raise ValueError(f"{path}: no machine record (a results.json from before the runner recorded it); run again.")
+    return {
+        "profile": payload["profile"],
+        "created": payload.get("created"),
+        "commit": payload.get("commit"),
+        "machine": payload["machine"],
+        "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
+        "notebooks": {nb["notebook"]: {"wall_s": nb["wall_s"], "status": nb["status"]} for nb in payload["notebooks"]},
+    }
+
+
+def _machine_text(machine: dict) -> str:
+    gpus = machine.get("gpus") or []
+    where = f"{machine.get('cores')}-core {machine.get('cpu')}, {machine.get('memory_gib')} GiB"
+    if gpus:
+        where += f", {len(gpus)} x {gpus[0]}"
+    start, end = machine.get("load_average_start"), machine.get("load_average_end")
+    if start and end:
+        where += f"; load average {start[0]:g} at the start, {end[0]:g} at the end"
+    return where
+
+
+def _run_text(run: dict) -> str:
+    jax = ", ".join(run["jax"]) or "?"
+    return f"commit {run['commit']}, JAX {jax}, {_machine_text(run['machine'])}"
+
+
+def time_line(notebook: str, record: dict) -> str:
+    """The ``# **Time.** ...`` line of ``notebook`` (a stem such as ``05_shard_map``) from ``record``."""
+    parts = []
+    for run in record["runs"]:
+        nb = run["notebooks"].get(notebook)
+        if nb is None:
+            continue
+        failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
+        parts.append(f"`{run['profile']}` {nb['wall_s']:.0f} s{failed} ({_run_text(run)})")
+    if not parts:
+        return "# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line."
+    return (
+        "# **Time** (wall time of a headless run, `baselines/timings.json`; more on a busier machine): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def readme_block(record: dict) -> str:
+    """The README's measured times (between the timings markers), from ``record``."""
+    lines = [
+        BEGIN,
+        "Measured times (written by `python -m dpcourse timings --update` from `baselines/timings.json`):",
+        "",
+    ]
+    for run in record["runs"]:
+        total = sum(nb["wall_s"] for nb in run["notebooks"].values())
+        lines.append(
+            f"- `make course` with the `{run['profile']}` profile: {total:.0f} s of notebook time "
+            f"for {len(run['notebooks'])} notebooks ({_run_text(run)})."
+        )
+    make_test = record.get("make_test")
+    if make_test:
+        lines.append(
+            f"- `make test`: {make_test['seconds'] / 60:.0f} minutes ({make_test['seconds']:.0f} s; "
+            f"commit {make_test['commit']}, {_machine_text(make_test['machine'])})."
+        )
+    else:
+        lines.append("- `make test`: not measured yet (`make time-make-test` measures and records it).")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def _replace_time_paragraph(text: str, line: str) -> str:
+    """``text`` (a lesson's .py) with its ``# **Time...`` paragraph replaced by ``line``."""
+    lines = text.split("\n")
+    for i, current in enumerate(lines):
+        if TIME_LINE.match(current):
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("# ") and not lines[j].startswith("# **"):
+                j += 1  # the paragraph's continuation lines
+            return "\n".join(lines[:i] + [line] + lines[j:])
+    raise ValueError("no '# **Time' line in the lesson's introduction")
+
+
+def lesson_files(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The lessons' percent-format sources, ``NN_name.py``."""
+    return sorted(Path(directory).glob("[0-9][0-9]_*.py"))
+
+
+def expected_texts(record: dict, directory: Path = NOTEBOOK_DIR, readme: Path = README) -> dict[Path, str]:
+    """Each file the record writes, with the text it must hold."""
+    out = {}
+    for path in lesson_files(directory):
+        out[path] = _replace_time_paragraph(path.read_text(encoding="utf-8"), time_line(path.stem, record))
+    text = readme.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{readme}: no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    out[readme] = head + readme_block(record) + rest.split(END, 1)[1]
+    return out
+
+
+def load_record(path: Path = RECORD) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def update(
+    results: list[Path],
+    make_test_seconds: float | None = None,
+    record_path: Path = RECORD,
+    directory: Path = NOTEBOOK_DIR,
+    readme: Path = README,
+    sync: bool = True,
+) -> list[Path]:
+    """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files."""
+    record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
+    if results:
+        record["runs"] = sorted((_run_entry(p) for p in results), key=lambda r: r["profile"] != "smoke")
+    if make_test_seconds is not None:
+        record["make_test"] = {
+            "seconds": round(make_test_seconds),
+            "commit": course_commit(),
+            "measured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "machine": {**machine_info(), "load_average_end": load_average()},
+        }
+    Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    changed = []
+    for path, text in expected_texts(record, directory, readme).items():
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    lessons = [str(p) for p in changed if p.suffix == ".py"]
+    if lessons and sync:  # re-pair the .ipynb files with the edited .py files
+        subprocess.run([sys.executable, "-m", "jupytext", "--sync", *lessons], check=True, capture_output=True)
+    return changed
+
+
+def check(record_path: Path = RECORD) -> list[str]:
+    """Files whose time lines differ from the committed record (empty: all agree)."""
+    record = load_record(record_path)
+    return [str(p) for p, text in expected_texts(record).items() if p.read_text(encoding="utf-8") != text]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dpcourse timings", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--update", nargs="*", type=Path, metavar="RESULTS_JSON", help="record these runs, rewrite the text"
+    )
+    parser.add_argument("--make-test-seconds", type=float, help="record a measured `make test` wall time")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
+    )
+    args = parser.parse_args(argv)
+    if args.update is not None or args.make_test_seconds is not None:
+        try:
+            changed = update(args.update or [], args.make_test_seconds)
+        except (OSError, ValueError, KeyError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"timings: {RECORD} written; {len(changed)} file(s) rewritten")
+        return 0
+    stale = check()
+    if stale:
+        print(
+            "timings: these differ from baselines/timings.json; run `python -m dpcourse timings --update`: "
+            + ", ".join(stale),
+            file=sys.stderr,
+        )
+        return 1
+    print("timings: every time line matches baselines/timings.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
