@@ -262,7 +262,12 @@ def sweep(
     """
     import sys
 
-    from tqdm import tqdm  # a text bar: its last state stays readable in saved notebooks
+    try:
+        from tqdm import tqdm  # a text bar: its last state stays readable in saved notebooks
+    except ImportError:  # optional: without it, no bar
+
+        def tqdm(items, **_):
+            return items
 
     points = []
     # stdout: JupyterLab shows stderr in a red box, which reads as an error.

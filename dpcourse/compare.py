@@ -398,10 +398,14 @@ def _fmt(value: Any) -> str:
 
 
 def print_comparison(result: Comparison, old_path: Path, new_path: Path, threshold: float, console=None) -> None:
-    """Print the notebooks, the metrics side by side, and the verdict (rich)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    """Print the notebooks, the metrics side by side, and the verdict (rich; plain text without it)."""
+    try:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+    except ImportError:  # rich is optional for the course's own reporting
+        _print_plain(result, old_path, new_path, threshold)
+        return
 
     if console is None:
         console = Console()
@@ -445,6 +449,35 @@ def print_comparison(result: Comparison, old_path: Path, new_path: Path, thresho
             console.print(f"  - {escape(line)}")
     else:
         console.print(f"[green]No regressions[/] (throughput threshold {threshold:.0%}).")
+
+
+def _print_plain(result: Comparison, old_path: Path, new_path: Path, threshold: float) -> None:
+    from dpcourse.display import table
+
+    print(table([{"notebook": n, "OLD": b or "-", "NEW": a or "-"} for n, b, a in result.notebooks], "Notebooks"))
+    rows = [
+        {
+            "notebook": r.notebook,
+            "metric": r.metric,
+            "unit": r.unit,
+            "OLD": _fmt(r.old) if r.in_old else "-",
+            "NEW": _fmt(r.new) if r.in_new else "-",
+            "change": "" if r.change is None else f"{r.change:+.1%}",
+            "check": r.check,
+        }
+        for r in result.rows
+    ]
+    print(table(rows, f"Metrics: OLD {old_path} vs NEW {new_path}"))
+    for line in result.infos:
+        print(f"note: {line}")
+    for line in result.warnings:
+        print(f"warning: {line}")
+    if result.failures:
+        print(f"REGRESSIONS ({len(result.failures)}):")
+        for line in result.failures:
+            print(f"  - {line}")
+    else:
+        print(f"No regressions (throughput threshold {threshold:.0%}).")
 
 
 def main(old: Path, new: Path, threshold: float = 0.10) -> int:

@@ -180,6 +180,11 @@ def check_collectives(
         )
     stderr = errors[0] if errors else ""
     if proc.returncode != 0 and not any(line.startswith("{") for line in out_lines):
+        from dpcourse.xlaflags import describe_abort
+
+        flags = describe_abort(stderr)
+        if flags:
+            raise CollectiveCheckError(f"The all-reduce probe could not start JAX: {flags}")
         raise CollectiveCheckError(
             f"The all-reduce probe failed (exit status {proc.returncode}):\n{stderr.strip()[-2000:]}"
         )

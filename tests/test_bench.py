@@ -261,3 +261,12 @@ def test_sweep_sizes_are_rounded_to_the_device_count():
     )
     assert sizes_for_devices((256, 512), 8) == ([256, 512], [])  # already valid: unchanged
     assert sizes_for_devices((2, 12, 13), 6) == ([6, 12], ["2 -> 6", "13 -> 12"])  # at least n; no duplicates
+
+
+def test_sweep_runs_without_tqdm(monkeypatch):
+    """Issue 18 item 2's kind: an optional package (the progress bar) missing does not stop the lesson."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    points = sweep([8, 16], 8, fake_result, progress=True)
+    assert [p.status for p in points] == ["ok", "ok"]

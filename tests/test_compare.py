@@ -505,3 +505,14 @@ def test_gpu_workflow_command_on_the_h200_baseline(python_exe, tmp_path):
         [python_exe, "-m", "dpcourse", "compare", str(H200_BASELINE), str(path)], capture_output=True, text=True
     )
     assert bad.returncode == 1 and "02_baseline: throughput fell 45.9%" in bad.stdout
+
+
+def test_the_comparison_prints_without_rich(write, capsys, monkeypatch):
+    """Issue 18 item 2's kind: the course's own reporting works with the minimum install."""
+    import sys
+
+    for name in ("rich", "rich.console", "rich.markup", "rich.table"):
+        monkeypatch.setitem(sys.modules, name, None)
+    new = set_value(baseline(), "04_sharding", "throughput", 800.0)  # -11.1 %
+    code, out, _ = run_main(write, baseline(), new, capsys)
+    assert code == 1 and "REGRESSIONS (1)" in out and "04_sharding: throughput fell 11.1%" in out

@@ -118,3 +118,11 @@ def test_a_cpu_stall_is_called_slowness_without_nccl_advice():
         health.check_collectives(timeout_s=0.5, command=hang)
     assert "NCCL" not in str(err.value) and "after it was compiled" in str(err.value)
     assert "slowness, not a hang" in str(err.value)
+
+
+def test_a_bad_xla_flags_token_is_named_not_shown_as_a_raw_abort():
+    xla = "F1201 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --not_a_flag"
+    fail = [sys.executable, "-c", f"import sys; sys.stderr.write({xla!r}); sys.exit(1)"]
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=30, command=fail)
+    assert "could not start JAX" in str(err.value) and "--not_a_flag" in str(err.value)
