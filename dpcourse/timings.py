@@ -146,7 +146,7 @@ def time_line(notebook: str, record: dict) -> str:
     if not parts:
         return "# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line."
     return (
-        "# **Time** (wall time of a headless run, `baselines/timings.json`; more on a busier machine): "
+        "# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): "
         + "; ".join(parts)
         + "."
     )

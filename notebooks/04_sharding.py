@@ -20,11 +20,7 @@
 # **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
 # least 2 devices.
 #
-# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke` 10
-# to 15 seconds; `cpu` 20 to 50 seconds, depending on the machine's load.
-# On a machine with one GPU this lesson runs on simulated CPU devices: 14.6
-# seconds on the H200 machine of `baselines/h200-full-jax0.11.2.json`
-# (JAX 0.11.2, commit 3dd0d13; this lesson has grown since).
+# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 130 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 310 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -18,11 +18,7 @@
 #
 # **Assumes.** Notebook 05. At least 2 devices.
 #
-# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
-# about 10 seconds; `cpu` 10 to 20 seconds.
-# On a machine with one GPU this lesson runs on simulated CPU devices: 10.2
-# seconds on the H200 machine of `baselines/h200-full-jax0.11.2.json`
-# (JAX 0.11.2, commit 3dd0d13; this lesson has grown since).
+# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 64 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 219 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

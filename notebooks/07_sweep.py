@@ -19,12 +19,7 @@
 # **Assumes.** Notebooks 04 and 05 (the data-parallel steps). At least 2
 # devices.
 #
-# **Time** (measured on a 2-core CPU with 8 simulated devices): `smoke`
-# about 10 seconds; `cpu` 32 seconds on an otherwise idle machine (the
-# all-reduce measurement of section 3 adds 1 to 3 seconds of that).
-# On a machine with one GPU this lesson runs on simulated CPU devices: 19.1
-# seconds on the H200 machine of `baselines/h200-full-jax0.11.2.json`
-# (JAX 0.11.2, commit 3dd0d13; this lesson has grown since).
+# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 55 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 772 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

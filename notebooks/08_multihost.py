@@ -21,9 +21,7 @@
 # **Assumes.** Notebook 05 (the `shard_map` step). Any machine: the processes
 # use simulated CPU devices, even where GPUs exist.
 #
-# **Time.** `smoke` and `cpu` about 20 seconds each on a 2-core CPU (up to
-# 30 on a first run): most of it is starting Python and JAX in the worker
-# processes, three times over.
+# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 29 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 198 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -20,12 +20,7 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (measured on a 2-core CPU with 8 simulated devices): `cpu`
-# 18.6 seconds on an idle machine (31 to 75 seconds when other jobs share the
-# cores), most of it compiling the rungs; `smoke` 17 to 40 seconds. `full`:
-# not yet measured on a GPU (none was available when this was written); a
-# GPU run's `results.json` records it, and the targets below are checked
-# from it.
+# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 47 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 542 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
