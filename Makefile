@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest placement lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +35,18 @@ dev-install: $(VENV)/.dev-installed
 
 # The optional extra that compiles for NVIDIA GPUs without a GPU
 # (jax-cuda12-plugin and -pjrt at the jaxlib's version, nvidia-cuda-nvcc-cu12;
-# about 510 MB). test-newest points it at requirements-gpu-compile-newest.txt.
+# about 510 MB), in its own folder $(VENV)/gpu-compile that only the compile
+# subprocess puts on its path (dpcourse.gpu_targets): installed into the
+# environment itself, the plugin's failed CUDA check would print a traceback
+# at every `import jax` on a machine without a GPU. test-newest points it at
+# requirements-gpu-compile-newest.txt.
 GPU_COMPILE_REQUIREMENTS ?= requirements-gpu-compile.txt
 $(VENV)/.gpu-compile-installed: $(GPU_COMPILE_REQUIREMENTS) $(VENV)/.installed
-	$(PY) -m pip install --quiet -r $(GPU_COMPILE_REQUIREMENTS)
+	rm -rf $(VENV)/gpu-compile
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/gpu-compile -r $(GPU_COMPILE_REQUIREMENTS)
 	touch $@
+
+gpu-compile: $(VENV)/.gpu-compile-installed
 
 # Where the gradient all-reduce lands: the course's data-parallel steps compiled
 # for H100 SXM, H200 and an approximate L4 at 2, 4 and 8 GPUs without a GPU, and

@@ -11,7 +11,7 @@ collectives (:mod:`dpcourse.collectives`), ``memory_analysis()`` and
 lessons pass their own builders.
 
 Every compile runs in a fresh subprocess (:func:`compile_jobs`) with
-``JAX_PLATFORMS=cpu``, where the GPU devices come from
+``JAX_PLATFORMS=cpu`` (and the extra's folder on ``PYTHONPATH``), where the GPU devices come from
 ``jax.experimental.topologies.get_topology_desc(platform="cuda",
 target_config=<text proto>, topology="1x1xN")`` with a target of
 :mod:`dpcourse.gpu_targets`. That needs the optional extra
@@ -154,8 +154,10 @@ class StepResult:
         runs_per_step: collective executions per step (None: unknown).
         bytes_per_step: bytes through collectives per step, per device.
         memory: ``compiled.memory_analysis()`` fields, bytes (per device).
-        cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present).
-        compile_s: seconds to lower and compile (wall clock, in the worker).
+        cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present),
+            for a whole step; a ``while`` body (``lax.scan``) is counted once.
+        cost_source: how ``cost`` was obtained (see :func:`_cost`).
+        compile_s: seconds to build, lower and compile (wall clock, in the worker).
         error: why it could not be built or compiled (then the rest is empty).
     """
 
@@ -169,6 +171,7 @@ class StepResult:
     memory: dict[str, int] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     compile_s: float = 0.0
+    cost_source: str = ""
     error: str | None = None
 
 
@@ -282,14 +285,33 @@ def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileRe
 # ---- in the worker process ----
 
 
-def _cost(compiled) -> dict[str, float]:
+def _cost(compiled) -> tuple[dict[str, float], str]:
+    """``cost_analysis()`` figures and where they came from.
+
+    A program compiled for a topology (no GPU here) returns no cost analysis
+    (None, measured with jaxlib 0.10.2); then XLA's ``HloCostAnalysis`` runs
+    over the same optimised module, through the CPU client
+    (``hlo_module_cost_analysis``): the GPU program's own instructions and
+    fusions, counted by XLA's generic cost model.
+    """
     try:
         cost = compiled.cost_analysis()
     except Exception:  # noqa: BLE001 - a backend without a cost model gives none
-        return {}
+        cost = None
     if isinstance(cost, list | tuple):
-        cost = cost[0] if cost else {}
-    return {k: float(cost[k]) for k in COST_KEYS if k in (cost or {})}
+        cost = cost[0] if cost else None
+    source = "compiled.cost_analysis()"
+    if not cost:
+        try:
+            import jax
+            from jax._src.lib import _jax
+
+            module = compiled.runtime_executable().hlo_modules()[0]
+            cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+            source = "XLA HloCostAnalysis of the optimised module (hlo_module_cost_analysis)"
+        except Exception:  # noqa: BLE001 - no cost figures then, said by an empty dict
+            return {}, "none"
+    return {k: float(cost[k]) for k in COST_KEYS if k in cost}, source
 
 
 def _memory(compiled) -> dict[str, int]:
@@ -332,6 +354,7 @@ def compile_step(name: str, builder: str, cfg, mesh, hlo_path: str | None = None
         }
         for c in report.collectives
     ]
+    cost, source = _cost(compiled)
     return StepResult(
         name,
         builder,
@@ -341,8 +364,9 @@ def compile_step(name: str, builder: str, cfg, mesh, hlo_path: str | None = None
         report.runs_per_step,
         report.bytes_per_step,
         _memory(compiled),
-        _cost(compiled),
+        cost,
         round(elapsed, 3),
+        source,
     )
 
 
@@ -425,6 +449,9 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
     # The plugin's start-up check needs a driver; with the CPU platform only it
     # is skipped, and get_topology_desc still compiles for CUDA.
     env.update({"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "XLA_FLAGS": " ".join(flags)})
+    side = gpu_targets.extra_path()
+    if side is not None:  # the extra's own folder, on this process's path only
+        env["PYTHONPATH"] = os.pathsep.join([str(side)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

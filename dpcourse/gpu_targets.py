@@ -9,6 +9,14 @@ written from NVIDIA's L4 datasheet (its header says which fields are
 estimates). It also says whether the optional extra that makes such a compile
 possible is installed (:data:`EXTRA_PACKAGES`), without starting JAX.
 
+Where the extra lives: ``make gpu-compile`` installs it into its own folder,
+``<environment>/gpu-compile`` (``pip install --target``), which only the
+compile subprocess puts on its path (:func:`extra_path`). Installed into the
+environment itself (``pip install -e '.[gpu-compile]'``) it works too, but
+then every ``import jax`` on a machine without CUDA prints the plugin's
+failed start-up check (a traceback) before falling back to the CPU; the side
+folder keeps the lessons' own processes free of it.
+
 Measured with jaxlib 0.10.2 and 0.12.0.1 on a machine with no GPU and no
 driver: without libdevice (from ``nvidia-cuda-nvcc-cu12``) the compiling
 process segfaults instead of raising, so :func:`extra_missing` looks for it
@@ -21,7 +29,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.resources
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +38,8 @@ NVCC_PACKAGE = "nvidia-cuda-nvcc-cu12"
 NVCC_VERSION = "12.9.86"
 EXTRA_PACKAGES = ("jax-cuda12-plugin", "jax-cuda12-pjrt", NVCC_PACKAGE)
 _NEWER_FIELDS = ("collective_memory_granularity",)  # unknown to jaxlib < 0.12
+EXTRA_PATH_ENV = "DPCOURSE_GPU_COMPILE_PATH"
+EXTRA_DIR_NAME = "gpu-compile"
 
 
 @dataclass(frozen=True)
@@ -122,26 +131,46 @@ def config_text(name: str, jaxlib_version: str | None = None) -> str:
     return text
 
 
+def extra_path() -> Path | None:
+    """The folder holding the extra, or None when it is to be found in this environment itself.
+
+    ``$DPCOURSE_GPU_COMPILE_PATH`` when set, else ``<sys.prefix>/gpu-compile``
+    when that folder exists (what ``make gpu-compile`` makes).
+    """
+    import os
+    import sys
+
+    if os.environ.get(EXTRA_PATH_ENV):
+        return Path(os.environ[EXTRA_PATH_ENV])
+    side = Path(sys.prefix) / EXTRA_DIR_NAME
+    return side if side.is_dir() else None
+
+
+def _search_path() -> list[str]:
+    import sys
+
+    side = extra_path()
+    return ([str(side)] if side else []) + sys.path
+
+
 def libdevice_path() -> Path | None:
     """``libdevice.10.bc`` from the ``nvidia-cuda-nvcc-cu12`` wheel, or None when it is absent.
 
-    Looks inside the installed ``nvidia.cuda_nvcc`` package without importing
-    JAX (XLA finds it there too).
+    Looks in :func:`extra_path` and on ``sys.path`` without importing
+    anything (XLA finds it in the same place: ``nvidia/cuda_nvcc``).
     """
-    try:
-        spec = importlib.util.find_spec("nvidia.cuda_nvcc")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        found = Path(root) / "nvvm" / "libdevice" / "libdevice.10.bc"
+    for root in _search_path():
+        found = Path(root) / "nvidia" / "cuda_nvcc" / "nvvm" / "libdevice" / "libdevice.10.bc"
         if found.is_file():
             return found
     return None
 
 
 def _installed(dist: str) -> str | None:
+    if dist != "jaxlib":
+        for found in importlib.metadata.distributions(name=dist, path=_search_path()):
+            return found.version
+        return None
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -149,19 +178,22 @@ def _installed(dist: str) -> str | None:
 
 
 def install_command(jaxlib_version: str | None = None) -> str:
-    """The pip command that installs the extra for ``jaxlib_version`` (default: the installed jaxlib)."""
+    """How to install the extra for ``jaxlib_version`` (default: the installed jaxlib)."""
     v = jaxlib_version or _installed("jaxlib") or "<your jaxlib version>"
-    return f"pip install jax-cuda12-plugin=={v} jax-cuda12-pjrt=={v} {NVCC_PACKAGE}=={NVCC_VERSION}"
+    return (
+        "make gpu-compile (in the course's repository), or: pip install --no-deps --target "
+        f"<environment>/{EXTRA_DIR_NAME} jax-cuda12-plugin=={v} jax-cuda12-pjrt=={v} {NVCC_PACKAGE}=={NVCC_VERSION}"
+    )
 
 
 def extra_missing() -> str | None:
     """Why a GPU compile without a GPU cannot run here, or None when it can.
 
     Checks, without starting JAX, that ``jax-cuda12-plugin`` and
-    ``jax-cuda12-pjrt`` are installed at exactly the installed jaxlib's
-    version, and that libdevice (``nvidia-cuda-nvcc-cu12``) is present: without
-    it the compile segfaults instead of raising. The reason ends with the pip
-    command that fixes it.
+    ``jax-cuda12-pjrt`` are installed (in :func:`extra_path` or this
+    environment) at exactly the installed jaxlib's version, and that
+    libdevice (``nvidia-cuda-nvcc-cu12``) is present: without it the compile
+    segfaults instead of raising. The reason ends with how to fix it.
     """
     jaxlib = _installed("jaxlib")
     if jaxlib is None:
