@@ -128,13 +128,15 @@ def show_compilers(
     steps: dict[str, str] | None = None,
     target: str = "h200",
     counts: tuple[int, ...] = gpu_targets.DEVICE_COUNTS,
-    cpu_devices: int = 8,
+    cpu_devices: int | None = 8,
     disable_passes: tuple[str, ...] = (),
 ) -> list[deviceless.CompileResult]:
     """Notebooks: compile ``steps`` for ``counts`` x ``target`` without a GPU and for CPU devices; show both.
 
-    One subprocess. Without the extra it prints one line saying how to get
-    it and shows the CPU compiler's answer only.
+    One subprocess, one table per result. ``cpu_devices=None`` leaves the CPU
+    out (a notebook on CPU devices has just shown it). Without the extra it
+    prints one line saying how to get it and shows the CPU compiler's answer
+    only.
 
     Returns:
         The results (GPU ones first; a GPU result has ``error`` set when the
@@ -146,7 +148,7 @@ def show_compilers(
 
     missing = gpu_targets.extra_missing()
     gpu_jobs = [] if missing else [deviceless.Job("gpu", target, n, profile) for n in counts]
-    jobs = gpu_jobs + [deviceless.Job("cpu", "cpu", cpu_devices, profile)]
+    jobs = gpu_jobs + ([deviceless.Job("cpu", "cpu", cpu_devices, profile)] if cpu_devices else [])
     if missing:
         print(f"GPU compile without a GPU is not available here: {missing}")
     results = deviceless.compile_jobs(jobs, steps, disable_passes=disable_passes)
