@@ -88,6 +88,44 @@ def records(results: list[deviceless.CompileResult]) -> list[dict]:
     return out
 
 
+METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
+
+
+def check(recs: list[dict]) -> list[str]:
+    """What in ``recs`` differs from the placement the course teaches (empty: all as taught).
+
+    Every course step compiled for a GPU, and the device-axis and
+    ``shard_map`` steps on the CPU: one all-reduce per step, outside any
+    loop, of the float32 gradient and the two metrics. Plain ``jit`` on the
+    CPU: the shared block's gradient reduced inside the backward loop. A
+    change in JAX or XLA that moves an all-reduce makes ``make placement``
+    fail with the record that moved.
+    """
+    from dpcourse import config, costs
+
+    problems = []
+    for r in recs:
+        where = f"{r['backend']} {r['target']} x{r['n_devices']} {r['profile']} {r['step']}"
+        if r.get("error"):
+            problems.append(f"{where}: not compiled: {r['error']}")
+            continue
+        if r["step"] not in deviceless.COURSE_STEPS or r.get("disabled_passes"):
+            continue
+        if r["backend"] == "cpu" and r["step"] == "jit":
+            if r["in_loop"] < 1:
+                problems.append(f"{where}: the CPU compiler no longer reduces inside the loop ({r['in_loop']})")
+            continue
+        expected = costs.gradient_bytes(config.make_config(r["profile"])) + METRIC_BYTES
+        got = (r["all_reduces"], r["collectives"], r["in_loop"], r["runs_per_step"], r["bytes_per_step"])
+        if got != (1, 1, 0, 1, expected):
+            problems.append(
+                f"{where}: expected 1 all-reduce per step outside any loop of {expected:,} bytes; got "
+                f"{r['all_reduces']} all-reduce(s) of {r['collectives']} collective(s), {r['in_loop']} in a loop, "
+                f"{r['runs_per_step']} runs, {r['bytes_per_step']} bytes"
+            )
+    return problems
+
+
 def table_rows(recs: list[dict]) -> list[dict]:
     """Rows for :func:`dpcourse.display.table` or a text table: where each step's collectives land."""
     rows = []
@@ -160,7 +198,7 @@ def show_compilers(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``make placement``: compile, print the table, write placement.json; exit 1 if a compile failed."""
+    """``make placement``: compile, print the table, write placement.json; exit 1 if one failed :func:`check`."""
     parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU (without a GPU) and CPU compilers.")
     parser.add_argument("--profile", action="append", help="workload profile (repeatable; default smoke and full)")
     parser.add_argument("--target", action="append", help=f"GPU target (default all: {', '.join(gpu_targets.TARGETS)})")
@@ -185,9 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(recs, indent=1) + "\n")
-    failed = [r for r in recs if r.get("error")]
-    print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s, {len(failed)} failed)")
-    return 1 if failed else 0
+    problems = check(recs)
+    print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")
+    for line in problems:
+        print(f"placement: FAILED: {line}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
