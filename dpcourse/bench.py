@@ -102,10 +102,15 @@ def compile_step(step, *args):
     - ``"warm"``: the function was compiled before. If JAX still holds the
       program it would hand it back in microseconds, so JAX's caches are
       cleared (other functions recompile on their next call) and it is
-      compiled again. ``jax.clear_caches()`` empties JAX's caches but not
-      XLA's own: on an H200 a step's first compile took 0.809 s and the same
-      function after ``clear_caches`` 0.120 s (measured for this course on one H200, JAX 0.11.2).
-      For a cold time of such a step, compile it in a fresh process.
+      compiled again. "Warm" says only that: it does not claim the recompile
+      was faster. On CPU a recompile after ``jax.clear_caches()`` costs
+      about what a fresh program's compile costs; an earlier H200 pair
+      (0.809 s, then 0.120 s after ``clear_caches``) compared the process's
+      first compile, which also pays one-time start-up work, with a later
+      one, so it does not show a cache at work. ``tools/clear_caches_check.py``
+      times the recompile against another fresh program after a warm-up
+      compile, on the machine it runs on. For a cold time of a step, compile
+      it in a fresh process.
     - ``"persistent cache on"``: first compile here, but
       ``jax_compilation_cache_dir`` is set, so it may have come from disk.
     """

@@ -184,18 +184,39 @@ if backend == "cpu":
 # - **CPU** (measured with JAX 0.10.2 and 0.12.0.1): it stays inside the
 #   loop, one all-reduce of the block's gradient per block repeat,
 #   BLOCK_REPEATS times per step.
-# - **GPU**: XLA's GPU pipeline has a pass that the CPU pipeline lacks,
-#   `while-loop-all-reduce-code-motion`, written to move an all-reduce whose
-#   result is only accumulated in a loop out of the loop. So on GPUs plain
-#   `jit` may reduce once per step. The next cell compiles the steps for
-#   mocked 2, 4 and 8 GPU topologies when this machine has an NVIDIA GPU.
+# - **GPU** (measured the same way, compiled for H100 SXM, H200 and an
+#   approximate L4 at 2, 4 and 8 GPUs on a machine without a GPU): one
+#   all-reduce per step, after the loop, of the gradient and the two metrics.
+#   XLA's GPU pipeline has a pass the CPU pipeline lacks,
+#   `while-loop-all-reduce-code-motion`: it moves an all-reduce whose result
+#   is only accumulated in a loop out of the loop (the sum of the reduced
+#   contributions is the reduction of their sum). Then `all-reduce-combiner`
+#   merges it with the other gradients' all-reduces into one instruction.
 #
 # The line printed under the table above is measured on this run's backend.
+# The next cell asks XLA's GPU compiler itself, in a fresh process: JAX can
+# compile for N GPUs from a description of the GPU (here XLA's own H200
+# file) without having one. It needs an optional extra (`make gpu-compile`,
+# about 510 MB); without it the cell says so in one line.
 
 # %%
-# The same three steps compiled for mocked GPU topologies, one fresh process each
-# (JAX_MOCK_GPU_TOPOLOGY is read when the backend starts). Needs an NVIDIA GPU.
-gpu_reports = gpu_placement.show_mocked_gpu_placement(cfg.profile, backend)
+# The same three steps compiled by XLA's GPU compiler for 8 x H200, without a GPU
+# (dpcourse.deviceless: a fresh process with a GPU target description).
+gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
+
+# %% [markdown]
+# **The experiment that turns it off.** Switch the pass off in the compile
+# process (`XLA_FLAGS=--xla_disable_hlo_passes=while-loop-all-reduce-code-motion`)
+# and compile plain `jit` for the GPU again: the all-reduce of the block's
+# gradient is back inside the loop, once per repeat, as on the CPU.
+
+# %%
+no_motion = gpu_placement.show_gpu_placement(
+    cfg.profile,
+    backend,
+    steps={"jit": "dpcourse.deviceless:jit_step"},
+    disable_passes=(gpu_placement.PASS_NAME,),
+)
 
 # %% [markdown]
 # **A way to one reduction per step by construction, still with plain
