@@ -78,7 +78,7 @@ browser-test: $(VENV)/.dev-installed
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
-# solutions (which run every cell of 02-09 too), smoke profile.
+# solutions (which run every cell of 02-10 too), smoke profile.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_VENV ?= .venv-newest
