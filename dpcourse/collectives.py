@@ -63,16 +63,51 @@ def shape_bytes(type_text: str) -> int:
     return total
 
 
+_TYPE_TOKEN = re.compile(r"\(|\)|\b(pred|[suf]\d+|bf16|c64|c128)\[([\d,]*)\]")
+
+
+def type_tree(type_text: str) -> list:
+    """An HLO result type as nested lists of array byte counts.
+
+    ``((f32[26508]{0}), f32[26508]{0})`` gives ``[[[106032], 106032]]``: the
+    outer list holds the top-level elements, each tuple is a list.
+    """
+    stack: list[list] = [[]]
+    for m in _TYPE_TOKEN.finditer(type_text):
+        token = m.group(0)
+        if token == "(":
+            stack.append([])
+        elif token == ")":
+            if len(stack) > 1:
+                done = stack.pop()
+                stack[-1].append(done)
+        else:
+            stack[-1].append(shape_bytes(token))
+    while len(stack) > 1:  # unbalanced text: close what is open
+        done = stack.pop()
+        stack[-1].append(done)
+    return stack[0]
+
+
+def _tree_bytes(node) -> int:
+    return sum(_tree_bytes(n) for n in node) if isinstance(node, list) else node
+
+
 def _result_bytes(opcode: str, type_text: str) -> int:
-    # An async all-reduce-start returns its result; the other "-start" forms
-    # return a tuple (operands..., output, [context]): count the output only,
-    # the largest array of the tuple for all-gather, else the last one.
-    if not opcode.endswith("-start") or opcode == "all-reduce-start":
+    # Synchronous collectives: the whole result (a tuple when XLA combined
+    # several arrays into one instruction). Async "-start" forms return
+    # (operands, output[, context...]): count the output once. jaxlib 0.12's
+    # GPU all-reduce-start is typed ((f32[n]), f32[n]); older ones, and
+    # all-reduce-start generally, may also return the plain result.
+    if not opcode.endswith("-start"):
         return shape_bytes(type_text)
-    sizes = [shape_bytes(f"{d}[{dims}]") for d, dims in _SHAPE.findall(type_text)]
-    if not sizes:
-        return 0
-    return max(sizes) if opcode.startswith("all-gather") else sizes[-1]
+    tree = type_tree(type_text)
+    elements = tree[0] if len(tree) == 1 and isinstance(tree[0], list) else tree
+    if len(elements) < 2:
+        return _tree_bytes(elements)
+    if opcode == "all-reduce-start" and not isinstance(elements[0], list):
+        return _tree_bytes(elements)  # a combined all-reduce's results, no operand tuple
+    return _tree_bytes(elements[1])
 
 
 @dataclass(frozen=True)
