@@ -53,8 +53,9 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
+# --lesson10 adds lesson 10's steps (dpcourse.sharded_steps) on 8 devices of each target.
 placement: $(VENV)/.gpu-compile-installed
-	$(PY) -m dpcourse.placement_report $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m dpcourse.placement_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
 	$(PY) -m dpcourse run $(if $(PROFILE),--profile $(PROFILE),)
