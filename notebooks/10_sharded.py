@@ -71,7 +71,7 @@ from dpcourse import (
 from dpcourse import display as show
 
 devs = lesson.devices.devices
-n = len(devs)
+n, backend = len(devs), devs[0].platform
 global_batch = cfg.global_batch(n)
 mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 and 05
 optimizer = train.make_optimizer(cfg)
@@ -503,9 +503,9 @@ print(
 )
 
 # %% [markdown]
-# At these small sizes the gradients and the compiler's workspace weigh as
-# much as the activations, so the saving is below K; at the full size the
-# prototype of this lesson measured 2,714 MB -> 696 MB (K = 4, 8 devices).
+# The saving is at most about K, less where the gradients and the
+# compiler's workspace weigh as much as the activations; at the full size
+# this lesson's prototype measured 2,714 MB -> 696 MB (K = 4, 8 devices).
 # **When to use it:** when the global batch you want (for the optimizer's
 # sake) does not fit in the devices' memory at once. It costs time: K
 # smaller passes use a device less fully than one large one, and nothing is
@@ -539,11 +539,9 @@ if REDUCED_OK:
         )
 # Same reasons as notebooks 04-06 (train.equivalence_tolerances): float32 sums in another order.
 EQUIV_TOL, _ = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=STEPS)
-BITWISE = (
-    "ZeRO-1",
-    "FSDP, naive",
-    "FSDP, gathered once",
-)  # the same arithmetic, only placed differently
+# ZeRO and FSDP do the same arithmetic, only placed differently: bitwise on the CPU.
+SAME_ARITHMETIC = ("ZeRO-1", "FSDP, naive", "FSDP, gathered once")
+BITWISE = SAME_ARITHMETIC if backend == "cpu" else ()
 diffs, rows = {}, []
 for form, (p, _, m) in final.items():
     diffs[form] = train.max_abs_diff(final["replicated DP"][0], p)
@@ -604,7 +602,6 @@ display(
         caption=f"Collectives per step, {devs[0].platform}, {n} devices, JAX {jax.__version__}",
     )
 )
-backend = devs[0].platform
 if backend == "cpu":
     print(
         "The CPU compiler never emits a reduce-scatter (it all-reduces and keeps a slice), keeps "
@@ -649,7 +646,9 @@ for res in gpu_results:
 #   loops (plus a small all-reduce of the two metrics, loss and accuracy);
 # - FSDP naive: the shared block's weight all-gathered inside the forward
 #   and the backward loop, 2 x BLOCK_REPEATS + 1 gathers per step (at the
-#   full size, 257 per step and about 1 GB, by this lesson's prototype);
+#   full size, 257 per step and about 1 GB, by this lesson's prototype),
+#   and, as in ZeRO-1 below, the block's gradient reduce-scattered in the
+#   backward loop;
 # - ZeRO-1: the shared block's gradient is **reduce-scattered inside the
 #   backward loop**, once per repeat. The pass that moves the plain step's
 #   all-reduce out of that loop (`while-loop-all-reduce-code-motion`,
@@ -693,11 +692,11 @@ display(
 
 # %% [markdown]
 # Set against the GPU census (the cell below prints both where it ran):
-# the prediction holds for replicated DP, FSDP gathered once, the naive
-# FSDP and both accumulations, once the metrics' small all-reduce is
-# allowed for; ZeRO-1's reduce-scatter runs BLOCK_REPEATS + 1 times
-# instead of once (the shared block's gradient in each backward
-# iteration). The CPU census differs wherever the CPU compiler keeps a
+# the prediction holds for replicated DP, FSDP gathered once, both
+# accumulations and the naive FSDP's all-gathers, once the metrics' small
+# all-reduce is allowed for; in ZeRO-1 and the naive FSDP the
+# reduce-scatter runs BLOCK_REPEATS + 1 times instead of once (the shared
+# block's gradient in each backward iteration). The CPU census differs wherever the CPU compiler keeps a
 # reduction inside a loop or all-reduces instead of reduce-scattering.
 
 # %%
@@ -810,7 +809,7 @@ zero1_bytes = ...  # a number of bytes
 check.zero1_bytes_per_device(zero1_bytes)
 
 # %% [markdown]
-# **10.2 · How many microbatches?** You want a global batch of 32,768
+# **10.2 · How many microbatches?** You want a global batch of 49,152
 # examples on 8 GPUs, and one GPU fits the activations of at most 1,024
 # examples at once. What is the smallest accumulation count K that works
 # (the global batch must divide by K, and each microbatch by the 8 GPUs)?

@@ -6,5 +6,6 @@
 zero1_bytes = 4 * 1_863_690 + 8 * 1_863_690 / 4
 
 # %% tags=["ex10_2"]
-# 32,768 / 8 GPUs = 4,096 examples per GPU per step; at most 1,024 at once.
-accum_k = 4
+# 49,152 / 8 GPUs = 6,144 examples per GPU per step; at most 1,024 at once:
+# K >= 6, and 49,152 / 6 = 8,192 divides over the 8 GPUs.
+accum_k = 6

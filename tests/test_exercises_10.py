@@ -35,17 +35,17 @@ def test_10_1_right_and_known_wrong_answers():
 
 def test_10_2_right_and_known_wrong_answers():
     expect(lesson10.microbatch_count(None), NOT_ATTEMPTED)
-    expect(lesson10.microbatch_count(4), CORRECT, "K = 4")
-    expect(lesson10.microbatch_count(4.0), CORRECT)
-    expect(lesson10.microbatch_count(32), WRONG, "share each microbatch")
-    expect(lesson10.microbatch_count(2), WRONG, "Too few")
-    expect(lesson10.microbatch_count(1), WRONG, "4,096 examples")
+    expect(lesson10.microbatch_count(6), CORRECT, "K = 6")
+    expect(lesson10.microbatch_count(6.0), CORRECT)
+    expect(lesson10.microbatch_count(48), WRONG, "share each microbatch")
+    expect(lesson10.microbatch_count(4), WRONG, "Too few")
+    expect(lesson10.microbatch_count(1), WRONG, "6,144 examples")
     expect(lesson10.microbatch_count(8), WRONG, "not the smallest")
-    expect(lesson10.microbatch_count(6), WRONG, "does not split")
+    expect(lesson10.microbatch_count(7), WRONG, "does not split")
     expect(lesson10.microbatch_count(0.25), WRONG, "whole number")
 
 
-@pytest.mark.parametrize("answer", [6 * P, 4])
+@pytest.mark.parametrize("answer", [6 * P, 6])
 def test_answers_are_stable(answer):
     check = lesson10.zero1_bytes_per_device if answer > 100 else lesson10.microbatch_count
     assert str(check(answer)) == str(check(answer))

@@ -6,7 +6,7 @@ from dpcourse.exercises.base import as_number, checker, close, how_far, wrong
 
 FULL_PARAMS = 1_863_690  # the full-size model (dpcourse.model.param_count of the full profile)
 ZERO1_DEVICES = 4
-TARGET_BATCH, GPUS, FITS = 32_768, 8, 1_024  # exercise 10.2
+TARGET_BATCH, GPUS, FITS = 49_152, 8, 1_024  # exercise 10.2
 
 
 def zero1_reference(n_params: int = FULL_PARAMS, n_devices: int = ZERO1_DEVICES) -> float:
@@ -62,11 +62,11 @@ def smallest_k(global_batch: int = TARGET_BATCH, gpus: int = GPUS, fits: int = F
 
 @checker("ex10_2", "a whole number K of microbatches")
 def microbatch_count(answer) -> str:
-    """Exercise 10.2: the smallest accumulation count for 32,768 examples on 8 GPUs fitting 1,024 each.
+    """Exercise 10.2: the smallest accumulation count for 49,152 examples on 8 GPUs fitting 1,024 each.
 
-    Right: 4 (32,768 / 8 = 4,096 examples per GPU per step, 1,024 per
-    microbatch). Known wrong: 32 (the 8 GPUs forgotten), 1 or 0.25, and
-    valid but larger counts.
+    Right: 6 (49,152 / 8 = 6,144 examples per GPU per step, 1,024 per
+    microbatch). Known wrong: 48 (the 8 GPUs forgotten), too few, counts
+    that do not divide, and valid but larger counts.
     """
     value = as_number(answer, "K", positive=True)
     if value != int(value):
