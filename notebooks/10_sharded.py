@@ -25,10 +25,11 @@
 # At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
 # (section 2 says which leaves stay replicated then).
 #
-# **Time** (2-core CPU, 8 simulated devices, machine shared, load average
-# 4 to 6): `smoke` about 30 seconds; `cpu` about 45 seconds. The GPU
-# compile without a GPU (section 6, when the extra is installed) adds about
-# 20 to 60 seconds.
+# **Time** (measured on a shared 2-core CPU, 8 simulated devices, load
+# average 3 to 5, JAX 0.10.2): `smoke` 106 seconds, `cpu` 88 seconds, of
+# which the GPU compile without a GPU (section 6, when the extra is
+# installed) took 51 and 39 seconds; the package check of section 5 about
+# 13 to 21 seconds.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
