@@ -53,8 +53,9 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
+# --lesson10 adds lesson 10's steps (dpcourse.sharded_steps) on 8 devices of each target.
 placement: $(VENV)/.gpu-compile-installed
-	$(PY) -m dpcourse.placement_report $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m dpcourse.placement_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
 	$(PY) -m dpcourse run $(if $(PROFILE),--profile $(PROFILE),)
@@ -104,7 +105,7 @@ browser-test: $(VENV)/.dev-installed
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
-# solutions (which run every cell of 02-09 too), smoke profile.
+# solutions (which run every cell of 02-10 too), smoke profile.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_VENV ?= .venv-newest

@@ -211,6 +211,69 @@ def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, la
     return steps * latency_s + steps / n_devices * n_bytes / link_bytes_per_s
 
 
+def _check_link(n_devices: int, link_bytes_per_s: float, latency_s: float) -> None:
+    if n_devices < 1 or link_bytes_per_s <= 0 or latency_s < 0:
+        raise ValueError(
+            f"Need n_devices >= 1, bandwidth > 0 and latency >= 0, got {n_devices}, {link_bytes_per_s} and {latency_s}."
+        )
+
+
+def all_gather_bytes(n_bytes: float, n_devices: int) -> float:
+    """Bytes each device receives in a ring all-gather of an array of ``n_bytes`` (its full size).
+
+    Each device starts with ``1 / N`` of the array and receives the other
+    ``(N - 1) / N``: ``(N - 1) / N x n_bytes``. Lesson 10: FSDP gathers the
+    parameters this way before using them.
+
+    Raises:
+        ValueError: ``n_devices`` < 1 or negative bytes.
+    """
+    if n_devices < 1 or n_bytes < 0:
+        raise ValueError(f"Need n_devices >= 1 and n_bytes >= 0, got {n_devices} and {n_bytes}.")
+    return (n_devices - 1) / n_devices * n_bytes
+
+
+def reduce_scatter_bytes(n_bytes: float, n_devices: int) -> float:
+    """Bytes each device sends in a ring reduce-scatter of an array of ``n_bytes`` (its full size).
+
+    The same ``(N - 1) / N x n_bytes`` as an all-gather, in ``N - 1`` steps;
+    each device ends with the sum of its ``1 / N`` slice. An all-reduce is a
+    reduce-scatter followed by an all-gather (hence the ``2 (N - 1) / N`` of
+    :func:`ring_allreduce_s`). Lesson 10: ZeRO and FSDP reduce-scatter the
+    gradient.
+
+    Raises:
+        ValueError: ``n_devices`` < 1 or negative bytes.
+    """
+    return all_gather_bytes(n_bytes, n_devices)
+
+
+def ring_all_gather_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Time of a ring all-gather: ``(N - 1) x latency + (N - 1) / N x bytes / bandwidth``.
+
+    Args:
+        n_bytes: bytes of the gathered (full) array.
+        link_bytes_per_s: one-direction bandwidth of each device's link.
+        latency_s: fixed time per ring step, seconds (>= 0); the default 0
+            gives the bandwidth term alone, a lower bound.
+
+    Raises:
+        ValueError: ``n_devices`` < 1, a bandwidth <= 0 or a negative latency.
+    """
+    _check_link(n_devices, link_bytes_per_s, latency_s)
+    return (n_devices - 1) * latency_s + all_gather_bytes(n_bytes, n_devices) / link_bytes_per_s
+
+
+def ring_reduce_scatter_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Time of a ring reduce-scatter: the same terms as :func:`ring_all_gather_s`.
+
+    Raises:
+        ValueError: ``n_devices`` < 1, a bandwidth <= 0 or a negative latency.
+    """
+    _check_link(n_devices, link_bytes_per_s, latency_s)
+    return (n_devices - 1) * latency_s + reduce_scatter_bytes(n_bytes, n_devices) / link_bytes_per_s
+
+
 def achieved_flops_per_s(cfg: Config, global_batch: int, ms_per_step: float) -> float:
     """Training FLOP/s over all devices implied by a measured step time."""
     return train_flops_per_step(cfg, global_batch) / (ms_per_step / 1000.0)

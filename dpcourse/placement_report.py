@@ -25,6 +25,22 @@ DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
 FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
+# Lesson 10's forms (dpcourse.sharded_steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+# --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
+# the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
+LESSON10_DEVICES = 8
+
+
+def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
+    """The jobs of ``--lesson10``: :data:`LESSON10_DEVICES` devices of each target, and the CPU, per profile."""
+    jobs = []
+    for profile in profiles:
+        if profile == "full":
+            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
+            continue
+        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in targets]
+        jobs.append(deviceless.Job("cpu", "cpu", LESSON10_DEVICES, profile))
+    return jobs
 
 
 def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], cpu_devices: int = 8):
@@ -205,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="2,4,8", help="GPU counts, comma-separated")
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
+    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
     args = parser.parse_args(argv)
     profiles = args.profile or ["smoke", "full"]
     targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
@@ -218,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         targets = []
     t0 = time.perf_counter()
     results = deviceless.compile_jobs(jobs_for(profiles, targets, counts))
+    if args.lesson10:
+        from dpcourse import sharded_steps
+
+        results += deviceless.compile_jobs(lesson10_jobs(profiles, targets), sharded_steps.STEPS)
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))

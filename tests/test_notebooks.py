@@ -23,6 +23,7 @@ EXPECTED = [
     "07_sweep",
     "08_multihost",
     "09_performance",
+    "10_sharded",
 ]
 PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 

@@ -24,6 +24,8 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "08_multihost": ("The environment each process got", "Loss per step (global mean, before each update)"),
     # The ladder table and the all-reduce placement of the fast step.
     "09_performance": ("The ladder on", "Collectives on"),
+    # Every form against replicated DP, and the collective census per form.
+    "10_sharded": ("each form vs replicated DP", "Collectives per step, "),
 }
 
 
