@@ -202,7 +202,7 @@ print(
 
 
 # %% tags=["lesson_forward"]
-def forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dtype="float32"):
+def rung_forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dtype="float32"):
     # bfloat16 rungs: cast the float32 master weights and the input, so the
     # matmuls and every activation (the residual stream h too) are bfloat16.
     p = jax.tree.map(lambda a: a.astype(compute_dtype), params)
@@ -221,7 +221,7 @@ def forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dtype="
 
 
 # %% [markdown]
-# Your `forward` against the package's, with every rung's settings, on a
+# Your `rung_forward` against the package's, with every rung's settings, on a
 # few examples (the logits must be the same numbers):
 
 # %%
@@ -232,7 +232,7 @@ rungs = ladder.default_rungs(cfg)
 init_host = model.init_params(cfg)
 for rung in rungs[:-1]:  # the last rung differs from the one before in its batch only
     args = (cfg.block_repeats, cfg.block_mix, rung.block_unroll, rung.compute_dtype)
-    mine = jax.jit(forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
+    mine = jax.jit(rung_forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
     package = jax.jit(model.forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
     print(f"{rung.name}: {cellcheck.compare(mine, package, 'logits', 'model.forward')!r}")
 

@@ -231,3 +231,95 @@ def test_09_2_rungs_near_the_target_count_either_way():
     for answer in ([], ["unrolled_f32"], ["scan_f32", "scan_bf16", "unrolled_f32"]):
         expect(lesson09.rungs_reaching(answer, measured, 0.5), CORRECT, "either way")
     expect(lesson09.rungs_reaching(["unrolled_bf16"], measured, 0.5), WRONG, "clearly below")
+
+
+# The lessons' own cells, pinned to the package --------------------------------
+
+
+def _lesson_cell(stem, tag):
+    import jupytext
+
+    from dpcourse.exercises.solutions import NOTEBOOK_DIR
+
+    nb = jupytext.read(NOTEBOOK_DIR / f"{stem}.py")
+    cells = [c.source for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"{stem} must have one cell tagged {tag}"
+    return cells[0]
+
+
+def test_06_lesson_cells_equal_the_package(cpu_devices):
+    import optax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from dpcourse import data, train
+
+    devs = cpu_devices[:4]
+    optimizer = train.make_optimizer(CFG)
+    init_host = model.init_params(CFG)
+    ns = dict(jax=jax, np=np, optax=optax, Mesh=Mesh, NamedSharding=NamedSharding, P=P, model=model, train=train)
+    ns.update(cfg=CFG, optimizer=optimizer, init_host=init_host, devs=devs, print=lambda *a: None)
+    exec(_lesson_cell("06_pmap", "lesson_replicate"), ns)
+    exec(_lesson_cell("06_pmap", "lesson_pmap_step"), ns)
+    assert train.max_abs_diff(ns["params_r"], train.replicate(init_host, devs)) == 0.0
+    x, y = data.stacked_batches(data.load_fashion_mnist(source="synthetic", limit=256, seed=0), 1, 4 * 8)
+    xb, yb = train.split_for_pmap(x[0], 4), train.split_for_pmap(y[0], 4)
+    params_r, state_r = ns["params_r"], ns["state_r"]
+    mine = ns["p_step"](params_r, state_r, xb, yb)
+    package = train.make_pmap_step(CFG, optimizer, devs)(params_r, state_r, xb, yb)
+    assert train.max_abs_diff(mine[0], package[0]) == 0.0
+    assert train.max_abs_diff(mine[2], package[2]) == 0.0
+
+
+def test_08_lesson_cell_equals_the_package(cpu_devices):
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from dpcourse import data, distributed, worker
+
+    ns = dict(jax=jax, np=np, NamedSharding=NamedSharding, P=P, data=data, distributed=distributed)
+    exec(_lesson_cell("08_multihost", "lesson_process_rows"), ns)
+    mesh = Mesh(np.array(cpu_devices), ("data",))
+    dataset = data.load_fashion_mnist(source="synthetic", limit=300, seed=0)
+    rows, x, y = ns["global_batches"](mesh, dataset, 2, 32, cpu_devices)
+    rows_pkg, x_pkg, y_pkg = worker.load_global_batches(mesh, dataset, 2, 32)
+    assert rows == rows_pkg == [(0, 32)]
+    assert np.array_equal(np.asarray(x), np.asarray(x_pkg)) and np.array_equal(np.asarray(y), np.asarray(y_pkg))
+    assert x.sharding == x_pkg.sharding
+    sharding = NamedSharding(mesh, P(None, "data", None))
+    for pid in range(2):  # what each of two processes of 4 devices would hold, as the workers report it
+        assert ns["rows_held"](sharding, (2, 32, 784), cpu_devices[4 * pid : 4 * pid + 4]) == [
+            (16 * pid, 16 * pid + 16)
+        ]
+
+
+@pytest.mark.parametrize("unroll", [1, 4, "full"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_09_lesson_forward_equals_model_forward(unroll, dtype):
+    import jax.numpy as jnp
+
+    ns = dict(jax=jax, jnp=jnp)
+    exec(_lesson_cell("09_performance", "lesson_forward"), ns)
+    params = model.init_params(CFG)
+    x = np.random.default_rng(0).random((8, 784), dtype=np.float32)
+    args = (CFG.block_repeats, CFG.block_mix, unroll, dtype)
+    mine = jax.jit(ns["rung_forward"], static_argnums=(2, 3, 4, 5))(params, x, *args)
+    package = jax.jit(model.forward, static_argnums=(2, 3, 4, 5))(params, x, *args)
+    assert np.array_equal(np.asarray(mine), np.asarray(package))
+
+
+def test_07_runs_with_the_lessons_mesh_set_globally(tmp_path):
+    # Notebook 03 allows jax.set_mesh(mesh) without `with`; 07's one-device work must still run.
+    import nbformat
+
+    from dpcourse import runner
+    from dpcourse.exercises.solutions import NOTEBOOK_DIR
+
+    nb = nbformat.read(NOTEBOOK_DIR / "07_sweep.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if 'mesh = Mesh(np.array(devs), ("data",))' in c.source)
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell("jax.set_mesh(mesh)"))
+    path = tmp_path / "07_sweep.ipynb"
+    (tmp_path / "out").mkdir()
+    nbformat.write(nb, path)
+    run = runner.run_notebook(path, tmp_path / "out", tmp_path / "results.json", "smoke", 600)
+    assert run.status == "passed", run.error
