@@ -62,7 +62,8 @@ sweep_sizes, rounded = bench.sizes_for_devices(
 print(f"{lesson.devices.label}; sweep over global batches {sweep_sizes}")
 if rounded:
     print(
-        f"rounded to multiples of {n} devices, so every device gets the same batch: {', '.join(rounded)}"
+        f"rounded to multiples of {n} devices, so every device gets the same batch: "
+        f"{', '.join(rounded)}"
     )
 
 # %% [markdown]
@@ -72,7 +73,8 @@ if rounded:
 # explicit data-parallel step of notebook 05 for that shape, benchmark it.
 # The profile's sizes were rounded above to multiples of the device count
 # (`bench.sizes_for_devices`); `bench.sweep` skips any size that still does
-# not divide (one you add by hand, say) with the reason, records a size that fails (for example out of memory) and goes on,
+# not divide (one you add by hand, say) with the reason, records a size
+# that fails (for example out of memory) and goes on,
 # and calls `cleanup` after every size so no buffers leak into the next one.
 #
 # The step **donates** its parameters and optimizer state
@@ -172,12 +174,14 @@ if fit is not None:
                 }
                 for b, pt, e in zip(sizes, ok, errors)
             ],
-            caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + {fit.per_example_s * 1e6:.2f} µs per example",
+            caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + "
+            f"{fit.per_example_s * 1e6:.2f} µs per example",
         )
     )
     if fit.through_origin:
         print(
-            "The best straight line had a negative overhead, which is not physical: the fit was redone "
+            "The best straight line had a negative overhead, which is not physical: "
+            "the fit was redone "
             "through zero, so the model is a constant throughput."
         )
     # A two-parameter line through two points is exact: judge only from three or more.
@@ -230,7 +234,8 @@ sweep_png = show.figure(
 # the time per example dominates; on real GPUs the flat part sits below the
 # peak line. In this model the all-reduce is part of the fixed overhead,
 # which the plateau has already spread to nothing, so the gap is the MFU
-# lost inside the per-example time: element-wise work and memory traffic. Where it does not fit, the measurements say
+# lost inside the per-example time: element-wise work and memory traffic.
+# Where it does not fit, the measurements say
 # something the model leaves out. A common case on CPUs: throughput *falls*
 # at the largest sizes, once a per-device batch's activations no longer fit
 # the caches, so the time per example itself grows. On simulated devices
@@ -279,25 +284,30 @@ display(
 )
 if link is not None:
     print(
-        f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
+        f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, "
+        f"bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
     )
 if lesson.devices.simulated:
     print(
-        "Simulated devices: the 'link' is a copy through this host's memory; no datasheet link to compare."
+        "Simulated devices: the 'link' is a copy through this host's memory; "
+        "no datasheet link to compare."
     )
 elif peak is not None:
     print(
-        f"Datasheet: {peak.link}, {peak.link_bytes_per_s / costs.GB:.0f} GB/s each way ({peak.source})."
+        f"Datasheet: {peak.link}, {peak.link_bytes_per_s / costs.GB:.0f} GB/s each way "
+        f"({peak.source})."
     )
 else:
     print(
-        f"No datasheet link is listed for {devs[0].device_kind}: the measurement is the only figure."
+        f"No datasheet link is listed for {devs[0].device_kind}: "
+        "the measurement is the only figure."
     )
 for label, bytes_per_value in (("float32", 4), ("bfloat16", 2)) if link is not None else ():
     b = costs.gradient_bytes(cfg, bytes_per_value)
     t = costs.ring_allreduce_s(b, n, link.bus_bytes_per_s, link.latency_s)
     print(
-        f"All-reduce of this lesson's {label} gradient ({b / 1e6:.3f} MB), measured link: {t * 1e3:.3f} ms"
+        f"All-reduce of this lesson's {label} gradient ({b / 1e6:.3f} MB), "
+        f"measured link: {t * 1e3:.3f} ms"
     )
 if fit is not None:
     print(f"Fitted overhead per step, for scale: {fit.overhead_s * 1e3:.3f} ms.")
@@ -311,7 +321,8 @@ if fit is not None:
 # after the backward pass; XLA's latency-hiding scheduler is off by default
 # on GPU), so the sum is the expected case; a datasheet link with no
 # latency makes its all-reduce term err low, and a step that does overlap
-# would be shorter. A profiler trace (`jax.profiler`) shows what happened. **Measured beats datasheet**: a ring can fall short of the
+# would be shorter. A profiler trace (`jax.profiler`) shows what happened.
+# **Measured beats datasheet**: a ring can fall short of the
 # link's peak, and on PCIe systems the path through the CPU's host bridge
 # (`nvidia-smi topo -m`, notebook 01) sets the real figure.
 
@@ -443,8 +454,9 @@ def show_comparison(rows):
     elif sc.verdict == "communication-bound":
         display(
             show.banner(
-                f"Communication-bound: {n} devices are slower than one. Give each device more compute per "
-                "gradient byte (larger per-device batch or BLOCK_REPEATS), or check the link (section 3).",
+                f"Communication-bound: {n} devices are slower than one. Give each device "
+                "more compute per gradient byte (larger per-device batch or BLOCK_REPEATS), "
+                "or check the link (section 3).",
                 "warning",
             )
         )
@@ -497,7 +509,8 @@ results.record("per_device_throughput_n", comparison.per_device_examples_per_s, 
 results.record("scaling_verdict", comparison.verdict or "scales", "text")
 results.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
 print(
-    f"scaling efficiency {comparison.efficiency:.3f} ({comparison.verdict or 'real devices, faster than one'})"
+    f"scaling efficiency {comparison.efficiency:.3f} "
+    f"({comparison.verdict or 'real devices, faster than one'})"
 )
 
 # %%

@@ -83,7 +83,8 @@ results.set_context(
 )
 global_batch = cfg.global_batch(N_DEVICES)
 print(
-    f"profile {cfg.profile}; {N_PROCESSES} processes x {DEVICES_PER_PROCESS} devices; global batch {global_batch}"
+    f"profile {cfg.profile}; {N_PROCESSES} processes x {DEVICES_PER_PROCESS} devices; "
+    f"global batch {global_batch}"
 )
 
 # %% [markdown]
@@ -176,7 +177,7 @@ def rows_held(sharding, global_shape, devices, axis=1):
 
 
 def global_batches(mesh, dataset, n_batches, global_batch, local_devices):
-    """This process's rows of every batch, made into global arrays [n_batches, global_batch, ...]."""
+    """This process's rows of every batch, as global arrays [n_batches, global_batch, ...]."""
     x_sharding = NamedSharding(mesh, P(None, "data", None))
     y_sharding = NamedSharding(mesh, P(None, "data"))
     x_shape = (n_batches, global_batch, data.N_FEATURES)
@@ -376,7 +377,8 @@ assert diff < MULTIHOST_TOL, diff
 # scaled one (measured at 2 processes x 4 devices: 0.56 relative
 # difference). A psum instead of a pmean would be N times too large.
 print(
-    f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} (tolerance {train.GRAD_REL_TOL:g})"
+    f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} "
+    f"(tolerance {train.GRAD_REL_TOL:g})"
 )
 assert grad_rel_diff < train.GRAD_REL_TOL, grad_rel_diff
 

@@ -401,7 +401,8 @@ if f32_rate and bw and points:
         bw,
         points,
         f"Roofline (measured float32-default ceiling and bandwidth), {single.label}",
-        note="x: training FLOPs over the modelled element-wise bytes of the step; y: achieved FLOP/s.",
+        note="x: training FLOPs over the modelled element-wise bytes of the step; "
+        "y: achieved FLOP/s.",
     )
     results.save_figure(fig, "roofline")
 
@@ -437,7 +438,8 @@ checks = {}
 scan_run = by_name["scan_f32"]
 if scan_run.status != "ok":
     print(
-        f"scan_f32, the reference of these checks, failed ({scan_run.reason}): no rung could be checked."
+        f"scan_f32, the reference of these checks, failed ({scan_run.reason}): "
+        "no rung could be checked."
     )
 for name in [
     r.rung.name for r in ok_runs if r.rung.compute_dtype == "float32" and r.rung.name != "scan_f32"
@@ -519,7 +521,8 @@ if scan_run.status == "ok":
     )
 if bf16_diff is not None:
     print(
-        f"bfloat16 tracks float32: max |loss diff| {bf16_diff:.3g} <= {bf16_tol:.3g}: {bf16_diff <= bf16_tol}"
+        f"bfloat16 tracks float32: max |loss diff| {bf16_diff:.3g} <= {bf16_tol:.3g}: "
+        f"{bf16_diff <= bf16_tol}"
     )
 
 # %% [markdown]
@@ -661,11 +664,13 @@ display(
             }
             for k, r in reports.items()
         ],
-        caption=f"Collectives on {multi.label}, global batch {gb} ({multi.devices[0].platform} compiler)",
+        caption=f"Collectives on {multi.label}, global batch {gb} "
+        f"({multi.devices[0].platform} compiler)",
     )
 )
 print(
-    f"float32 gradient: {grad_mb:.3f} MB; in bfloat16: {costs.gradient_bytes(multi_cfg, 2) / MB:.3f} MB"
+    f"float32 gradient: {grad_mb:.3f} MB; "
+    f"in bfloat16: {costs.gradient_bytes(multi_cfg, 2) / MB:.3f} MB"
 )
 bf16_key = "shard_map, unrolled, bfloat16, bf16 pmean"
 written = hlo.written_all_reduce_bytes(lowered[bf16_key].as_text())
@@ -673,7 +678,8 @@ written_mb = sum(b for _, b in written) / MB
 compiled_mb = reports[bf16_key].bytes_per_step / MB
 print(
     f"{bf16_key}: the program JAX wrote all-reduces {written_mb:.3f} MB "
-    f"({', '.join(sorted({d for d, _ in written}))}); the {multi.devices[0].platform} compiler's program moves "
+    f"({', '.join(sorted({d for d, _ in written}))}); "
+    f"the {multi.devices[0].platform} compiler's program moves "
     f"{compiled_mb:.3f} MB"
     + (
         " (it promoted the bfloat16 all-reduce to float32)"
@@ -684,8 +690,9 @@ print(
 if multi.devices[0].platform == "cpu":
     display(
         show.banner(
-            "These placements are the CPU compiler's. XLA's GPU compiler runs other passes (for example one "
-            "that moves all-reduces out of while loops) and may place them differently: compile for the GPUs "
+            "These placements are the CPU compiler's. XLA's GPU compiler runs other passes "
+            "(for example one that moves all-reduces out of while loops) and may place them "
+            "differently: compile for the GPUs "
             "you will train on and read the report there.",
             "warning",
         )
@@ -700,9 +707,9 @@ if multi.devices[0].platform == "cpu":
 # they move one gradient's worth. In the `shard_map` step, compute in
 # bfloat16 alone does not shrink the all-reduce: its `pmean` reduces the
 # gradients of the float32 master weights, which are float32. (Under plain
-# `jit` the partitioner places the all-reduce itself, and may put it on
-# bfloat16 values inside the backward pass; only the CPU compiler then
-# promotes them to float32.) Casting them to bfloat16 for the `pmean` asks for half the
+# `jit` the SPMD partitioner places the all-reduces itself, on the
+# bfloat16 values of the backward pass: they are bfloat16, and only the
+# CPU compiler promotes them to float32.) Casting them to bfloat16 for the `pmean` asks for half the
 # bytes, and a backend whose collectives reduce bfloat16 natively (NCCL
 # does) can send half; XLA's CPU compiler instead promotes a bfloat16
 # all-reduce to float32, as the line above shows when it happens. The mean
@@ -818,7 +825,8 @@ print("still held by name:", held or "none")
 #   times, and their sum is the estimate for a step that overlaps nothing.
 # - The same math compiles to very different programs: `lax.scan` keeps a
 #   loop, a Python loop unrolls it, bfloat16 halves the bytes and, on GPUs,
-#   raises the matmul ceiling (measure it: not every device does). Each rung is checked against the seed's step, with
+#   raises the matmul ceiling (measure it: not every device does). Each
+#   rung is checked against the seed's step, with
 #   a tolerance whose reason is written down.
 # - A profiler trace and the compiled HLO show where the time and the
 #   kernels go; read them before guessing.

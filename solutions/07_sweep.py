@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/07_sweep.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/07_sweep.py
+# (see solutions/02_baseline.py for how they are used).
 
 # %% tags=["ex07_1"]
 # Throughput B / (a + b B) tends to 1 / b; B / (a + b B) = 0.9 / b gives B = 9 a / b.

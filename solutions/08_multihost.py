@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/08_multihost.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/08_multihost.py
+# (see solutions/02_baseline.py for how they are used).
 
 
 # %% tags=["ex08_1"]

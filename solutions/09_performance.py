@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/09_performance.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/09_performance.py
+# (see solutions/02_baseline.py for how they are used).
 
 # %% tags=["ex09_1"]
 # 2 B W^2 / (2 (2 B W + W^2)) = ridge  =>  B = 2 ridge W / (2 (W - 2 ridge)), if W > 2 ridge;
