@@ -323,3 +323,15 @@ def test_07_runs_with_the_lessons_mesh_set_globally(tmp_path):
     nbformat.write(nb, path)
     run = runner.run_notebook(path, tmp_path / "out", tmp_path / "results.json", "smoke", 600)
     assert run.status == "passed", run.error
+
+
+def test_answers_lifted_from_earlier_in_the_lessons_are_not_accepted():
+    # 07.1: the lesson fits all sizes; its plateau (1 / slope of that fit) is not the two-point answer.
+    bent = [_point(32, 3.0), _point(64, 4.6), _point(128, 6.0)]  # not on one line, as a real sweep
+    fit = costs.fit_step_time([32, 64, 128], [3.0e-3, 4.6e-3, 6.0e-3])
+    lifted = (1.0 / fit.per_example_s, 9.0 * fit.overhead_s / fit.per_example_s)
+    expect(lesson07.plateau(lifted, bent), WRONG, "The plateau is 1 / b")
+    # 08.2: the lesson's own global batch (per-device batch x 8 devices) is below 100.
+    gb = CFG.global_batch(8)
+    assert gb < 100
+    expect(lesson08.valid_global_batch((gb, gb // 2), 2, 4), WRONG, "not the smallest such size of at least 100")
