@@ -799,6 +799,12 @@ if best is not None:
     results.record("throughput", best.result.examples_per_s, "examples/s")
     results.record("best_rung", best.rung.name, "name")
 
+# %% [markdown]
+# Last, free what this notebook put on the device: the ladder's runs (their
+# parameters and compiled programs), the batches, the optimizer states of
+# the checks. The cell then lists any name that still holds a device array
+# (there should be none: the figures above are all on the host now).
+
 # %%
 from dpcourse import memory
 
