@@ -39,11 +39,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from dpcourse import bench, data, memory, model, results, train
-from dpcourse import display as show
 from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from dpcourse import bench, data, memory, model, results, train
+from dpcourse import display as show
 
 devs = lesson.devices.devices
 n = len(devs)

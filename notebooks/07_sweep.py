@@ -46,10 +46,11 @@ dataset = lesson.dataset
 # %%
 import jax
 import numpy as np
-from dpcourse import bench, config, costs, memory, model, placement, results, train
-from dpcourse import display as show
 from IPython.display import display
 from jax.sharding import Mesh
+
+from dpcourse import bench, config, costs, memory, model, placement, results, train
+from dpcourse import display as show
 
 devs = lesson.devices.devices
 n = len(devs)

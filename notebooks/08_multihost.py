@@ -38,6 +38,7 @@ LAUNCH_TIMEOUT_S = 180  # the whole multi-process run ends (every process) past 
 
 # %%
 import jax
+
 from dpcourse import multihost_plan
 from dpcourse.session import start_lesson
 
@@ -55,11 +56,12 @@ N_DEVICES = N_PROCESSES * DEVICES_PER_PROCESS
 
 # %%
 import numpy as np
-from dpcourse import config, costs, data, distributed, launcher, model, results, train, worker
-from dpcourse import display as show
 from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from dpcourse import config, costs, data, distributed, launcher, model, results, train, worker
+from dpcourse import display as show
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
     cfg = config.make_config("cpu")

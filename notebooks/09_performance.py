@@ -49,6 +49,9 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from IPython.display import display
+from tqdm import tqdm
+
 from dpcourse import (
     ceilings,
     config,
@@ -64,8 +67,6 @@ from dpcourse import (
 )
 from dpcourse import display as show
 from dpcourse.single_device import measurement_device, where_banner
-from IPython.display import display
-from tqdm import tqdm
 
 single = measurement_device(PROFILE)
 device = single.device
@@ -609,9 +610,10 @@ display(
 from concurrent.futures import ThreadPoolExecutor
 
 import jax.numpy as jnp
-from dpcourse import collectives
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from dpcourse import collectives
 
 mesh = Mesh(np.array(multi.devices), ("data",))
 n_dev = multi.count
