@@ -381,9 +381,6 @@ if ok:
 
 
 # %%
-one_device = Mesh(np.array(devs[:1]), ("data",))
-
-
 def compare_devices(block_repeats, per_device_batch):
     """Throughput on 1 device vs all N devices, same global batch, for a modified config."""
     c = cfg.with_overrides(
@@ -395,6 +392,7 @@ def compare_devices(block_repeats, per_device_batch):
     gb = c.global_batch(n)
     host_params = model.init_params(c)
     many = placement.place_data_parallel(c, dataset, mesh, opt, host_params, gb)
+    one_device = Mesh(np.array(devs[:1]), ("data",))
     out = []
     for label, on_mesh, k in (("1 device", one_device, 1), (f"{n} devices", mesh, n)):
         with jax.set_mesh(on_mesh):
