@@ -29,9 +29,7 @@
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
-BLOCK_UNROLL = (
-    1  # 1: lax.scan (the seed's step); k: scan(unroll=k); "full": a Python loop (notebook 09)
-)
+BLOCK_UNROLL = 1  # 1: lax.scan (the seed's); k: scan(unroll=k); "full": Python loop (see 09)
 COMPUTE_DTYPE = "float32"  # "bfloat16": mixed precision with float32 master weights (notebook 09)
 
 # %%

@@ -27,12 +27,8 @@
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
-N_PROCESSES = (
-    None  # processes launched on this machine ("hosts"); None: chosen (2 with 8 CPU devices)
-)
-DEVICES_PER_PROCESS = (
-    None  # simulated CPU devices in each process; None: chosen (4 with 8 CPU devices)
-)
+N_PROCESSES = None  # processes ("hosts") on this machine; None: chosen (2 with 8 CPU devices)
+DEVICES_PER_PROCESS = None  # simulated CPU devices per process; None: chosen (4 with 8)
 STEPS = 3  # training steps to compare
 LAUNCH_TIMEOUT_S = 180  # the whole multi-process run ends (every process) past this
 
@@ -553,9 +549,8 @@ from dpcourse.exercises import lesson08 as check
 # process counts.
 
 # %% tags=["exercise", "ex08_1"]
-local_batch = (
-    ...
-)  # replace with: def local_batch(x_global, process_id, num_processes, devices_per_process): ...
+# replace with: def local_batch(x_global, process_id, num_processes, devices_per_process): ...
+local_batch = ...
 
 # %%
 check.local_batch(local_batch)
