@@ -855,6 +855,8 @@ print("still held by name:", held or "none")
 
 # %%
 
+import math  # noqa: F401 - for math.inf in 09.1
+
 from dpcourse.exercises import lesson09 as check
 
 # %% [markdown]

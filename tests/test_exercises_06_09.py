@@ -335,3 +335,19 @@ def test_answers_lifted_from_earlier_in_the_lessons_are_not_accepted():
     gb = CFG.global_batch(8)
     assert gb < 100
     expect(lesson08.valid_global_batch((gb, gb // 2), 2, 4), WRONG, "not the smallest such size of at least 100")
+
+
+def test_09_placeholder_answer_math_inf_runs_in_the_lesson():
+    # The 09.1 placeholder tells the learner they may answer math.inf: the lesson must import math.
+    import jupytext
+
+    from dpcourse.exercises.solutions import NOTEBOOK_DIR
+
+    nb = jupytext.read(NOTEBOOK_DIR / "09_performance.py")
+    before = []
+    for cell in nb.cells:
+        if "ex09_1" in cell.get("metadata", {}).get("tags", []):
+            break
+        if cell.cell_type == "code":
+            before.append(cell.source)
+    assert any(line.startswith("import math") for src in before for line in src.splitlines())
