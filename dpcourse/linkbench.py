@@ -44,7 +44,8 @@ class LinkFit:
 
     Attributes:
         latency_s: fixed time per ring step, seconds (>= 0; includes the
-            collective's launch and synchronisation).
+            collective's launch and synchronisation, and what is left of the
+            program's dispatch after :func:`time_allreduce` spreads it over the chain).
         bus_bytes_per_s: one-way bandwidth implied by the slope, bytes/s.
         n_points: sizes fitted.
     """
@@ -58,9 +59,11 @@ def time_allreduce(mesh: Mesh, n_bytes: int, axis: str = "data", chain: int = 8,
     """Median seconds of one ``lax.psum`` of ``n_bytes`` float32 bytes per device over ``axis``.
 
     One compiled program runs ``chain`` dependent psums in a loop (each
-    reduces the previous result), so the time per all-reduce excludes the
-    dispatch of a Python call; the program is compiled and run once before
-    timing.
+    reduces the previous result), so the dispatch of one Python call (and
+    the loop's own per-iteration cost) is spread over ``chain`` all-reduces:
+    amortised, not removed. What is left of it, about ``dispatch / chain``
+    per all-reduce, ends up in the latency that :func:`fit_link` fits. The
+    program is compiled and run once before timing.
 
     Raises:
         ValueError: ``n_bytes`` < 4, or ``chain``/``repeats`` < 1.

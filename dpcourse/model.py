@@ -2,8 +2,9 @@
 
 Taught in notebook 02. One hidden block (a WIDTH x WIDTH dense layer and
 GELU) is applied ``block_repeats`` times with ``jax.lax.scan`` and mixed in
-residually (notebook 09 compiles the repeats unrolled and in bfloat16 through
-the config's ``block_unroll`` and ``compute_dtype``). Re-using one block raises the compute per example without
+residually (notebook 09 compiles the repeats unrolled and in bfloat16
+through the config's ``block_unroll`` and ``compute_dtype``; its own cell
+writes :func:`forward` out and is checked against it). Re-using one block raises the compute per example without
 raising the number of gradient values that data parallelism must
 all-reduce: the point of the design.
 """
@@ -67,8 +68,14 @@ def forward(
             compiled program). All compute the same values.
         compute_dtype: ``"float32"``, or ``"bfloat16"`` for mixed precision:
             the weights and the input are cast to bfloat16 here, so matmuls
-            and activations run in bfloat16 while the parameters (and so
-            their gradients and the optimizer) stay float32.
+            and activations (the residual stream ``h`` included) run in
+            bfloat16 while the parameters and the optimizer stay float32.
+            The gradients are float32 arrays, but not float32 arithmetic:
+            they come from bfloat16 matmuls, and the shared block's weight
+            gradient is summed over the repeats in a bfloat16 carry of the
+            backward ``scan`` (a chain of bfloat16 adds when unrolled), cast to float32
+            only at the end. Notebook 09 measures the resulting logit error
+            (``dpcourse.ladder.bf16_logit_tolerance``).
 
     Returns:
         float32 logits ``[batch, 10]`` whatever ``compute_dtype`` is.

@@ -5,9 +5,12 @@ intensity (FLOPs per byte it moves to and from device memory) exceeds the
 device's ridge point (FLOP/s over bytes/s); otherwise memory-bound. The
 block matmul is compute-bound at the course's batch sizes; the element-wise
 work around it (bias, GELU, the residual mix, their backward) does a few
-FLOPs per value and is bound by memory bandwidth. The step's lower bound is
-the matmul FLOPs at the matmul ceiling plus the element-wise bytes at the
-memory bandwidth.
+FLOPs per value and is bound by memory bandwidth. The roofline bound of the
+step is the larger of two times: the matmul FLOPs at the matmul ceiling and
+the element-wise bytes at the memory bandwidth (no step beats it, whatever
+overlaps). Their sum is a no-overlap estimate, not a bound: it is what the
+step takes when element-wise kernels run strictly between the matmuls, as
+separate kernels do.
 
 The byte count is a model, stated here: every activation of the block is a
 ``[batch, width]`` array; the passes below assume each element-wise chain is
@@ -15,6 +18,13 @@ fused into one kernel (as XLA does), so each listed array crosses device
 memory once per read or write. The weights (``width^2`` values) are small
 next to the activations at these batches and are left out of the
 element-wise count.
+
+Left out, and so an underestimate of the bytes: the residuals that the
+block's ``lax.scan`` saves in the forward pass for the backward pass. The
+compiled step keeps six ``[block_repeats, batch, width]`` stacks (read from
+its HLO; the passes above count some of the same values as reads of ``h``
+and ``z``). :func:`residual_bytes_per_step` gives their size, written once
+and read once, for comparison.
 """
 
 from __future__ import annotations
@@ -69,6 +79,18 @@ def elementwise_bytes_per_step(cfg: Config, global_batch: int) -> float:
     return float(cfg.block_repeats * passes_per_repeat() * global_batch * cfg.width * dtype_bytes(cfg.compute_dtype))
 
 
+RESIDUAL_STACKS = 6  # [R, B, W] stacks the scan saves for the backward pass (compiled step's HLO)
+
+
+def residual_bytes_per_step(cfg: Config, global_batch: int, stacks: int = RESIDUAL_STACKS) -> float:
+    """Bytes of the residuals the scan saves for the backward pass: written once, read once.
+
+    ``2 x stacks x block_repeats x global_batch x width x bytes per value``.
+    Not part of :func:`elementwise_bytes_per_step` (see the module docstring).
+    """
+    return float(2 * stacks * cfg.block_repeats * global_batch * cfg.width * dtype_bytes(cfg.compute_dtype))
+
+
 def block_matmul_intensity(cfg: Config, global_batch: int) -> float:
     """Arithmetic intensity of one forward block matmul ``[B, W] @ [W, W]``, FLOP/byte.
 
@@ -87,15 +109,17 @@ def step_intensity(cfg: Config, global_batch: int) -> float:
 
 @dataclass(frozen=True)
 class StepBound:
-    """Lower bounds of one step's time, seconds.
+    """Times of one step from the roofline, seconds.
 
     Attributes:
         compute_s: training FLOPs at the matmul rate.
         memory_s: element-wise bytes at the memory bandwidth.
-        serial_s: ``compute_s + memory_s`` (element-wise kernels run
-            between matmuls, not during them: the bound for an unfused step).
-        overlap_s: ``max(compute_s, memory_s)`` (perfect overlap: no real
-            step does better).
+        serial_s: ``compute_s + memory_s``, the no-overlap estimate
+            (element-wise kernels run between matmuls, not during them). An
+            estimate, not a bound: it errs low where the byte model leaves
+            bytes out (the saved residuals) and high where work overlaps.
+        overlap_s: ``max(compute_s, memory_s)``, the roofline bound (perfect
+            overlap: no real step does better, for these FLOPs and bytes).
     """
 
     compute_s: float
@@ -111,7 +135,7 @@ class StepBound:
 
 
 def step_bound(cfg: Config, global_batch: int, matmul_flops_per_s: float, bytes_per_s: float) -> StepBound:
-    """Lower-bound step time from a matmul rate (FLOP/s) and a memory bandwidth (bytes/s).
+    """Roofline times of a step from a matmul rate (FLOP/s) and a memory bandwidth (bytes/s).
 
     Raises:
         ValueError: a rate <= 0.

@@ -1,6 +1,7 @@
 """The data-parallel training program every process of a multi-host run executes.
 
-Taught in notebook 08, which shows :func:`train_worker`'s source. Each
+Taught in notebook 08, which writes the data loading of
+:func:`load_global_batches` in a cell of its own. Each
 process runs ``python -m dpcourse.worker`` (started by
 :func:`dpcourse.launcher.launch_local` on this machine, by
 ``deploy/multihost.yaml`` on GKE): it joins the runtime with
@@ -45,6 +46,33 @@ from dpcourse.distributed import (
     shutdown,
 )
 from dpcourse.train import check_global_batch
+
+
+def load_global_batches(mesh, dataset: _data.Dataset, n_batches: int, global_batch: int) -> tuple[list, object, object]:
+    """This process's rows of every stacked batch, made into global arrays sharded over ``AXIS``.
+
+    Notebook 08 writes the same lines in a cell of its own. The rows are
+    read from the sharding (:func:`dpcourse.distributed.process_rows`), so
+    they are right for any device order; only those rows are loaded.
+
+    Returns:
+        ``(rows, x, y)``: this process's ``[start, stop)`` ranges of the
+        batch dimension, images ``[n_batches, global_batch, 784]`` float32
+        sharded ``P(None, AXIS, None)`` and labels ``[n_batches,
+        global_batch]`` int32 sharded ``P(None, AXIS)`` (global arrays).
+    """
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    x_sharding = NamedSharding(mesh, P(None, AXIS, None))
+    y_sharding = NamedSharding(mesh, P(None, AXIS))
+    x_shape = (n_batches, global_batch, _data.N_FEATURES)
+    rows = process_rows(x_sharding, x_shape, axis=1)
+    x_local, y_local = process_local_batches(dataset, n_batches, global_batch, rows)
+    x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
+    y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
+    return rows, x, y
 
 
 def train_worker(
@@ -102,14 +130,8 @@ def train_worker(
     opt_state = optimizer.init(params)
 
     # Data: each process loads only its rows of every global batch.
-    x_sharding = NamedSharding(mesh, P(None, AXIS, None))
-    y_sharding = NamedSharding(mesh, P(None, AXIS))
-    x_shape = (cfg.n_batches, global_batch, _data.N_FEATURES)
-    rows = process_rows(x_sharding, x_shape, axis=1)
     dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
-    x_local, y_local = process_local_batches(dataset, cfg.n_batches, global_batch, rows)
-    x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
-    y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
+    rows, x, y = load_global_batches(mesh, dataset, cfg.n_batches, global_batch)
     log(
         f"{len(jax.local_devices())} local of {n_global} global devices; loaded rows {rows} "
         f"of each global batch of {global_batch} ({dataset.source} data)"

@@ -34,6 +34,7 @@ cfg, dataset = lesson.cfg, lesson.dataset
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -58,8 +59,9 @@ print(f"{lesson.devices.label}; global batch {global_batch} = {n} x {cfg.per_dev
 
 # %%
 x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
-x_dev = np.stack([train.split_for_pmap(x_host[i], n) for i in range(cfg.n_batches)])  # [n_batches, n, b, 784]
-y_dev = np.stack([train.split_for_pmap(y_host[i], n) for i in range(cfg.n_batches)])  # [n_batches, n, b]
+# [n_batches, n, b, 784] and [n_batches, n, b]
+x_dev = np.stack([train.split_for_pmap(x_host[i], n) for i in range(cfg.n_batches)])
+y_dev = np.stack([train.split_for_pmap(y_host[i], n) for i in range(cfg.n_batches)])
 print("one pmap batch:", x_dev[0].shape, y_dev[0].shape)
 train.check_pmap_leading_axis((x_dev[0], y_dev[0]), n)
 
@@ -86,7 +88,8 @@ except ValueError as err:
 platform = devs[0].platform  # the lesson's backend (simulated CPU devices on a 1-GPU machine)
 partial_run = jax.pmap(lambda v: v * 2, backend=platform)(jnp.ones((min(3, n), 4)))
 local = len(jax.local_devices(backend=platform))
-print(f"leading axis {min(3, n)}, no devices=: ran on {len(partial_run.devices())} of {local} local devices")
+ran_on = len(partial_run.devices())
+print(f"leading axis {min(3, n)}, no devices=: ran on {ran_on} of {local} local devices")
 assert len(partial_run.devices()) == min(3, n)
 
 # %% [markdown]
@@ -105,15 +108,33 @@ batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
 # `jax.device_put_replicated` and `jax.device_put_sharded` were removed from
 # JAX. A replicated pytree for `pmap` is a stack of N identical copies on a
 # leading axis, sharded over the devices, which `jax.device_put` with a
-# `NamedSharding` builds directly:
+# `NamedSharding` builds directly. This cell is yours to change; the next
+# one compares what it builds with the package's `train.replicate`, which
+# later lessons use:
 
-# %%
-show.show_source(train.replicate)
 
-# %%
-params_r = train.replicate(init_host, devs)
-state_r = train.replicate(optimizer.init(init_host), devs)
+# %% tags=["lesson_replicate"]
+def replicate(tree, devices):
+    """One copy of every leaf per device: [...] -> [n_devices, ...], sharded P("data")."""
+    sharding = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
+    stack = lambda a: np.broadcast_to(np.asarray(a), (len(devices),) + np.shape(a))  # noqa: E731
+    return jax.tree.map(lambda a: jax.device_put(stack(a), sharding), tree)
+
+
+params_r = replicate(init_host, devs)
+state_r = replicate(optimizer.init(init_host), devs)
 print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
+
+# %%
+from dpcourse import cellcheck
+
+display(
+    cellcheck.compare(params_r, train.replicate(init_host, devs), "replicas", "train.replicate"),
+)
+on_devices = [{s.device for s in a.addressable_shards} for a in jax.tree.leaves(params_r)]
+print(
+    "every leaf has one copy on each of the", n, "devices:", all(d == set(devs) for d in on_devices)
+)
 
 # %% [markdown]
 # ## 3. One PRNG key per device
@@ -136,20 +157,36 @@ def toy_dropout(key, x, rate=0.5):
     return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
+def distinct(masks):
+    return len({tuple(np.asarray(m)) for m in masks})
+
+
 ones = jnp.ones((n, 8))
-masks_good = jax.pmap(toy_dropout, devices=devs)(jax.random.split(jax.random.key(0), n), ones)
+dropout_on_devices = jax.pmap(toy_dropout, devices=devs)
+masks_good = dropout_on_devices(jax.random.split(jax.random.key(0), n), ones)
 same_key = jnp.stack([jax.random.key(0)] * n)
-masks_bad = jax.pmap(toy_dropout, devices=devs)(same_key, ones)
-print("split keys, distinct masks:", len({tuple(np.asarray(m)) for m in masks_good}), "of", n)
-print("one key copied, distinct masks:", len({tuple(np.asarray(m)) for m in masks_bad}), "of", n)
-assert len({tuple(np.asarray(m)) for m in masks_good}) == n  # one distinct mask per device
-assert len({tuple(np.asarray(m)) for m in masks_bad}) == 1
+masks_bad = dropout_on_devices(same_key, ones)
+print("split keys, distinct masks:", distinct(masks_good), "of", n)
+print("one key copied, distinct masks:", distinct(masks_bad), "of", n)
+assert distinct(masks_good) == n  # one distinct mask per device
+assert distinct(masks_bad) == 1
 
 # %% [markdown]
 # A split with the wrong shape passes `pmap`'s own leading-axis check and
 # then fails deep inside the mapped function. `jax.random.split(key, (N,
-# 2))` has leading axis N but gives each device two keys; the course's
-# check names the shape and the fix before anything runs:
+# 2))` has leading axis N but gives each device two keys, and the error
+# comes from `jax.random.bernoulli` inside `toy_dropout`, far from the
+# mistake:
+
+# %%
+try:
+    dropout_on_devices(jax.random.split(jax.random.key(0), (n, 2)), ones)
+    raise AssertionError("two keys per device should fail inside the mapped function")
+except (TypeError, ValueError) as err:
+    print(f"inside pmap: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+
+# %% [markdown]
+# The course's check names the shape and the fix before anything runs:
 
 # %%
 keys = jax.random.split(jax.random.key(0), n)
@@ -169,7 +206,7 @@ except ValueError as err:
 # error, upgrade JAX rather than switching key style.)
 
 # %%
-split_and_drop = jax.jit(lambda key, x: jax.pmap(toy_dropout, devices=devs)(jax.random.split(key, n), x))
+split_and_drop = jax.jit(lambda key, x: dropout_on_devices(jax.random.split(key, n), x))
 masks_jit = split_and_drop(jax.random.key(0), ones)
 assert np.array_equal(np.asarray(masks_jit), np.asarray(masks_good))
 print("jit(pmap) with the key split inside: same masks as above")
@@ -177,15 +214,36 @@ print("jit(pmap) with the key split inside: same masks as above")
 # %% [markdown]
 # ## 4. The step
 #
-# The whole step runs under `pmap` with `axis_name='data'`; `lax.pmean`
-# averages gradients and metrics across devices, so every device applies the
-# same update and the replicas stay identical.
+# The whole step runs under `pmap` with `axis_name='data'`. Inside it each
+# device sees its own slice: its replica of the parameters and its
+# `[per_device_batch, 784]` rows. `lax.pmean` averages gradients and
+# metrics across devices, so every device applies the same update and the
+# replicas stay identical. Change this cell and re-run what follows (the
+# check after it says what your change does to one step):
+
+
+# %% tags=["lesson_pmap_step"]
+def pmap_step(params, opt_state, x, y):
+    grad_fn = jax.value_and_grad(model.loss_and_metrics, has_aux=True)
+    (_, metrics), grads = grad_fn(params, x, y, cfg)  # this device's rows only
+    grads = jax.lax.pmean(grads, axis_name="data")  # the mean over all devices
+    metrics = jax.lax.pmean(metrics, axis_name="data")
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+p_step = jax.pmap(pmap_step, axis_name="data", devices=devs)
+
+# %% [markdown]
+# The package's `train.make_pmap_step` (used by the tests and later
+# lessons) is the same step. One step of each from the same replicas:
 
 # %%
-show.show_source(train.make_pmap_step)
-
-# %%
-p_step = train.make_pmap_step(cfg, optimizer, devs)
+mine = p_step(params_r, state_r, *batches[0])
+package = train.make_pmap_step(cfg, optimizer, devs)(params_r, state_r, *batches[0])
+display(
+    cellcheck.compare(mine, package, "parameters, AdamW state and metrics", "train.make_pmap_step"),
+)
 
 # %% [markdown]
 # ## 5. An epoch that stays on the devices
@@ -211,7 +269,10 @@ display(
         caption="One pass over the stacked batches (metrics from device 0)",
     )
 )
-replica_spread = train.max_abs_diff(jax.tree.map(lambda a: a[0], p), jax.tree.map(lambda a: a[-1], p))
+replica_spread = train.max_abs_diff(
+    jax.tree.map(lambda a: a[0], p),
+    jax.tree.map(lambda a: a[-1], p),
+)
 print(f"largest difference between the first and last replica: {replica_spread:.3g}")
 assert replica_spread == 0.0
 
@@ -227,7 +288,9 @@ assert replica_spread == 0.0
 #   `jax.debug.print` to see values from every device (order not fixed):
 
 # %%
-jax.pmap(lambda v: jax.debug.print("device value {v}", v=v), devices=devs)(jnp.arange(n, dtype=jnp.float32))
+jax.pmap(lambda v: jax.debug.print("device value {v}", v=v), devices=devs)(
+    jnp.arange(n, dtype=jnp.float32),
+)
 jax.effects_barrier()
 
 # %% [markdown]
@@ -276,7 +339,12 @@ for k in range(3):
     pp, sp, _ = p_step(pp, sp, *batches[k % cfg.n_batches])
     if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
         grad_diff, grad_scale = train.first_step_gradient_diff(ss, sp)
-    rows.append({"step": k + 1, "max |diff| pmap vs shard_map": train.max_abs_diff(ps, train.unreplicate(pp))})
+    rows.append(
+        {
+            "step": k + 1,
+            "max |diff| pmap vs shard_map": train.max_abs_diff(ps, train.unreplicate(pp)),
+        }
+    )
 display(show.table(rows, caption="pmap vs shard_map, same start, same global batch"))
 equiv = rows[-1]["max |diff| pmap vs shard_map"]
 # Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
@@ -339,6 +407,8 @@ before, after = memory.free(
     "keys",
     "masks_jit",
     "partial_run",
+    "mine",
+    "package",
 )
 print("freed:", before, "->", after)
 
@@ -372,16 +442,19 @@ print("freed:", before, "->", after)
 from dpcourse.exercises import lesson06 as check
 
 # %% [markdown]
-# **06.1 · One dropout key per device.** Write `device_keys(seed)` returning
-# one PRNG key per device (`n` of them), so that each device draws a
-# different dropout mask and the same seed gives the same masks run after
-# run. The check draws a mask from each key.
+# **06.1 · A new mask at every step.** Section 3 split one key over the
+# devices, which gives each device its own mask, but the same masks at
+# every step of training. Write `step_keys(seed, step)` returning one PRNG
+# key per device (`n` of them) for training step `step`: different on each
+# device, different at each step and for each seed, and the same whenever
+# the seed and the step repeat (so a run can be repeated). The check draws a
+# mask from each key at a few steps and seeds.
 
 # %% tags=["exercise", "ex06_1"]
-device_keys = ...  # replace with: def device_keys(seed): ...
+step_keys = ...  # replace with: def step_keys(seed, step): ...
 
 # %%
-check.per_device_keys(device_keys, n)
+check.per_device_keys(step_keys, n)
 
 # %% [markdown]
 # **06.2 · What does each device hold?** Under `pmap` the parameters and the

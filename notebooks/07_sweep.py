@@ -24,7 +24,7 @@
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
-BLOCK_UNROLL = 1  # 1: lax.scan (the seed's step); k: scan(unroll=k); "full": a Python loop (notebook 09)
+BLOCK_UNROLL = 1  # 1: lax.scan (the seed's); k: scan(unroll=k); "full": Python loop (see 09)
 COMPUTE_DTYPE = "float32"  # "bfloat16": mixed precision with float32 master weights (notebook 09)
 
 # %%
@@ -50,10 +50,15 @@ n = len(devs)
 mesh = Mesh(np.array(devs), ("data",))
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
-sweep_sizes, rounded = bench.sizes_for_devices(cfg.sweep_global_batches, n)  # e.g. 3 devices: 256 -> 255
+sweep_sizes, rounded = bench.sizes_for_devices(
+    cfg.sweep_global_batches, n
+)  # e.g. 3 devices: 256 -> 255
 print(f"{lesson.devices.label}; sweep over global batches {sweep_sizes}")
 if rounded:
-    print(f"rounded to multiples of {n} devices, so every device gets the same batch: {', '.join(rounded)}")
+    print(
+        f"rounded to multiples of {n} devices, so every device gets the same batch: "
+        f"{', '.join(rounded)}"
+    )
 
 # %% [markdown]
 # ## 1. One size, start to finish
@@ -62,7 +67,8 @@ if rounded:
 # explicit data-parallel step of notebook 05 for that shape, benchmark it.
 # The profile's sizes were rounded above to multiples of the device count
 # (`bench.sizes_for_devices`); `bench.sweep` skips any size that still does
-# not divide (one you add by hand, say) with the reason, records a size that fails (for example out of memory) and goes on,
+# not divide (one you add by hand, say) with the reason, records a size
+# that fails (for example out of memory) and goes on,
 # and calls `cleanup` after every size so no buffers leak into the next one.
 #
 # The step **donates** its parameters and optimizer state
@@ -147,7 +153,10 @@ try:
 except ValueError as err:
     print(f"No fit: {err}")
 if fit is not None:
-    errors = [(fit.examples_per_s(b) - pt.result.examples_per_s) / pt.result.examples_per_s for b, pt in zip(sizes, ok)]
+    errors = [
+        (fit.examples_per_s(b) - pt.result.examples_per_s) / pt.result.examples_per_s
+        for b, pt in zip(sizes, ok)
+    ]
     display(
         show.table(
             [
@@ -159,12 +168,14 @@ if fit is not None:
                 }
                 for b, pt, e in zip(sizes, ok, errors)
             ],
-            caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + {fit.per_example_s * 1e6:.2f} µs per example",
+            caption=f"Fit: overhead {fit.overhead_s * 1e3:.2f} ms + "
+            f"{fit.per_example_s * 1e6:.2f} µs per example",
         )
     )
     if fit.through_origin:
         print(
-            "The best straight line had a negative overhead, which is not physical: the fit was redone "
+            "The best straight line had a negative overhead, which is not physical: "
+            "the fit was redone "
             "through zero, so the model is a constant throughput."
         )
     # A two-parameter line through two points is exact: judge only from three or more.
@@ -180,7 +191,12 @@ if ok:
     ax.plot(sizes, [pt.result.examples_per_s for pt in ok], "o-", label="measured")
 if fit is not None:
     grid = np.geomspace(min(sizes), max(sizes), 50)
-    ax.plot(grid, [fit.examples_per_s(b) for b in grid], "--", label="fit: overhead + per-example time")
+    ax.plot(
+        grid,
+        [fit.examples_per_s(b) for b in grid],
+        "--",
+        label="fit: overhead + per-example time",
+    )
 if peak is not None and ok:
     bound = n * peak.peak("tf32") / model.train_flops_per_example(cfg)
     ax.axhline(bound, color="grey", linestyle=":", label=f"{n} x TF32 peak ({peak.name})")
@@ -190,20 +206,30 @@ for pt in points:
 ax.set_xscale("log", base=2)
 ax.set_xlabel("global batch (examples)")
 ax.set_ylabel("examples/s")
-ax.set_title(f"Throughput vs global batch, {lesson.devices.label} ({dataset.source} data)", fontsize=9)
+ax.set_title(
+    f"Throughput vs global batch, {lesson.devices.label} ({dataset.source} data)",
+    fontsize=9,
+)
 ax.legend(fontsize=8)
 if lesson.devices.simulated:
     fig.text(
-        0.01, -0.02, "Simulated CPU devices add no compute: read the shape of the curve, not its height.", fontsize=8
+        0.01,
+        -0.02,
+        "Simulated CPU devices add no compute: read the shape of the curve, not its height.",
+        fontsize=8,
     )
 fig.tight_layout()
-sweep_png = show.figure(fig, "sweep")  # saves the PNG beside the results, shows it whatever the backend
+sweep_png = show.figure(
+    fig, "sweep"
+)  # saves the PNG beside the results, shows it whatever the backend
 # %% [markdown]
 # **Reading it.** Where the model fits, throughput climbs with the batch
 # while the fixed overhead is spread over more examples, and flattens once
 # the time per example dominates; on real GPUs the flat part sits below the
-# peak line, and the gap is the MFU lost to element-wise work, memory
-# traffic and the all-reduce. Where it does not fit, the measurements say
+# peak line. In this model the all-reduce is part of the fixed overhead,
+# which the plateau has already spread to nothing, so the gap is the MFU
+# lost inside the per-example time: element-wise work and memory traffic.
+# Where it does not fit, the measurements say
 # something the model leaves out. A common case on CPUs: throughput *falls*
 # at the largest sizes, once a per-device batch's activations no longer fit
 # the caches, so the time per example itself grows. On simulated devices
@@ -241,7 +267,8 @@ display(
                 "measured µs": p.seconds * 1e6,
                 "ring model µs": None
                 if link is None
-                else costs.ring_allreduce_s(p.n_bytes, n, link.bus_bytes_per_s, link.latency_s) * 1e6,
+                else costs.ring_allreduce_s(p.n_bytes, n, link.bus_bytes_per_s, link.latency_s)
+                * 1e6,
                 "bus bandwidth GB/s": p.bus_bytes_per_s / costs.GB,
             }
             for p in link_points
@@ -251,29 +278,45 @@ display(
 )
 if link is not None:
     print(
-        f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
+        f"Fitted: {link.latency_s * 1e6:.2f} µs per ring step, "
+        f"bus bandwidth {link.bus_bytes_per_s / costs.GB:.2f} GB/s."
     )
 if lesson.devices.simulated:
-    print("Simulated devices: the 'link' is a copy through this host's memory; no datasheet link to compare.")
+    print(
+        "Simulated devices: the 'link' is a copy through this host's memory; "
+        "no datasheet link to compare."
+    )
 elif peak is not None:
-    print(f"Datasheet: {peak.link}, {peak.link_bytes_per_s / costs.GB:.0f} GB/s each way ({peak.source}).")
+    print(
+        f"Datasheet: {peak.link}, {peak.link_bytes_per_s / costs.GB:.0f} GB/s each way "
+        f"({peak.source})."
+    )
 else:
-    print(f"No datasheet link is listed for {devs[0].device_kind}: the measurement is the only figure.")
+    print(
+        f"No datasheet link is listed for {devs[0].device_kind}: "
+        "the measurement is the only figure."
+    )
 for label, bytes_per_value in (("float32", 4), ("bfloat16", 2)) if link is not None else ():
     b = costs.gradient_bytes(cfg, bytes_per_value)
     t = costs.ring_allreduce_s(b, n, link.bus_bytes_per_s, link.latency_s)
-    print(f"All-reduce of this lesson's {label} gradient ({b / 1e6:.3f} MB), measured link: {t * 1e3:.3f} ms")
+    print(
+        f"All-reduce of this lesson's {label} gradient ({b / 1e6:.3f} MB), "
+        f"measured link: {t * 1e3:.3f} ms"
+    )
 if fit is not None:
     print(f"Fitted overhead per step, for scale: {fit.overhead_s * 1e3:.3f} ms.")
 
 # %% [markdown]
 # Three readings. **bfloat16 gradients** (cast before the `pmean`, back to
 # float32 for the update) halve the all-reduce bytes and so its bandwidth
-# term; the latency term stays. **No overlap is an upper bound**: the model
-# adds the all-reduce after the compute, but XLA on GPUs can start reducing
-# early gradients while the backward pass still computes later ones, so the
-# real step can be shorter; a profiler trace (`jax.profiler`) shows what
-# happened. **Measured beats datasheet**: a ring can fall short of the
+# term; the latency term stays. **No overlap is an estimate, not a
+# bound**: the model adds the all-reduce after the compute, which is what
+# this step does by default (gradients and metrics go in one all-reduce
+# after the backward pass; XLA's latency-hiding scheduler is off by default
+# on GPU), so the sum is the expected case; a datasheet link with no
+# latency makes its all-reduce term err low, and a step that does overlap
+# would be shorter. A profiler trace (`jax.profiler`) shows what happened.
+# **Measured beats datasheet**: a ring can fall short of the
 # link's peak, and on PCIe systems the path through the CPU's host bridge
 # (`nvidia-smi topo -m`, notebook 01) sets the real figure.
 
@@ -284,7 +327,11 @@ if link is not None:
 results.record("allreduce_full_profile_gradient", link_points[-1].seconds * 1e6, "us")
 for pt in points:
     if pt.status == "ok":
-        results.record(f"throughput_global_batch_{pt.global_batch}", pt.result.examples_per_s, "examples/s")
+        results.record(
+            f"throughput_global_batch_{pt.global_batch}",
+            pt.result.examples_per_s,
+            "examples/s",
+        )
         results.record(f"ms_per_step_global_batch_{pt.global_batch}", pt.result.ms_per_step, "ms")
 results.record("sizes_ok", len(ok), "count")
 results.record("sizes_skipped", sum(pt.status == "skipped" for pt in points), "count")
@@ -316,41 +363,67 @@ if ok:
 # add). The RNG setting `jax_threefry_partitionable` (how `jax.random`
 # splits random bits over sharded arrays) is recorded with the figures, as
 # it changes what the step computes when a model draws random numbers.
+#
+#
+#
+# The one-device run happens inside `with jax.set_mesh(one_device)`, a mesh
+# of the first device only: if you made the lesson's mesh global
+# (`jax.set_mesh(mesh)` without `with`, as notebook 03 allows), a
+# one-device step would otherwise be refused, since its arrays live on one
+# device of the eight in context.
 
 
 # %%
 def compare_devices(block_repeats, per_device_batch):
     """Throughput on 1 device vs all N devices, same global batch, for a modified config."""
-    c = cfg.with_overrides(block_repeats=block_repeats, per_device_batch=per_device_batch, n_batches=2)
+    c = cfg.with_overrides(
+        block_repeats=block_repeats,
+        per_device_batch=per_device_batch,
+        n_batches=2,
+    )
     opt = train.make_optimizer(c)
     gb = c.global_batch(n)
     host_params = model.init_params(c)
-    one = placement.place_single_device(c, dataset, devs[0], opt, host_params, gb)
     many = placement.place_data_parallel(c, dataset, mesh, opt, host_params, gb)
+    one_device = Mesh(np.array(devs[:1]), ("data",))
     out = []
-    for label, st, placed, k in (
-        ("1 device", jax.jit(train.make_train_step(c, opt), donate_argnums=(0, 1)), one, 1),
-        (f"{n} devices", jax.jit(train.make_shard_map_step(c, opt, mesh), donate_argnums=(0, 1)), many, n),
-    ):
-        r, _, _ = bench.benchmark(
-            st,
-            placed.params,
-            placed.opt_state,
-            placed.batches,
-            warmup_steps=1,
-            repeats=1,
-            steps=3,
-            label=label,
-            n_devices=k,
-            global_batch=gb,
-        )
+    for label, on_mesh, k in (("1 device", one_device, 1), (f"{n} devices", mesh, n)):
+        with jax.set_mesh(on_mesh):
+            if k == 1:
+                placed = placement.place_single_device(c, dataset, devs[0], opt, host_params, gb)
+                st = jax.jit(train.make_train_step(c, opt), donate_argnums=(0, 1))
+            else:
+                placed = many
+                st = jax.jit(train.make_shard_map_step(c, opt, mesh), donate_argnums=(0, 1))
+            r = run_comparison(st, placed, label, k, gb)
         out.append(r)
     return out
 
 
+def run_comparison(st, placed, label, k, gb):
+    r, _, _ = bench.benchmark(
+        st,
+        placed.params,
+        placed.opt_state,
+        placed.batches,
+        warmup_steps=1,
+        repeats=1,
+        steps=3,
+        label=label,
+        n_devices=k,
+        global_batch=gb,
+    )
+    return r
+
+
 def show_comparison(rows):
     display(show.records_table(rows, dataset.source))
-    sc = costs.scaling(rows[0].examples_per_s, rows[1].examples_per_s, n, simulated=lesson.devices.simulated)
+    sc = costs.scaling(
+        rows[0].examples_per_s,
+        rows[1].examples_per_s,
+        n,
+        simulated=lesson.devices.simulated,
+    )
     display(
         show.key_values(
             {
@@ -364,12 +437,18 @@ def show_comparison(rows):
         )
     )
     if sc.verdict == "simulated":
-        display(show.banner("Simulated devices: these ratios reflect scheduling on shared cores, not scaling.", "note"))
+        display(
+            show.banner(
+                "Simulated devices: these ratios reflect scheduling on shared cores, not scaling.",
+                "note",
+            )
+        )
     elif sc.verdict == "communication-bound":
         display(
             show.banner(
-                f"Communication-bound: {n} devices are slower than one. Give each device more compute per "
-                "gradient byte (larger per-device batch or BLOCK_REPEATS), or check the link (section 3).",
+                f"Communication-bound: {n} devices are slower than one. Give each device "
+                "more compute per gradient byte (larger per-device batch or BLOCK_REPEATS), "
+                "or check the link (section 3).",
                 "warning",
             )
         )
@@ -381,10 +460,18 @@ if widgets is not None:
     # "initial": the label takes the width its text needs (else it is cut).
     label = {"description_width": "initial"}
     repeats_slider = widgets.IntSlider(
-        value=cfg.block_repeats, min=1, max=max(4 * cfg.block_repeats, 8), description="BLOCK_REPEATS", style=label
+        value=cfg.block_repeats,
+        min=1,
+        max=max(4 * cfg.block_repeats, 8),
+        description="BLOCK_REPEATS",
+        style=label,
     )
     batch_slider = widgets.IntSlider(
-        value=cfg.per_device_batch, min=1, max=4 * cfg.per_device_batch, description="per-device batch", style=label
+        value=cfg.per_device_batch,
+        min=1,
+        max=4 * cfg.per_device_batch,
+        description="per-device batch",
+        style=label,
     )
     button = widgets.Button(description="re-run comparison")
     output = widgets.Output()
@@ -404,11 +491,19 @@ if widgets is not None:
 # %%
 comparison = show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
 results.record("scaling_efficiency", comparison.efficiency, "ratio")
-results.record("per_device_throughput_1", comparison.one_examples_per_s, "examples/s", device_count=1)
+results.record(
+    "per_device_throughput_1",
+    comparison.one_examples_per_s,
+    "examples/s",
+    device_count=1,
+)
 results.record("per_device_throughput_n", comparison.per_device_examples_per_s, "examples/s")
 results.record("scaling_verdict", comparison.verdict or "scales", "text")
 results.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
-print(f"scaling efficiency {comparison.efficiency:.3f} ({comparison.verdict or 'real devices, faster than one'})")
+print(
+    f"scaling efficiency {comparison.efficiency:.3f} "
+    f"({comparison.verdict or 'real devices, faster than one'})"
+)
 
 # %%
 before, after = memory.free(globals(), "step")
@@ -421,12 +516,12 @@ print("freed:", before, "->", after)
 #   fails, free buffers every time.
 # - Throughput over batch size fits "fixed overhead + per-example time"; the
 #   fixed part includes the gradient all-reduce, which does not grow with the
-#   batch.
+#   batch, so at the plateau it no longer counts.
 # - More compute per gradient byte (BLOCK_REPEATS, per-device batch) is what
 #   lets data parallelism scale; scaling efficiency says how well it does.
 # - The all-reduce can be measured (a timed `psum`): a latency per ring step
 #   plus bytes over a bus bandwidth. bfloat16 gradients halve the bytes; the
-#   cost model's "no overlap" is an upper bound.
+#   cost model's "no overlap" sum is an estimate, not a bound.
 # - Donating the step's parameters and optimizer state (`donate_argnums`)
 #   lets XLA update them in place: the first answer to out-of-memory.
 #

@@ -25,8 +25,8 @@
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
-N_PROCESSES = None  # processes launched on this machine ("hosts"); None: chosen (2 with 8 CPU devices)
-DEVICES_PER_PROCESS = None  # simulated CPU devices in each process; None: chosen (4 with 8 CPU devices)
+N_PROCESSES = None  # processes ("hosts") on this machine; None: chosen (2 with 8 CPU devices)
+DEVICES_PER_PROCESS = None  # simulated CPU devices per process; None: chosen (4 with 8)
 STEPS = 3  # training steps to compare
 LAUNCH_TIMEOUT_S = 180  # the whole multi-process run ends (every process) past this
 
@@ -42,7 +42,9 @@ cfg = lesson.cfg
 # devices: choose a split that fits the CPU devices this kernel has (or check
 # yours; the error says which values to set).
 N_PROCESSES, DEVICES_PER_PROCESS = multihost_plan.choose_split(
-    len(jax.devices("cpu")), N_PROCESSES, DEVICES_PER_PROCESS
+    len(jax.devices("cpu")),
+    N_PROCESSES,
+    DEVICES_PER_PROCESS,
 )
 N_DEVICES = N_PROCESSES * DEVICES_PER_PROCESS
 
@@ -58,15 +60,28 @@ from dpcourse import display as show
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
     cfg = config.make_config("cpu")
     display(
-        show.banner("The multi-process run uses simulated CPU devices: this lesson uses the 'cpu' profile.", "warning")
+        show.banner(
+            "The multi-process run uses simulated CPU devices: this lesson uses the 'cpu' profile.",
+            "warning",
+        )
     )
 cpu_devs = jax.devices("cpu")[:N_DEVICES]
 dataset = data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)
 display(show.data_banner(dataset.source, dataset.note))
 # Every figure below was measured on CPU devices (the workers' and this kernel's).
-results.set_context("08_multihost", cfg.profile, dataset.source, "cpu", cpu_devs[0].device_kind, N_DEVICES)
+results.set_context(
+    "08_multihost",
+    cfg.profile,
+    dataset.source,
+    "cpu",
+    cpu_devs[0].device_kind,
+    N_DEVICES,
+)
 global_batch = cfg.global_batch(N_DEVICES)
-print(f"profile {cfg.profile}; {N_PROCESSES} processes x {DEVICES_PER_PROCESS} devices; global batch {global_batch}")
+print(
+    f"profile {cfg.profile}; {N_PROCESSES} processes x {DEVICES_PER_PROCESS} devices; "
+    f"global batch {global_batch}"
+)
 
 # %% [markdown]
 # ## 1. One program, many controllers
@@ -131,14 +146,65 @@ display(
 # )
 # ```
 #
-# and then the training program below. Read it for the four multi-host
-# lines: the mesh over `jax.devices()` (global), `process_rows` (which rows
-# of the batch this process's devices hold, read from the sharding),
-# `jax.make_array_from_process_local_data`, and the results written by
-# process 0 only. The step itself is notebook 05's, unchanged.
+# and then the training program of `dpcourse.worker.train_worker`: the
+# mesh over `jax.devices()` (global, in process order:
+# `distributed.global_mesh`), the same initial parameters in every process
+# (same seed), notebook 05's `shard_map` step unchanged, and results
+# written by process 0 only. What is new is how a process gets its part of
+# each batch. It reads from the sharding which rows its own devices hold,
+# loads only those, and hands them to
+# `jax.make_array_from_process_local_data` with the global shape. These
+# two functions are the lesson's version of it (the workers run the
+# package's, `worker.load_global_batches`); change them and re-run:
+
+
+# %% tags=["lesson_process_rows"]
+def rows_held(sharding, global_shape, devices, axis=1):
+    """The [start, stop) ranges of dimension `axis` that `devices` hold, merged."""
+    index = sharding.devices_indices_map(tuple(global_shape))
+    spans = sorted({index[d][axis].indices(global_shape[axis])[:2] for d in devices})
+    merged = [list(spans[0])]
+    for start, stop in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1][1] = max(stop, merged[-1][1])
+        else:
+            merged.append([start, stop])
+    return [tuple(m) for m in merged]
+
+
+def global_batches(mesh, dataset, n_batches, global_batch, local_devices):
+    """This process's rows of every batch, as global arrays [n_batches, global_batch, ...]."""
+    x_sharding = NamedSharding(mesh, P(None, "data", None))
+    y_sharding = NamedSharding(mesh, P(None, "data"))
+    x_shape = (n_batches, global_batch, data.N_FEATURES)
+    rows = rows_held(x_sharding, x_shape, local_devices)
+    x_local, y_local = distributed.process_local_batches(dataset, n_batches, global_batch, rows)
+    x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
+    y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
+    return rows, x, y
+
+
+# %% [markdown]
+# Which rows will each process load? This kernel has all the devices, so
+# it can ask for each process's devices in turn (the mesh orders devices by
+# process, as `distributed.global_mesh` does; process `p` gets devices
+# `p x DEVICES_PER_PROCESS` onwards). Section 3 compares these with the
+# rows each worker reports.
 
 # %%
-show.show_source(worker.train_worker)
+mesh = Mesh(np.array(cpu_devs), ("data",))
+x_sharding = NamedSharding(mesh, P(None, "data", None))
+x_shape = (cfg.n_batches, global_batch, data.N_FEATURES)
+planned_rows = {
+    p: rows_held(
+        x_sharding,
+        x_shape,
+        cpu_devs[p * DEVICES_PER_PROCESS : (p + 1) * DEVICES_PER_PROCESS],
+    )
+    for p in range(N_PROCESSES)
+}
+for p, rows in planned_rows.items():
+    print(f"process {p} loads rows {rows} of each global batch of {global_batch}")
 
 # %% [markdown]
 # ## 3. Launch the processes on this machine
@@ -172,7 +238,12 @@ run = launcher.launch_local(
     timeout_s=LAUNCH_TIMEOUT_S,
 )
 summary = run.summary
-display(show.table([{"process": i, **env} for i, env in run.env.items()], caption="The environment each process got"))
+display(
+    show.table(
+        [{"process": i, **env} for i, env in run.env.items()],
+        caption="The environment each process got",
+    )
+)
 display(
     show.table(
         [
@@ -205,8 +276,21 @@ print(
 
 # %%
 for i in sorted(run.stderr):
-    print(f"process {i}:", [line for line in run.stderr[i].splitlines() if line.startswith("[process")])
+    logged = [line for line in run.stderr[i].splitlines() if line.startswith("[process")]
+    print(f"process {i}:", logged)
 assert summary["replicas_agree"], "the processes ended with different parameters"
+reported = {r["process"]: (r["rows"][0], r["rows"][1]) for r in summary["layout"]}
+planned = {p: (rows[0][0], rows[-1][1]) for p, rows in planned_rows.items()}
+if planned == reported:
+    print("rows_held (your cell) planned the rows every worker loaded:", planned)
+else:
+    display(
+        show.banner(
+            f"Your rows_held planned {planned}; the workers (the package's process_rows) loaded "
+            f"{reported}: your cell picks other rows than the sharding gives each process.",
+            "warning",
+        )
+    )
 
 # %% [markdown]
 # ## 4. Same result as one process with as many devices
@@ -214,22 +298,41 @@ assert summary["replicas_agree"], "the processes ended with different parameters
 # The reference: this kernel, one controller, a mesh of as many CPU devices,
 # the same initial parameters, batches and step. The only difference in the
 # code is how the batch gets onto the devices: here one process owns all
-# rows and uses `jax.device_put`.
+# rows and uses `jax.device_put`. Your `global_batches` run in this one
+# process (all devices local) must build the very same arrays, and so must
+# the package's `worker.load_global_batches`:
 
 # %%
-mesh = Mesh(np.array(cpu_devs), ("data",))
+from dpcourse import cellcheck
+
 optimizer = train.make_optimizer(cfg)
 params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
 opt_state = optimizer.init(params)
-x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)  # every row, in one process
+x_host, y_host = data.stacked_batches(
+    dataset, cfg.n_batches, global_batch
+)  # every row, in one process
 x_stack = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
 y_stack = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
+_, x_mine, y_mine = global_batches(mesh, dataset, cfg.n_batches, global_batch, cpu_devs)
+_, x_pkg, y_pkg = worker.load_global_batches(mesh, dataset, cfg.n_batches, global_batch)
+display(cellcheck.compare((x_mine, y_mine), (x_stack, y_stack), "global batches", "jax.device_put"))
+display(
+    cellcheck.compare(
+        (x_mine, y_mine),
+        (x_pkg, y_pkg),
+        "global batches",
+        "worker.load_global_batches",
+    )
+)
 step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
 single_losses = []
 for i in range(STEPS):
-    params, opt_state, metrics = step(params, opt_state, x_stack[i % cfg.n_batches], y_stack[i % cfg.n_batches])
+    k = i % cfg.n_batches
+    params, opt_state, metrics = step(params, opt_state, x_stack[k], y_stack[k])
     single_losses.append(float(metrics["loss"]))
-    if i == 0:  # AdamW's update hides a scaled gradient: keep its first moment, (1 - b1) x the gradient
+    if (
+        i == 0
+    ):  # AdamW's update hides a scaled gradient: keep its first moment, (1 - b1) x the gradient
         first_moment = jax.device_get(train.adam_first_moment(opt_state))
 
 diff = train.max_abs_diff(params, run.params)
@@ -245,7 +348,11 @@ MULTIHOST_TOL = 1e-5
 display(
     show.table(
         [
-            {"step": i + 1, f"loss, 1 process x {N_DEVICES} devices": a, f"loss, {N_PROCESSES} processes": b}
+            {
+                "step": i + 1,
+                f"loss, 1 process x {N_DEVICES} devices": a,
+                f"loss, {N_PROCESSES} processes": b,
+            }
             for i, (a, b) in enumerate(zip(single_losses, summary["losses"]))
         ],
         caption="Loss per step (global mean, before each update)",
@@ -265,7 +372,10 @@ assert diff < MULTIHOST_TOL, diff
 # part of the batch, not of the global batch: a different gradient, not a
 # scaled one (measured at 2 processes x 4 devices: 0.56 relative
 # difference). A psum instead of a pmean would be N times too large.
-print(f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} (tolerance {train.GRAD_REL_TOL:g})")
+print(
+    f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} "
+    f"(tolerance {train.GRAD_REL_TOL:g})"
+)
 assert grad_rel_diff < train.GRAD_REL_TOL, grad_rel_diff
 
 # %% [markdown]
@@ -280,7 +390,12 @@ assert grad_rel_diff < train.GRAD_REL_TOL, grad_rel_diff
 
 # %%
 try:
-    launcher.launch_local(N_PROCESSES, DEVICES_PER_PROCESS, profile=cfg.profile, global_batch=global_batch - 1)
+    launcher.launch_local(
+        N_PROCESSES,
+        DEVICES_PER_PROCESS,
+        profile=cfg.profile,
+        global_batch=global_batch - 1,
+    )
     raise AssertionError("an indivisible global batch should be refused")
 except ValueError as err:
     print("ValueError:", err)
@@ -422,15 +537,18 @@ display(
 from dpcourse.exercises import lesson08 as check
 
 # %% [markdown]
-# **08.1 · The process-local part of a global batch.** Write
-# `local_batch(x_global, process_id, num_processes, devices_per_process)`
-# that returns the rows of `x_global` that process `process_id` loads, for
-# the global mesh of this lesson (`distributed.global_mesh`: devices in
-# process order, batch split over `data`). The check tries several process
-# counts.
+# **08.1 · Rows on another mesh.** This lesson's mesh lists each
+# process's devices next to each other. Suppose instead the mesh listed
+# them round-robin: process 0's first device, process 1's first device,
+# ..., then every process's second device, and so on (the batch still split
+# over `data`). Write `local_batch(x_global, process_id, num_processes,
+# devices_per_process)` returning the rows of `x_global` that process
+# `process_id` must load, in increasing order. The check tries several
+# process counts.
 
 # %% tags=["exercise", "ex08_1"]
-local_batch = ...  # replace with: def local_batch(x_global, process_id, num_processes, devices_per_process): ...
+# replace with: def local_batch(x_global, process_id, num_processes, devices_per_process): ...
+local_batch = ...
 
 # %%
 check.local_batch(local_batch)

@@ -1,9 +1,11 @@
-# Solutions to the exercises of notebooks/06_pmap.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/06_pmap.py
+# (see solutions/02_baseline.py for how they are used).
 
 
 # %% tags=["ex06_1"]
-def device_keys(seed):
-    return jax.random.split(jax.random.key(seed), n)
+def step_keys(seed, step):
+    # fold_in mixes the step into the seed's key; the split then gives one key per device.
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), step), n)
 
 
 # %% tags=["ex06_2"]

@@ -1,11 +1,13 @@
-# Solutions to the exercises of notebooks/08_multihost.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/08_multihost.py
+# (see solutions/02_baseline.py for how they are used).
 
 
 # %% tags=["ex08_1"]
 def local_batch(x_global, process_id, num_processes, devices_per_process):
-    # Devices are in process order along 'data': each process holds one contiguous block.
-    rows = x_global.shape[0] // num_processes
-    return x_global[process_id * rows : (process_id + 1) * rows]
+    # Mesh position k is a device of process k % num_processes and holds rows [k b, (k + 1) b).
+    b = x_global.shape[0] // (num_processes * devices_per_process)
+    positions = range(process_id, num_processes * devices_per_process, num_processes)
+    return np.concatenate([x_global[k * b : (k + 1) * b] for k in positions])
 
 
 # %% tags=["ex08_2"]

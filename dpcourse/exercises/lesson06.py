@@ -1,4 +1,4 @@
-"""Checkers for the exercises of notebook 06 (pmap: one key per device, replicated memory)."""
+"""Checkers for the exercises of notebook 06 (pmap: one key per device and step, replicated memory)."""
 
 from __future__ import annotations
 
@@ -34,18 +34,21 @@ def masks(keys) -> np.ndarray:
     return np.asarray(jax.device_get(draw(keys)))
 
 
-@checker("ex06_1", "a function device_keys(seed) -> one PRNG key per device")
-def per_device_keys(answer, n_devices: int) -> str:
-    """Exercise 06.1: one random key per device, reproducible from a seed.
+STEPS_TRIED = (0, 1, 2)  # steps at which the checker of 06.1 draws the masks
 
-    The checker calls ``answer(seed)`` for two seeds, twice each, draws a
-    dropout-style mask per key, and checks that the masks differ between
-    devices, repeat for the same seed and change with the seed.
+
+@checker("ex06_1", "a function step_keys(seed, step) -> one PRNG key per device")
+def per_device_keys(answer, n_devices: int) -> str:
+    """Exercise 06.1: one random key per device and per step, reproducible from the seed.
+
+    The checker calls ``answer(seed, step)`` for seeds 0 and 1 at steps 0, 1
+    and 2 (and seed 0, step 0 twice), draws a dropout-style mask per key, and
+    checks that the masks differ between devices, between steps and between
+    seeds, and repeat for the same seed and step.
     """
-    fn = as_callable(answer, "device_keys(seed)")
-    first = masks(_as_keys(fn(0), n_devices))
-    again = masks(_as_keys(fn(0), n_devices))
-    other = masks(_as_keys(fn(1), n_devices))
+    fn = as_callable(answer, "step_keys(seed, step)")
+    drawn = {(seed, step): masks(_as_keys(fn(seed, step), n_devices)) for seed in (0, 1) for step in STEPS_TRIED}
+    first = drawn[(0, 0)]
     distinct = len({row.tobytes() for row in first})
     if n_devices > 1 and distinct == 1:
         raise wrong(
@@ -53,13 +56,30 @@ def per_device_keys(answer, n_devices: int) -> str:
         )
     if distinct < n_devices:
         raise wrong(f"Only {distinct} of {n_devices} masks differ: some devices share a key.")
-    if not np.array_equal(first, again):
+    if not np.array_equal(first, masks(_as_keys(fn(0, 0), n_devices))):
         raise wrong(
-            "Two calls with the same seed gave different masks: derive the keys from jax.random.key(seed) only."
+            "Two calls with the same seed and step gave different masks: derive the keys from "
+            "jax.random.key(seed) and the step only, so that a run can be repeated."
         )
-    if np.array_equal(first, other):
+    if np.array_equal(drawn[(0, 0)], drawn[(0, 1)]):
+        raise wrong(
+            "Steps 0 and 1 draw the same masks: each device would drop the same units at every step. "
+            "Make the step part of the key before splitting it over the devices."
+        )
+    if np.array_equal(first, drawn[(1, 0)]):
         raise wrong("Seeds 0 and 1 gave the same masks: the keys must come from the seed.")
-    return f"Right: {n_devices} different masks, the same ones for the same seed, new ones for a new seed."
+    if np.array_equal(drawn[(0, 1)], drawn[(1, 0)]):
+        raise wrong(
+            "Seed 0 at step 1 draws the same masks as seed 1 at step 0: adding the step to the seed makes "
+            "runs with neighbouring seeds share their keys. jax.random.fold_in(key, step) mixes the step in."
+        )
+    rows = [row.tobytes() for grid in drawn.values() for row in grid]
+    if len(set(rows)) < len(rows):
+        raise wrong("Some device draws the same mask at two different steps or seeds: a key was reused.")
+    return (
+        f"Right: {n_devices} different masks at every step, new ones at each step and for each seed, "
+        "and the same ones when the seed and step repeat."
+    )
 
 
 def replicated_bytes_per_device(params_host, optimizer) -> int:

@@ -1,0 +1,29 @@
+"""Tests of dpcourse.cellcheck: a lesson cell's result against the package's, in one sentence."""
+
+import jax
+import numpy as np
+
+from dpcourse import cellcheck
+
+
+def test_equal_trees_are_the_same_bit_for_bit():
+    tree = {"w": np.ones((2, 3), np.float32), "k": jax.random.key(0)}
+    out = cellcheck.compare(tree, dict(tree), "parameters", "train.replicate")
+    assert out.same and "bit for bit" in out.message
+    assert "note" in out._repr_html_().lower()
+
+
+def test_a_difference_names_the_leaf_and_its_size():
+    mine = {"a": np.zeros(3, np.float32), "b": np.array([0.0, 0.5, 0.0], np.float32)}
+    ref = {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}
+    out = cellcheck.compare(mine, ref, "parameters", "train.make_pmap_step")
+    assert not out.same and "['b']" in out.message and "0.5" in out.message
+    assert cellcheck.compare(mine, ref, "parameters", "f", atol=1.0).same
+    assert repr(out).startswith("[WARNING]")
+
+
+def test_shape_dtype_and_structure_differences_are_named():
+    ref = {"a": np.zeros(3, np.float32)}
+    assert "shape (4,)" in cellcheck.compare({"a": np.zeros(4, np.float32)}, ref, "x", "f").message
+    assert "dtype float64" in cellcheck.compare({"a": np.zeros(3)}, ref, "x", "f").message
+    assert "structure" in cellcheck.compare({"b": np.zeros(3, np.float32)}, ref, "x", "f").message
