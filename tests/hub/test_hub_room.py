@@ -13,6 +13,7 @@ process and no port. Timings go to results/hub/timings.json.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -127,7 +128,10 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         pytest.fail(f"carol's idle server was not culled within {CULL_TIMEOUT_S + 60} s:\n{hub.log_text()[-2000:]}")
     # From her spawn request: her server idles from the moment it is up.
     hub.timings["culled_after_idle_s"] = round(time.monotonic() - carol_spawned, 1)
-    assert "idle-culler" in hub.log_text()
+    culled = re.search(r"Culling server carol \(inactive for (\d+):(\d+):(\d+)\)", hub.log_text())
+    assert culled, "the culler's log line for carol is missing"
+    h, m, s = (int(x) for x in culled.groups())
+    hub.timings["culler_saw_carol_idle_for_s"] = h * 3600 + m * 60 + s
     for user in ("alice", "bob"):
         assert "" in hub_api(instructor, hub, f"/users/{user}").json()["servers"], f"{user}'s server was culled"
     for page in pages.values():
