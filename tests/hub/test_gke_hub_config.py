@@ -115,7 +115,7 @@ def kubespawner_config(values: dict):
     k.storage_capacity = storage["capacity"]
     k.storage_class = storage["dynamic"]["storageClass"]
     k.storage_access_modes = storage["dynamic"]["storageAccessModes"]
-    volume = storage["dynamic"]["volumeNameTemplate"] if "volumeNameTemplate" in storage["dynamic"] else "home"
+    volume = storage["dynamic"].get("volumeNameTemplate", "home")
     k.volumes = [{"name": volume, "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
     k.volume_mounts = [{"mountPath": storage["homeMountPath"], "name": volume}]
     return c
