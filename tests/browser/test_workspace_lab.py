@@ -150,7 +150,8 @@ def test_1_make_lab_serves_one_copy_per_lesson_with_legible_names(page, learner)
     assert sorted(n for n in listed if n[:2].isdigit()) == [f"{n}.ipynb" for n in lessons], listed
     assert "results" in listed
     assert page.locator(".jp-FileBrowser:visible").count() == 1, "the file browser is not open"
-    assert labpage.cut_names(page) == [], "names cut at 1280 px with the file browser open"
+    cut = labpage.cut_names(page)
+    assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
     assert git("status", "--porcelain", cwd=clone) == ""
 
 
@@ -215,7 +216,8 @@ def test_3_a_course_update_reaches_the_learner_and_keeps_their_05(page, learner)
     try:
         listed = labpage.listed_names(page)
         assert "10_added.ipynb" in listed and beside[0] in listed, listed
-        assert labpage.cut_names(page) == [], "names cut at 1280 px with the file browser open"
+        cut = labpage.cut_names(page)
+        assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
         labpage.open_from_browser(page, beside[0])
         assert "New in the course: 05." in labpage.notebook_text(page, beside[0])
         labpage.close_all(page)
