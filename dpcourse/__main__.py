@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         "workspace",
         help="the learner's own copy of the lessons (workspace/): init, update, reset, status",
         description="init/update: copy new lessons in, replace unchanged ones the course changed, and put the "
-        "course's new version beside a lesson you edited (NN_name.course-DATE.ipynb); never overwrite your work. "
-        "reset: move your copy to old/ with a timestamp and lay a fresh one. status: one line per lesson.",
+        "course's new version of a lesson you edited into updates/DATE/; never overwrite your work. "
+        "reset: move your copy to old/TIMESTAMP/ and lay a fresh one. status: one line per lesson.",
     )
     work.add_argument("action", choices=["init", "update", "reset", "status"])
     work.add_argument("lessons", nargs="*", metavar="LESSON", help="lessons by number or name (e.g. 05 09_performance)")

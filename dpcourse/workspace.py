@@ -13,10 +13,13 @@ What the commands do (each write goes through a temporary file and
 - ``init``/``update``: a lesson new in the course is copied in; a lesson the
   course changed is replaced when the learner's copy is untouched (its cells'
   types and sources equal the version it came from; outputs do not count),
-  and otherwise the new version is written beside it as
-  ``NN_name.course-YYYY-MM-DD.ipynb``: the learner's file is never overwritten.
-- ``reset``: moves the learner's copy to ``old/NN_name.<timestamp>.ipynb``,
+  and otherwise the new version is written to
+  ``updates/YYYY-MM-DD/NN_name.ipynb``: the learner's file is never overwritten.
+- ``reset``: moves the learner's copy to ``old/<timestamp>/NN_name.ipynb``,
   then lays a fresh copy of the course's version.
+
+Dates go into folder names, not file names, so every name stays short enough
+for the lab's file browser at 1280 px.
 - ``status``: one line per lesson.
 
 The command line is ``python -m dpcourse workspace init|update|reset|status
@@ -40,6 +43,7 @@ COURSE_NOTEBOOKS = REPO_ROOT / "notebooks"
 MANIFEST = ".course.json"
 RESULTS = "results"
 OLD = "old"
+UPDATES = "updates"
 LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
 MANIFEST_VERSION = 1
 
@@ -263,7 +267,7 @@ class Workspace:
                 manifest["lessons"][lesson] = {"course_hash": course, "copied": now}
                 return Action(lesson, "unchanged", f"{lesson}: up to date.")
             # Taken as an edit of the course's present version: kept, and the
-            # next course change is offered beside it.
+            # next course change is offered in updates/.
             manifest["lessons"][lesson] = {"course_hash": course, "copied": None}
             return Action(lesson, "edited", f"{lesson}: yours, edited.")
         if entry.get("course_hash") == course:
@@ -282,23 +286,24 @@ class Workspace:
             return Action(
                 lesson,
                 "waiting",
-                f"{lesson}: yours, edited; the course's new version is beside it as {offered['file']}.",
+                f"{lesson}: yours, edited; the course's new version is in {offered['file']}.",
             )
-        beside = self._beside_name(lesson, text)
+        beside = self._update_path(lesson, text)
         _write_atomic(self.root / beside, text)
         entry["offered"] = {"course_hash": course, "file": beside, "written": now}
         return Action(
             lesson,
             "offered",
             f"{lesson}: the course changed this lesson and you have edited yours, so yours is kept; "
-            f"the course's new version is beside it as {beside}.",
+            f"the course's new version is in {beside}.",
         )
 
-    def _beside_name(self, lesson: str, text: str) -> str:
-        name = f"{lesson}.course-{time.strftime('%Y-%m-%d')}.ipynb"
+    def _update_path(self, lesson: str, text: str) -> str:
+        """``updates/<date>/<lesson>.ipynb``, relative to the workspace; a later time when that one is taken."""
+        name = f"{UPDATES}/{time.strftime('%Y-%m-%d')}/{lesson}.ipynb"
         path = self.root / name
         if path.exists() and path.read_text(encoding="utf-8") != text:
-            name = f"{lesson}.course-{time.strftime('%Y-%m-%d-%H%M%S')}.ipynb"
+            name = f"{UPDATES}/{_stamp()}/{lesson}.ipynb"
         return name
 
     def reset(self, names: list[str] | None = None, all_lessons: bool = False) -> list[Action]:
@@ -315,17 +320,19 @@ class Workspace:
         self.ensure()
         manifest = self.load()
         stamp = _stamp()
+        old_dir = _free_name(self.root / OLD / stamp)  # one folder per reset
         actions = []
         for lesson in chosen:
             kept = []
             entry = manifest["lessons"].get(lesson) or {}
             offered = (entry.get("offered") or {}).get("file")
-            for path in (self.root / f"{lesson}.ipynb", self.root / offered if offered else None):
-                if path is not None and path.exists():
-                    old = _free_name(self.root / OLD / f"{path.stem}.{stamp}.ipynb")
-                    old.parent.mkdir(exist_ok=True)
+            mine = (self.root / f"{lesson}.ipynb", old_dir / f"{lesson}.ipynb")
+            waiting = (self.root / offered, old_dir / UPDATES / f"{lesson}.ipynb") if offered else None
+            for path, old in (mine, waiting) if waiting else (mine,):
+                if path.exists():
+                    old.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, old)
-                    kept.append(f"{OLD}/{old.name}")
+                    kept.append(old.relative_to(self.root).as_posix())
             _write_atomic(self.root / f"{lesson}.ipynb", fresh[lesson])
             manifest["lessons"][lesson] = {"course_hash": content_hash(json.loads(fresh[lesson])), "copied": stamp}
             self.save(manifest)
@@ -378,7 +385,7 @@ class Workspace:
                     Action(
                         lesson,
                         "waiting",
-                        f"{lesson}: {words}; the course's new version is beside it as {offered['file']}.",
+                        f"{lesson}: {words}; the course's new version is in {offered['file']}.",
                     )
                 )
             else:
@@ -394,7 +401,7 @@ def _stamp() -> str:
 
 
 def _free_name(path: Path) -> Path:
-    """``path``, or ``path`` with -2, -3, ... before the suffix when it exists."""
+    """``path``, or ``path`` with -2, -3, ... after its name when it exists (a file or a folder)."""
     candidate, n = path, 1
     while candidate.exists():
         n += 1
@@ -414,14 +421,14 @@ def init(dir: Path, source: Path | None = None) -> list[Action]:
 
 
 def update(dir: Path, lessons: list[str] | None = None, source: Path | None = None) -> list[Action]:
-    """New lessons in, unchanged copies replaced, edited ones kept with the new version beside them."""
+    """New lessons in, unchanged copies replaced, edited ones kept with the new version in ``updates/``."""
     return Workspace(dir, source).update(lessons)
 
 
 def reset(
     dir: Path, lessons: list[str] | None = None, all_lessons: bool = False, source: Path | None = None
 ) -> list[Action]:
-    """Fresh copies of the named lessons (or all); the old copies go to ``old/`` with a timestamp."""
+    """Fresh copies of the named lessons (or all); the old copies go to ``old/<timestamp>/``."""
     return Workspace(dir, source).reset(lessons, all_lessons=all_lessons)
 
 
@@ -435,8 +442,8 @@ def summary(root: Path, actions: list[Action]) -> list[str]:
         "copied": "copied in",
         "replaced": "updated",
         "restored": "copied in again",
-        "offered": "new version beside yours",
-        "waiting": "new version waiting beside yours",
+        "offered": "yours kept, the new version in updates/",
+        "waiting": "yours kept, the new version waiting in updates/",
         "edited": "yours, edited",
         "unchanged": "up to date",
         "unreadable": "unreadable, left as it is",

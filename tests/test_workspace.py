@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,12 +95,12 @@ def test_update_brings_new_lessons_and_replaces_only_untouched_copies(course, tm
     # 02 edited: kept byte for byte; the new version beside it.
     assert actions["02_baseline"] == "offered"
     assert (root / "02_baseline.ipynb").read_text() == mine
-    beside = list(root.glob("02_baseline.course-*.ipynb"))
+    beside = list(root.glob("updates/*/02_baseline.ipynb"))
     assert len(beside) == 1 and _cells(beside[0]) == _cells(course / "02_baseline.ipynb")
     # Again: nothing new is written, the waiting version is named.
     again = ws.update(root, source=course)
-    assert kinds(again)["02_baseline"] == "waiting" and beside[0].name in again[1].message
-    assert len(list(root.glob("02_baseline.course-*.ipynb"))) == 1
+    assert kinds(again)["02_baseline"] == "waiting" and "updates/" in again[1].message
+    assert len(list(root.glob("updates/*/02_baseline.ipynb"))) == 1
     status = kinds(ws.Workspace(root, course).status())
     assert status["02_baseline"] == "waiting" and status["03_mesh"] == "unchanged"
 
@@ -126,15 +127,17 @@ def test_reset_keeps_the_old_copy_with_a_timestamp(course, tmp_path):
     actions = ws.reset(root, ["05"], source=course)
     assert kinds(actions) == {LESSON: "reset"}
     assert _cells(root / f"{LESSON}.ipynb") == _cells(course / f"{LESSON}.ipynb")
-    old = list((root / "old").glob(f"{LESSON}.*.ipynb"))
-    assert [p.read_text() for p in old] == [mine] and old[0].name in actions[0].message
+    old = list((root / "old").glob(f"*/{LESSON}.ipynb"))
+    assert [p.read_text() for p in old] == [mine]
+    assert old[0].relative_to(root).as_posix() in actions[0].message
     # Every lesson: each old copy kept, none overwritten (also a second reset in the same second).
     learner_edits(root / "01_setup.ipynb")
     ws.reset(root, all_lessons=True, source=course)
     ws.reset(root, all_lessons=True, source=course)
     lessons = sorted(p.stem for p in course.glob("[0-9][0-9]_*.ipynb"))
-    assert len(list((root / "old").glob("*.ipynb"))) == 1 + 2 * len(lessons)
-    assert any("# my own change" in p.read_text() for p in (root / "old").glob("01_setup.*.ipynb"))
+    assert len(list((root / "old").rglob("*.ipynb"))) == 1 + 2 * len(lessons)
+    assert len(list((root / "old").iterdir())) == 3  # one folder per reset
+    assert any("# my own change" in p.read_text() for p in (root / "old").glob("*/01_setup.ipynb"))
     assert set(kinds(ws.Workspace(root, course).status()).values()) == {"unchanged"}
 
 
@@ -145,8 +148,8 @@ def test_reset_also_moves_a_waiting_new_version_aside(course, tmp_path):
     course_changes(course)
     ws.update(root, source=course)
     ws.reset(root, ["05_shard_map"], source=course)
-    assert not list(root.glob(f"{LESSON}.course-*.ipynb"))
-    assert len(list((root / "old").glob(f"{LESSON}*.ipynb"))) == 2
+    assert not list(root.glob(f"updates/*/{LESSON}.ipynb"))
+    assert len(list((root / "old").rglob(f"{LESSON}.ipynb"))) == 2
     assert _cells(root / f"{LESSON}.ipynb") == _cells(course / f"{LESSON}.ipynb")
 
 
@@ -181,7 +184,7 @@ def test_a_corrupt_learner_notebook_is_left_alone_until_reset(course, tmp_path):
     assert kinds(actions)["03_mesh"] == "unreadable" and "reset 03" in actions[2].message
     assert (root / "03_mesh.ipynb").read_text() == '{"cells": ['
     ws.reset(root, ["03"], source=course)
-    assert [p.read_text() for p in (root / "old").glob("03_mesh.*")] == ['{"cells": [']
+    assert [p.read_text() for p in (root / "old").glob("*/03_mesh.ipynb")] == ['{"cells": [']
 
 
 def test_a_lost_manifest_keeps_edited_lessons(course, tmp_path):
@@ -234,7 +237,7 @@ def test_command_line(tmp_path):
     assert done.stdout.startswith(f"workspace {root}:") and "copied in" in done.stdout
     assert len(done.stdout.strip().splitlines()) <= 2
     done = _cli("reset", "--dir", str(root), "05", cwd=tmp_path)
-    assert done.returncode == 0 and "old/05_shard_map." in done.stdout, done.stderr
+    assert done.returncode == 0 and re.search(r"old/[0-9T-]+/05_shard_map\.ipynb", done.stdout), done.stderr
     done = _cli("status", "05", cwd=tmp_path, env={ws.WORKSPACE_ENV: str(root)})
     assert done.returncode == 0 and done.stdout.splitlines()[1].strip() == "05_shard_map: unchanged, up to date."
     done = _cli("reset", "--dir", str(root), "99", cwd=tmp_path)
@@ -284,7 +287,7 @@ def test_a_course_update_pulls_cleanly_and_keeps_the_learners_work(tmp_path):
     space = clone / "workspace"
     assert (space / f"{LESSON}.ipynb").read_text() == mine
     assert (space / "10_added.ipynb").exists()
-    beside = list(space.glob(f"{LESSON}.course-*.ipynb"))
+    beside = list(space.glob(f"updates/*/{LESSON}.ipynb"))
     assert len(beside) == 1 and "New in the course." in beside[0].read_text()
-    assert beside[0].name in done.stdout
+    assert beside[0].relative_to(space).as_posix() in done.stdout
     assert git("status", "--porcelain", cwd=clone) == ""

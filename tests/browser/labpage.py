@@ -365,12 +365,10 @@ def cut_names(page: Page) -> list[dict]:
     )
 
 
-def open_from_browser(page: Page, name: str, timeout_s: float = 120) -> None:
-    """Double click ``name`` in the file browser and wait until its notebook's kernel is idle."""
-    page.locator(".jp-DirListing-item", has=page.locator(".jp-DirListing-itemText", has_text=name)).filter(
-        has_text=name
-    ).first.dblclick()
-    wait_for_kernel(page, name, timeout_s)
+def open_from_browser(page: Page, name: str, timeout_s: float = 120, path: str | None = None) -> None:
+    """Double click ``name`` in the file browser; wait until its notebook (at ``path``, default ``name``) is idle."""
+    page.locator(".jp-DirListing-item", has=page.locator(".jp-DirListing-itemText", has_text=name)).first.dblclick()
+    wait_for_kernel(page, path or name, timeout_s)
 
 
 def open_folder(page: Page, name: str) -> None:

@@ -210,17 +210,22 @@ def test_3_a_course_update_reaches_the_learner_and_keeps_their_05(page, learner)
     )
     assert done.returncode == 0, done.stderr
     assert (server.root / f"{LESSON}.ipynb").read_text() == mine
-    beside = sorted(p.name for p in server.root.glob(f"{LESSON}.course-*.ipynb"))
+    beside = sorted(p.relative_to(server.root).as_posix() for p in server.root.glob(f"updates/*/{LESSON}.ipynb"))
     assert len(beside) == 1 and beside[0] in done.stdout, done.stdout
+    folder = beside[0].split("/")[1]
     lab_page(page, server, "update")
     try:
         listed = labpage.listed_names(page)
-        assert "10_added.ipynb" in listed and beside[0] in listed, listed
+        assert "10_added.ipynb" in listed and "updates" in listed, listed
+        labpage.open_folder(page, "updates")
+        labpage.open_folder(page, folder)
         cut = labpage.cut_names(page)
         assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
-        labpage.open_from_browser(page, beside[0])
+        labpage.open_from_browser(page, f"{LESSON}.ipynb", path=beside[0])
         assert "New in the course: 05." in labpage.notebook_text(page, beside[0])
         labpage.close_all(page)
+        page.goto(labpage.lab_url(server.url, server.token, workspace="update-2"))
+        labpage.wait_for_lab(page)
         labpage.open_from_browser(page, f"{LESSON}.ipynb")
         assert MARK_ANSWER in [c.source for c in labpage.code_cells(page, f"{LESSON}.ipynb")]
         labpage.close_all(page)
@@ -234,18 +239,22 @@ def test_4_reset_one_lesson_and_all_keeps_the_old_copies(page, learner):
     mine = (server.root / f"{LESSON}.ipynb").read_text()
     out = server.run_make("reset", "LESSON=05")
     old = server.root / "old"
-    kept = list(old.glob(f"{LESSON}.*.ipynb"))
+    kept = list(old.glob(f"*/{LESSON}.ipynb"))
     assert [p.read_text() for p in kept if p.read_text() == mine], f"the learner's 05 is not in old/: {out}"
     assert MARK_ANSWER not in (server.root / f"{LESSON}.ipynb").read_text()
-    before = len(list(old.glob("*.ipynb")))
+    before = len(list(old.rglob("*.ipynb")))
     server.run_make("reset")
     lessons = list((clone / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert len(list(old.glob("*.ipynb"))) == before + len(lessons)
+    assert len(list(old.rglob("*.ipynb"))) == before + len(lessons)
     lab_page(page, server, "reset")
     assert "old" in labpage.listed_names(page)
     labpage.open_folder(page, "old")
-    shown = labpage.listed_names(page)
-    assert any(n.startswith(f"{LESSON}.") for n in shown), shown
+    stamps = labpage.listed_names(page)
+    assert len(stamps) == 2, f"old/ should hold one folder per reset: {stamps}"
+    labpage.open_folder(page, stamps[0])
+    assert f"{LESSON}.ipynb" in labpage.listed_names(page)
+    cut = labpage.cut_names(page)
+    assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
     assert git("status", "--porcelain", cwd=clone) == ""
 
 
