@@ -481,3 +481,20 @@ def describe_overflow(found: list[dict]) -> str:
         f"longest line {f.get('longest', '?')} chars; `{f.get('first', '')}`"
         for f in found
     )
+
+
+def all_sources(page: Page, path: str) -> list[str]:
+    """The source of every cell (markdown too) of the open notebook, from its model.
+
+    Unlike :func:`notebook_text`, this does not depend on which cells the
+    notebook has laid out (cells far off screen are not rendered).
+    """
+    return page.evaluate(
+        "(path) => {"
+        + _PANEL
+        + """
+  const cells = findPanel(path).content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i).sharedModel.getSource());
+}""",
+        path,
+    )

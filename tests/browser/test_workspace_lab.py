@@ -222,7 +222,7 @@ def test_3_a_course_update_reaches_the_learner_and_keeps_their_05(page, learner)
         cut = labpage.cut_names(page)
         assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
         labpage.open_from_browser(page, f"{LESSON}.ipynb", path=beside[0])
-        assert "New in the course: 05." in labpage.notebook_text(page, beside[0])
+        assert "New in the course: 05." in labpage.all_sources(page, beside[0])
         labpage.close_all(page)
         page.goto(labpage.lab_url(server.url, server.token, workspace="update-2"))
         labpage.wait_for_lab(page)
