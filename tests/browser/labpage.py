@@ -414,13 +414,21 @@ def save(page: Page, path: str) -> None:
     )
 
 
-def close_all(page: Page) -> None:
-    """File > Close All Tabs (the documents were saved: no dialog expected)."""
-    page.evaluate("() => window.jupyterapp.commands.execute('application:close-all')")
-    page.wait_for_timeout(500)
+def close_all(page: Page, discard: bool = False) -> None:
+    """Close every tab (File > Close All Tabs).
+
+    With ``discard``, a "Save your work" question is answered Discard (a
+    notebook only opened is marked modified once its kernel adds its
+    language to the metadata); without, any question is a failure.
+    """
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:close-all'); }")
+    page.wait_for_timeout(800)
     dialog = page.locator(".jp-Dialog")
-    if dialog.count():
-        raise AssertionError(f"closing asked: {dialog.first.inner_text()[:300]}")
+    while dialog.count():
+        if not discard:
+            raise AssertionError(f"closing asked: {dialog.first.inner_text()[:300]}")
+        dialog.get_by_role("button", name="Discard").click()
+        page.wait_for_timeout(500)
 
 
 _OVERFLOW = (

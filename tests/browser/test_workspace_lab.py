@@ -223,12 +223,12 @@ def test_3_a_course_update_reaches_the_learner_and_keeps_their_05(page, learner)
         assert cut == [], f"names cut at 1280 px with the file browser open: {cut}"
         labpage.open_from_browser(page, f"{LESSON}.ipynb", path=beside[0])
         assert "New in the course: 05." in labpage.all_sources(page, beside[0])
-        labpage.close_all(page)
+        labpage.close_all(page, discard=True)
         page.goto(labpage.lab_url(server.url, server.token, workspace="update-2"))
         labpage.wait_for_lab(page)
         labpage.open_from_browser(page, f"{LESSON}.ipynb")
         assert MARK_ANSWER in [c.source for c in labpage.code_cells(page, f"{LESSON}.ipynb")]
-        labpage.close_all(page)
+        labpage.close_all(page, discard=True)
     finally:
         server.shutdown_kernels()
     assert git("status", "--porcelain", cwd=clone) == ""
