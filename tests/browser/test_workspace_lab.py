@@ -31,6 +31,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import labpage
@@ -94,8 +96,11 @@ class MakeLab(LabServer):
             found = re.search(rf"127\.0\.0\.1:{self.port}/lab\?token=([0-9a-f]+)", self.log_tail(50_000))
             if found:
                 self.token = found[1]
-                if self.get("/api/status")[0] == 200:
-                    return True
+                try:
+                    if self.get("/api/status")[0] == 200:
+                        return True
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
             time.sleep(0.3)
         return False
 
@@ -267,13 +272,14 @@ def test_5_make_edit_pairs_the_maintainers_notebooks(learner):
     editor.preferred_port = free[0]
     editor.root = clone
     try:
-        editor.start(attempts=1)
+        try:
+            editor.start(attempts=1)
+        except LabServerError as err:
+            pytest.fail(str(err))
         status, body = editor.get("/api/contents/notebooks/03_mesh.ipynb")
         assert status == 200, body[:300]
         model = json.loads(body)
         model["content"]["cells"][0]["source"] += "\n\nA maintainer's sentence."
-        import urllib.request
-
         request = urllib.request.Request(
             f"{editor.url}/api/contents/notebooks/03_mesh.ipynb",
             data=json.dumps({"type": "notebook", "format": "json", "content": model["content"]}).encode(),
