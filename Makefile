@@ -3,7 +3,9 @@
 #   make test     the same set-up plus the test requirements, then every test,
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
-# Other targets: lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
+# Other targets: lab (JupyterLab on your workspace/), reset (fresh copies of lessons),
+# edit (maintainers: JupyterLab on the repository, paired editing), browser-test,
+# sync (re-pair notebooks), clean, lint,
 # workflow-lint (actionlint), preflight (GPU quotas before terraform apply),
 # hub (a workshop's JupyterHub), hub-test, plan-workshop, wheelhouse (hub.mk).
 
@@ -15,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network.
@@ -115,10 +117,30 @@ test: test-pinned test-newest
 # LAB_IP=0.0.0.0 in a container), --allow-root only when run as root.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
+LAB_ENV = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
+LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+# The learner's workspace (dpcourse/workspace.py): a git-ignored copy of the
+# lessons, one NN_name.ipynb each, plus results/. WORKSPACE (or
+# $DPCOURSE_WORKSPACE) puts it elsewhere.
+WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
+
+# `lab` first brings the workspace up to the course (new lessons in; a lesson
+# you edited is never overwritten: the new version goes beside it), then
+# serves it. Kernels run in their notebook's folder, the workspace.
 lab: $(VENV)/.installed
-	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=$(LAB_IP) --port=$(LAB_PORT) \
-		$(if $(filter 0,$(shell id -u)),--allow-root,)
+	$(PY) -m dpcourse workspace init --dir "$(WORKSPACE)"
+	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
+
+# A fresh copy of one lesson (make reset LESSON=05) or of all (make reset);
+# the old copies move to $(WORKSPACE)/old/ with a timestamp.
+reset: $(VENV)/.installed
+	$(PY) -m dpcourse workspace reset --dir "$(WORKSPACE)" $(if $(LESSON),$(LESSON),--all)
+
+# Maintainers: JupyterLab on the repository root, so jupytext finds
+# jupytext.toml and saving either file of a notebooks/ pair writes both.
+edit: $(VENV)/.installed
+	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(LAB_FLAGS)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)
 # when both files of a pair changed since their last sync (dpcourse/pairs.py).
