@@ -95,24 +95,10 @@ def free_port(first: int, last: int, taken: set[int]) -> int:
 
 
 def make_workspace(folder: Path) -> None:
-    """The learner's copy of the lessons: the course's workspace when it offers one, else the .ipynb files.
+    """The learner's copy of the lessons (dpcourse.workspace.init): new lessons copied in, edits never overwritten."""
+    from dpcourse import workspace
 
-    Never touches a workspace that exists (a learner's edits survive restarts).
-    """
-    if folder.exists():
-        return
-    try:
-        from dpcourse import workspace
-    except ImportError:
-        workspace = None
-    if workspace is not None and hasattr(workspace, "init"):
-        workspace.init(folder)
-        return
-    # Fallback until dpcourse.workspace lands: one .ipynb per lesson and results/.
-    folder.mkdir(parents=True)
-    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        shutil.copy2(notebook, folder / notebook.name)
-    (folder / "results").mkdir()
+    workspace.init(folder)
 
 
 GPUS = gpu_ids()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import subprocess
@@ -91,16 +92,19 @@ def test_gpus_round_robin_with_preallocation_off_else_cpu_devices(monkeypatch, t
     assert load_config(monkeypatch, HUB_DIR=str(tmp_path), HUB_GPUS="4,5")["GPUS"] == ["4", "5"]
 
 
-def test_workspace_made_once_and_never_overwritten(monkeypatch, tmp_path):
+def test_workspace_made_by_the_course_and_edits_kept(monkeypatch, tmp_path):
     ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
     folder = tmp_path / "users" / "dana" / "workspace"
     ns["make_workspace"](folder)
     lessons = sorted(p.name for p in folder.glob("*.ipynb"))
     assert lessons == sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert (folder / "results").is_dir() and not list(folder.glob("*.py"))
-    (folder / "02_baseline.ipynb").write_text("my edits")
-    ns["make_workspace"](folder)
-    assert (folder / "02_baseline.ipynb").read_text() == "my edits"
+    lesson = folder / "02_baseline.ipynb"
+    notebook = json.loads(lesson.read_text())
+    notebook["cells"][0]["source"] = ["my edits"]
+    lesson.write_text(json.dumps(notebook))
+    ns["make_workspace"](folder)  # the next start
+    assert json.loads(lesson.read_text())["cells"][0]["source"] == ["my edits"]
 
 
 def test_server_ports_never_handed_out_twice(monkeypatch, tmp_path):
