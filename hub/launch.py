@@ -106,6 +106,7 @@ def prepare(environ: dict[str, str] | None = None) -> tuple[dict[str, str], list
                 f"port {number} ({role}) is in use: stop what listens there (ss -ltnp 'sport = :{number}') "
                 "or choose another HUB_PORT (the hub uses HUB_PORT, +1 and +2)."
             )
+    given = bool(env.get("HUB_PASSWORD"))
     password, made = _secret("HUB_PASSWORD", hub_dir / "password", 12, 8)
     admin_password, admin_made = _secret("HUB_ADMIN_PASSWORD", hub_dir / "admin-password", 40, 32)
     env["HUB_PASSWORD"], env["HUB_ADMIN_PASSWORD"] = password, admin_password
@@ -113,8 +114,11 @@ def prepare(environ: dict[str, str] | None = None) -> tuple[dict[str, str], list
     url = f"http{'s' if tls else ''}://{ip}:{port}"
     lines = [
         f"hub: learners open {url}/ and sign in with any user name and the workshop password",
-        f"hub: workshop password{' (new)' if made else ''}: {password}"
-        + ("" if env.get("HUB_PASSWORD") and not made else f"  (kept in {hub_dir / 'password'})"),
+        (
+            "hub: workshop password: the one in HUB_PASSWORD"
+            if given
+            else f"hub: workshop password{' (new)' if made else ''}: {password}  (kept in {hub_dir / 'password'})"
+        ),
         f"hub: instructor: user {admin}, password in {hub_dir / 'admin-password'}"
         f"{' (new)' if admin_made else ''}; admin page {url}/hub/admin",
         f"hub: learners' workspaces under {hub_dir / 'users'}; stop with Ctrl-C",
