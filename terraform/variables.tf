@@ -149,3 +149,89 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+# ---------------------------------------------------------------------------
+# A room of learners (deploy/hub/config.yaml): a CPU pool for the hub and the
+# "CPU, 8 simulated devices" learners, and a pool of time-shared L4 GPUs for
+# the "one shared L4" learners. The GPU pool above serves the "two L4"
+# profile. Each pool autoscales between its limits; tools/preflight.py counts
+# every pool at its maximum.
+# ---------------------------------------------------------------------------
+
+variable "cpu_machine_type" {
+  description = "Machine type of the CPU pool (the hub, the proxy, the culler and the learners on simulated CPU devices). e2-standard-8 has 8 vCPUs and 32 GB: three learners of the CPU profile (2 vCPUs, 7 GiB each) per node."
+  type        = string
+  default     = "e2-standard-8"
+
+  validation {
+    condition     = can(regex("^(e2|n2|n2d|n4|c3|c3d|c4)-(standard|highmem|highcpu)-[0-9]+$", var.cpu_machine_type))
+    error_message = "cpu_machine_type must be a general-purpose type such as e2-standard-8 or n2-standard-16 (a G2 type belongs in machine_type or shared_gpu_machine_type)."
+  }
+}
+
+variable "cpu_min_node_count" {
+  description = "Fewest CPU nodes: at least 1, because the hub and GKE's system pods run there."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.cpu_min_node_count >= 1 && floor(var.cpu_min_node_count) == var.cpu_min_node_count
+    error_message = "cpu_min_node_count must be a whole number of at least 1 (the hub runs on the CPU pool)."
+  }
+}
+
+variable "cpu_max_node_count" {
+  description = "Most CPU nodes the autoscaler may add. make plan-workshop says how many a room needs."
+  type        = number
+  default     = 9
+
+  validation {
+    condition     = var.cpu_max_node_count >= var.cpu_min_node_count && floor(var.cpu_max_node_count) == var.cpu_max_node_count
+    error_message = "cpu_max_node_count must be a whole number no smaller than cpu_min_node_count."
+  }
+}
+
+variable "shared_gpu_machine_type" {
+  description = "G2 machine type of the time-shared GPU pool (the \"one shared L4\" profile). Its GPU count follows from the type (g2-standard-24: 2)."
+  type        = string
+  default     = "g2-standard-24"
+
+  validation {
+    condition     = contains(keys(local.g2_gpus_per_machine_type), var.shared_gpu_machine_type)
+    error_message = "shared_gpu_machine_type must be a G2 machine type: one of g2-standard-4, -8, -12, -16, -24, -32, -48, -96."
+  }
+}
+
+variable "shared_gpu_max_node_count" {
+  description = "Most nodes of the time-shared GPU pool (it starts at 0 and grows when a learner picks the shared-L4 profile). 0 leaves the pool out."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.shared_gpu_max_node_count >= 0 && floor(var.shared_gpu_max_node_count) == var.shared_gpu_max_node_count
+    error_message = "shared_gpu_max_node_count must be a whole number, 0 or more (0: no shared GPU pool)."
+  }
+}
+
+variable "gpu_sharing_strategy" {
+  description = "How GKE shares each L4 of the shared pool: TIME_SHARING (containers take turns; no memory isolation) or MPS (NVIDIA Multi-Process Service: concurrent kernels, a per-client memory limit). L4 has no MIG."
+  type        = string
+  default     = "TIME_SHARING"
+
+  validation {
+    condition     = contains(["TIME_SHARING", "MPS"], var.gpu_sharing_strategy)
+    error_message = "gpu_sharing_strategy must be TIME_SHARING or MPS (L4 GPUs have no MIG partitions)."
+  }
+}
+
+variable "max_shared_clients_per_gpu" {
+  description = "Learners' containers per physical L4 in the shared pool. Each gets 1/N of the GPU's time and shares its 24 GB of memory; the course keeps memory preallocation off in that profile. deploy/hub/config.yaml selects nodes with the same number."
+  type        = number
+  default     = 4
+
+  validation {
+    # GKE accepts 2 to 48 clients per GPU for time-sharing and MPS.
+    condition     = var.max_shared_clients_per_gpu >= 2 && var.max_shared_clients_per_gpu <= 48 && floor(var.max_shared_clients_per_gpu) == var.max_shared_clients_per_gpu
+    error_message = "max_shared_clients_per_gpu must be a whole number from 2 to 48 (GKE's range); 4 gives each learner about 6 GB of an L4's 24 GB."
+  }
+}

@@ -148,9 +148,13 @@ def test_write_json_atomic_keeps_the_old_file_when_the_payload_is_not_json(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
-def test_output_dir_sits_beside_the_records(tmp_path):
+def test_output_dir_sits_beside_the_records(tmp_path, monkeypatch):
     results.set_context("09_performance", "smoke", "synthetic", "cpu", "cpu", 1, "0.0")
-    assert results.output_dir("trace") is None  # recording off: nothing written
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(results.RESULTS_ENV, raising=False)
+    # Recording off (in the lab): results/ in the working folder, the notebook's.
+    assert results.output_dir() == tmp_path / "results" and (tmp_path / "results").is_dir()
+    assert results.output_dir("trace") == tmp_path / "results" / "09_performance_trace"
     results.enable(tmp_path / "records.jsonl")
     folder = results.output_dir("trace")
     assert folder == tmp_path / "09_performance_trace" and folder.is_dir()

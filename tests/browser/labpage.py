@@ -162,6 +162,7 @@ class LessonRun:
     controls_cell: int | None = None
     screenshot: str | None = None
     seconds: float = 0.0
+    overflow: list[dict] | None = None  # cells that scroll sideways (horizontal_overflow), None: not measured
     notes: list[str] = field(default_factory=list)
 
     def problem(self, text: str, cell: CodeCell | None = None) -> None:
@@ -343,3 +344,165 @@ def wait_kernel_busy_then_idle(page: Page, path: str, timeout_s: float) -> bool:
             return True
         time.sleep(0.5)
     return False
+
+
+# ---- the file browser, editing and saving, the screen's width ------------
+
+
+def listed_names(page: Page) -> list[str]:
+    """The names the file browser lists in the folder it shows."""
+    page.wait_for_selector(".jp-DirListing-item")
+    return [t.strip() for t in page.locator(".jp-DirListing-item .jp-DirListing-itemText").all_inner_texts()]
+
+
+def cut_names(page: Page) -> list[dict]:
+    """File browser names that do not fit their column (shown with an ellipsis)."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.jp-DirListing-item .jp-DirListing-itemText'))
+          .map((e) => [e, e.querySelector('span') || e])
+          .filter(([e, s]) => e.scrollWidth > e.clientWidth + 1 || s.scrollWidth > s.clientWidth + 1)
+          .map(([e]) => ({name: e.textContent.trim(), shown: e.clientWidth, needed: e.scrollWidth}))"""
+    )
+
+
+def open_from_browser(page: Page, name: str, timeout_s: float = 120, path: str | None = None) -> None:
+    """Double click ``name`` in the file browser; wait until its notebook (at ``path``, default ``name``) is idle."""
+    page.locator(".jp-DirListing-item", has=page.locator(".jp-DirListing-itemText", has_text=name)).first.dblclick()
+    wait_for_kernel(page, path or name, timeout_s)
+
+
+def open_folder(page: Page, name: str) -> None:
+    """Double click a folder in the file browser (``..`` not included)."""
+    page.locator(".jp-DirListing-item", has_text=name).first.dblclick()
+    page.wait_for_function(
+        "(name) => document.querySelector('.jp-FileBrowser-crumbs')?.textContent.includes(name)", arg=name
+    )
+
+
+_MARK_CELL = (
+    "([path, index]) => {"
+    + _PANEL
+    + """
+  const panel = findPanel(path);
+  panel.content.activeCellIndex = index;
+  panel.content.scrollToItem(index, 'center');
+  document.querySelectorAll('[data-test-cell]').forEach((e) => e.removeAttribute('data-test-cell'));
+  panel.content.widgets[index].node.setAttribute('data-test-cell', 'target');
+  return true;
+}"""
+)
+
+
+def type_into_cell(page: Page, path: str, index: int, text: str, replace: bool = False) -> None:
+    """Click into cell ``index``'s editor and type ``text`` at its start (or instead of its source)."""
+    page.evaluate(_MARK_CELL, [path, index])
+    page.wait_for_timeout(500)
+    editor = page.locator("[data-test-cell=target] .cm-content")
+    editor.click()
+    page.keyboard.press("Control+a" if replace else "Control+Home")
+    if replace:
+        page.keyboard.press("Delete")
+    page.keyboard.insert_text(text)
+    page.keyboard.press("Escape")  # command mode, as a learner leaving the cell
+
+
+def save(page: Page, path: str) -> None:
+    """Ctrl+S, then wait until the document is no longer marked dirty."""
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "(path) => {" + _PANEL + "const p = findPanel(path); return p && !p.context.model.dirty; }", arg=path
+    )
+
+
+def close_all(page: Page, discard: bool = False) -> None:
+    """Close every tab (File > Close All Tabs).
+
+    With ``discard``, a "Save your work" question is answered Discard (a
+    notebook only opened is marked modified once its kernel adds its
+    language to the metadata); without, any question is a failure.
+    """
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:close-all'); }")
+    page.wait_for_timeout(800)
+    dialog = page.locator(".jp-Dialog")
+    while dialog.count():
+        if not discard:
+            raise AssertionError(f"closing asked: {dialog.first.inner_text()[:300]}")
+        dialog.get_by_role("button", name="Discard").click()
+        page.wait_for_timeout(500)
+
+
+_OVERFLOW = (
+    "async (path) => {"
+    + _PANEL
+    + """
+  const panel = findPanel(path);
+  const nb = panel.content;
+  const found = [];
+  const scrolls = (el) => {
+    if (el.scrollWidth <= el.clientWidth + 1 || el.clientWidth === 0) return false;
+    const x = getComputedStyle(el).overflowX;
+    return x === 'auto' || x === 'scroll' || x === 'hidden' || x === 'clip';
+  };
+  for (let i = 0; i < nb.widgets.length; i++) {
+    const cell = nb.widgets[i];
+    await nb.scrollToItem(i, 'start');
+    await new Promise((r) => setTimeout(r, 60));
+    const src = cell.model.sharedModel.getSource();
+    const longest = Math.max(0, ...src.split('\\n').map((l) => l.length));
+    const first = (src.split('\\n').find((l) => l.trim()) || '').slice(0, 60);
+    for (const el of cell.node.querySelectorAll('.jp-InputArea *, .jp-OutputArea-output, .jp-OutputArea-output *')) {
+      if (!scrolls(el)) continue;
+      const where = el.closest('.jp-OutputArea') ? 'output' : 'input';
+      found.push({cell: i + 1, type: cell.model.type, where, shown: el.clientWidth, needed: el.scrollWidth,
+                  longest, first});
+      break;
+    }
+  }
+  const outer = panel.node.querySelector('.jp-WindowedPanel-outer');
+  if (outer && outer.scrollWidth > outer.clientWidth + 1) {
+    found.push({cell: 0, where: 'notebook', shown: outer.clientWidth, needed: outer.scrollWidth});
+  }
+  return found;
+}"""
+)
+
+
+def show_file_browser(page: Page) -> None:
+    """Open the file browser in the left sidebar (as the lab starts), if it is closed."""
+    if page.locator(".jp-FileBrowser:visible").count() == 0:
+        page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+        page.wait_for_selector(".jp-FileBrowser", state="visible")
+
+
+def horizontal_overflow(page: Page, path: str) -> list[dict]:
+    """Each cell whose input or output area scrolls (or cuts) sideways: cell number (1-based), widths.
+
+    Every cell is scrolled into view first: cells off screen are not laid out.
+    """
+    return page.evaluate(_OVERFLOW, path)
+
+
+def describe_overflow(found: list[dict]) -> str:
+    """One line per cell that needs sideways scrolling, for a failure message."""
+    return "\n".join(
+        f"  cell {f['cell']} ({f.get('type', '')} {f['where']}): {f['needed']} px needed, {f['shown']} px shown; "
+        f"longest line {f.get('longest', '?')} chars; `{f.get('first', '')}`"
+        for f in found
+    )
+
+
+def all_sources(page: Page, path: str) -> list[str]:
+    """The source of every cell (markdown too) of the open notebook, from its model.
+
+    Unlike :func:`notebook_text`, this does not depend on which cells the
+    notebook has laid out (cells far off screen are not rendered).
+    """
+    return page.evaluate(
+        "(path) => {"
+        + _PANEL
+        + """
+  const cells = findPanel(path).content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i).sharedModel.getSource());
+}""",
+        path,
+    )

@@ -3,8 +3,10 @@
 :class:`LabServer` starts JupyterLab from the running Python environment (the
 course's ``.venv``) on a free 127.0.0.1 port with a random token and the
 course's settings (``jupyter/`` in the repository, as ``make lab`` applies
-them), serving a copy of the lessons so that nothing a test does (autosave,
-jupytext pairing) writes into the repository. Everything else the server
+them), serving a learner's workspace made by ``dpcourse.workspace.init`` (what
+``make lab`` serves: one ``NN_name.ipynb`` per lesson), so that nothing a test
+does (autosave) writes into the repository. ``test_workspace_lab.py`` starts
+``make lab`` itself, from a fresh clone. Everything else the server
 reads or writes (user config, settings, workspaces, runtime files, kernel
 specs, IPython profile) lives in the same temporary folder, so a
 developer's own ``~/.jupyter`` cannot change what the tests see.
@@ -166,8 +168,8 @@ class LabServer:
     """JupyterLab with the course's settings, for one test session.
 
     Args:
-        lessons: folder whose ``NN_name.ipynb``/``.py`` pairs are copied into
-            the served folder (the repository's ``notebooks/`` by default).
+        lessons: the course's notebooks folder the workspace is made from
+            (the repository's ``notebooks/`` by default).
         port: preferred port; when it is taken (or None), a free one is used.
         profile: ``DPCOURSE_PROFILE`` for the kernels (``smoke``: seconds per
             lesson).
@@ -176,7 +178,8 @@ class LabServer:
     Attributes:
         url: ``http://127.0.0.1:PORT`` once started.
         token: the random token; requests without it get the login page or 403.
-        root: the served folder (a copy of the lessons).
+        root: the served folder (a workspace made from ``lessons``).
+        start_dir: the folder the server is started in (``root``).
         workdir: the temporary folder holding everything the server writes.
     """
 
@@ -194,6 +197,7 @@ class LabServer:
         self.token = secrets.token_hex(24)
         self.workdir = Path(tempfile.mkdtemp(prefix="dpcourse-lab-"))
         self.root = self.workdir / "root"
+        self.start_dir = self.root
         self.log_path = self.workdir / "server.log"
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
@@ -206,13 +210,9 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}"
 
     def _prepare(self) -> None:
-        self.root.mkdir()
-        for pattern in (LESSON_GLOB, LESSON_GLOB.replace(".ipynb", ".py")):
-            for path in sorted(self.lessons.glob(pattern)):
-                shutil.copy2(path, self.root / path.name)
-        # Pairing settings (ipynb + py:percent) sit at the repository root.
-        if (ROOT / "jupytext.toml").exists():
-            shutil.copy2(ROOT / "jupytext.toml", self.root / "jupytext.toml")
+        from dpcourse.workspace import init
+
+        init(self.root, source=self.lessons)  # as `make lab` does: no jupytext.toml, no .py twins
         for name in ("config", "data", "runtime", "settings", "workspaces", "ipython"):
             (self.workdir / name).mkdir()
 
@@ -274,7 +274,7 @@ class LabServer:
             self._log.flush()
             self.proc = subprocess.Popen(
                 self.command(port),
-                cwd=self.root,
+                cwd=self.start_dir,
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,

@@ -1,7 +1,8 @@
 """The lab as the course configures it (``jupyter/``), checked in a real Chromium.
 
 - Without the token: the login page, and 403 from the contents API.
-- A lesson's ``.py`` clicked in the file browser opens as the notebook.
+- Each lesson is listed once (``NN_name.ipynb``, no ``.py`` twin); a double
+  click opens it as a notebook, whose kernel runs in the workspace.
 - No "Jupyter news" prompt; the settings come from the repository.
 - Kernels start with ``XLA_PYTHON_CLIENT_PREALLOCATE=false``.
 """
@@ -40,27 +41,27 @@ def test_settings_come_from_the_repository(lab):
     assert props["checkForUpdates"]["default"] is False
 
 
-def test_a_lesson_py_opens_as_the_notebook_without_news_prompt(page, lab, screenshots):
+def test_each_lesson_is_listed_once_and_opens_as_a_notebook_without_news_prompt(page, lab, screenshots):
     lesson = lesson_names()[0]
-    py_name, ipynb = f"{lesson}.py", lab.root / f"{lesson}.ipynb"
-    page.goto(labpage.lab_url(lab.url, lab.token, workspace="open-py"))
+    name = f"{lesson}.ipynb"
+    page.goto(labpage.lab_url(lab.url, lab.token, workspace="open-lesson"))
     labpage.wait_for_lab(page)
-    page.locator(".jp-DirListing-item", has_text=py_name).first.dblclick()
+    listed = labpage.listed_names(page)
+    assert sorted(n for n in listed if n[:2].isdigit()) == [f"{n}.ipynb" for n in lesson_names()], listed
+    page.locator(".jp-DirListing-item", has_text=name).first.dblclick()
     try:
-        labpage.wait_for_kernel(page, py_name)
-        opened = labpage.state(page, py_name)
-        assert opened["isNotebook"], f"{py_name} opened, but not as a notebook: {opened}"
-        cells_in_pair = len(json.loads(ipynb.read_text())["cells"])
-        assert opened["cells"] == cells_in_pair, (
-            f"{py_name} shows {opened['cells']} cells, the pair has {cells_in_pair}"
-        )
-        assert page.locator(".jp-FileEditor:visible").count() == 0
-        # The kernel the lab started has the course's memory setting.
-        env = labpage.kernel_execute(page, py_name, "import os; print(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE'))")
-        assert env.strip() == "false", f"kernel XLA_PYTHON_CLIENT_PREALLOCATE={env.strip()!r}"
+        labpage.wait_for_kernel(page, name)
+        opened = labpage.state(page, name)
+        assert opened["isNotebook"], f"{name} opened, but not as a notebook: {opened}"
+        assert opened["cells"] == len(json.loads((lab.root / name).read_text())["cells"])
+        # The kernel the lab started has the course's memory setting, and runs in the workspace.
+        code = "import os; print(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')); print(os.getcwd())"
+        env, cwd = labpage.kernel_execute(page, name, code).split()
+        assert env == "false", f"kernel XLA_PYTHON_CLIENT_PREALLOCATE={env!r}"
+        assert cwd == str(lab.root), f"the kernel runs in {cwd}, not in the workspace {lab.root}"
         # By now the lab has been up for seconds: the news prompt would show.
         page.wait_for_timeout(1000)
         assert page.get_by_text("Jupyter news").count() == 0, "the Jupyter news prompt is shown"
-        page.screenshot(path=str(screenshots / "open-py-as-notebook.png"))
+        page.screenshot(path=str(screenshots / "open-lesson.png"))
     finally:
         lab.shutdown_kernels()

@@ -3,7 +3,9 @@
 For each ``notebooks/NN_name.ipynb``: open it by its address, click Run > Run
 All Cells, wait until the kernel is idle and every code cell has run, then
 check that no cell raised or printed a traceback and that the lesson's key
-output (``lessons.KEY_OUTPUT``) is on the page. Lessons with controls
+output (``lessons.KEY_OUTPUT``) is on the page, then, at 1280 x 800 with the
+file browser open, measure every cell for sideways scrolling (checked by
+``test_lesson_fits_1280x800``, which reuses the run). Lessons with controls
 (ipywidgets sliders and buttons, as in 07) must show them with readable
 labels, take a slider change and a button press, and show the result.
 A screenshot of each lesson is saved under ``results/browser/``.
@@ -22,6 +24,10 @@ from labserver import lesson_names
 from lessons import key_output
 
 LESSON_TIMEOUT_S = float(os.environ.get("DPCOURSE_BROWSER_LESSON_TIMEOUT_S", "300"))
+# Lessons whose every cell must fit 1280 x 800 with the file browser open: all
+# of them. Lessons with code lines over 100 characters fail until shortened.
+WIDTH_LESSONS = lesson_names()
+RUNS: dict[str, labpage.LessonRun] = {}  # each lesson's run, reused by the width check
 
 
 def _controls_07(page, path: str, run: labpage.LessonRun, changed: dict) -> None:
@@ -105,6 +111,7 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
     path = f"{lesson}.ipynb"
     run = labpage.LessonRun(lesson)
     start = time.monotonic()
+    page.set_viewport_size({"width": 1280, "height": 800})
     try:
         page.goto(labpage.lab_url(lab.url, lab.token, path, workspace=f"lesson-{lesson}"))
         labpage.wait_for_lab(page)
@@ -128,6 +135,8 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
                 run.problem(f"key output {expected!r} is not on the page")
         if not run.problems:
             exercise_controls(page, lesson, path, run)
+        labpage.show_file_browser(page)
+        run.overflow = labpage.horizontal_overflow(page, path)
     except Exception as err:  # noqa: BLE001 (reported with the screenshot below)
         run.problem(f"the browser run stopped: {type(err).__name__}: {str(err).splitlines()[0][:500]}")
     finally:
@@ -150,9 +159,20 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
 
 @pytest.mark.parametrize("lesson", lesson_names())
 def test_lesson_runs_in_the_browser(page, lab, screenshots, lesson):
-    run = run_lesson(page, lab, lesson, screenshots)
+    run = RUNS[lesson] = run_lesson(page, lab, lesson, screenshots)
     print(f"{lesson}: {run.seconds:.1f} s in the browser; {'; '.join(run.notes)}")
     assert not run.problems, run.report()
+
+
+@pytest.mark.parametrize("lesson", WIDTH_LESSONS)
+def test_lesson_fits_1280x800(page, lab, screenshots, lesson):
+    """After Run All: no cell's input or output area scrolls sideways at 1280 x 800, file browser open."""
+    run = RUNS.get(lesson) or run_lesson(page, lab, lesson, screenshots)
+    assert run.overflow is not None, f"{lesson}: the width was not measured: {run.report()}"
+    assert not run.overflow, (
+        f"{lesson}: cells that need sideways scrolling at 1280 x 800 with the file browser open:\n"
+        + labpage.describe_overflow(run.overflow)
+    )
 
 
 def test_a_failing_lesson_is_reported_with_its_cell_and_error(page, lab, screenshots):

@@ -97,8 +97,11 @@ def test_four_gpu_variant_edited_on_both_sides_is_consistent(tmp_path, pins):
     shutil.copytree(TERRAFORM_DIR, workdir, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
     variables = workdir / "variables.tf"
     text = variables.read_text()
-    text = _replace_once(text, 'default     = "g2-standard-24"', 'default     = "g2-standard-48"')
-    text = _replace_once(text, "default     = 2\n", "default     = 4\n")
+    # machine_type's own block (shared_gpu_machine_type has the same default).
+    head, block, tail = text.partition('variable "machine_type" {')
+    body, end, rest = tail.partition("\n}\n")
+    body = _replace_once(body, 'default     = "g2-standard-24"', 'default     = "g2-standard-48"')
+    text = _replace_once(head + block + body + end + rest, "default     = 2\n", "default     = 4\n")
     variables.write_text(text)
     module = Module.load(workdir)
     assert validation_failures(module, PROJECT) == {}

@@ -138,7 +138,8 @@ def test_pod_serves_8884_with_a_readiness_probe(pod):
     assert {"name": "http", "containerPort": 8884, "protocol": "TCP"} in container["ports"]
     assert container["readinessProbe"]["httpGet"]["port"] == 8884
     assert "--port=8884" in container["command"]
-    assert "--ServerApp.root_dir=/workspace" in container["command"]
+    # The learner's workspace (made by the make-workspace init container), not the clone.
+    assert "--ServerApp.root_dir=/workspace/course" in container["command"]
 
 
 def test_security_context_is_restrictive_and_supported(manifests):

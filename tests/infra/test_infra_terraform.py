@@ -38,6 +38,15 @@ VALIDATION_CASES = [
     ("no GPU nodes", {"gpu_node_count": 0}, {"gpu_node_count"}),
     ("fractional node count", {"gpu_node_count": 1.5}, {"gpu_node_count"}),
     ("two nodes (multi-host)", {"gpu_node_count": 2}, set()),
+    ("one client per GPU is no sharing", {"max_shared_clients_per_gpu": 1}, {"max_shared_clients_per_gpu"}),
+    ("more clients than GKE allows", {"max_shared_clients_per_gpu": 49}, {"max_shared_clients_per_gpu"}),
+    ("MPS sharing", {"gpu_sharing_strategy": "MPS", "max_shared_clients_per_gpu": 8}, set()),
+    ("L4 has no MIG", {"gpu_sharing_strategy": "MIG"}, {"gpu_sharing_strategy"}),
+    ("a GPU machine for the CPU pool", {"cpu_machine_type": "g2-standard-8"}, {"cpu_machine_type"}),
+    ("CPU pool max below min", {"cpu_min_node_count": 3, "cpu_max_node_count": 2}, {"cpu_max_node_count"}),
+    ("no CPU node for the hub", {"cpu_min_node_count": 0}, {"cpu_min_node_count"}),
+    ("shared pool of three nodes", {"shared_gpu_max_node_count": 3}, set()),
+    ("shared pool on a CPU machine", {"shared_gpu_machine_type": "e2-standard-8"}, {"shared_gpu_machine_type"}),
     ("driver installation disabled", {"gpu_driver_version": "INSTALLATION_DISABLED"}, {"gpu_driver_version"}),
     ("latest driver", {"gpu_driver_version": "LATEST"}, set()),
     ("project name instead of ID", {"project_id": "My Project"}, {"project_id"}),
@@ -301,3 +310,26 @@ def test_terraform_itself_agrees_on_validation(variables_only_workdir, case_id, 
         assert rejected and rejected <= failing, output
     else:
         assert result.returncode == 0, output
+
+
+def test_cpu_pool_and_time_shared_gpu_pool(tf):
+    cpu = _resource(tf, "google_container_node_pool", "cpu")
+    assert cpu["name"] == "cpu-pool"
+    assert cpu["autoscaling"] == [
+        {"min_node_count": "${var.cpu_min_node_count}", "max_node_count": "${var.cpu_max_node_count}"}
+    ]
+    (node,) = cpu["node_config"]
+    assert node["machine_type"] == "${var.cpu_machine_type}" and "guest_accelerator" not in node
+    assert node["workload_metadata_config"] == [{"mode": "GKE_METADATA"}]
+    shared = _resource(tf, "google_container_node_pool", "gpu_shared")
+    assert shared["name"] == "gpu-shared-pool"
+    assert shared["autoscaling"] == [{"min_node_count": 0, "max_node_count": "${var.shared_gpu_max_node_count}"}]
+    (node,) = shared["node_config"]
+    (accelerator,) = node["guest_accelerator"]
+    assert accelerator["gpu_sharing_config"] == [
+        {
+            "gpu_sharing_strategy": "${var.gpu_sharing_strategy}",
+            "max_shared_clients_per_gpu": "${var.max_shared_clients_per_gpu}",
+        }
+    ]
+    assert accelerator["gpu_driver_installation_config"] == [{"gpu_driver_version": "${var.gpu_driver_version}"}]

@@ -1,0 +1,45 @@
+# A room of learners (issue 20): included by the main Makefile.
+#
+#   hub            JupyterHub for a workshop on this machine (hub/launch.py;
+#                  settings HUB_* in hub/jupyterhub_config.py, docs/instructor.md)
+#   hub-test       the room test in Chromium and the GKE hub config checked offline (tests/hub)
+#   plan-workshop  nodes, GPUs and cost for LEARNERS (tools/plan_workshop.py)
+#   wheelhouse     the pinned requirements for Linux, macOS and Windows in wheelhouse/
+#   wheelhouse-test  download three platforms, install offline into a fresh venv, import the course
+
+.PHONY: hub hub-install hub-test plan-workshop wheelhouse wheelhouse-test
+
+HUB_REQUIREMENTS ?= requirements-hub.txt
+
+$(VENV)/.hub-installed: $(HUB_REQUIREMENTS) $(VENV)/.installed
+	$(PY) -m pip install --quiet -r $(HUB_REQUIREMENTS)
+	touch $@
+
+# configurable-http-proxy from npm, pinned in tools/hub/package-lock.json.
+tools/hub/node_modules/.installed: tools/hub/package-lock.json
+	cd tools/hub && npm ci --no-audit --no-fund --silent
+	touch $@
+
+hub-install: $(VENV)/.hub-installed tools/hub/node_modules/.installed
+
+hub: hub-install
+	$(PY) hub/launch.py
+
+# --confcutdir keeps tests/conftest.py (JAX device set-up) out.
+hub-test: hub-install $(VENV)/.dev-installed
+	$(PY) -m pytest tests/hub --confcutdir=tests/hub -p no:cacheprovider
+
+LEARNERS ?= 24
+MIX ?= cpu=0.5,shared-l4=0.5
+PRICES ?=
+PRICE_DATE ?=
+plan-workshop: $(VENV)/.installed
+	$(PY) tools/plan_workshop.py --learners $(LEARNERS) --mix $(MIX) \
+		$(foreach p,$(PRICES),--price $(p)) $(if $(PRICE_DATE),--price-date $(PRICE_DATE),)
+
+wheelhouse: $(PY)
+	$(PY) tools/wheelhouse.py --dest $(WHEELHOUSE)
+
+# Slow (about 600 MB, a few minutes): its own target, not in make test.
+wheelhouse-test: $(VENV)/.dev-installed
+	$(PY) -m pytest tests/wheelhouse --confcutdir=tests/wheelhouse -p no:cacheprovider

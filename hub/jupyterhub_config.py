@@ -1,0 +1,193 @@
+"""JupyterHub for a workshop on one machine (`make hub`): one password, one server and workspace per learner.
+
+Settings come from the environment (hub/launch.py fills them in; docs/instructor.md):
+
+- ``HUB_DIR``: the hub's state (database, cookie secret, proxy pid, learners' homes)
+- ``HUB_PASSWORD``: the workshop password learners type (8+ characters; required)
+- ``HUB_ADMIN_PASSWORD``: the instructor's password (32+ characters; optional: without
+  it the admin user has no way to sign in)
+- ``HUB_ADMIN``: the instructor's user name (default ``instructor``), who gets the admin view
+- ``HUB_IP`` / ``HUB_PORT``: where learners connect (default 127.0.0.1:8000); the proxy's API
+  and the hub itself listen on 127.0.0.1 at HUB_PORT+1 and HUB_PORT+2
+- ``HUB_SERVER_PORTS``: ``FIRST-LAST`` ports for the learners' servers (default: free random ports)
+- ``HUB_SSL_CERT`` / ``HUB_SSL_KEY``: serve HTTPS directly
+- ``HUB_CULL_TIMEOUT`` / ``HUB_CULL_EVERY``: seconds of inactivity before a server is stopped
+  (default 3600) and how often the culler looks (default 60)
+- ``HUB_ACTIVITY_INTERVAL``: seconds between activity reports to the hub (default 300;
+  must stay well below HUB_CULL_TIMEOUT, or a learner at work looks idle)
+- ``HUB_PROFILE``: ``DPCOURSE_PROFILE`` for every learner's kernels (for example ``smoke``)
+- ``HUB_SERVER_ARGS``: extra command-line options for every learner's server (space-separated)
+- ``HUB_GPUS``: GPU ids to hand out round-robin (default: every GPU ``nvidia-smi -L`` lists)
+"""
+
+# ruff: noqa: F821  (`c` is the config object JupyterHub passes in)
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HUB_DIR = Path(os.environ.get("HUB_DIR", ROOT / ".hub")).resolve()
+USERS_DIR = HUB_DIR / "users"
+IP = os.environ.get("HUB_IP", "127.0.0.1")
+PORT = int(os.environ.get("HUB_PORT", "8000"))
+ADMIN = os.environ.get("HUB_ADMIN", "instructor")
+BIN = Path(sys.executable).parent
+PROXY = ROOT / "tools" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+
+def gpu_ids() -> list[str]:
+    """The GPUs to share out: ``HUB_GPUS`` (``0,1,...``), else those ``nvidia-smi -L`` lists, else none."""
+    given = os.environ.get("HUB_GPUS")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip()]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+
+
+def kernel_environment(user_id: int, gpus: list[str]) -> dict[str, str]:
+    """The learner's environment: one GPU round-robin by user id with preallocation off, or 8 CPU devices."""
+    env = {"JUPYTER_CONFIG_PATH": str(ROOT / "jupyter")}
+    if os.environ.get("HUB_ACTIVITY_INTERVAL"):
+        env["JUPYTERHUB_ACTIVITY_INTERVAL"] = os.environ["HUB_ACTIVITY_INTERVAL"]
+    if os.environ.get("HUB_PROFILE"):
+        env["DPCOURSE_PROFILE"] = os.environ["HUB_PROFILE"]
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[user_id % len(gpus)]
+        # Several learners' processes may share a GPU when there are more of
+        # them than GPUs: none may take 75 % of its memory at start.
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    else:
+        # The course's simulated devices (dpcourse.devices adds the device
+        # count flag itself); keep JAX off a GPU backend that is not there.
+        env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+# Ports handed to servers that are starting or running (a server binds its
+# port some seconds after the hook runs, so a free socket alone is not enough).
+ASSIGNED_PORTS: dict[str, int] = {}
+
+
+def free_port(first: int, last: int, taken: set[int]) -> int:
+    """The first port in FIRST..LAST not in ``taken`` that nothing listens on (127.0.0.1)."""
+    for port in range(first, last + 1):
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in HUB_SERVER_PORTS={first}-{last}: stop some servers or widen the range")
+
+
+def make_workspace(folder: Path) -> None:
+    """The learner's copy of the lessons (dpcourse.workspace.init): new lessons copied in, edits never overwritten."""
+    from dpcourse import workspace
+
+    workspace.init(folder)
+
+
+GPUS = gpu_ids()
+SERVER_PORTS = os.environ.get("HUB_SERVER_PORTS")
+
+
+def pre_spawn_hook(spawner) -> None:
+    """Before each server: its workspace, its GPU share, a port from the range, root's flag."""
+    home = USERS_DIR / spawner.user.name
+    workspace = home / "workspace"
+    make_workspace(workspace)
+    spawner.notebook_dir = str(workspace)
+    spawner.environment.update(kernel_environment(spawner.user.id, GPUS))
+    if SERVER_PORTS:
+        first, last = (int(p) for p in SERVER_PORTS.split("-"))
+        ASSIGNED_PORTS.pop(spawner.user.name, None)
+        spawner.port = free_port(first, last, set(ASSIGNED_PORTS.values()))
+        ASSIGNED_PORTS[spawner.user.name] = spawner.port
+    if os.environ.get("HUB_SERVER_ARGS"):
+        spawner.args = [*spawner.args, *os.environ["HUB_SERVER_ARGS"].split()]
+    if os.geteuid() == 0:
+        # All servers run as the hub's own user; as root, jupyter_server
+        # refuses to start without this.
+        spawner.args = [*spawner.args, "--ServerApp.allow_root=True"]
+
+
+def post_stop_hook(spawner) -> None:
+    """The stopped server's port is free again."""
+    ASSIGNED_PORTS.pop(spawner.user.name, None)
+
+
+# -- The hub ------------------------------------------------------------------
+c.JupyterHub.bind_url = f"http{'s' if os.environ.get('HUB_SSL_CERT') else ''}://{IP}:{PORT}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = PORT + 2
+c.JupyterHub.db_url = f"sqlite:///{HUB_DIR / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(HUB_DIR / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(HUB_DIR / "jupyterhub.pid")
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+if os.environ.get("HUB_ACTIVITY_INTERVAL"):
+    c.JupyterHub.last_activity_interval = int(os.environ["HUB_ACTIVITY_INTERVAL"])
+if os.environ.get("HUB_SSL_CERT"):
+    c.JupyterHub.ssl_cert = os.environ["HUB_SSL_CERT"]
+    c.JupyterHub.ssl_key = os.environ["HUB_SSL_KEY"]
+
+# The node configurable-http-proxy (tools/hub, npm ci): the Python one on PyPI
+# breaks cookie-authenticated POSTs (the hub refuses server starts with 403).
+c.ConfigurableHTTPProxy.command = [str(PROXY)]
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 1}"
+c.ConfigurableHTTPProxy.pid_file = str(HUB_DIR / "proxy.pid")
+
+# -- Who signs in ---------------------------------------------------------------
+# One workshop password for every learner; the instructor signs in as HUB_ADMIN
+# with the longer admin password and gets the admin page (/hub/admin).
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = os.environ["HUB_PASSWORD"]
+if os.environ.get("HUB_ADMIN_PASSWORD"):
+    c.SharedPasswordAuthenticator.admin_password = os.environ["HUB_ADMIN_PASSWORD"]
+c.Authenticator.admin_users = {ADMIN}
+c.Authenticator.allow_all = True
+
+# -- Each learner's server ---------------------------------------------------------
+c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
+c.SimpleLocalProcessSpawner.home_dir_template = str(USERS_DIR / "{username}")
+c.Spawner.cmd = [str(BIN / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.pre_spawn_hook = pre_spawn_hook
+c.Spawner.post_stop_hook = post_stop_hook
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 90
+
+# -- The idle culler, a hub service with only the scopes it needs ---------------------
+c.JupyterHub.services = [
+    {
+        "name": "idle-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_idle_culler",
+            f"--timeout={os.environ.get('HUB_CULL_TIMEOUT', '3600')}",
+            f"--cull-every={os.environ.get('HUB_CULL_EVERY', '60')}",
+        ],
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "idle-culler",
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+        "services": ["idle-culler"],
+    }
+]

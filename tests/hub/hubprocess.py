@@ -1,0 +1,167 @@
+"""A real JupyterHub started the way `make hub` starts it (hub/launch.py), on 127.0.0.1, for the hub tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "hub" / "launch.py"
+# Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub), learners' servers after.
+BASE_PORT = 8900
+SERVER_PORTS = "8903-8910"
+PASSWORD = "room-test-password"
+ADMIN_PASSWORD = "instructor-test-password-0123456789"
+# About 3 s on a quiet machine; importing JupyterHub alone took over 60 s on a
+# machine shared by eight test runs.
+START_TIMEOUT_S = 180
+
+
+def listening(port: int) -> bool:
+    """Whether anything accepts connections on 127.0.0.1:port."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def ports_in_use() -> list[int]:
+    """The hub tests' ports that something listens on."""
+    first, last = (int(p) for p in SERVER_PORTS.split("-"))
+    return [p for p in (BASE_PORT, BASE_PORT + 1, BASE_PORT + 2, *range(first, last + 1)) if listening(p)]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@dataclass
+class Hub:
+    """One running hub: its address, folder, process and timings."""
+
+    url: str
+    folder: Path
+    process: subprocess.Popen
+    log: Path
+    started_s: float = 0.0
+    timings: dict = field(default_factory=dict)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> tuple[float, list[int], list[int]]:
+        """SIGINT, as Ctrl-C sends it; returns (seconds to exit, processes left, ports left)."""
+        tree = [self.process.pid, *descendants(self.process.pid)]
+        start = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        took = time.monotonic() - start
+        time.sleep(0.5)
+        left = [pid for pid in tree if Path(f"/proc/{pid}").exists() and _not_zombie(pid)]
+        for pid in left:  # leave the machine clean even when the test fails
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return took, left, ports_in_use()
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_hub(folder: Path, **settings: str) -> Hub:
+    """Start hub/launch.py in the background of this process (SIGINT ignored there, as in a script's `&`).
+
+    Raises:
+        RuntimeError: the hub did not answer /hub/health within START_TIMEOUT_S (its log is in the message).
+    """
+    busy = ports_in_use()
+    if busy:
+        raise RuntimeError(f"ports {busy} are in use before the hub test: stop what listens there")
+    env = dict(
+        os.environ,
+        HUB_DIR=str(folder),
+        HUB_PORT=str(BASE_PORT),
+        HUB_SERVER_PORTS=SERVER_PORTS,
+        HUB_PASSWORD=PASSWORD,
+        HUB_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        **settings,
+    )
+    log = folder.parent / f"{folder.name}.log"
+    handle = log.open("w")
+    start = time.monotonic()
+
+    def ignore_sigint():  # what `cmd &` in a non-interactive shell does
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    process = subprocess.Popen(
+        [sys.executable, str(LAUNCH)], env=env, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=ignore_sigint
+    )
+    hub = Hub(f"http://127.0.0.1:{BASE_PORT}", folder, process, log)
+    deadline = start + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the hub exited with status {process.returncode}:\n{hub.log_text()[-3000:]}")
+        try:
+            if requests.get(f"{hub.url}/hub/health", timeout=2).status_code == 200:
+                hub.started_s = time.monotonic() - start
+                return hub
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    hub.stop()
+    raise RuntimeError(f"the hub did not answer /hub/health within {START_TIMEOUT_S} s:\n{hub.log_text()[-3000:]}")
+
+
+def xsrf(session: requests.Session) -> str:
+    """The hub's XSRF cookie (the first one: servers set their own under /user/NAME/)."""
+    for cookie in session.cookies:
+        if cookie.name == "_xsrf":
+            return cookie.value
+    return ""
+
+
+def login(hub: Hub, user: str, password: str = PASSWORD) -> requests.Session:
+    """A signed-in HTTP session (the hub's login form, with its XSRF token)."""
+    session = requests.Session()
+    session.get(f"{hub.url}/hub/login", timeout=10)
+    answer = session.post(
+        f"{hub.url}/hub/login?next=",
+        data={"username": user, "password": password, "_xsrf": xsrf(session)},
+        timeout=60,
+    )
+    answer.raise_for_status()
+    return session
+
+
+def hub_api(session: requests.Session, hub: Hub, path: str) -> requests.Response:
+    """GET the hub's REST API with the session's cookie (and the XSRF header cookie access needs)."""
+    return session.get(f"{hub.url}/hub/api{path}", headers={"X-XSRFToken": xsrf(session)}, timeout=10)

@@ -1,0 +1,251 @@
+"""deploy/hub/config.yaml (Zero to JupyterHub on GKE), checked offline: the chart's schema, the profiles' pods, terraform.
+
+- The config merged over the chart's own values.yaml validates against its
+  values.schema.yaml (../shared/vendor/z2jh-chart-4.4.0, the pinned version),
+  alone and with https.yaml.
+- KubeSpawner (the chart's spawner) renders each profile's pod with a fake
+  kubeconfig: image, resources, GPUs and the GKE sharing labels, tolerations,
+  the workspace volume. The chart maps `singleuser` to KubeSpawner's settings
+  in its own jupyterhub_config.py; `kubespawner_config` below does the same
+  for the keys the course sets.
+- The node pools, GPU counts and clients per GPU agree with terraform/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_VERSION = "4.4.0"
+CHART = ROOT.parent / "shared" / "vendor" / f"z2jh-chart-{CHART_VERSION}"
+CONFIG = ROOT / "deploy" / "hub" / "config.yaml"
+HTTPS = ROOT / "deploy" / "hub" / "https.yaml"
+PROFILES = {"cpu": 0, "shared-l4": 1, "two-l4": 2}
+
+
+def chart_file(name: str) -> Path:
+    path = CHART / name
+    if not path.is_file():
+        pytest.skip(f"{path} is missing: the chart's {name} (see ../shared/vendor/README.md) is needed for this check")
+    return path
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base`` the way helm merges --values files (maps merge, the rest replaces)."""
+    merged = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def validate(values: dict) -> list[str]:
+    schema = load(chart_file("values.schema.yaml"))
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(values)]
+
+
+def test_config_validates_against_the_chart_schema_merged_over_its_defaults():
+    defaults = load(chart_file("values.yaml"))
+    assert validate(deep_merge(defaults, load(CONFIG))) == []
+    assert validate(deep_merge(deep_merge(defaults, load(CONFIG)), load(HTTPS))) == []
+
+
+def test_the_schema_check_can_fail():
+    defaults = load(chart_file("values.yaml"))
+    broken = deep_merge(load(CONFIG), {"singleuser": {"storage": {"capasity": "10Gi"}}, "cull": {"timeout": "1h"}})
+    errors = validate(deep_merge(defaults, broken))
+    assert any("capasity" in e for e in errors) and any(e.startswith("cull.timeout") for e in errors), errors
+
+
+def test_chart_version_pinned_where_the_instructor_reads_it():
+    text = CONFIG.read_text()
+    assert f"--version {CHART_VERSION}" in text
+    assert f"--version {CHART_VERSION}" in (ROOT / "docs" / "gke.md").read_text()
+
+
+def test_never_an_open_http_endpoint():
+    config, https = load(CONFIG), load(HTTPS)
+    assert config["proxy"]["service"]["type"] == "ClusterIP", "the default is port-forward only"
+    assert https["proxy"]["https"]["enabled"] is True and https["proxy"]["https"]["type"] == "letsencrypt"
+    assert config["hub"]["config"]["JupyterHub"]["authenticator_class"] == "shared-password"
+    assert "user_password" not in str(config), "the password is given at install time, never committed"
+
+
+def kubespawner_config(values: dict):
+    """KubeSpawner's settings for the chart's ``singleuser`` values (as the chart's hub maps them)."""
+    from traitlets.config import Config
+
+    single = values["singleuser"]
+    c = Config()
+    k = c.KubeSpawner
+    k.image = f"{single['image']['name']}:{single['image']['tag']}"
+    k.image_pull_policy = single["image"].get("pullPolicy") or "IfNotPresent"
+    k.uid = single["uid"]
+    k.fs_gid = single["fsGid"]
+    k.allow_privilege_escalation = single["allowPrivilegeEscalation"]
+    k.cmd = [single["cmd"]]
+    k.default_url = single["defaultUrl"]
+    k.cpu_guarantee = float(single["cpu"]["guarantee"])
+    k.cpu_limit = float(single["cpu"]["limit"])
+    k.mem_guarantee = single["memory"]["guarantee"]
+    k.mem_limit = single["memory"]["limit"]
+    k.node_selector = single["nodeSelector"]
+    k.environment = single["extraEnv"]
+    k.lifecycle_hooks = single["lifecycleHooks"]
+    k.profile_list = single["profileList"]
+    storage = single["storage"]
+    assert storage["type"] == "dynamic"
+    k.storage_pvc_ensure = True
+    k.pvc_name_template = "claim-{user_server}"
+    k.storage_capacity = storage["capacity"]
+    k.storage_class = storage["dynamic"]["storageClass"]
+    k.storage_access_modes = storage["dynamic"]["storageAccessModes"]
+    volume = storage["dynamic"].get("volumeNameTemplate", "home")
+    k.volumes = [{"name": volume, "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
+    k.volume_mounts = [{"mountPath": storage["homeMountPath"], "name": volume}]
+    return c
+
+
+@pytest.fixture(scope="module")
+def fake_kubeconfig(tmp_path_factory):
+    """A kubeconfig naming a cluster that is never contacted (KubeSpawner reads one at start)."""
+    path = tmp_path_factory.mktemp("kube") / "config"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "fake", "user": {"token": "not-a-token"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "course"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("KUBECONFIG", None)
+    else:
+        os.environ["KUBECONFIG"] = old
+
+
+def pod_for(profile: str | None, values: dict):
+    from kubespawner import KubeSpawner
+
+    async def render():
+        spawner = KubeSpawner(config=kubespawner_config(values), _mock=True)
+        spawner.user_options = {"profile": profile} if profile else {}
+        await spawner.load_user_options()
+        return spawner.get_pvc_manifest(), await spawner.get_pod_manifest()
+
+    return asyncio.run(render())
+
+
+@pytest.fixture(scope="module")
+def pods(fake_kubeconfig):
+    values = deep_merge(load(chart_file("values.yaml")), load(CONFIG))
+    return {slug: pod_for(slug, values) for slug in PROFILES} | {None: pod_for(None, values)}
+
+
+def container(pod):
+    (main,) = [c for c in pod.spec.containers if c.name == "notebook"]
+    return main
+
+
+def env_of(pod) -> dict:
+    return {e.name: e.value for e in container(pod).env}
+
+
+def test_every_profile_runs_the_course_image_with_the_workspace_volume(pods):
+    config = load(CONFIG)
+    image = f"{config['singleuser']['image']['name']}:{config['singleuser']['image']['tag']}"
+    for slug, (pvc, pod) in pods.items():
+        assert container(pod).image == image, slug
+        (mount,) = [m for m in container(pod).volume_mounts if m.mount_path == "/home/jovyan"]
+        volumes = [v if isinstance(v, dict) else v.to_dict() for v in pod.spec.volumes]
+        (volume,) = [v for v in volumes if v["name"] == mount.name]
+        claim = volume.get("persistentVolumeClaim") or volume.get("persistent_volume_claim")
+        assert (claim.get("claimName") or claim.get("claim_name")) == pvc.metadata.name
+        assert pvc.spec.resources.requests["storage"] == "10Gi"
+        assert pvc.spec.storage_class_name == "standard-rwo"
+        context = container(pod).security_context
+        context = context if isinstance(context, dict) else context.to_dict()
+        assert context.get("allowPrivilegeEscalation", context.get("allow_privilege_escalation")) is False
+        pod_context = pod.spec.security_context
+        pod_context = pod_context if isinstance(pod_context, dict) else pod_context.to_dict()
+        assert pod_context.get("fsGroup", pod_context.get("fs_group")) == 100
+        hook = container(pod).lifecycle
+        hook = hook if isinstance(hook, dict) else hook.to_dict()
+        command = (hook.get("postStart") or hook["post_start"])["exec"]["command"]
+        assert command == ["python", "-m", "dpcourse", "workspace", "init", "--dir", "/home/jovyan/workspace"]
+
+
+def test_cpu_profile_is_the_default_with_no_gpu(pods):
+    for slug in ("cpu", None):  # None: no choice made, the default applies
+        _, pod = pods[slug]
+        resources = container(pod).resources
+        assert "nvidia.com/gpu" not in (resources.limits or {})
+        assert resources.requests["cpu"] == 2 and resources.limits["memory"] == 8 * 2**30  # "8G": KubeSpawner reads GiB
+        assert pod.spec.node_selector == {"cloud.google.com/gke-nodepool": "cpu-pool"}
+        assert env_of(pod)["JAX_PLATFORMS"] == "cpu"
+        assert not [t for t in pod.spec.tolerations or [] if t.key == "nvidia.com/gpu"]
+
+
+def tfvar_default(name: str):
+    text = (ROOT / "terraform" / "variables.tf").read_text()
+    block = re.search(rf'variable "{name}" \{{(.*?)\n\}}', text, re.S).group(1)
+    return yaml.safe_load(re.search(r"^\s*default\s*=\s*(.+)$", block, re.M).group(1))
+
+
+def test_shared_l4_profile_asks_one_time_shared_gpu_without_preallocation(pods):
+    _, pod = pods["shared-l4"]
+    resources = container(pod).resources
+    assert resources.limits["nvidia.com/gpu"] == "1", "a time-shared container may ask for at most one GPU"
+    assert pod.spec.node_selector == {
+        "cloud.google.com/gke-nodepool": "gpu-shared-pool",
+        "cloud.google.com/gke-gpu-sharing-strategy": tfvar_default("gpu_sharing_strategy").lower().replace("_", "-"),
+        "cloud.google.com/gke-max-shared-clients-per-gpu": str(tfvar_default("max_shared_clients_per_gpu")),
+    }
+    assert any(t.key == "nvidia.com/gpu" and t.effect == "NoSchedule" for t in pod.spec.tolerations)
+    env = env_of(pod)
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+    assert "JAX_PLATFORMS" not in env
+
+
+def test_two_l4_profile_asks_the_whole_gpu_node(pods):
+    _, pod = pods["two-l4"]
+    resources = container(pod).resources
+    assert resources.limits["nvidia.com/gpu"] == str(tfvar_default("gpu_count")) == "2"
+    assert pod.spec.node_selector == {"cloud.google.com/gke-nodepool": "gpu-pool"}
+    assert any(t.key == "nvidia.com/gpu" for t in pod.spec.tolerations)
+    assert env_of(pod)["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+
+
+def test_an_unknown_profile_is_refused(fake_kubeconfig):
+    values = deep_merge(load(chart_file("values.yaml")), load(CONFIG))
+    with pytest.raises(ValueError):
+        pod_for("eight-h100", values)
+
+
+def test_node_pools_named_in_the_config_exist_in_terraform():
+    main = (ROOT / "terraform" / "main.tf").read_text()
+    text = CONFIG.read_text()
+    for pool in set(re.findall(r"cloud.google.com/gke-nodepool: ([\w-]+)", text)):
+        assert f'name               = "{pool}"' in main or f'name       = "{pool}"' in main, pool

@@ -1,0 +1,115 @@
+"""hub/launch.py and hub/jupyterhub_config.py without starting a hub: refusals, GPU shares, workspaces."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "hub" / "launch.py"
+CONFIG = ROOT / "hub" / "jupyterhub_config.py"
+PORT = 8906  # inside the hub tests' range, away from the room test's hub ports
+
+
+def launch(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HUB_DIR=str(tmp_path / "hub"), HUB_PORT=str(PORT), HUB_PASSWORD="long-enough-1")
+    env.update(settings)
+    return subprocess.run([sys.executable, str(LAUNCH)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_an_open_address_without_tls_is_refused(tmp_path):
+    result = launch(tmp_path, HUB_IP="0.0.0.0")
+    assert result.returncode == 2
+    assert "plain HTTP" in result.stderr and "HUB_SSL_CERT" in result.stderr and "TLS in front" in result.stderr
+
+
+def test_a_certificate_needs_its_key(tmp_path):
+    result = launch(tmp_path, HUB_SSL_CERT="cert.pem")
+    assert result.returncode == 2 and "HUB_SSL_CERT and HUB_SSL_KEY together" in result.stderr
+
+
+def test_a_short_workshop_password_is_refused(tmp_path):
+    result = launch(tmp_path, HUB_PASSWORD="short")
+    assert result.returncode == 2 and "HUB_PASSWORD must have at least 8 characters" in result.stderr
+
+
+def test_a_second_hub_on_the_same_folder_is_refused(tmp_path):
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    (folder / "jupyterhub.pid").write_text("4242\n")
+    with (folder / "hub.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = launch(tmp_path)
+    assert result.returncode == 2
+    assert f"a hub is already running from {folder} (pid 4242)" in result.stderr and "stray proxy" in result.stderr
+
+
+def test_a_busy_port_is_named(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", PORT + 1))
+        busy.listen()
+        result = launch(tmp_path)
+    assert result.returncode == 2 and f"port {PORT + 1} (proxy API) is in use" in result.stderr
+
+
+def load_config(monkeypatch, **env: str) -> dict:
+    """hub/jupyterhub_config.py run as JupyterHub runs it (with `c`), its names returned."""
+    monkeypatch.setenv("HUB_PASSWORD", "long-enough-1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    namespace = {"c": Config(), "__file__": str(CONFIG), "__name__": "jupyterhub_config"}
+    exec(compile(CONFIG.read_text(), str(CONFIG), "exec"), namespace)
+    return namespace
+
+
+def test_config_never_open_and_culler_scoped(monkeypatch, tmp_path):
+    ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
+    c = ns["c"]
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8000"
+    assert c.JupyterHub.authenticator_class == "shared-password"
+    assert c.SharedPasswordAuthenticator.user_password == "long-enough-1"
+    assert c.Authenticator.admin_users == {"instructor"}
+    (role,) = c.JupyterHub.load_roles
+    assert sorted(role["scopes"]) == sorted(["list:users", "read:users:activity", "read:servers", "delete:servers"])
+    assert c.ConfigurableHTTPProxy.command[0].endswith("tools/hub/node_modules/.bin/configurable-http-proxy")
+
+
+def test_gpus_round_robin_with_preallocation_off_else_cpu_devices(monkeypatch, tmp_path):
+    ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
+    shares = [ns["kernel_environment"](user_id, ["0", "1", "2"]) for user_id in range(1, 7)]
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in shares] == ["1", "2", "0", "1", "2", "0"]
+    assert all(s["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" for s in shares)
+    cpu = ns["kernel_environment"](1, [])
+    assert cpu["JAX_PLATFORMS"] == "cpu" and "CUDA_VISIBLE_DEVICES" not in cpu
+    assert load_config(monkeypatch, HUB_DIR=str(tmp_path), HUB_GPUS="4,5")["GPUS"] == ["4", "5"]
+
+
+def test_workspace_made_by_the_course_and_edits_kept(monkeypatch, tmp_path):
+    ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
+    folder = tmp_path / "users" / "dana" / "workspace"
+    ns["make_workspace"](folder)
+    lessons = sorted(p.name for p in folder.glob("*.ipynb"))
+    assert lessons == sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert (folder / "results").is_dir() and not list(folder.glob("*.py"))
+    lesson = folder / "02_baseline.ipynb"
+    notebook = json.loads(lesson.read_text())
+    notebook["cells"][0]["source"] = ["my edits"]
+    lesson.write_text(json.dumps(notebook))
+    ns["make_workspace"](folder)  # the next start
+    assert json.loads(lesson.read_text())["cells"][0]["source"] == ["my edits"]
+
+
+def test_server_ports_never_handed_out_twice(monkeypatch, tmp_path):
+    ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
+    first = ns["free_port"](PORT, PORT + 2, set())
+    assert ns["free_port"](PORT, PORT + 2, {first}) != first
+    with pytest.raises(RuntimeError, match="no free port"):
+        ns["free_port"](PORT, PORT, {PORT})

@@ -1,0 +1,78 @@
+"""tools/plan_workshop.py (make plan-workshop): node and GPU counts from the z2jh profiles, cost only from given prices."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tools" / "plan_workshop.py"
+spec = importlib.util.spec_from_file_location("plan_workshop", SCRIPT)
+plan_workshop = importlib.util.module_from_spec(spec)
+sys.modules["plan_workshop"] = plan_workshop
+spec.loader.exec_module(plan_workshop)
+
+
+def test_allocatable_follows_gkes_reservations():
+    # e2-standard-8: 8 vCPU, 32 GiB -> CPU reserved 60+10+2x5 m = 0.08... plus 4 x 2.5 m; memory 3.56 GiB + 100 MiB.
+    cpu, mem = plan_workshop.allocatable(8, 32)
+    assert cpu == pytest.approx(8 - 0.06 - 0.01 - 0.01 - 0.01)
+    assert mem == pytest.approx(32 - (1 + 0.8 + 0.8 + 16 * 0.06) - 100 / 1024)
+
+
+def test_profiles_come_from_the_config():
+    found = plan_workshop.profiles()
+    assert set(found) == {"cpu", "shared-l4", "two-l4"}
+    assert found["cpu"].gpus == 0 and found["shared-l4"].gpus == 1 and found["two-l4"].gpus == 2
+
+
+def test_24_learners_half_cpu_half_shared():
+    rows = {r.slug: r for r in plan_workshop.plan(24, {"cpu": 0.5, "shared-l4": 0.5})}
+    assert rows["cpu"].learners == 12 and rows["shared-l4"].learners == 12
+    assert rows["shared-l4"].per_node == 8  # 2 L4 x 4 clients, and CPU and memory allow it
+    assert rows["shared-l4"].nodes == 2 and rows["shared-l4"].gpus == 4
+    assert rows["cpu"].nodes == 4 and rows["cpu"].gpus == 0
+
+
+def test_two_l4_learners_get_a_node_each_and_the_hub_keeps_a_cpu_node():
+    rows = {r.slug: r for r in plan_workshop.plan(3, {"two-l4": 1.0})}
+    assert rows["two-l4"].nodes == 3 and rows["two-l4"].gpus == 6
+    assert rows["cpu"].nodes == 1 and rows["cpu"].learners == 0
+
+
+def test_bad_mix_is_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="add up to 0.9"):
+        plan_workshop.plan(10, {"cpu": 0.9})
+    with pytest.raises(ValueError, match="unknown profile"):
+        plan_workshop.plan(10, {"gpu": 1.0})
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_no_price_no_cost():
+    result = run("--learners", "24")
+    assert result.returncode == 0, result.stderr
+    assert "price not given" in result.stdout and "not measured" in result.stdout
+    assert "$" not in result.stdout
+
+
+def test_given_prices_are_used_and_labelled_as_the_instructors():
+    result = run(
+        "--learners", "24", "--price", "e2-standard-8=0.5", "--price", "g2-standard-24=2", "--price-date", "2026-12-01"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "| total | 24 | | | 6 | 4 | 6.00 |" in result.stdout  # 4 x 0.5 + 2 x 2
+    assert "instructor's input, dated 2026-12-01" in result.stdout
+
+
+def test_the_guides_table_is_the_tools_output():
+    result = run("--learners", "24")
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    assert "\n".join(table) in guide, "docs/instructor.md: paste the table of `make plan-workshop LEARNERS=24` again"
