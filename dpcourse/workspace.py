@@ -282,7 +282,14 @@ class Workspace:
                 lesson, "replaced", f"{lesson}: the course changed it; your copy was unchanged, so it was replaced."
             )
         offered = entry.get("offered")
-        if offered and offered.get("course_hash") == course and (self.root / offered["file"]).exists():
+        if offered and offered.get("course_hash") == course:
+            if not (self.root / offered["file"]).exists():  # the learner removed it: not written again
+                return Action(
+                    lesson,
+                    "edited",
+                    f"{lesson}: yours, edited (the course's newer version is not in the workspace: "
+                    f"`reset {lesson[:2]}` lays it, keeping yours in {OLD}/).",
+                )
             return Action(
                 lesson,
                 "waiting",
@@ -344,11 +351,16 @@ class Workspace:
         """One line per lesson of the course (or per named lesson); writes nothing."""
         lessons = course_lessons(self.source)
         lessons = {lesson: lessons[lesson] for lesson in self.select(names, lessons)}
-        manifest = (
-            json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            if self.manifest_path.is_file()
-            else {"lessons": {}}
-        )
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest["lessons"].items()
+        except FileNotFoundError:
+            manifest = {"lessons": {}}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+            self.notes.append(
+                f"The manifest {self.manifest_path.name} is unreadable ({err}); `update` keeps it aside and rebuilds it."
+            )
+            manifest = {"lessons": {}}
         out = []
         for lesson, path in lessons.items():
             target = self.root / f"{lesson}.ipynb"

@@ -103,6 +103,10 @@ def test_update_brings_new_lessons_and_replaces_only_untouched_copies(course, tm
     assert len(list(root.glob("updates/*/02_baseline.ipynb"))) == 1
     status = kinds(ws.Workspace(root, course).status())
     assert status["02_baseline"] == "waiting" and status["03_mesh"] == "unchanged"
+    # The learner deletes the waiting version: it is not written again.
+    beside[0].unlink()
+    assert kinds(ws.update(root, source=course))["02_baseline"] == "edited"
+    assert not list(root.glob("updates/*/02_baseline.ipynb"))
 
 
 def test_outputs_alone_do_not_count_as_an_edit(course, tmp_path):
@@ -193,6 +197,8 @@ def test_a_lost_manifest_keeps_edited_lessons(course, tmp_path):
     learner_edits(root / "02_baseline.ipynb")
     mine = (root / "02_baseline.ipynb").read_text()
     (root / ws.MANIFEST).write_text("garbage")
+    looked = ws.Workspace(root, course)
+    assert kinds(looked.status())["02_baseline"] == "changed" and "unreadable" in looked.notes[0]
     space = ws.Workspace(root, course)
     actions = kinds(space.update())
     assert actions["01_setup"] == "unchanged" and actions["02_baseline"] == "edited"

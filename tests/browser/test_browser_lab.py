@@ -65,3 +65,35 @@ def test_each_lesson_is_listed_once_and_opens_as_a_notebook_without_news_prompt(
         page.screenshot(path=str(screenshots / "open-lesson.png"))
     finally:
         lab.shutdown_kernels()
+
+
+def _notebook(*sources: str) -> dict:
+    cells = [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s} for s in sources
+    ]
+    kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    return {"cells": cells, "metadata": {"kernelspec": kernelspec}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_the_width_check_passes_100_characters_and_catches_more(page, lab):
+    """At 1280 x 800 with the file browser open, a 100-character line fits; a 130-character one is caught."""
+    name = "98_widths.ipynb"
+    fits = "x = " + "1" * 96
+    too_wide = "y = " + "2" * 126
+    table = "print('|'.join(['a' * 20] * 8))"  # 167 characters of output
+    (lab.root / name).write_text(json.dumps(_notebook(fits, too_wide, table)))
+    page.set_viewport_size({"width": 1280, "height": 800})
+    try:
+        page.goto(labpage.lab_url(lab.url, lab.token, name, workspace="widths"))
+        labpage.wait_for_lab(page)
+        labpage.wait_for_kernel(page, name)
+        labpage.run_all_from_menu(page)
+        labpage.wait_until_run(page, name, 60)
+        labpage.show_file_browser(page)
+        found = labpage.horizontal_overflow(page, name)
+        assert [(f["cell"], f["where"]) for f in found] == [(2, "input"), (3, "output")], labpage.describe_overflow(
+            found
+        )
+    finally:
+        lab.shutdown_kernels()
+        (lab.root / name).unlink()
