@@ -59,9 +59,7 @@ from dpcourse.exercises.cells import check_against
 devs = lesson.devices.devices
 n = len(devs)
 global_batch = cfg.global_batch(n)
-mesh = Mesh(
-    np.array(devs), ("data",)
-)  # Auto axes, as in 04 (Explicit ones: notebook 03, section 4)
+mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit: notebook 03)
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
 # The placements of notebook 04: parameters P(), batches P('data', None).
