@@ -298,11 +298,18 @@ def mfu(
 class Prediction:
     """Predicted data-parallel step on ``n_devices`` (cost model).
 
-    Times in seconds. ``step_s = compute_s + allreduce_s``: no overlap of
-    communication with compute is assumed, so this is an upper bound on the
-    step time (XLA on GPUs can run the all-reduce during the backward pass;
-    a profiler trace shows whether it did). ``efficiency = single_step_s /
-    step_s`` at the same per-device batch (weak scaling).
+    Times in seconds. ``step_s = compute_s + allreduce_s`` is an estimate,
+    not a bound; each term errs in a known direction. ``allreduce_s`` uses
+    the datasheet link and, unless ``latency_s`` is given, no per-step
+    latency: a lower bound on the communication. The sum assumes no overlap
+    of communication with compute, which is the default to expect: the
+    gradients and metrics go in one all-reduce after the backward pass, and
+    XLA's latency-hiding scheduler is off by default on GPU
+    (``xla/debug_options_flags.cc``); a schedule that does overlap makes the
+    sum too high (a profiler trace shows what overlapped). ``compute_s``
+    scales a measured time per example, valid while the per-device batch
+    keeps the device as busy. ``efficiency = single_step_s / step_s`` at the
+    same per-device batch (weak scaling).
     """
 
     n_devices: int

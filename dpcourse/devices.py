@@ -443,7 +443,7 @@ def lesson_devices(min_devices: int = 2):
 def _label(devices: list, simulated: bool) -> str:
     kind = devices[0].device_kind
     if simulated:
-        return f"{len(devices)} simulated CPU devices (share the same cores)"
+        return f"{len(devices)} simulated CPU devices"  # the start banner says they share the cores, once
     return f"{len(devices)} x {kind}"
 
 

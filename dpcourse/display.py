@@ -66,24 +66,36 @@ def key_values(pairs: Mapping[str, Any], caption: str = "") -> Html:
     return table([{"": k, "value": v} for k, v in pairs.items()], caption, columns=["", "value"])
 
 
-def banner(text: str, level: str = "note") -> Html:
-    """A coloured box: ``level`` is "note", "warning" or "error"."""
+def banner(text: str, level: str = "note", details: str = "") -> Html:
+    """A coloured box: ``level`` is "note", "warning" or "error".
+
+    ``details`` (optional) go in a collapsed ``<details>`` element under the
+    one-line text, one click away in a notebook; the plain form prints them
+    on the following lines.
+    """
     colours = {"note": "#e8f1fb", "warning": "#fff4d6", "error": "#fde2e1"}
     bg = colours.get(level, colours["note"])
     style = f"background:{bg};padding:8px 12px;border-left:4px solid #888;margin:6px 0"
+    more = ""
+    if details:
+        more = (
+            '<details><summary style="cursor:pointer">details</summary>'
+            f'<pre style="white-space:pre-wrap;margin:4px 0">{html.escape(details)}</pre></details>'
+        )
     return Html(
-        f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}</div>',
-        f"[{level.upper()}] {text}",
+        f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}{more}</div>',
+        f"[{level.upper()}] {text}" + (f"\n  {details}" if details else ""),
     )
 
 
 def data_banner(source: str, note: str) -> Html:
-    """The banner every notebook shows about its data source."""
+    """The one-line banner every notebook shows about its data source; why, one click away."""
     if source == "synthetic":
         return banner(
-            "SYNTHETIC DATA: a generated Fashion-MNIST-shaped set, not the real images. "
-            f"{note} Loss and accuracy are not comparable with published Fashion-MNIST results.",
+            "SYNTHETIC DATA: a generated stand-in of Fashion-MNIST's shapes, not the real images; "
+            "loss and accuracy are not comparable with published results.",
             "warning",
+            details=note,
         )
     return banner(f"Data: {note}", "note")
 

@@ -103,9 +103,9 @@ def start_lesson(
     if chosen.simulated and chosen.count > 1:
         notes.append(
             _display.banner(
-                f"{chosen.label}: simulated devices share the same CPU cores and add no compute, so they "
-                "never give a real speed-up; timing ratios on them reflect scheduling, not scaling. "
-                "Use them to learn placement, collectives and correctness.",
+                f"{chosen.count} simulated CPU devices: they share this machine's CPU cores, so they add no "
+                "compute and timing ratios on them reflect scheduling, not scaling. They teach placement, "
+                "collectives and correctness.",
                 "note",
             )
         )

@@ -57,8 +57,10 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 # `device.memory_stats()["bytes_limit"]`: the size of **JAX's allocator
 # pool**, the most it will take, a fraction of the GPU's memory set by
 # `XLA_CLIENT_MEM_FRACTION` (0.75 by default; on an H200 with 150.8 GB,
-# 112.6 GB). It is not the device's memory: that total comes from the
-# driver (`nvidia-smi`), shown beside it. CPU devices report neither.
+# 0.75 x 150.8 = 113.1 GB). It is not the device's memory: that total comes
+# from the driver (`nvidia-smi`), shown beside it. What `nvidia-smi` lists
+# for a process is larger than the pool, as it counts the CUDA context too
+# (the 107,927 MiB of `docs/gpu.md`). CPU devices report neither.
 
 # %%
 from IPython.display import display
@@ -85,8 +87,10 @@ display(
         caption="What JAX sees",
     )
 )
-# Every GPU's total, when all have the same memory (then the order of nvidia-smi's rows does not matter).
-gpu_total = gpuinfo.uniform_gpu_memory(gpuinfo.gpu_memory_totals()) if report.backend == "gpu" else None
+# Every GPU's total, when all have the same memory (then nvidia-smi's row order does not matter).
+gpu_total = (
+    gpuinfo.uniform_gpu_memory(gpuinfo.gpu_memory_totals()) if report.backend == "gpu" else None
+)
 display(
     show.table(
         [
@@ -95,9 +99,13 @@ display(
                 "platform": d.platform,
                 "kind": d.kind,
                 "process": d.process_index,
-                "JAX pool limit GB (bytes_limit)": None if d.memory_bytes is None else d.memory_bytes / 1e9,
+                "JAX pool limit GB (bytes_limit)": None
+                if d.memory_bytes is None
+                else d.memory_bytes / 1e9,
                 "device memory GB (nvidia-smi)": None if gpu_total is None else gpu_total / 1e9,
-                "pool / device": None if d.memory_bytes is None or gpu_total is None else d.memory_bytes / gpu_total,
+                "pool / device": None
+                if d.memory_bytes is None or gpu_total is None
+                else d.memory_bytes / gpu_total,
             }
             for d in report.devices
         ],
@@ -109,9 +117,10 @@ display(
 # ## 2. The gate: enough devices for the multi-device lessons?
 #
 # Notebooks 03 to 07 need at least 2 devices (08 launches its own
-# processes and needs 8 CPU devices in this kernel for its reference run). `lesson_devices` picks the
-# GPUs when there are 2 or more, else the simulated CPU devices, and raises a
-# clear error with the fix when there are neither.
+# processes and needs 8 CPU devices in this kernel for its reference run).
+# `lesson_devices` picks the GPUs when there are 2 or more, else the
+# simulated CPU devices, and raises a clear error with the fix when there
+# are neither.
 
 # %%
 try:
@@ -149,7 +158,12 @@ saved = os.environ.get(MEM_FRACTION)
 os.environ[MEM_FRACTION] = "0.5"
 changed = devices.settings_changed_after_start()
 for name in changed:
-    display(show.banner(f"{name} changed after JAX started: it is ignored until you restart the kernel.", "warning"))
+    display(
+        show.banner(
+            f"{name} changed after JAX started: it is ignored until you restart the kernel.",
+            "warning",
+        )
+    )
 assert MEM_FRACTION in changed
 if saved is None:
     del os.environ[MEM_FRACTION]
@@ -218,7 +232,7 @@ for metric, count in (
     results.record(metric, count, "devices")
 
 # %% [markdown]
-# ## 5. Compile once: the persistent compilation cache
+# ## 6. Compile once: the persistent compilation cache
 #
 # Every notebook compiles its steps afresh, and so does every worker
 # process of notebook 08. JAX can keep compiled programs on disk and load

@@ -28,12 +28,17 @@ lesson = start_lesson("02_baseline", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
+import functools
+
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from IPython.display import display
 
-from dpcourse import bench, costs, data, memory, model, results, train
+from dpcourse import bench, config, costs, data, memory, model, results, train
 from dpcourse import display as show
+from dpcourse.exercises.cells import check_against
 
 device = lesson.devices.devices[0]
 global_batch = cfg.per_device_batch  # one device: global batch = per-device batch
@@ -48,12 +53,22 @@ global_batch = cfg.per_device_batch  # one device: global batch = per-device bat
 # the same shapes, and the banner above says so.
 
 # %%
-print("images:", dataset.images.shape, dataset.images.dtype, " labels:", dataset.labels.shape, dataset.labels.dtype)
+print(
+    "images:",
+    dataset.images.shape,
+    dataset.images.dtype,
+    " labels:",
+    dataset.labels.shape,
+    dataset.labels.dtype,
+)
 print("pixel range:", float(dataset.images.min()), "to", float(dataset.images.max()))
 counts = np.bincount(dataset.labels, minlength=data.N_CLASSES)
 display(
     show.table(
-        [{"class": i, "name": n, "examples": int(c)} for i, (n, c) in enumerate(zip(data.CLASS_NAMES, counts))],
+        [
+            {"class": i, "name": n, "examples": int(c)}
+            for i, (n, c) in enumerate(zip(data.CLASS_NAMES, counts))
+        ],
         caption=f"Examples per class ({dataset.source} data)",
     )
 )
@@ -68,12 +83,58 @@ display(
 # not the number of parameters, so the gradient that data parallelism must
 # all-reduce stays small while each device has plenty to compute.
 
+# %% [markdown]
+# The forward pass, written here so you can change it. `lax.scan` applies
+# `block` BLOCK_REPEATS times, carrying `h` from one repeat to the next.
+# (`dpcourse.model.forward` is the reusable version later lessons import; it
+# also knows notebook 09's unrolled and bfloat16 variants.)
+
+
 # %%
-show.show_source(model.forward)
+def forward(params, x, block_repeats, block_mix):
+    """Logits [batch, 10] of the shared-block MLP for images x [batch, 784]."""
+    h = jax.nn.gelu(x @ params["w_in"] + params["b_in"])
+
+    def block(h, _):
+        out = jax.nn.gelu(h @ params["w_block"] + params["b_block"])
+        return (1.0 - block_mix) * h + block_mix * out, None
+
+    h, _ = jax.lax.scan(block, h, None, length=block_repeats)
+    return h @ params["w_out"] + params["b_out"]
+
+
+# %% [markdown]
+# The loss is the mean softmax cross-entropy over the batch; accuracy rides
+# along as a metric (`has_aux` below).
+
+
+# %%
+def loss_and_metrics(params, x, y):
+    """Mean cross-entropy over the batch (a scalar) and {"loss", "accuracy"}."""
+    logits = forward(params, x, cfg.block_repeats, cfg.block_mix)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    accuracy = (jnp.argmax(logits, axis=-1) == y).mean()
+    return loss, {"loss": loss, "accuracy": accuracy}
+
+
+# %% [markdown]
+# Does your cell compute what the package computes? `check_against` runs
+# both on the same parameters and images and compares the numbers (and,
+# for the loss, its gradient). Edit a cell above (drop the `1.0 - block_mix`,
+# say), re-run it and this one, and read what differs.
+
+# %%
+x_try = dataset.images[:8]
+y_try = dataset.labels[:8]
+p_try = model.init_params(cfg)
+display(check_against(model.forward, forward, p_try, x_try, cfg.block_repeats, cfg.block_mix))
+reference_loss = functools.partial(model.loss_and_metrics, cfg=cfg)
+display(check_against(reference_loss, loss_and_metrics, p_try, x_try, y_try))
 
 # %%
 n_params = model.param_count(cfg)
 flops_per_example = model.train_flops_per_example(cfg)
+step_flops = costs.train_flops_per_step(cfg, global_batch)
 display(
     show.key_values(
         {
@@ -85,9 +146,10 @@ display(
             "gradient per step (float32)": f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB",
             "per-device batch / global batch": f"{cfg.per_device_batch} / {global_batch}",
             "training FLOPs per example (6 x matmul MACs)": f"{flops_per_example / 1e9:.4f} GFLOP",
-            "training FLOPs per step": f"{costs.train_flops_per_step(cfg, global_batch) / 1e9:.2f} GFLOP",
+            "training FLOPs per step": f"{step_flops / 1e9:.2f} GFLOP",
             "optimizer": f"AdamW, lr {cfg.learning_rate}, weight decay {cfg.weight_decay}",
-            "benchmark plan": f"{cfg.warmup_steps} warm-up steps, then {cfg.repeats} x {cfg.steps} timed steps, median",
+            "benchmark plan": f"{cfg.warmup_steps} warm-up steps, "
+            f"then {cfg.repeats} x {cfg.steps} timed steps, median",
         },
         caption="The workload",
     )
@@ -98,7 +160,22 @@ display(
 # a `lax.scan` once, not BLOCK_REPEATS times, so it under-counts this model
 # badly. The count above is 6 x the forward multiply-accumulates per example:
 # 2 FLOPs per multiply-accumulate, and the backward pass costs about twice
-# the forward.
+# the forward. The cell below shows the under-count: XLA's figure for the
+# forward pass of 8 examples hardly moves between 1 repeat and BLOCK_REPEATS.
+
+
+# %%
+def xla_forward_flops(block_repeats):
+    """XLA's own FLOP count for your forward pass on x_try (8 examples)."""
+    fn = jax.jit(lambda p, x: forward(p, x, block_repeats, cfg.block_mix))
+    cost = fn.lower(p_try, x_try).compile().cost_analysis()
+    return (cost[0] if isinstance(cost, list) else cost)["flops"]  # a list in older JAX
+
+
+analytic = 2 * model.macs_per_example(cfg) * len(x_try)  # forward only: 2 FLOPs per MAC
+for r in (1, cfg.block_repeats):
+    print(f"BLOCK_REPEATS = {r:3d}: cost_analysis {xla_forward_flops(r):>13,.0f} FLOPs")
+print(f"analytic forward FLOPs at BLOCK_REPEATS = {cfg.block_repeats}: {analytic:,}")
 
 # %% [markdown]
 # ## 3. Put data and parameters on one device
@@ -122,11 +199,29 @@ print("x_stack:", x_stack.shape, "on", x_stack.devices())
 # ## 4. The training step
 #
 # `value_and_grad` gives the loss, its metrics and the gradient in one pass;
-# optax turns the gradient into an AdamW update. The package holds this one
-# definition (notebook 04 jits the very same function on sharded arrays):
+# optax turns the gradient into an AdamW update. Notebook 04 jits the very
+# same step on sharded arrays (it imports the package's copy,
+# `train.make_train_step`, which the check below holds this cell to).
+
 
 # %%
-show.show_source(train.make_train_step)
+def make_train_step(optimizer):
+    """train_step(params, opt_state, x, y) -> (params, opt_state, metrics), not jitted."""
+
+    def train_step(params, opt_state, x, y):
+        grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+        (_, metrics), grads = grad_fn(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return train_step
+
+
+# %%
+reference_step = train.make_train_step(cfg, optimizer)
+s_try = optimizer.init(p_try)
+display(check_against(reference_step, make_train_step(optimizer), p_try, s_try, x_try, y_try))
 
 # %% [markdown]
 # `jax.jit` compiles it. `donate_argnums=(0, 1)` **donates** the parameters
@@ -138,8 +233,8 @@ show.show_source(train.make_train_step)
 # `params, opt_state, metrics = train_step(params, opt_state, x, y)`.
 
 # %%
-train_step = jax.jit(train.make_train_step(cfg, optimizer), donate_argnums=(0, 1))
-loss0, metrics0 = model.loss_and_metrics(params, *batches[0], cfg)
+train_step = jax.jit(make_train_step(optimizer), donate_argnums=(0, 1))
+loss0, metrics0 = loss_and_metrics(params, *batches[0])
 print(f"loss before training: {float(loss0):.4f} (ln 10 = {np.log(10):.4f} for a uniform guess)")
 
 # %% [markdown]
@@ -175,7 +270,9 @@ display(
             "device peak (TF32, dense)": "unknown for this device"
             if peak is None
             else f"{peak.peak('tf32') / 1e12:.0f} TFLOP/s ({peak.source})",
-            "MFU": "not computed: no known peak for this device" if utilisation is None else f"{utilisation:.1%}",
+            "MFU": "not computed: no known peak for this device"
+            if utilisation is None
+            else f"{utilisation:.1%}",
         },
         caption="Model-FLOPs utilisation",
     )
@@ -193,13 +290,23 @@ display(
 # Keep the per-device batch and add devices: each device computes what this
 # one did, then all of them all-reduce the gradient. A ring all-reduce sends
 # and receives 2(N-1)/N times the gradient over each device's link, so its
-# time is about `2(N-1)/N x gradient bytes / link bandwidth`. The table
-# assumes no overlap of communication with compute, so its step times are an
-# upper bound (on GPUs XLA can reduce early gradients while the backward
-# pass still runs); it leaves out the latency of each ring step, which
-# notebook 07 measures. It takes the link from
-# the device's entry in the peak table, or PCIe Gen4 x16 (about 32 GB/s each
-# way, the L4 node's link) where the device is not listed.
+# time is about `2(N-1)/N x gradient bytes / link bandwidth`. The table's
+# step time, compute + all-reduce with no overlap, is an **estimate**, and
+# each term errs in a known direction:
+#
+# - the all-reduce term uses the datasheet link with no latency per ring
+#   step (notebook 07 measures both), so it is a *lower* bound on the
+#   communication;
+# - adding the two terms assumes no overlap, which is what to expect by
+#   default: gradients and metrics go in one all-reduce after the backward
+#   pass, and XLA's latency-hiding scheduler is off by default on GPU
+#   (`xla/debug_options_flags.cc`); an overlapping schedule would make the
+#   sum too high;
+# - the compute term scales this run's measured time per example, which
+#   holds while the per-device batch keeps the device as busy as here.
+#
+# The link comes from the device's entry in the peak table, or PCIe Gen4
+# x16 (about 32 GB/s each way, the L4 node's link) where it is not listed.
 
 # %%
 link_bytes_per_s = peak.link_bytes_per_s if peak is not None else 32e9
@@ -207,7 +314,9 @@ link_name = peak.link if peak is not None else "PCIe Gen4 x16 (assumed)"
 per_example_s = result.ms_per_step / 1000.0 / global_batch
 rows = []
 for n_dev in (1, 2, 4, 8):
-    pred = costs.predict_step(cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s)
+    pred = costs.predict_step(
+        cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s
+    )
     rows.append(
         {
             "devices": n_dev,
@@ -222,7 +331,7 @@ for n_dev in (1, 2, 4, 8):
 display(
     show.table(
         rows,
-        caption=f"Predicted data-parallel steps over {link_name}, {costs.gradient_bytes(cfg) / 1e6:.2f} MB of gradient",
+        caption=f"Predicted steps, {link_name}, {costs.gradient_bytes(cfg) / 1e6:.2f} MB gradient",
     )
 )
 
@@ -251,7 +360,15 @@ assert result.final_loss < float(loss0), "training should lower the loss"
 
 # %%
 before, after = memory.free(
-    globals(), "params", "opt_state", "x_stack", "y_stack", "batches", "train_step", "loss0", "metrics0"
+    globals(),
+    "params",
+    "opt_state",
+    "x_stack",
+    "y_stack",
+    "batches",
+    "train_step",
+    "loss0",
+    "metrics0",
 )
 print("before:", before)
 print("after: ", after)
@@ -299,7 +416,7 @@ check.flops_doubled(flops_doubled, cfg)
 # **02.2 · A plain SGD step.** Write `sgd_step(params, x, y, learning_rate)`
 # that returns new parameters, `params - learning_rate * gradient` for every
 # array of the dict, where the gradient is that of the mean loss
-# `model.loss_and_metrics(params, x, y, cfg)[0]`. Use `jax.grad` and
+# `loss_and_metrics(params, x, y)[0]` (your cell of section 2). Use `jax.grad` and
 # `jax.tree.map`. The check runs it on its own batch.
 
 # %% tags=["exercise", "ex02_2"]
@@ -309,13 +426,18 @@ sgd_step = ...  # replace with: def sgd_step(params, x, y, learning_rate): ...
 check.sgd_step(sgd_step, cfg)
 
 # %% [markdown]
-# **02.3 · What step time is 40 % MFU?** On one NVIDIA H200 (dense TF32 peak
-# 495 TFLOP/s, NVIDIA's datasheet), at which step time in **milliseconds**
-# would this workload, at this notebook's global batch (`global_batch`),
-# run at 40 % MFU? `costs.train_flops_per_step` gives the FLOPs of a step.
+# **02.3 · What step time is 40 % MFU?** The course's `full` profile
+# (`config.make_config("full")`: WIDTH 1024, BLOCK_REPEATS 128) runs on one
+# NVIDIA H200 (dense TF32 peak 495 TFLOP/s, NVIDIA's datasheet) with a
+# batch of 1024 examples. At which step time in **milliseconds** would it
+# run at 40 % MFU? `costs.train_flops_per_step(cfg_full, 1024)` gives the
+# FLOPs of that step.
+
+# %%
+cfg_full = config.make_config("full")  # the workload of exercise 02.3
 
 # %% tags=["exercise", "ex02_3"]
 step_ms_at_40_percent = ...  # a number, in ms
 
 # %%
-check.step_time_for_mfu(step_ms_at_40_percent, cfg, global_batch)
+check.step_time_for_mfu(step_ms_at_40_percent)

@@ -73,7 +73,11 @@ try:
     jax.device_put(x, NamedSharding(mesh, P("model", None)))
     raise AssertionError("an unknown axis name should be refused")
 except (ValueError, KeyError) as err:
-    print("P('model', None) on a mesh without 'model':", type(err).__name__, str(err).splitlines()[0][:160])
+    print(
+        "P('model', None) on a mesh without 'model':",
+        type(err).__name__,
+        str(err).splitlines()[0][:160],
+    )
 
 # %%
 jax.debug.visualize_array_sharding(sharded)
@@ -99,13 +103,22 @@ jax.debug.visualize_array_sharding(sharded)
 made_mesh = jax.make_mesh((n,), ("data",), devices=devs)
 made_auto = jax.make_mesh((n,), ("data",), axis_types=(AxisType.Auto,), devices=devs)
 reversed_ids = [d.id for d in jax.make_mesh((n,), ("data",), devices=devs[::-1]).devices.flat]
-print(f"make_mesh given device ids {[d.id for d in devs[::-1]]} on {devs[0].platform}: mesh order {reversed_ids}")
+print(
+    f"make_mesh given device ids {[d.id for d in devs[::-1]]} on {devs[0].platform}: "
+    f"mesh order {reversed_ids}"
+)
 display(
     show.table(
         [
             {"built with": "Mesh(np.array(devs), ('data',))", "axis types": str(mesh.axis_types)},
-            {"built with": "jax.make_mesh((n,), ('data',))", "axis types": str(made_mesh.axis_types)},
-            {"built with": "jax.make_mesh(..., axis_types=(AxisType.Auto,))", "axis types": str(made_auto.axis_types)},
+            {
+                "built with": "jax.make_mesh((n,), ('data',))",
+                "axis types": str(made_mesh.axis_types),
+            },
+            {
+                "built with": "jax.make_mesh(..., axis_types=(AxisType.Auto,))",
+                "axis types": str(made_auto.axis_types),
+            },
         ],
         caption=f"Axis types in JAX {jax.__version__}",
     )
@@ -118,9 +131,14 @@ display(
 # (`jax.typeof` shows it: `float32[8@data,4]` is 8 rows split over `data`).
 # Three things change:
 #
-# - **`jax.set_mesh(mesh)`** puts the mesh in context (as a `with` block or
-#   globally). JAX needs it to give every operation's result a sharding;
-#   inside it a bare `PartitionSpec` is enough where a `NamedSharding` was.
+# - **`jax.set_mesh(mesh)`** puts the mesh in context. JAX needs it to give
+#   every operation's result a sharding; inside it a bare `PartitionSpec` is
+#   enough where a `NamedSharding` was. It works as a `with` block or, called
+#   alone, globally. **Use the `with` form**: a global mesh stays in force in
+#   every later cell, and `jit` then refuses arrays that live elsewhere, such
+#   as a one-device baseline (`Received incompatible devices for jitted
+#   computation`). The lessons' one-device references run under
+#   `jax.set_mesh(None)`, which clears the context mesh for a block.
 # - **Sharding-in-types**: each result's sharding follows from its inputs
 #   (a sum over the sharded axis is replicated; over the other axis it stays
 #   split). Where that is ambiguous, JAX raises an error and asks for an
@@ -136,6 +154,22 @@ with jax.set_mesh(explicit_mesh):
     print("x.sum(axis=0):    ", jax.typeof(jax.jit(lambda a: a.sum(axis=0))(xe)))
     print("x.sum(axis=1):    ", jax.typeof(jax.jit(lambda a: a.sum(axis=1))(xe)))
     print("reshard(x, P()):  ", jax.typeof(jax.sharding.reshard(xe, P())))
+
+# %% [markdown]
+# Why the `with` form: under a context mesh, `jit` takes every argument to
+# live on that mesh's devices. An array on one device is refused, and
+# `jax.set_mesh(None)` clears the context for a block:
+
+# %%
+on_one_device = jax.device_put(jnp.ones(4), devs[0])
+with jax.set_mesh(mesh):
+    try:
+        jax.jit(jnp.sum)(on_one_device)
+        print("Under the context mesh: accepted by this JAX version.")
+    except ValueError as err:
+        print("Under the context mesh:", str(err).splitlines()[0][:90], "...")
+with jax.set_mesh(None):
+    print("Under jax.set_mesh(None):", float(jax.jit(jnp.sum)(on_one_device)))
 
 # %% [markdown]
 # The course's steps run on both kinds of mesh: on `Auto` axes as they are,
@@ -182,7 +216,9 @@ else:
 # %%
 topology = devices.gpu_topology()
 print(
-    topology if topology else "No nvidia-smi here: simulated CPU devices share host memory, there is no link to show."
+    topology
+    if topology
+    else "No nvidia-smi here: simulated CPU devices share host memory, there is no link to show."
 )
 
 # %%
@@ -198,8 +234,8 @@ _ = results.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
 # - `jax.make_mesh` orders TPUs by their topology and GPUs by device id (not
 #   by interconnect); it defaults to `Explicit` axes, `Mesh(...)` to `Auto`.
 # - On `Explicit` axes shardings are part of the types: set the mesh with
-#   `jax.set_mesh`, change a sharding with `jax.sharding.reshard`. The
-#   course's lessons use `Auto` meshes.
+#   `with jax.set_mesh(mesh):` (a block, not globally), change a sharding with
+#   `jax.sharding.reshard`. The course's lessons use `Auto` meshes.
 # - The topology decides how expensive the gradient all-reduce is.
 #
 # **Next:** [04_sharding](04_sharding.ipynb) shards the batch and lets the
@@ -233,12 +269,13 @@ shard_shapes = ...  # (shape under P('data', None), shape under P(None, 'data'),
 check.shard_shapes(shard_shapes, mesh)
 
 # %% [markdown]
-# **03.2 · The batch's sharding.** Build `batch_sharding`, the
-# `NamedSharding` on `mesh` that data parallelism uses for a batch of images
-# `[global_batch, 784]`.
+# **03.2 · The labels' sharding.** Data parallelism splits a batch of images
+# `[global_batch, 784]` as section 2 split `x`. Build `label_sharding`, the
+# `NamedSharding` on `mesh` for the batch's labels, int32
+# `[global_batch]`, that puts each label on the device holding its image.
 
 # %% tags=["exercise", "ex03_2"]
-batch_sharding = ...  # a NamedSharding
+label_sharding = ...  # a NamedSharding
 
 # %%
-check.batch_sharding(batch_sharding, mesh)
+check.label_sharding(label_sharding, mesh)

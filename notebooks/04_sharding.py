@@ -33,20 +33,37 @@ lesson = start_lesson("04_sharding", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, collectives, costs, data, gpu_placement, memory, model, placement, results, train
+from dpcourse import (
+    bench,
+    collectives,
+    costs,
+    data,
+    gpu_placement,
+    memory,
+    model,
+    placement,
+    results,
+    train,
+)
 from dpcourse import display as show
+from dpcourse.exercises.cells import check_against
 
 devs = lesson.devices.devices
 n = len(devs)
 global_batch = cfg.global_batch(n)
-print(f"{lesson.devices.label}; per-device batch {cfg.per_device_batch}, global batch {global_batch}")
+print(
+    f"{lesson.devices.label}; per-device batch {cfg.per_device_batch}, global batch {global_batch}"
+)
 
 # %% [markdown]
 # ## 1. Placements
@@ -112,7 +129,9 @@ show.shard_table(x_stack, "x_stack")
 # %%
 train_step = jax.jit(train.make_train_step(cfg, optimizer))
 new_params, _, _ = train_step(params, opt_state, *batches[0])
-print("updated w_block sharding:", new_params["w_block"].sharding.spec, "(replicated, as it went in)")
+print(
+    "updated w_block sharding:", new_params["w_block"].sharding.spec, "(replicated, as it went in)"
+)
 
 # %% [markdown]
 # **The `jit` way vs a `lax` collective.** Under plain `jit` you write the
@@ -135,7 +154,9 @@ per_device_mean = jax.shard_map(
 )
 lax_mean = float(jax.jit(per_device_mean)(x0))
 print(f"jit(jnp.mean): {jit_mean:.7f}   shard_map + lax.pmean: {lax_mean:.7f}")
-assert abs(jit_mean - lax_mean) <= 1e-6 * max(1.0, abs(jit_mean))  # float32, summed in another order
+assert abs(jit_mean - lax_mean) <= 1e-6 * max(
+    1.0, abs(jit_mean)
+)  # float32, summed in another order
 
 # %% [markdown]
 # ## 3. Where did the all-reduce go? Read the compiled program
@@ -163,15 +184,17 @@ display(
 )
 backend = devs[0].platform
 print(
-    f"Measured on {backend} ({n} devices): jit(train_step) has {report.in_loop_count} collective(s) inside a "
-    f"loop and runs {report.runs_per_step} collective(s) per step."
+    f"Measured on {backend} ({n} devices): jit(train_step) has {report.in_loop_count} "
+    f"collective(s) inside a loop and runs {report.runs_per_step} collective(s) per step."
 )
 if backend == "cpu":
     print(gpu_placement.CPU_ONLY_CAVEAT)
 
 # %% [markdown]
 # The ideal counts the gradient only; a real step also all-reduces the loss
-# and accuracy (8 more bytes), which XLA packs into the same instruction.
+# and accuracy (8 more bytes). The table shows where they went on this run:
+# XLA's combiner may pack them into an instruction with gradients or leave
+# them in one of their own, so count the rows rather than assume one.
 #
 # **Where the reduction lands is the backend compiler's decision.** In the
 # backward pass of the `scan`, each iteration adds its contribution to the
@@ -226,11 +249,42 @@ no_motion = gpu_placement.show_gpu_placement(
 # `data`, so the loop body has no cross-device value to reduce, and the
 # mean over the device axis after the loop is the single all-reduce:
 
-# %%
-show.show_source(train.make_device_axis_step)
 
 # %%
-device_axis_step = jax.jit(train.make_device_axis_step(cfg, optimizer, n))
+def make_device_axis_step(optimizer, n_devices):
+    """train_step(params, opt_state, x, y), x [N x per_device_batch, 784]: one reduction a step."""
+    loss_fn = functools.partial(model.loss_and_metrics, cfg=cfg)
+    per_device_grad = jax.vmap(jax.value_and_grad(loss_fn, has_aux=True), in_axes=(None, 0, 0))
+
+    def train_step(params, opt_state, x, y):
+        xs = x.reshape(n_devices, -1, x.shape[-1])  # [N, per_device_batch, 784]
+        ys = y.reshape(n_devices, -1)  # [N, per_device_batch]
+        (_, metrics), grads = per_device_grad(params, xs, ys)  # each leaf [N, ...]
+        grads = jax.tree.map(lambda g: g.mean(axis=0), grads)  # the one all-reduce
+        metrics = jax.tree.map(lambda m: m.mean(axis=0), metrics)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    return train_step
+
+
+# %% [markdown]
+# The package keeps the same step as `train.make_device_axis_step` (with a
+# check of the batch size); `check_against` runs both on this lesson's
+# sharded batch and compares the numbers. Edit the cell above (take the
+# `mean` over the wrong axis, say), re-run it and the cells below.
+
+# %%
+display(
+    check_against(
+        train.make_device_axis_step(cfg, optimizer, n),
+        make_device_axis_step(optimizer, n),
+        params,
+        opt_state,
+        *batches[0],
+    )
+)
+device_axis_step = jax.jit(make_device_axis_step(optimizer, n))
 report_fixed = collectives.collective_report(device_axis_step, params, opt_state, *batches[0])
 display(show.table(report_fixed.rows(), caption="Collectives of jit(device-axis step)"))
 display(
@@ -250,7 +304,13 @@ display(
                 "runs per step": report_fixed.runs_per_step,
                 "bytes per step": report_fixed.bytes_per_step,
             },
-            {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+            {
+                "step": "ideal",
+                "collectives": 1,
+                "inside loop": 0,
+                "runs per step": 1,
+                "bytes per step": ideal,
+            },
         ],
         caption="Collectives per step",
     )
@@ -262,26 +322,34 @@ display(
 # Data parallelism must change only *where* the work happens. Start one
 # device and N devices from the same parameters, feed the same global batch,
 # and compare the parameters after one step and after a few.
+#
+# The one-device side runs inside `with jax.set_mesh(None):`. Should you
+# have set the mesh globally (`jax.set_mesh(mesh)`, notebook 03), `jit`
+# would refuse the arrays on one device, as they are not on the context
+# mesh's N devices; the block clears it for the reference only.
 
 # %%
 single = devs[0]
-one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-params_1, state_1, batches_1 = one.params, one.opt_state, one.batches
-params_n, state_n = params, opt_state
-rows = []
-for step_index in range(3):
-    params_1, state_1, m1 = train_step(params_1, state_1, *batches_1[step_index % cfg.n_batches])
-    params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
-    if step_index == 0:  # AdamW hides a scaled gradient: compare the gradients too
-        grad_diff, grad_scale = train.first_step_gradient_diff(state_1, state_n)
-    rows.append(
-        {
-            "step": step_index + 1,
-            "max |param diff|": train.max_abs_diff(params_1, params_n),
-            "loss 1 device": float(m1["loss"]),
-            f"loss {n} devices": float(mn["loss"]),
-        }
-    )
+with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
+    one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+    params_1, state_1, batches_1 = one.params, one.opt_state, one.batches
+    params_n, state_n = params, opt_state
+    rows = []
+    for step_index in range(3):
+        params_1, state_1, m1 = train_step(
+            params_1, state_1, *batches_1[step_index % cfg.n_batches]
+        )
+        params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
+        if step_index == 0:  # AdamW hides a scaled gradient: compare the gradients too
+            grad_diff, grad_scale = train.first_step_gradient_diff(state_1, state_n)
+        rows.append(
+            {
+                "step": step_index + 1,
+                "max |param diff|": train.max_abs_diff(params_1, params_n),
+                "loss 1 device": float(m1["loss"]),
+                f"loss {n} devices": float(mn["loss"]),
+            }
+        )
 display(show.table(rows, caption="1 device vs N devices, same global batch"))
 equiv = rows[-1]["max |param diff|"]
 # Tolerances (reasons in the docstring of train.equivalence_tolerances):
@@ -292,7 +360,10 @@ equiv = rows[-1]["max |param diff|"]
 EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
 assert equiv < EQUIV_TOL, equiv
 GRAD_TOL = GRAD_REL_TOL * grad_scale
-print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g}; largest element {grad_scale:.3g})")
+print(
+    f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g}; "
+    f"largest element {grad_scale:.3g})"
+)
 assert grad_diff < GRAD_TOL
 
 # %% [markdown]
@@ -306,8 +377,10 @@ assert grad_diff < GRAD_TOL
 
 # %%
 if devs[0].platform != "cpu":
-    with jax.default_matmul_precision("highest"):
-        one_hi = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+    with jax.default_matmul_precision("highest"), jax.set_mesh(None):
+        one_hi = placement.place_single_device(
+            cfg, dataset, single, optimizer, init_host, global_batch
+        )
         _, state_1_hi, _ = train_step(one_hi.params, one_hi.opt_state, *one_hi.batches[0])
         _, state_n_hi, _ = train_step(params, opt_state, *batches[0])
         grad_diff_hi, grad_scale_hi = train.first_step_gradient_diff(state_1_hi, state_n_hi)
@@ -318,9 +391,11 @@ if devs[0].platform != "cpu":
     )
     assert grad_diff_hi < TIGHT_GRAD_REL_TOL * grad_scale_hi
     results.record("max_abs_grad_diff_vs_1_device_highest", grad_diff_hi, "abs")
-    results.record("max_abs_grad_diff_vs_1_device_highest_tolerance", TIGHT_GRAD_REL_TOL * grad_scale_hi, "abs")
+    results.record(
+        "max_abs_grad_diff_vs_1_device_highest_tolerance", TIGHT_GRAD_REL_TOL * grad_scale_hi, "abs"
+    )
 else:
-    print("On CPUs the default float32 matmul is full float32: the check above is already the tight one.")
+    print("On CPUs the default float32 matmul is full float32: the check above is the tight one.")
 
 # %% [markdown]
 # ## 5. Benchmark: 1 device vs N devices
@@ -329,24 +404,25 @@ else:
 # step from section 3. The `compile` column says what the compile time
 # measured: `cold` is the first compile of that program in this process,
 # `warm` a recompile of a program compiled earlier (every step here ran
-# above). `jax.clear_caches()` does not make a recompile cold: XLA keeps
-# caches of its own (measured on an H200: 0.809 s first, 0.120 s after
-# `clear_caches`).
+# above). To time a cold compile, compare with another fresh program after
+# the process has warmed up: the very first compile of a process also pays
+# one-time start-up costs, so it is slower than any cold compile after it.
 
 # %%
-one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-res_1, *_ = bench.benchmark(
-    train_step,
-    one.params,
-    one.opt_state,
-    one.batches,
-    warmup_steps=cfg.warmup_steps,
-    repeats=cfg.repeats,
-    steps=cfg.steps,
-    label=f"1 x {single.device_kind}",
-    n_devices=1,
-    global_batch=global_batch,
-)
+with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
+    one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+    res_1, *_ = bench.benchmark(
+        train_step,
+        one.params,
+        one.opt_state,
+        one.batches,
+        warmup_steps=cfg.warmup_steps,
+        repeats=cfg.repeats,
+        steps=cfg.steps,
+        label=f"1 x {single.device_kind}",
+        n_devices=1,
+        global_batch=global_batch,
+    )
 res_n, *_ = bench.benchmark(
     train_step,
     params,
@@ -375,7 +451,7 @@ display(show.records_table([res_1, res_n, res_fix], dataset.source))
 ratio = res_n.examples_per_s / res_1.examples_per_s
 ratio_fix = res_fix.examples_per_s / res_1.examples_per_s
 note = (
-    "Simulated CPU devices add no compute: this ratio reflects scheduling on the same cores, not scaling."
+    "Simulated CPU devices add no compute: this ratio is scheduling on the same cores, not scaling."
     if lesson.devices.simulated
     else ""
 )
@@ -399,10 +475,12 @@ _ = results.save_figure(fig, "throughput")
 #
 # With N real GPUs, each device computes 1/N of the batch and the gradient
 # is all-reduced. The cost model below adds compute time and all-reduce time
-# as if nothing overlapped. On GPUs the all-reduce can overlap the rest of
-# the backward compute (XLA runs collectives asynchronously), so the
-# predicted step time is an upper bound there; a profiler trace shows what
-# actually overlapped. If compute dominates (large per-device batch,
+# as if nothing overlapped: an **estimate**, not a bound. Its all-reduce term
+# uses the datasheet link with no latency (too low); no overlap is what to
+# expect by default (one all-reduce after the backward pass; XLA's
+# latency-hiding scheduler is off by default on GPU), and where a schedule
+# does overlap, the sum is too high. A profiler trace shows what actually
+# overlapped (notebook 09). If compute dominates (large per-device batch,
 # many block repeats) the ratio approaches N; if the all-reduce dominates
 # (small batch, slow links) it stays far below. On **simulated** CPU devices
 # the N shards run on the same cores: no compute is added, so there is no
@@ -417,14 +495,29 @@ _ = results.save_figure(fig, "throughput")
 # else PCIe Gen4 x16 (32 GB/s each way, assumed); simulated devices have no link.
 peak = costs.find_peak(single.device_kind)
 if lesson.devices.simulated:
-    link_bytes_per_s, link_name = None, "none: simulated devices share host memory (all-reduce time left out)"
+    link_bytes_per_s, link_name = (
+        None,
+        "none: simulated devices share host memory (all-reduce time left out)",
+    )
 elif peak is not None:
-    link_bytes_per_s, link_name = peak.link_bytes_per_s, f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way"
+    link_bytes_per_s, link_name = (
+        peak.link_bytes_per_s,
+        f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way",
+    )
 else:
-    link_bytes_per_s, link_name = 32e9, "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)"
+    link_bytes_per_s, link_name = (
+        32e9,
+        "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)",
+    )
 per_example_s = res_1.ms_per_step / 1000.0 / global_batch
 pred = costs.predict_step(
-    cfg, cfg.per_device_batch, n, 0.0, per_example_s, link_bytes_per_s, shared_cores=lesson.devices.simulated
+    cfg,
+    cfg.per_device_batch,
+    n,
+    0.0,
+    per_example_s,
+    link_bytes_per_s,
+    shared_cores=lesson.devices.simulated,
 )
 display(
     show.key_values(
@@ -433,8 +526,10 @@ display(
             "measured ratio, device-axis jit": f"{ratio_fix:.2f}",
             "gradient all-reduce per step (ideal)": f"{ideal / 1e6:.3f} MB",
             "link": link_name,
-            "predicted all-reduce time": "n/a" if link_bytes_per_s is None else f"{pred.allreduce_s * 1e3:.3f} ms",
-            "predicted step time (compute scaled from 1 device + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
+            "predicted all-reduce time": "n/a"
+            if link_bytes_per_s is None
+            else f"{pred.allreduce_s * 1e3:.3f} ms",
+            "predicted step time (scaled compute + all-reduce)": f"{pred.step_s * 1e3:.2f} ms",
             "predicted ratio": f"{pred.examples_per_s / res_1.examples_per_s:.2f}",
         },
         caption="Measured against the cost model",

@@ -33,17 +33,29 @@ cfg, dataset = lesson.cfg, lesson.dataset
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from IPython.display import display
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, collectives, costs, gpu_placement, memory, model, placement, results, train
+from dpcourse import (
+    bench,
+    collectives,
+    costs,
+    gpu_placement,
+    memory,
+    model,
+    placement,
+    results,
+    train,
+)
 from dpcourse import display as show
+from dpcourse.exercises.cells import check_against
 
 devs = lesson.devices.devices
 n = len(devs)
 global_batch = cfg.global_batch(n)
-mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit ones: notebook 03, section 4)
+mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit: notebook 03)
 optimizer = train.make_optimizer(cfg)
 init_host = model.init_params(cfg)
 # The placements of notebook 04: parameters P(), batches P('data', None).
@@ -67,7 +79,9 @@ def local_shapes(x, y):
     return shape[None, :]  # one row per device
 
 
-seen = jax.shard_map(local_shapes, mesh=mesh, in_specs=(P("data", None), P("data")), out_specs=P("data"))(*batches[0])
+seen = jax.shard_map(
+    local_shapes, mesh=mesh, in_specs=(P("data", None), P("data")), out_specs=P("data")
+)(*batches[0])
 display(
     show.table(
         [
@@ -97,11 +111,49 @@ display(
 #
 # The optimizer update stays outside `shard_map`, on replicated values.
 
-# %%
-show.show_source(train.make_shard_map_step)
 
 # %%
-smap_step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh))
+def local_grads(params, x, y):
+    """On one device: x [per_device_batch, 784]. Returns the global mean gradient and metrics."""
+    params = jax.lax.pcast(params, "data", to="varying")  # this device's own copy
+    grad_fn = jax.value_and_grad(model.loss_and_metrics, has_aux=True)
+    (_, metrics), grads = grad_fn(params, x, y, cfg)
+    grads = jax.lax.pmean(grads, "data")  # the all-reduce, after the backward loop
+    metrics = jax.lax.pmean(metrics, "data")
+    return grads, metrics
+
+
+def make_shard_map_step(optimizer, mesh):
+    """train_step(params, opt_state, x, y) on the global batch x [global_batch, 784]."""
+    specs = dict(in_specs=(P(), P("data", None), P("data")), out_specs=(P(), P()))
+    sharded_grads = jax.shard_map(local_grads, mesh=mesh, **specs)
+
+    def train_step(params, opt_state, x, y):
+        grads, metrics = sharded_grads(params, x, y)  # replicated on every device
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    return train_step
+
+
+# %% [markdown]
+# The package keeps the same step (`train.make_shard_map_step`, with an
+# option notebook 09 uses to reduce in bfloat16). `check_against` runs both
+# on this lesson's batch and compares the numbers. Change a cell above
+# (`psum` for `pmean`, or drop the `pcast`), re-run it and this one, and
+# read what differs; then put it back.
+
+# %%
+display(
+    check_against(
+        train.make_shard_map_step(cfg, optimizer, mesh),
+        make_shard_map_step(optimizer, mesh),
+        params,
+        opt_state,
+        *batches[0],
+    )
+)
+smap_step = jax.jit(make_shard_map_step(optimizer, mesh))
 auto_step = jax.jit(train.make_train_step(cfg, optimizer))
 
 # %% [markdown]
@@ -129,14 +181,21 @@ display(
                 "runs per step": rep_smap.runs_per_step,
                 "bytes per step": rep_smap.bytes_per_step,
             },
-            {"step": "ideal", "collectives": 1, "inside loop": 0, "runs per step": 1, "bytes per step": ideal},
+            {
+                "step": "ideal",
+                "collectives": 1,
+                "inside loop": 0,
+                "runs per step": 1,
+                "bytes per step": ideal,
+            },
         ],
         caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}",
     )
 )
 backend = devs[0].platform
 print(
-    f"Measured on {backend} ({n} devices): shard_map step {rep_smap.in_loop_count} collective(s) inside a loop, "
+    f"Measured on {backend} ({n} devices): shard_map step {rep_smap.in_loop_count} "
+    "collective(s) inside a loop, "
     f"{rep_smap.runs_per_step} per step; jit step {rep_auto.in_loop_count} inside a loop, "
     f"{rep_auto.runs_per_step} per step."
 )
@@ -168,25 +227,26 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 
 # %%
 single = devs[0]
-one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-p1, s1, batches_1 = one.params, one.opt_state, one.batches
-pa, sa, ps, ss = params, opt_state, params, opt_state
-rows = []
-for k in range(3):
-    p1, s1, m1 = auto_step(p1, s1, *batches_1[k % cfg.n_batches])
-    pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
-    ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
-    if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
-        grad_diff, grad_scale = train.first_step_gradient_diff(s1, ss)
-    rows.append(
-        {
-            "step": k + 1,
-            "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
-            "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
-            "loss 1 device": float(m1["loss"]),
-            "loss shard_map": float(ms["loss"]),
-        }
-    )
+with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
+    one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
+    p1, s1, batches_1 = one.params, one.opt_state, one.batches
+    pa, sa, ps, ss = params, opt_state, params, opt_state
+    rows = []
+    for k in range(3):
+        p1, s1, m1 = auto_step(p1, s1, *batches_1[k % cfg.n_batches])
+        pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
+        ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
+        if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
+            grad_diff, grad_scale = train.first_step_gradient_diff(s1, ss)
+        rows.append(
+            {
+                "step": k + 1,
+                "max |diff| shard_map vs 1 device": train.max_abs_diff(p1, ps),
+                "max |diff| shard_map vs jit": train.max_abs_diff(pa, ps),
+                "loss 1 device": float(m1["loss"]),
+                "loss shard_map": float(ms["loss"]),
+            }
+        )
 display(show.table(rows, caption="Parameters after each step"))
 equiv = rows[-1]["max |diff| shard_map vs 1 device"]
 equiv_jit = rows[-1]["max |diff| shard_map vs jit"]
@@ -215,9 +275,11 @@ def local_loss(p, x, y):
 
 
 try:
-    jax.jit(jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))(
-        params, *batches[0]
-    )
+    jax.jit(
+        jax.shard_map(
+            local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()
+        )
+    )(params, *batches[0])
     raise AssertionError("check_vma should refuse a varying value under out_specs=P()")
 except ValueError as err:
     print("Refused:", " ".join(str(err).splitlines()[:2])[:400])
@@ -228,16 +290,31 @@ except ValueError as err:
 
 # %%
 unchecked = jax.jit(
-    jax.shard_map(local_loss, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P(), check_vma=False)
+    jax.shard_map(
+        local_loss,
+        mesh=mesh,
+        in_specs=(P(), P("data", None), P("data")),
+        out_specs=P(),
+        check_vma=False,
+    )
 )
 wrong_loss = float(unchecked(params, *batches[0]))
-true_loss = float(model.loss_and_metrics(jax.device_put(init_host, single), x_host[0], y_host[0], cfg)[0])
+with jax.set_mesh(None):  # one-device work, outside any global mesh (section 4)
+    params_1dev = jax.device_put(init_host, single)
+    true_loss = float(model.loss_and_metrics(params_1dev, x_host[0], y_host[0], cfg)[0])
 b = cfg.per_device_batch  # device i holds rows i*b to (i+1)*b of the global batch
 shard_losses = [
-    float(model.loss_and_metrics(init_host, x_host[0][i * b : (i + 1) * b], y_host[0][i * b : (i + 1) * b], cfg)[0])
+    float(
+        model.loss_and_metrics(
+            init_host, x_host[0][i * b : (i + 1) * b], y_host[0][i * b : (i + 1) * b], cfg
+        )[0]
+    )
     for i in range(n)
 ]
-print(f"returned: {wrong_loss:.6f}   global mean: {true_loss:.6f}   device 0's shard: {shard_losses[0]:.6f}")
+print(
+    f"returned: {wrong_loss:.6f}   global mean: {true_loss:.6f}   "
+    f"device 0's shard: {shard_losses[0]:.6f}"
+)
 assert abs(wrong_loss - shard_losses[0]) < 1e-4 and abs(wrong_loss - true_loss) > 1e-6
 
 # %% [markdown]
@@ -252,7 +329,9 @@ def grads_with(reduce):
         p = jax.lax.pcast(p, "data", to="varying")
         return reduce(jax.grad(local_loss)(p, x, y), "data")
 
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))
+    return jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P())
+    )
 
 
 g_mean = grads_with(jax.lax.pmean)(params, *batches[0])
@@ -274,7 +353,11 @@ def local_no_cast(p, x, y):
     return jax.lax.pmean(jax.grad(local_loss)(p, x, y), "data")
 
 
-no_cast = jax.jit(jax.shard_map(local_no_cast, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()))
+no_cast = jax.jit(
+    jax.shard_map(
+        local_no_cast, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P()
+    )
+)
 g_no_cast = no_cast(params, *batches[0])
 scale_nc = float(jnp.linalg.norm(g_no_cast["w_block"]) / jnp.linalg.norm(g_mean["w_block"]))
 rep_nc = collectives.collective_report(no_cast, params, *batches[0])
@@ -325,7 +408,9 @@ res_smap, *_ = bench.benchmark(
 )
 display(show.records_table([res_auto, res_smap], dataset.source))
 note = (
-    "Simulated CPU devices add no compute: compare the two forms, not the devices." if lesson.devices.simulated else ""
+    "Simulated CPU devices add no compute: compare the two forms, not the devices."
+    if lesson.devices.simulated
+    else ""
 )
 fig = show.bar_chart(
     [res_auto.label, res_smap.label],
@@ -411,29 +496,36 @@ print("freed:", before, "->", after)
 from dpcourse.exercises import lesson05 as check
 
 # %% [markdown]
-# **05.1 · Write the gradient with `pmean` yourself.** Write
-# `grads_fn(params, x, y)` that takes replicated parameters and a global
-# batch sharded over `data` and returns the gradient of the global mean loss
-# (`model.loss_and_metrics(params, x, y, cfg)[0]`), replicated. Use
-# `jax.shard_map` on `mesh`, a per-device copy of the parameters
-# (`jax.lax.pcast(..., "data", to="varying")`), `jax.grad` and `jax.lax.pmean`.
-# The check calls it on its own batch and compares with one device.
+# **05.1 · Shards of unequal size.** Section 2's `pmean` of the shards' mean
+# gradients is the global mean gradient only because every shard holds the
+# same number of examples. Real batches are often padded: a mask `m`
+# `[global_batch]` (1.0 for a real example, 0.0 for padding) says which
+# rows count, and the devices hold different numbers of real examples.
+# Write `masked_grads(params, x, y, m)` that returns, replicated, the
+# gradient of the global masked mean loss `sum(m * loss) / sum(m)`, using
+# `jax.shard_map` on `mesh` (`m` is sharded like `y`). Each example's loss
+# is `optax.softmax_cross_entropy_with_integer_labels(logits, y)` with
+# `logits = model.forward(p, x, cfg.block_repeats, cfg.block_mix)`. The
+# check calls it on its own padded batch and compares with one device.
 
 # %% tags=["exercise", "ex05_1"]
-grads_fn = ...  # replace with: def grads_fn(params, x, y): ...
+masked_grads = ...  # replace with: def masked_grads(params, x, y, m): ...
 
 # %%
-check.pmean_gradients(grads_fn, cfg, mesh)
+check.masked_gradients(masked_grads, cfg, mesh)
 
 # %% [markdown]
-# **05.2 · What does a `psum` do to the update?** Someone wrote `lax.psum`
-# where `lax.pmean` belongs in the step. On this mesh, by what factor is the
-# norm of the **first update** too large with plain SGD, and with AdamW
-# (optax's defaults, this lesson's weight decay)? Think about how each
-# optimizer turns a gradient into an update; the check measures both.
+# **05.2 · What AdamW hides.** Someone wrote `lax.psum` where `lax.pmean`
+# belongs, so every gradient is N times too large (section 5(b)). Starting
+# from a fresh `optimizer.init`, by what factor is the norm of AdamW's
+# **first update** too large (optax's defaults, this lesson's weight
+# decay)? And by what factor is the norm of its second moment `nu` (the
+# running mean of squared gradients, in the optimizer state) too large?
+# Think about how AdamW turns a gradient into an update; the check measures
+# both on this mesh.
 
 # %% tags=["exercise", "ex05_2"]
-psum_factors = ...  # (sgd_factor, adamw_factor)
+adamw_factors = ...  # (update_factor, nu_factor)
 
 # %%
-check.psum_update_factors(psum_factors, cfg, mesh)
+check.adamw_psum_factors(adamw_factors, cfg, mesh)

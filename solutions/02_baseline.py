@@ -17,4 +17,4 @@ def sgd_step(params, x, y, learning_rate):
 
 # %% tags=["ex02_3"]
 # MFU = FLOPs per step / (step time x peak), so step time = FLOPs / (MFU x peak).
-step_ms_at_40_percent = costs.train_flops_per_step(cfg, global_batch) / (0.40 * 495e12) * 1e3
+step_ms_at_40_percent = costs.train_flops_per_step(cfg_full, 1024) / (0.40 * 495e12) * 1e3

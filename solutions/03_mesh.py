@@ -10,4 +10,5 @@ shard_shapes = (
 )
 
 # %% tags=["ex03_2"]
-batch_sharding = NamedSharding(mesh, P("data", None))
+# One dimension, split over 'data' like the images' first dimension.
+label_sharding = NamedSharding(mesh, P("data"))

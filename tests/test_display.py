@@ -74,6 +74,15 @@ def test_data_banner_says_synthetic_loudly():
     assert "not comparable" in str(b)
 
 
+def test_synthetic_banner_is_one_line_with_the_download_errors_one_click_away():
+    why = "Real data unavailable: Could not download train-images-idx3-ubyte.gz: <urlopen error [Errno -2]>"
+    b = display.data_banner("synthetic", why)
+    html_text = b._repr_html_()
+    head, _, folded = html_text.partition("<details>")
+    assert "urlopen" not in head and "urlopen" in folded and "</details>" in folded
+    assert str(b).splitlines()[0].count("SYNTHETIC") == 1 and "urlopen" not in str(b).splitlines()[0]
+
+
 def test_data_banner_for_real_data_is_a_note():
     b = display.data_banner("real", "Fashion-MNIST training set, md5-checked.")
     assert "SYNTHETIC" not in str(b) and str(b).startswith("[NOTE]")

@@ -1,7 +1,9 @@
-"""Checkers of lessons 02 to 05: the solution passes, known wrong answers get their message, untouched is not attempted."""
+"""Checkers of lessons 02 to 05: the solution passes, each known wrong answer gets its message, untouched is not
+attempted, and an answer lifted from earlier in the lesson is not accepted."""
 
 import jax
 import numpy as np
+import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -68,14 +70,30 @@ def test_02_2_sgd_step():
 
 
 def test_02_3_step_time_for_mfu():
-    gb = 64
-    ref = costs.train_flops_per_step(CFG, gb) / (0.40 * 495e12) * 1e3
-    expect(lesson02.step_time_for_mfu(ref, CFG, gb), CORRECT)
-    expect(lesson02.step_time_for_mfu(ref / 1e3, CFG, gb), WRONG, "in seconds")
-    expect(lesson02.step_time_for_mfu(ref * 0.4, CFG, gb), WRONG, "100 % MFU")
-    expect(lesson02.step_time_for_mfu(ref / 2, CFG, gb), WRONG, "BF16 peak")
-    expect(lesson02.step_time_for_mfu(ref / gb, CFG, gb), WRONG, "time per example")
-    expect(lesson02.step_time_for_mfu(..., CFG, gb), NOT_ATTEMPTED)
+    full = make_config("full")
+    ref = costs.train_flops_per_step(full, 1024) / (0.40 * 495e12) * 1e3
+    assert 3.5 < ref < 5  # a realistic step time for one H200 (about 4.2 ms)
+    expect(lesson02.step_time_for_mfu(ref), CORRECT)
+    expect(lesson02.step_time_for_mfu(ref / 1e3), WRONG, "in seconds")
+    expect(lesson02.step_time_for_mfu(ref * 0.4), WRONG, "100 % MFU")
+    expect(lesson02.step_time_for_mfu(ref * 0.4 * 0.4), WRONG, "multiplied by the MFU")
+    expect(lesson02.step_time_for_mfu(ref / 2), WRONG, "BF16 peak")
+    expect(lesson02.step_time_for_mfu(ref / 1024), WRONG, "time per example")
+    expect(lesson02.step_time_for_mfu(ref * 3), WRONG, "too large")
+    expect(lesson02.step_time_for_mfu(...), NOT_ATTEMPTED)
+    expect(lesson02.step_time_for_mfu("4 ms"), BAD_INPUT, "got str")
+    # Lifted from the lesson: the same formula with the notebook's own profile and batch.
+    for profile in ("smoke", "cpu"):
+        cfg = make_config(profile)
+        for batch in (cfg.per_device_batch, 8 * cfg.per_device_batch):
+            lifted = costs.train_flops_per_step(cfg, batch) / (0.40 * 495e12) * 1e3
+            expect(lesson02.step_time_for_mfu(lifted), WRONG, f"'{profile}' profile")
+
+
+def test_02_1_lifted_answer_is_the_current_count():
+    """The lesson prints the FLOPs per example of today's BLOCK_REPEATS; that is not the answer."""
+    expect(lesson02.flops_doubled(model.train_flops_per_example(CFG), CFG), WRONG, "current BLOCK_REPEATS")
+    expect(lesson02.flops_doubled(3 * model.macs_per_example(CFG) * 2, CFG), WRONG, "current BLOCK_REPEATS")
 
 
 # 03 ---------------------------------------------------------------------------
@@ -103,15 +121,17 @@ def test_03_1_wrong_answers():
     expect(lesson03.shard_shapes(..., mesh), NOT_ATTEMPTED)
 
 
-def test_03_2_batch_sharding():
+def test_03_2_label_sharding():
     mesh = mesh_of(4)
-    expect(lesson03.batch_sharding(NamedSharding(mesh, P("data", None)), mesh), CORRECT)
-    expect(lesson03.batch_sharding(NamedSharding(mesh, P("data")), mesh), CORRECT)
-    expect(lesson03.batch_sharding(NamedSharding(mesh, P()), mesh), WRONG, "replicates the batch")
-    expect(lesson03.batch_sharding(NamedSharding(mesh, P(None, "data")), mesh), WRONG, "784 features")
-    expect(lesson03.batch_sharding(NamedSharding(mesh_of(2), P("data", None)), mesh), WRONG, "uses 2 devices")
-    expect(lesson03.batch_sharding(P("data", None), mesh), BAD_INPUT, "NamedSharding")
-    expect(lesson03.batch_sharding(None, mesh), NOT_ATTEMPTED)
+    expect(lesson03.label_sharding(NamedSharding(mesh, P("data")), mesh), CORRECT)
+    expect(lesson03.label_sharding(NamedSharding(mesh, P()), mesh), WRONG, "replicates the labels")
+    expect(lesson03.label_sharding(NamedSharding(mesh, P(None)), mesh), WRONG, "replicates the labels")
+    expect(lesson03.label_sharding(NamedSharding(mesh, P(None, "data")), mesh), WRONG, "the labels have one")
+    expect(lesson03.label_sharding(NamedSharding(mesh_of(2), P("data")), mesh), WRONG, "uses 2 devices")
+    expect(lesson03.label_sharding(P("data"), mesh), BAD_INPUT, "NamedSharding")
+    expect(lesson03.label_sharding(None, mesh), NOT_ATTEMPTED)
+    # Lifted from section 2 of the lesson (the images' sharding): not the labels'.
+    expect(lesson03.label_sharding(NamedSharding(mesh, P("data", None)), mesh), WRONG, "images' spec")
 
 
 # 04 ---------------------------------------------------------------------------
@@ -126,12 +146,19 @@ def test_04_1_collectives_doubled():
     report = collectives.collective_report(jax.jit(train.make_train_step(CFG, opt)), params, opt.init(params), x, y)
     in_loop = sum(c.runs_per_step for c in report.collectives if c.in_loop)
     expect(lesson04.collectives_doubled(report.runs_per_step + in_loop, CFG, mesh), CORRECT, "measured")
+    right = report.runs_per_step + in_loop
     if in_loop:  # JAX 0.10 on CPU: the all-reduce sits inside the backward scan
-        expect(lesson04.collectives_doubled(report.runs_per_step, CFG, mesh), WRONG, "once per block repeat")
+        # The lifted answer: today's count, printed in section 3.
+        expect(lesson04.collectives_doubled(report.runs_per_step, CFG, mesh), WRONG, "today's count")
         if report.runs_per_step > in_loop:
             expect(lesson04.collectives_doubled(2 * report.runs_per_step, CFG, mesh), WRONG, "Only the collectives")
+        far = lesson04.collectives_doubled(right + 1000, CFG, mesh)
+        expect(far, WRONG, "too large")
+    for value in (report.runs_per_step, right + 1000):
+        assert str(right) not in lesson04.collectives_doubled(value, CFG, mesh).message  # no answer given away
     expect(lesson04.collectives_doubled(..., CFG, mesh), NOT_ATTEMPTED)
     expect(lesson04.collectives_doubled("7", CFG, mesh), BAD_INPUT)
+    expect(lesson04.collectives_doubled(right + 0.5, CFG, mesh), BAD_INPUT, "whole number")
 
 
 @pytest.fixture(scope="module")
@@ -162,45 +189,113 @@ def test_04_2_wrong_answers(dataset):
     expect(lesson04.placed_batch(one_device, dataset, mesh), WRONG, "lives on 1 device")
     expect(lesson04.placed_batch(jax.numpy.zeros((96, 28, 28)), dataset, mesh), BAD_INPUT, "[B, 784]")
     expect(lesson04.placed_batch(..., dataset, mesh), NOT_ATTEMPTED)
+    # Lifted from the lesson: its own first batch (64 rows in smoke on 8 devices), not about 100.
+    lifted = jax.device_put(dataset.images[:64], NamedSharding(mesh, P("data", None)))
+    expect(lesson04.placed_batch(lifted, dataset, mesh), WRONG, "not about 100")
 
 
 # 05 ---------------------------------------------------------------------------
 
 
-def _grads_fn(mesh, reduce=jax.lax.pmean, cast=True, check_vma=True):
-    def local(p, x, y):
-        if cast:
-            p = jax.lax.pcast(p, "data", to="varying")
-        g = jax.grad(lambda q: model.loss_and_metrics(q, x, y, CFG)[0])(p)
-        return g if reduce is None else reduce(g, "data")
+def _masked_fn(mesh, kind="right", check_vma=True):
+    """masked_grads(params, x, y, m) in the right form and in each known wrong one."""
 
-    return jax.shard_map(
-        local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P(), check_vma=check_vma
-    )
+    def local(p, x, y, m):
+        if kind != "no cast":
+            p = jax.lax.pcast(p, "data", to="varying")
+
+        def per_example(q):
+            logits = model.forward(q, x, CFG.block_repeats, CFG.block_mix)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y)
+
+        if kind == "mean of means":
+            return jax.lax.pmean(jax.grad(lambda q: (m * per_example(q)).sum() / m.sum())(p), "data")
+        if kind == "unmasked":
+            return jax.lax.pmean(jax.grad(lambda q: per_example(q).mean())(p), "data")
+        g = jax.grad(lambda q: (m * per_example(q)).sum())(p)
+        if kind == "no reduction":
+            return g
+        if kind == "sum":
+            return jax.lax.psum(g, "data")
+        if kind == "all rows":
+            return jax.tree.map(lambda a: jax.lax.psum(a, "data") / (x.shape[0] * mesh.shape["data"]), g)
+        count = jax.lax.psum(m.sum(), "data")
+        if kind == "no cast":
+            return jax.tree.map(lambda a: a / count, g)  # grad already summed over 'data' ...
+        return jax.tree.map(lambda a: jax.lax.psum(a, "data") / count, g)
+
+    specs = dict(in_specs=(P(), P("data", None), P("data"), P("data")), out_specs=P())
+    return jax.shard_map(local, mesh=mesh, check_vma=check_vma, **specs)
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_05_1_solution_on_any_device_count(k):
     mesh = mesh_of(k)
-    expect(lesson05.pmean_gradients(_grads_fn(mesh), CFG, mesh), CORRECT)
+    expect(lesson05.masked_gradients(_masked_fn(mesh), CFG, mesh), CORRECT)
+
+
+def test_05_1_no_cast_with_the_implicit_sum_is_right_too():
+    """Without pcast, grad of a replicated input already sums over 'data': dividing by the count is right."""
+    mesh = mesh_of(4)
+    expect(lesson05.masked_gradients(_masked_fn(mesh, "no cast"), CFG, mesh), CORRECT)
 
 
 def test_05_1_wrong_answers():
     mesh = mesh_of(4)
-    expect(lesson05.pmean_gradients(_grads_fn(mesh, jax.lax.psum), CFG, mesh), WRONG, "4 times too large")
-    expect(lesson05.pmean_gradients(_grads_fn(mesh, cast=False), CFG, mesh), WRONG, "4 times too large")
-    no_reduce = _grads_fn(mesh, reduce=None, check_vma=False)
-    expect(lesson05.pmean_gradients(no_reduce, CFG, mesh), WRONG, "device 0's local gradient")
-    # Varying value under out_specs=P() with check_vma: JAX refuses; the learner reads a sentence.
-    expect(lesson05.pmean_gradients(_grads_fn(mesh, reduce=None), CFG, mesh), BAD_INPUT, "raised")
-    expect(lesson05.pmean_gradients(..., CFG, mesh), NOT_ATTEMPTED)
+    expect(lesson05.masked_gradients(_masked_fn(mesh, "mean of means"), CFG, mesh), WRONG, "mean of the shards'")
+    expect(lesson05.masked_gradients(_masked_fn(mesh, "unmasked"), CFG, mesh), WRONG, "padding included")
+    expect(lesson05.masked_gradients(_masked_fn(mesh, "sum"), CFG, mesh), WRONG, "masked sum, not the mean")
+    expect(lesson05.masked_gradients(_masked_fn(mesh, "all rows"), CFG, mesh), WRONG, "every row")
+    # No reduction at all: with check_vma JAX refuses; the learner reads about the concept, not JAX's internals.
+    fb = lesson05.masked_gradients(_masked_fn(mesh, "no reduction"), CFG, mesh)
+    expect(fb, WRONG, "each device's gradient of its own shard")
+    assert "_rem_singleton" not in fb.message and "Cannot check" not in str(fb)
+    unchecked = _masked_fn(mesh, "no reduction", check_vma=False)
+    # check_vma off: out_specs=P() takes device 0's value, its own shard's gradient (1 real example there).
+    expect(lesson05.masked_gradients(unchecked, CFG, mesh), WRONG, "one device's gradient")
+    expect(lesson05.masked_gradients(..., CFG, mesh), NOT_ATTEMPTED)
+    expect(lesson05.masked_gradients(3, CFG, mesh), BAD_INPUT, "a function")
 
 
-def test_05_2_psum_factors():
+def test_05_1_lifted_answer_is_refused():
+    """Section 5(b)'s grads_with(pmean) and section 2's step take (params, x, y): no mask, not the answer."""
     mesh = mesh_of(4)
-    expect(lesson05.psum_update_factors((4, 1.0), CFG, mesh), CORRECT)
-    expect(lesson05.psum_update_factors((4, 4), CFG, mesh), WRONG, "AdamW's first update")
-    expect(lesson05.psum_update_factors((1, 1), CFG, mesh), WRONG, "SGD's update")
-    expect(lesson05.psum_update_factors((0.25, 1), CFG, mesh), WRONG, "Inverted")
-    expect(lesson05.psum_update_factors(4, CFG, mesh), BAD_INPUT, "tuple of 2")
-    expect(lesson05.psum_update_factors(None, CFG, mesh), NOT_ATTEMPTED)
+
+    def grads_with(reduce):  # as in the lesson, section 5(b)
+        def local(p, x, y):
+            p = jax.lax.pcast(p, "data", to="varying")
+            return reduce(jax.grad(lambda q: model.loss_and_metrics(q, x, y, CFG)[0])(p), "data")
+
+        return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data", None), P("data")), out_specs=P())
+
+    expect(lesson05.masked_gradients(grads_with(jax.lax.pmean), CFG, mesh), BAD_INPUT, "four arguments")
+    ignore_mask = lambda p, x, y, m: grads_with(jax.lax.pmean)(p, x, y)  # noqa: E731
+    expect(lesson05.masked_gradients(ignore_mask, CFG, mesh), WRONG, "padding included")
+
+
+def test_05_2_adamw_factors():
+    mesh = mesh_of(4)
+    expect(lesson05.adamw_psum_factors((1.0, 16), CFG, mesh), CORRECT)
+    expect(lesson05.adamw_psum_factors((4, 16), CFG, mesh), WRONG, "not N times larger")
+    expect(lesson05.adamw_psum_factors((0.25, 16), CFG, mesh), WRONG, "does not shrink")
+    expect(lesson05.adamw_psum_factors((1, 4), CFG, mesh), WRONG, "squares")
+    expect(lesson05.adamw_psum_factors((1, 1), CFG, mesh), WRONG, "nu does change")
+    expect(lesson05.adamw_psum_factors((4, 4), CFG, mesh), WRONG, "not right either")
+    expect(lesson05.adamw_psum_factors(4, CFG, mesh), BAD_INPUT, "tuple of 2")
+    expect(lesson05.adamw_psum_factors(None, CFG, mesh), NOT_ATTEMPTED)
+
+
+def test_05_2_no_message_gives_a_measured_part_away():
+    mesh = mesh_of(4)
+    update, nu = lesson05.measured_adamw_factors(CFG, mesh)
+    for answer in [(4, 4), (1, 4), (4, 16), (8, 8), (1, 1), (0.25, 2), (2, 32)]:
+        fb = lesson05.adamw_psum_factors(answer, CFG, mesh)
+        assert fb.status == WRONG, (answer, fb)
+        assert "measured" not in fb.message and f"{nu:.4g}" not in fb.message and "16" not in fb.message, fb
+
+
+def test_05_2_lifted_answer_is_not_accepted():
+    """Section 5(b) prints |psum grad| / |pmean grad| = N: as either factor it is wrong."""
+    mesh = mesh_of(4)
+    expect(lesson05.adamw_psum_factors((4, 4), CFG, mesh), WRONG)
+    expect(lesson05.adamw_psum_factors((1.0, 4), CFG, mesh), WRONG, "squares")

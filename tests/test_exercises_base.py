@@ -88,3 +88,37 @@ def test_a_size_or_time_answer_must_be_positive():
 def test_how_far_says_which_way_the_answer_misses():
     assert base.how_far(129.0, 1.0) == "about 129x too large"
     assert base.how_far(1.0, 3.2) == "about 3.2x too small"
+
+
+def test_backticks_render_as_code_not_as_raw_backticks():
+    feedback = Feedback("ex00_1", base.NOT_ATTEMPTED, "Replace the `...` with a <number>.")
+    html_text = feedback._repr_html_()
+    assert "`" not in html_text and "<code>...</code>" in html_text and "&lt;number&gt;" in html_text
+    untouched = _number_check(..., 3)._repr_html_()
+    assert "`" not in untouched and "<code>" in untouched
+    assert base.render_inline("an odd ` backtick") == "an odd ` backtick"
+
+
+@pytest.mark.parametrize("what", ["a global batch", "the rows per process", "a count of collectives per step"])
+def test_a_batch_rows_or_count_must_be_a_whole_number(what):
+    """09.1 accepted a batch of 6.554; every lesson's checker goes through as_number."""
+    with pytest.raises(base.Reject) as err:
+        base.as_number(6.554, what, positive=True)
+    assert err.value.status == base.BAD_INPUT and "whole number" in err.value.message
+    assert base.as_number(6.0, what, positive=True) == 6.0
+    assert base.as_number(np.int64(64), what) == 64.0
+
+
+def test_fractions_stay_allowed_where_they_make_sense():
+    assert base.as_number(0.468, "the plateau in examples/s") == 0.468
+    assert base.as_number(4.19, "a step time in milliseconds") == 4.19
+    with pytest.raises(base.Reject):
+        base.as_number(1.5, "a ratio", whole=True)
+
+
+def test_a_crash_message_is_cut_at_a_sentence_never_mid_word():
+    err = ValueError("shard_map applied to the function '_rem_singleton' was given bad specs. " + "word " * 200)
+    text = base.first_sentence(err)
+    assert text.endswith("bad specs.")
+    long = base.first_sentence(ValueError("word " * 200), limit=50)
+    assert long.endswith(" ...") and all(w == "word" for w in long[:-4].split())

@@ -35,3 +35,13 @@ def test_the_preallocation_note_shows_on_a_gpu_when_the_course_switched_it_off(
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
     assert (devices.PREALLOCATION_NOTE in " ".join(plain_notes(lesson))) is shown
+
+
+def test_the_start_banners_say_once_that_simulated_devices_share_the_cores():
+    """Issue 22: the device note repeated itself ("(share the same cores): ... share the same CPU cores")."""
+    lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
+    if not lesson.devices.simulated:
+        pytest.skip("real devices: no simulated-device note")
+    text = " ".join(plain_notes(lesson)).lower()
+    assert text.count("share") == 1 and "cpu cores" in text
+    assert "share" not in lesson.devices.label

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import html
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,8 +71,20 @@ class Feedback:
         background, colour, title = _STYLE[self.status]
         return (
             f'<div style="background:{background};border-left:4px solid {colour};padding:6px 10px;margin:4px 0">'
-            f'<b style="color:{colour}">{html.escape(self.exercise)} · {title}</b><br>{html.escape(self.message)}</div>'
+            f'<b style="color:{colour}">{html.escape(self.exercise)} · {title}</b><br>{render_inline(self.message)}</div>'
         )
+
+
+def render_inline(text: str) -> str:
+    """HTML for a checker message: escaped, with each \u0060code\u0060 span shown as ``<code>``.
+
+    Messages are shown as HTML in a notebook (a cell's last value), where
+    markdown is not rendered: a backtick pair would show as raw backticks.
+    """
+    parts = html.escape(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave it as it is
+        return html.escape(text)
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
 
 
 class Reject(Exception):  # noqa: N818 - a control-flow signal inside checkers, never seen by a learner
@@ -123,19 +136,21 @@ def checker(exercise: str, expects: str) -> Callable:
         @functools.wraps(fn)
         def check(answer=Ellipsis, *context, **kwargs) -> Feedback:
             if untouched(answer):
-                feedback = Feedback(exercise, NOT_ATTEMPTED, f"Replace the `...` with {expects}, then run this cell.")
+                feedback = Feedback(
+                    exercise,
+                    NOT_ATTEMPTED,
+                    f"Replace the `...` in the exercise cell with {expects}, then run this cell.",
+                )
             else:
                 try:
                     feedback = Feedback(exercise, CORRECT, fn(answer, *context, **kwargs))
                 except Reject as stop:
                     feedback = Feedback(exercise, stop.status, stop.message)
                 except Exception as err:  # noqa: BLE001 - a learner sees a sentence, never a traceback
-                    text = str(err).strip().splitlines()
                     feedback = Feedback(
                         exercise,
                         BAD_INPUT,
-                        f"Expected {expects}; using your answer raised {type(err).__name__}: "
-                        f"{text[0][:300] if text else ''}",
+                        f"Expected {expects}; using your answer raised {type(err).__name__}: {first_sentence(err)}",
                     )
             if strict() and feedback.status not in (CORRECT, UNAVAILABLE):
                 raise ExerciseFailed(str(feedback))
@@ -148,6 +163,16 @@ def checker(exercise: str, expects: str) -> Callable:
     return wrap
 
 
+def first_sentence(err: BaseException, limit: int = 240) -> str:
+    """The first sentence of an error's message, cut at a word (never mid-word) within ``limit`` characters."""
+    text = " ".join(str(err).split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    text = match.group(1) if match else text
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return text
+
+
 def describe(value) -> str:
     """A short description of a value's type (and shape and dtype for arrays)."""
     if hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -157,11 +182,19 @@ def describe(value) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def as_number(answer, what: str = "a number", positive: bool = False) -> float:
+_WHOLE_WORDS = re.compile(r"\b(batch|batches|rows|count|counts|examples per device)\b", re.IGNORECASE)
+
+
+def as_number(answer, what: str = "a number", positive: bool = False, whole: bool | None = None) -> float:
     """The answer as a float, or a "bad input" :class:`Reject` saying what came instead.
 
     ``positive``: also refuse zero and negative values (sizes, times, counts).
+    ``whole``: refuse a value that is not a whole number (a batch of 6.554
+    examples does not exist). ``None`` (the default) decides from ``what``:
+    a batch, rows or a count must be whole; ``"examples/s"`` need not.
     """
+    if whole is None:
+        whole = bool(_WHOLE_WORDS.search(what.replace("examples/s", "")))
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         if hasattr(answer, "shape") and np.shape(answer) == () and np.issubdtype(np.asarray(answer).dtype, np.number):
             return float(np.asarray(answer))
@@ -171,6 +204,11 @@ def as_number(answer, what: str = "a number", positive: bool = False) -> float:
         raise bad_input(f"Expected a finite number for {what}; got {value}.")
     if positive and value <= 0:
         raise bad_input(f"Expected a positive number for {what}; got {value:g}.")
+    if whole and value != round(value):
+        raise bad_input(
+            f"Expected a whole number for {what}: there is no fraction of an example or of a collective; "
+            f"got {value:g}. Round to the size you mean."
+        )
     return value
 
 

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from dpcourse import costs, model
-from dpcourse.config import Config
+from dpcourse.config import Config, make_config
 from dpcourse.exercises.base import as_callable, as_number, check_tree_like, checker, close, how_far, tree_close, wrong
 
 H200_TF32_FLOPS_PER_S = costs.find_peak("NVIDIA H200").peak("tf32")  # datasheet, see dpcourse.costs.PEAKS
@@ -83,19 +83,25 @@ def sgd_step(answer, cfg: Config) -> str:
     )
 
 
-@checker("ex02_3", "the predicted step time in ms (a number)")
-def step_time_for_mfu(answer, cfg: Config, global_batch: int) -> str:
-    """Exercise 02.3: the step time (ms) at which this step reaches 40 % MFU on one H200.
+FULL_BATCH_02_3 = 1024  # the full profile's per-device batch: one H200's batch in exercise 02.3
 
-    Reference: training FLOPs per step / (0.40 x the H200's dense TF32 peak,
-    495 TFLOP/s from NVIDIA's datasheet via :data:`dpcourse.costs.PEAKS`),
-    in milliseconds. Accepted within 1 %.
+
+@checker("ex02_3", "the predicted step time in ms (a number)")
+def step_time_for_mfu(answer) -> str:
+    """Exercise 02.3: the step time (ms) at which the full profile reaches 40 % MFU on one H200.
+
+    The situation is a realistic one: the ``full`` workload (WIDTH 1024,
+    BLOCK_REPEATS 128) with a batch of 1024 on one H200. Reference: training
+    FLOPs per step / (0.40 x the H200's dense TF32 peak, 495 TFLOP/s from
+    NVIDIA's datasheet via :data:`dpcourse.costs.PEAKS`), in milliseconds
+    (about 4.2 ms). Accepted within 1 %.
     """
     value = as_number(answer, "a step time in milliseconds", positive=True)
-    flops = costs.train_flops_per_step(cfg, global_batch)
+    cfg = make_config("full")
+    flops = costs.train_flops_per_step(cfg, FULL_BATCH_02_3)
     ref = flops / (TARGET_MFU * H200_TF32_FLOPS_PER_S) * 1e3
     if close(value, ref):
-        return f"Right: {ref:.4g} ms per step; any slower and MFU drops below 40 %."
+        return f"Right: {ref:.3g} ms per step; any slower and MFU drops below 40 %."
     if close(value, ref / 1e3):
         raise wrong("That is in seconds; the exercise asks for milliseconds (x 1000).")
     if close(value, ref * TARGET_MFU):
@@ -109,6 +115,16 @@ def step_time_for_mfu(answer, cfg: Config, global_batch: int) -> str:
         raise wrong(
             "That uses the BF16 peak; this float32 step runs its matmuls as TF32, so compare with the TF32 peak."
         )
-    if close(value, ref / global_batch):
-        raise wrong("That is the time per example; the FLOPs of a whole step cover the global batch.")
+    if close(value, ref / FULL_BATCH_02_3):
+        raise wrong("That is the time per example; the FLOPs of a whole step cover the batch of 1024.")
+    for name in ("cpu", "smoke"):
+        small = make_config(name)
+        if any(
+            close(value, costs.train_flops_per_step(small, b) / (TARGET_MFU * H200_TF32_FLOPS_PER_S) * 1e3)
+            for b in (small.per_device_batch, small.per_device_batch * 8, FULL_BATCH_02_3)
+        ):
+            raise wrong(
+                f"That is the '{name}' profile's workload; the question is about the full one, cfg_full "
+                "(WIDTH 1024, BLOCK_REPEATS 128), with a batch of 1024."
+            )
     raise wrong(f"Your answer is {how_far(value, ref)}: step time = FLOPs per step / (0.40 x TF32 peak), in ms.")

@@ -57,35 +57,40 @@ def shard_shapes(answer, mesh: Mesh) -> str:
     return f"Right: {', '.join(f'{s} -> {r}' for s, r in zip(SPECS_03_1, items))} on {n} devices."
 
 
-@checker("ex03_2", "a NamedSharding for a batch of images [global_batch, 784]")
-def batch_sharding(answer, mesh: Mesh) -> str:
-    """Exercise 03.2: the sharding of a batch of images for data parallelism.
+@checker("ex03_2", "a NamedSharding for the labels of a batch, int32 [global_batch]")
+def label_sharding(answer, mesh: Mesh) -> str:
+    """Exercise 03.2: the sharding of a batch's labels ``[global_batch]`` for data parallelism.
 
-    Right: ``NamedSharding(mesh, P('data', None))`` (or ``P('data')``) on all
-    the lesson's devices. The check compares specs and, for other sharding
-    types, uses ``Sharding.is_equivalent_to`` against the reference.
+    Right: ``NamedSharding(mesh, P('data'))`` on all the lesson's devices,
+    which puts label ``i`` on the device that holds image ``i`` under
+    ``P('data', None)``. Other sharding types are compared with
+    ``Sharding.is_equivalent_to`` against the reference.
     """
     if not isinstance(answer, Sharding):
         raise bad_input(
             f"Expected a jax.sharding.NamedSharding, e.g. NamedSharding(mesh, P(...)); got {describe(answer)}."
         )
     n = mesh.shape["data"]
-    ref = NamedSharding(mesh, P("data", None))
+    ref = NamedSharding(mesh, P("data"))
     if isinstance(answer, NamedSharding):
-        spec = tuple(answer.spec) + (None,) * (2 - len(answer.spec))
-        if len(spec) > 2:
-            raise wrong(f"{answer.spec} names {len(spec)} dimensions; a batch of images has 2, [global_batch, 784].")
+        spec = tuple(answer.spec)
         if set(answer.mesh.device_ids.flat) != set(mesh.device_ids.flat):
             raise wrong(f"This sharding uses {answer.mesh.size} devices; build it on the lesson's mesh of {n}.")
-        if spec == (None, None):
+        if len(spec) > 1 and any(a is not None for a in spec[1:]):
+            raise wrong(f"{answer.spec} names {len(spec)} dimensions; the labels have one, [global_batch].")
+        if len(spec) > 1:
             raise wrong(
-                "That replicates the batch: every device would hold all of it and compute the same gradient, so no work is split."
+                f"{answer.spec} is the images' spec, for two dimensions; the labels have one, [global_batch], "
+                "so their spec names one."
             )
-        if spec[0] is None:
-            raise wrong("That splits the 784 features, not the batch: put 'data' first, on the batch dimension.")
-        if spec[0] != "data" or spec[1] is not None:
-            raise wrong(f"{answer.spec}: split the batch dimension over 'data' and keep the 784 features whole.")
-        return "Right: P('data', None) gives each device global_batch / N rows with all 784 features."
-    if answer.is_equivalent_to(ref, 2):
-        return "Right: it places the batch as P('data', None) does."
-    raise wrong("It does not place the batch as P('data', None) on the lesson's mesh.")
+        if not spec or spec[0] is None:
+            raise wrong(
+                "That replicates the labels: every device would hold all of them, while each device holds only "
+                "its own rows of the images."
+            )
+        if spec[0] != "data":
+            raise wrong(f"{answer.spec}: split the one dimension over the mesh's axis, 'data'.")
+        return "Right: P('data') gives each device global_batch / N labels, those of its own rows of images."
+    if answer.is_equivalent_to(ref, 1):
+        return "Right: it places the labels as P('data') does."
+    raise wrong("It does not place the labels as P('data') on the lesson's mesh does.")
