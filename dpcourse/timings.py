@@ -23,6 +23,7 @@ import platform
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,21 +136,26 @@ def _run_text(run: dict) -> str:
 
 
 def time_line(notebook: str, record: dict) -> str:
-    """The ``# **Time.** ...`` line of ``notebook`` (a stem such as ``05_shard_map``) from ``record``."""
-    parts = []
+    """The ``# **Time** ...`` paragraph of ``notebook`` (a stem such as ``05_shard_map``) from ``record``.
+
+    Wrapped at 100 characters (``# `` lines), so it fits a 1280 px screen.
+    """
+    parts, details = [], []
     for run in record["runs"]:
         nb = run["notebooks"].get(notebook)
         if nb is None:
             continue
         failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
-        parts.append(f"`{run['profile']}` {nb['wall_s']:.0f} s{failed} ({_run_text(run)})")
+        parts.append(f"`{run['profile']}` {nb['wall_s']:.0f} s{failed}")
+        details.append(_run_text(run))
     if not parts:
         return "# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line."
-    return (
-        "# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): "
-        + "; ".join(parts)
-        + "."
-    )
+    if len(set(details)) == 1:
+        text = f"**Time** (headless run): {', '.join(parts)}; {details[0]}."
+    else:
+        text = "**Time** (headless run): " + "; ".join(f"{p} ({d})" for p, d in zip(parts, details)) + "."
+    text += " From `baselines/timings.json`; a load average above the core count means a busy machine."
+    return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
 
 
 def readme_block(record: dict) -> str:

@@ -18,7 +18,10 @@
 #
 # **Assumes.** Notebook 05. At least 2 devices.
 #
-# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 64 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 219 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
+# **Time** (headless run): `smoke` 64 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
+# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 219 s (commit 947843e, JAX 0.10.2,
+# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
+# `baselines/timings.json`; a load average above the core count means a busy machine.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -312,14 +315,14 @@ jax.effects_barrier()
 #
 # | `pmap` | `jit` + `shard_map` |
 # |---|---|
-# | leading axis of every argument = devices | a `Mesh` with axis `data`; arguments keep their global shapes |
+# | leading axis = devices | a `Mesh` with axis `data`; arguments keep their global shapes |
 # | `in_axes=0` | `in_specs=P('data', ...)` |
 # | `in_axes=None` (broadcast) | `in_specs=P()` |
 # | `out_axes=0` | `out_specs=P('data', ...)` |
 # | a value equal on all devices, stacked N times | `out_specs=P()`, one copy |
 # | `axis_name='data'` | the mesh axis name in `lax.pmean(x, 'data')` |
-# | `jax.device_put_replicated(x, devices)` (removed) | `jax.device_put(x, NamedSharding(mesh, P()))` |
-# | `jax.device_put_sharded(list, devices)` (removed) | `jax.device_put(x, NamedSharding(mesh, P('data')))` |
+# | `device_put_replicated` (removed) | `jax.device_put(x, NamedSharding(mesh, P()))` |
+# | `device_put_sharded` (removed) | `jax.device_put(x, NamedSharding(mesh, P('data')))` |
 # | `x[0]` to unreplicate | nothing to do: replicated arrays are one logical array |
 #
 # Both must give the same training step. Check it against the `shard_map`

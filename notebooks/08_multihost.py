@@ -21,7 +21,10 @@
 # **Assumes.** Notebook 05 (the `shard_map` step). Any machine: the processes
 # use simulated CPU devices, even where GPUs exist.
 #
-# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 29 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 198 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
+# **Time** (headless run): `smoke` 29 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
+# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 198 s (commit 947843e, JAX 0.10.2,
+# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
+# `baselines/timings.json`; a load average above the core count means a busy machine.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -463,12 +466,12 @@ _ = results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_T
 #
 # | | here | GKE, `deploy/multihost.yaml` |
 # |---|---|---|
-# | processes | `launch_local`: 2 subprocesses | an Indexed Job: one pod per GPU node, `completions = parallelism = N` |
+# | processes | `launch_local`: 2 subprocesses | an Indexed Job, one pod per GPU node |
 # | process id | set by the launcher | the pod's completion index (`JOB_COMPLETION_INDEX`) |
-# | coordinator | `127.0.0.1:<free port>` | pod 0's DNS name through a headless Service, `jax-multihost-0.jax-multihost:8476` |
+# | coordinator | `127.0.0.1:<free port>` | pod 0 through a headless Service, port 8476 |
 # | devices per process | 4 simulated CPU devices | the node's GPUs (2 x L4 by default) |
-# | collectives | gloo over loopback TCP | NCCL: PCIe inside a node, TCP sockets over the VPC between nodes |
-# | a failure | the launcher ends every process | the coordinator's heartbeat timeout ends the others; the Job fails (`backoffLimit: 0`) |
+# | collectives | gloo over loopback TCP | NCCL: PCIe in a node, TCP over the VPC between nodes |
+# | a failure | the launcher ends every process | heartbeat timeout ends the others; the Job fails |
 # | output | process 0's stdout | `kubectl logs` of pod 0 |
 #
 # Two things matter more on real hosts than here:

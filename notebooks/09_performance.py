@@ -20,7 +20,10 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (wall time of a headless run, from `baselines/timings.json`; a load average above the core count means a busy, shared machine): `smoke` 47 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 542 s (commit 947843e, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end).
+# **Time** (headless run): `smoke` 47 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
+# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 542 s (commit 947843e, JAX 0.10.2,
+# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
+# `baselines/timings.json`; a load average above the core count means a busy machine.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
@@ -751,12 +754,15 @@ if gpu_fast and gpu_fast[0].steps["fast"].cost:
                 }
                 for k in model_cost
             ],
-            caption=f"Fast step, {gpu_fast[0].label}, batch {b_dev} per GPU ({cfg.profile} profile)",
+            caption=(
+                f"Fast step, {gpu_fast[0].label}, batch {b_dev} per GPU ({cfg.profile} profile)"
+            ),
         )
     )
     print(
         f"fast step on the GPU: {g.count} collective(s), {g.in_loop} inside a loop, "
-        f"{g.bytes_per_step:,} bytes per step; temporaries {g.memory.get('temp_size_in_bytes', 0):,} bytes"
+        f"{g.bytes_per_step:,} bytes per step; "
+        f"temporaries {g.memory.get('temp_size_in_bytes', 0):,} bytes"
     )
 
 # %% [markdown]

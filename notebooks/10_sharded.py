@@ -25,11 +25,7 @@
 # At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
 # (section 2 says which leaves stay replicated then).
 #
-# **Time** (measured on a shared 2-core CPU, 8 simulated devices, load
-# average 3 to 5, JAX 0.10.2): `smoke` 106 seconds, `cpu` 88 seconds, of
-# which the GPU compile without a GPU (section 6, when the extra is
-# installed) took 51 and 39 seconds; the package check of section 5 about
-# 13 to 21 seconds.
+# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -697,8 +693,8 @@ display(
 # accumulations and the naive FSDP's all-gathers, once the metrics' small
 # all-reduce is allowed for; in ZeRO-1 and the naive FSDP the
 # reduce-scatter runs BLOCK_REPEATS + 1 times instead of once (the shared
-# block's gradient in each backward iteration). The CPU census differs wherever the CPU compiler keeps a
-# reduction inside a loop or all-reduces instead of reduce-scattering.
+# block's gradient in each backward iteration). The CPU census differs wherever the CPU
+# compiler keeps a reduction inside a loop or all-reduces instead of reduce-scattering.
 
 # %%
 for res in gpu_results:

@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/03_mesh.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/03_mesh.py
+# (see solutions/02_baseline.py for how they are used).
 
 # %% tags=["ex03_1"]
 # Naming 'data' at a position divides that dimension by the n devices; P() replicates.

@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/05_shard_map.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/05_shard_map.py
+# (see solutions/02_baseline.py for how they are used).
 
 
 # %% tags=["ex05_1"]

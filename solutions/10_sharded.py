@@ -1,4 +1,5 @@
-# Solutions to the exercises of notebooks/10_sharded.py (see solutions/02_baseline.py for how they are used).
+# Solutions to the exercises of notebooks/10_sharded.py
+# (see solutions/02_baseline.py for how they are used).
 
 # %% tags=["ex10_1"]
 # Parameters stay whole (4 bytes each); the two AdamW moments (8 bytes per
