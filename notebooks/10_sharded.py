@@ -53,6 +53,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpcourse import (
+    census,
     collectives,
     costs,
     data,
@@ -142,7 +143,7 @@ replicated_step = jax.jit(
     train_step, in_shardings=(p_rep, s_rep, x_sh, y_sh), out_shardings=(p_rep, s_rep, rep)
 )
 compiled = {"replicated DP": replicated_step.lower(params, opt_state, *batches[0]).compile()}
-mem = {"replicated DP": sharded.memory_figures(compiled["replicated DP"])}
+mem = {"replicated DP": census.memory_figures(compiled["replicated DP"])}
 batch_bytes = batches[0][0].nbytes // n + batches[0][1].nbytes // n
 print(
     f"argument bytes {mem['replicated DP']['argument_bytes']:,} = parameters "
@@ -491,7 +492,7 @@ if REDUCED_OK:
 
 # %%
 for form, c in compiled.items():
-    mem[form] = sharded.memory_figures(c)
+    mem[form] = census.memory_figures(c)
 temp_full, temp_acc = mem["replicated DP"]["temp_bytes"], mem["accumulation, scan"]["temp_bytes"]
 print(
     f"temporary bytes per device: full batch {temp_full:,}, "
@@ -595,7 +596,7 @@ for form, d in package_diff.items():
 reports = {form: collectives.parse_hlo(c.as_text()) for form, c in compiled.items()}
 display(
     show.table(
-        [sharded.census_row(form, r) for form, r in reports.items()],
+        [census.census_row(form, r) for form, r in reports.items()],
         caption=f"Collectives per step, {devs[0].platform}, {n} devices, JAX {jax.__version__}",
     )
 )
@@ -626,7 +627,7 @@ for res in gpu_results:
         print(f"{res.label}: {res.error}")
         continue
     gpu_rows = [
-        sharded.census_row(sharded_steps.FORM_LABELS[name], sharded.report_from_rows(s.collectives))
+        census.census_row(sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives))
         for name, s in res.steps.items()
     ]
     display(
@@ -668,7 +669,7 @@ for res in gpu_results:
 # %%
 grad_bytes = costs.gradient_bytes(cfg)
 block_bytes = params["w_block"].nbytes
-pred = sharded.predict_communication(grad_bytes, block_bytes, n, ACCUM_K, cfg.block_repeats)
+pred = census.predict_communication(grad_bytes, block_bytes, n, ACCUM_K, cfg.block_repeats)
 links = {
     "H200 NVLink4": costs.find_peak("NVIDIA H200"),
     "L4 PCIe Gen4": costs.find_peak("NVIDIA L4"),
@@ -677,11 +678,11 @@ pred_rows = []
 for form, p in pred.items():
     row = {
         "form": form,
-        **{k: p[k] for k in sharded.KINDS},
+        **{k: p[k] for k in census.KINDS},
         "sent per device": int(p["wire_bytes"]),
     }
     for label, peak in links.items():
-        row[f"us on {label}"] = f"{sharded.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
+        row[f"us on {label}"] = f"{census.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
     pred_rows.append(row)
 display(
     show.table(pred_rows, caption=f"Predicted collectives per step, {n} devices, K = {ACCUM_K}")
@@ -701,9 +702,9 @@ for res in gpu_results:
     if res.error:
         continue
     for name, s in res.steps.items():
-        got = sharded.census(sharded.report_from_rows(s.collectives))
+        got = census.census(census.report_from_rows(s.collectives))
         want = pred[sharded_steps.FORM_LABELS[name]]
-        runs = [f"{k} {got[k].runs_per_step} (predicted {want[k]})" for k in sharded.KINDS]
+        runs = [f"{k} {got[k].runs_per_step} (predicted {want[k]})" for k in census.KINDS]
         print(f"{res.label}, {sharded_steps.FORM_LABELS[name]}: " + ", ".join(runs))
 
 # %% [markdown]

@@ -6,7 +6,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import collectives, model, sharded, sharded_steps, train
+from dpcourse import census, collectives, model, sharded, sharded_steps, train
 from dpcourse.config import make_config
 
 CFG = make_config("smoke")
@@ -102,36 +102,6 @@ def test_split_microbatches_is_strided():
         np.testing.assert_array_equal(xs[j, :, 0], np.arange(12)[j::3])
 
 
-def test_predict_communication_same_bytes_when_gathered_once():
-    pred = sharded.predict_communication(1_000, 100, 8, 4, 2)
-    wire = pred["replicated DP"]["wire_bytes"]
-    assert wire == pytest.approx(2 * 7 / 8 * 1_000)
-    for form in ("ZeRO-1", "FSDP, gathered once", "accumulation, reduced"):
-        assert pred[form]["wire_bytes"] == pytest.approx(wire)
-    assert pred["accumulation, scan"]["all-reduce"] == 4 and pred["accumulation, scan"]["wire_bytes"] == 4 * wire
-    assert pred["FSDP, naive"]["all-gather"] == 5
-    assert pred["FSDP, naive"]["payload"]["all-gather"] == 4 * 100 + 900
-    t = sharded.predicted_time_s(pred["ZeRO-1"], 8, 1e9)
-    assert t == pytest.approx(wire / 1e9)
-    with_latency = sharded.predicted_time_s(pred["ZeRO-1"], 8, 1e9, latency_s=1e-6)
-    assert with_latency == pytest.approx(t + 2 * 7e-6)
-    with pytest.raises(ValueError):
-        sharded.predict_communication(1, 1, 0, 1, 1)
-
-
-def test_report_from_rows_round_trip():
-    rows = [
-        {"kind": "all-gather", "name": "ag", "bytes": 10, "in_loop": True, "runs_per_step": 4},
-        {"kind": "all-reduce", "name": "ar", "bytes": 3, "in_loop": False, "runs_per_step": 1},
-    ]
-    c = sharded.census(sharded.report_from_rows(rows))
-    assert c["all-gather"] == sharded.KindCensus(1, 1, 4, 40)
-    assert c["all-reduce"] == sharded.KindCensus(1, 0, 1, 3)
-    assert c["reduce-scatter"] == sharded.KindCensus(0, 0, 0, 0)
-    row = sharded.census_row("x", sharded.report_from_rows(rows))
-    assert row["all-gather"] == "1 (1 in loop), 4/step" and row["bytes per step"] == 43
-
-
 def _run(step, args, batches, steps=2):
     p = jax.device_put(model.init_params(CFG), jax.tree.map(lambda a: a.sharding, args[0]))
     state = train.make_optimizer(CFG).init(model.init_params(CFG))
@@ -171,12 +141,12 @@ def test_every_form_equals_replicated_data_parallelism(cpu_devices, n):
 def test_cpu_census_of_the_accumulation_forms(cpu_devices):
     mesh = _mesh(8)
     scan_step, scan_args = sharded_steps.accum_scan(CFG, mesh)
-    scan = sharded.census(collectives.collective_report(scan_step, *scan_args))
+    scan = census.census(collectives.collective_report(scan_step, *scan_args))
     assert scan["all-reduce"].in_loop >= 1 and scan["all-reduce"].runs_per_step >= sharded_steps.ACCUM_K
     if sharded.has_reduced_shardings():
         red_step, red_args = sharded_steps.accum_reduced(CFG, mesh)
-        red = sharded.census(collectives.collective_report(red_step, *red_args))
-        assert red["all-reduce"] == sharded.KindCensus(1, 0, 1, red["all-reduce"].bytes_per_step)
+        red = census.census(collectives.collective_report(red_step, *red_args))
+        assert red["all-reduce"] == census.KindCensus(1, 0, 1, red["all-reduce"].bytes_per_step)
         assert red["all-reduce"].bytes_per_step == model.param_count(CFG) * 4 + 8  # gradient + loss, accuracy
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from dpcourse import deviceless, gpu_targets, sharded, sharded_steps
+from dpcourse import census, deviceless, gpu_targets, sharded_steps
 from dpcourse.config import make_config
 
 SMOKE = make_config("smoke")
@@ -26,7 +26,7 @@ def gpu_census():
     assert res.error is None, res.error
     for name, step in res.steps.items():
         assert step.error is None, (name, step.error)
-    return {name: sharded.census(sharded.report_from_rows(s.collectives)) for name, s in res.steps.items()}
+    return {name: census.census(census.report_from_rows(s.collectives)) for name, s in res.steps.items()}
 
 
 @pytest.mark.slow
