@@ -158,7 +158,7 @@ def test_04_1_collectives_doubled():
         assert str(right) not in lesson04.collectives_doubled(value, CFG, mesh).message  # no answer given away
     expect(lesson04.collectives_doubled(..., CFG, mesh), NOT_ATTEMPTED)
     expect(lesson04.collectives_doubled("7", CFG, mesh), BAD_INPUT)
-    expect(lesson04.collectives_doubled(right + 0.5, CFG, mesh), BAD_INPUT, "whole number")
+    expect(lesson04.collectives_doubled(right + 0.5, CFG, mesh), WRONG, "whole number")
 
 
 @pytest.fixture(scope="module")

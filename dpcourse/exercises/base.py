@@ -186,7 +186,10 @@ _WHOLE_WORDS = re.compile(r"\b(batch|batches|rows|count|counts|examples per devi
 
 
 def as_number(answer, what: str = "a number", positive: bool = False, whole: bool | None = None) -> float:
-    """The answer as a float, or a "bad input" :class:`Reject` saying what came instead.
+    """The answer as a float, or a :class:`Reject` saying what came instead.
+
+    Not a number, not finite, or not positive where ``positive``: "bad input".
+    A fraction where a whole number is meant: "wrong", with the reason.
 
     ``positive``: also refuse zero and negative values (sizes, times, counts).
     ``whole``: refuse a value that is not a whole number (a batch of 6.554
@@ -205,9 +208,10 @@ def as_number(answer, what: str = "a number", positive: bool = False, whole: boo
     if positive and value <= 0:
         raise bad_input(f"Expected a positive number for {what}; got {value:g}.")
     if whole and value != round(value):
-        raise bad_input(
-            f"Expected a whole number for {what}: there is no fraction of an example or of a collective; "
-            f"got {value:g}. Round to the size you mean."
+        # A wrong answer, not unreadable input: the learner gets the reason, not "cannot check".
+        raise wrong(
+            f"{what[:1].upper()}{what[1:]} is a whole number: there is no fraction of an example or of "
+            f"a collective; you gave {value:g}. Round to the size you mean."
         )
     return value
 

@@ -74,7 +74,8 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
         raise wrong(
             f"The intensity tends to W / bytes = {limit:.4g} FLOP/byte, above the ridge: some batch reaches it."
         )
-    value = as_number(answer, "a global batch", positive=True)
+    # Wholeness is checked last here: a fraction from a known wrong formula gets that formula's reason.
+    value = as_number(answer, "a global batch", positive=True, whole=False)
     whole = value == int(value)
     if close(value, ref, 0.02) and not whole:
         raise wrong(
@@ -94,6 +95,7 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
     rb = ridge_flop_per_byte * bytes_per_value
     if 2 * width > rb and close(value, rb * width / (2.0 * width - rb), 0.02):
         raise wrong("The output [B, W] must be written too: count its bytes along with both inputs.")
+    as_number(value, "a global batch", whole=True)  # a fraction: say that a batch is whole
     raise wrong(
         "Solve 2 B W^2 / (bytes x (2 B W + W^2)) = ridge for B: the inputs [B, W] and [W, W] and the output "
         f"[B, W] all move (your answer is {how_far(value, ref)})."
