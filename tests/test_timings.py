@@ -58,7 +58,10 @@ def test_update_writes_the_record_the_time_lines_and_the_readme(tmp_path):
     assert set(changed) == {lesson, readme}
     text = lesson.read_text()
     assert "15\n# to 20" not in text and "# Next paragraph." in text
-    (line,) = [x for x in text.splitlines() if x.startswith("# **Time")]
+    start = text.index("# **Time")
+    paragraph = text[start : text.index("\n#\n", start)]
+    assert all(len(x) <= 100 for x in paragraph.splitlines())  # fits a 1280 px screen
+    line = " ".join(x.removeprefix("# ") for x in paragraph.splitlines())
     assert "`smoke` 61 s" in line and "`cpu` 66 s" in line and line.index("smoke") < line.index("cpu")
     assert "2-core AMD EPYC" in line and "load average 9 at the start, 10.5 at the end" in line
     assert "commit abc1234" in line and "JAX 0.10.2" in line
