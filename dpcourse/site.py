@@ -429,7 +429,23 @@ VENDOR_FILES = {
     "@mathjax/mathjax-newcm-font": "@mathjax/mathjax-newcm-font",
 }
 # Not needed by a browser: source maps, Node entry points, the other font sizes' sources.
-_VENDOR_SKIP = ("*.map", "*.md", "node-main*", "*.cjs", "*.mjs", "*.d.ts", "ts", "cjs", "mjs", "chtml", "*.eot")
+# MathJax: only the tex-mml-svg component (SVG output needs no web fonts) and what it loads.
+_VENDOR_SKIP = (
+    "*.map",
+    "*.md",
+    "node-main*",
+    "*.cjs",
+    "*.mjs",
+    "*.d.ts",
+    "ts",
+    "cjs",
+    "mjs",
+    "*chtml*",
+    "*.eot",
+    "tex-svg*",
+    "mml-svg*",
+    "tex-mml-svg-*",
+)
 
 
 def copy_vendor(node_modules: Path, dest: Path) -> None:

@@ -43,3 +43,8 @@ html_theme_options = {
 }
 # The theme's light/dark switch starts from this (an empty mode logs a console error).
 html_context = {"default_mode": "light"}
+# MathJax 4 with SVG output (no web fonts); its speech and Braille enrichment
+# would fetch files with fetch(), which file:// pages may not do.
+mathjax4_config = {
+    "options": {"menuOptions": {"settings": {"enrich": False, "speech": False, "braille": False, "collapsible": False}}}
+}
