@@ -112,3 +112,28 @@ def test_no_run_fails_naming_the_lessons_without_a_current_copy(tmp_path, capsys
     code = site.main(["--src", str(tmp_path / "s"), "--notebooks", str(src), "--no-run", "--run-out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and "05_x: no run given" in err and "make site: FAILED" in err
+
+
+def test_stage_writes_lessons_with_their_note_downloads_guides_and_table(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    lesson = _lesson(notebooks / "05_x.ipynb")
+    rec = {"notebook": "05_x", "metric": "m", "value": 1.0, "unit": "s", "profile": "cpu", "backend": "cpu"}
+    rec.update(device_kind="cpu", device_count=8, jax_version="0.10.2")
+    run = _runner_run(tmp_path / "run", [_entry("05_x")], records=[rec])
+    _lesson(run.folder / "05_x.ipynb")
+    pages, docs = tmp_path / "pages", tmp_path / "docs"
+    pages.mkdir()
+    docs.mkdir()
+    (pages / "index.md").write_text("# Course\n")
+    (docs / "guide.md").write_text("# Guide\n")
+    chosen, missing = site.choose([lesson], [run], 0.0)
+    assert not missing
+    src = tmp_path / "src"
+    site.stage(src, [lesson], chosen, [], "abc1234", pages=pages, docs=docs)
+    nb = nbformat.read(src / "lessons" / "05_x.ipynb", as_version=4)
+    note = nb.cells[1].source
+    assert "`cpu` profile" in note and "commit **`abc1234`**" in note and "JAX 0.10.2" in note
+    assert "<../download/05_x.ipynb>" in note and (src / "download" / "05_x.ipynb").exists()
+    assert (src / "guides" / "guide.md").exists() and (src / "index.md").exists()
+    assert "[05 · A lesson](lessons/05_x.ipynb) | Learn one thing. |" in (src / "_lessons.md").read_text()
