@@ -91,7 +91,13 @@ def page(browser):
     new_page.on("pageerror", lambda err: new_page.problems.append(f"page error: {str(err)[:300]}"))
     new_page.on("request", lambda r: new_page.requests.append(r.url))
     new_page.on("response", lambda r: r.status >= 400 and new_page.problems.append(f"HTTP {r.status}: {r.url}"))
-    new_page.on("requestfailed", lambda r: new_page.problems.append(f"request failed: {r.url} ({r.failure})"))
+    # ERR_ABORTED: a request cut short by the next navigation (the favicon), not a missing file.
+    new_page.on(
+        "requestfailed",
+        lambda r: (
+            "ERR_ABORTED" not in str(r.failure) and new_page.problems.append(f"request failed: {r.url} ({r.failure})")
+        ),
+    )
     try:
         yield new_page
     finally:
