@@ -318,7 +318,13 @@ def gpu_section(stem: str, run: Run, gpu_runs: list[dict]) -> str | None:
         commit = f"commit `{g['commit']}`" if g["commit"] else "commit not recorded"
         lines = [
             f"**{g['device']}** (`baselines/{g['name']}`: profile `{g['profile']}`, JAX {g['jax']}, "
-            f"{commit}, run {g['created']}). Each figure says which devices measured it.",
+            f"{commit}, run {g['created']}). Each figure says which devices measured it."
+            + (
+                ""
+                if any(r.get("backend") == "gpu" for r in recs)
+                else " On that machine this lesson ran on simulated CPU devices, as the course does on one GPU:"
+                " none of these figures was measured on the GPU."
+            ),
             "",
             f"| metric | unit | GPU run | devices (GPU run) | this page (`{run.profile}`) | devices (this page) |",
             "|---|---|---|---|---|---|",

@@ -97,7 +97,11 @@ def test_gpu_figures_sit_beside_this_runs_with_device_and_commit(tmp_path):
     run = site.Run(tmp_path, "cpu", 0.0, "runner", records=[ours])
     text = site.gpu_section("02_b", run, runs)
     assert "commit `3dd0d13`" in text and "| step_ms | ms | 11.08 | 1 x NVIDIA H200 | 40.5 | 8 x cpu |" in text
+    assert "none of these figures was measured on the GPU" not in text
     assert site.gpu_section("03_c", run, runs) is None
+    cpu_there = dict(gpu, notebook="04_d", backend="cpu", device_kind="cpu", device_count=8)
+    runs[0]["records"].append(cpu_there)
+    assert "none of these figures was measured on the GPU" in site.gpu_section("04_d", run, runs)
 
 
 def test_missing_vendor_files_say_to_run_npm_ci(tmp_path):
