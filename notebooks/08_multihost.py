@@ -231,7 +231,9 @@ for p, rows in planned_rows.items():
 # as this step compiles faster than that on CPU.
 
 # %%
-print("workers' compilation cache:", multihost_plan.worker_cache_env())
+print("workers' compilation cache:")
+for name, value in multihost_plan.worker_cache_env().items():
+    print(f"  {name}={value}")
 run = launcher.launch_local(
     N_PROCESSES,
     DEVICES_PER_PROCESS,
