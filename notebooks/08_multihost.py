@@ -245,7 +245,11 @@ run = launcher.launch_local(
 summary = run.summary
 display(
     show.table(
-        [{"process": i, **env} for i, env in run.env.items()],
+        [
+            {"process": i, "variable": name, "value": value}
+            for i, env in run.env.items()
+            for name, value in env.items()
+        ],
         caption="The environment each process got",
     )
 )
