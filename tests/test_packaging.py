@@ -108,3 +108,14 @@ def test_the_jax_that_ci_installs_is_inside_the_declared_range(name):
 
     version = pins(name)["jax"]
     assert key(low) <= key(version) < key(high), f"{name} pins jax {version}, outside {spec}"
+
+
+def test_every_folder_of_the_package_is_listed_so_a_wheel_carries_it():
+    """A folder left out of ``packages`` (data only, such as gpu_target_configs) is missing from a wheel."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(path.relative_to(ROOT).parts)
+        for path in [ROOT / "dpcourse", *(ROOT / "dpcourse").rglob("*")]
+        if path.is_dir() and path.name != "__pycache__" and any(p.is_file() for p in path.iterdir())
+    }
+    assert folders <= listed, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(folders - listed)}"
