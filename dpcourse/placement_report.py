@@ -213,6 +213,26 @@ def show_compilers(
     return results
 
 
+def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
+    """:func:`dpcourse.deviceless.compile_jobs` over ``workers`` subprocesses at once; results in job order.
+
+    The jobs are dealt round-robin (so the slow full-profile jobs spread out).
+    A compile keeps about one core busy: two subprocesses take about half the
+    time of one on a machine with two or more cores.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = max(1, min(workers, len(jobs)))
+    chunks = [list(range(i, len(jobs), parts)) for i in range(parts)]
+    with ThreadPoolExecutor(max_workers=parts) as pool:
+        futures = [pool.submit(deviceless.compile_jobs, [jobs[i] for i in chunk], steps) for chunk in chunks]
+        results: list = [None] * len(jobs)
+        for chunk, future in zip(chunks, futures):
+            for i, result in zip(chunk, future.result()):
+                results[i] = result
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     """``make placement``: compile, print the table, write placement.json; exit 1 if one failed :func:`check`."""
     parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU (without a GPU) and CPU compilers.")
@@ -222,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
     parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
+    parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     profiles = args.profile or ["smoke", "full"]
     targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
     counts = tuple(int(n) for n in args.devices.split(","))
@@ -234,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placement: GPU targets skipped: {missing}")
         targets = []
     t0 = time.perf_counter()
-    results = deviceless.compile_jobs(jobs_for(profiles, targets, counts))
+    results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
     if args.lesson10:
         from dpcourse import sharded_steps
 
-        results += deviceless.compile_jobs(lesson10_jobs(profiles, targets), sharded_steps.STEPS)
+        results += compile_in_parallel(lesson10_jobs(profiles, targets), sharded_steps.STEPS, args.workers)
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))

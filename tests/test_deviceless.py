@@ -230,3 +230,26 @@ def test_jobs_of_make_placement():
     smoke = [j for j in jobs if j.profile == "smoke"]
     assert len(smoke) == 2 * 3 + 1
     assert {(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "full"} == set(placement_report.FULL_JOBS)
+
+
+def test_compiles_in_parallel_keep_the_job_order(monkeypatch):
+    """Jobs dealt over two subprocesses come back in the order asked for, each compiled once."""
+    calls = []
+
+    def fake_compile_jobs(jobs, steps=None):
+        calls.append([j.n_devices for j in jobs])
+        return [f"result {j.n_devices}" for j in jobs]
+
+    monkeypatch.setattr(deviceless, "compile_jobs", fake_compile_jobs)
+    jobs = [deviceless.Job("gpu", "h200", n, "smoke") for n in (1, 2, 3, 4, 5)]
+    assert placement_report.compile_in_parallel(jobs, None, 2) == [f"result {n}" for n in (1, 2, 3, 4, 5)]
+    assert sorted(calls) == [[1, 3, 5], [2, 4]]
+    calls.clear()
+    assert placement_report.compile_in_parallel(jobs[:1], None, 4) == ["result 1"]
+    assert calls == [[1]]
+
+
+def test_workers_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        placement_report.main(["--workers", "0"])
+    assert "--workers must be at least 1" in capsys.readouterr().err

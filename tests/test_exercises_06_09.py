@@ -308,6 +308,8 @@ def test_09_lesson_forward_equals_model_forward(unroll, dtype):
     assert np.array_equal(np.asarray(mine), np.asarray(package))
 
 
+@pytest.mark.slow
+@pytest.mark.lesson
 def test_07_runs_with_the_lessons_mesh_set_globally(tmp_path):
     # Notebook 03 allows jax.set_mesh(mesh) without `with`; 07's one-device work must still run.
     import nbformat

@@ -153,6 +153,7 @@ MESH_ANCHOR = {
 
 
 @pytest.mark.slow
+@pytest.mark.lesson
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("stem", sorted(MESH_ANCHOR))
 def test_lesson_runs_with_the_mesh_set_globally(stem, tmp_path):

@@ -34,6 +34,7 @@ ceilings.measure_all = _measure_all
 
 
 @pytest.mark.slow
+@pytest.mark.lesson
 @pytest.mark.timeout(600)
 def test_failed_rungs_and_ceilings_are_recorded_with_reasons_and_the_lesson_goes_on(tmp_path):
     source = (ROOT / "notebooks" / "09_performance.py").read_text()

@@ -1,4 +1,4 @@
-"""What each lesson must show in the browser once all its cells have run.
+"""What each lesson must show in the browser, and where its executed copy comes from.
 
 Each text is a table caption or a printed label from ``notebooks/NN_name.py``
 (the key result of the lesson), not a measured number, so it does not change
@@ -10,6 +10,9 @@ output, no traceback.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "01_setup": ("What JAX sees",),
@@ -32,3 +35,55 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
 def key_output(lesson: str) -> tuple[str, ...]:
     """The texts ``lesson`` (``"04_sharding"``) must show; empty for a lesson not listed."""
     return KEY_OUTPUT.get(lesson, ())
+
+
+# Lessons the browser test always runs itself from the Run menu, even where an
+# executed copy exists: 01 and 02 show that a lesson runs in the lab as a
+# learner starts it, and 07's controls need a live kernel to take a slider change
+# and a button press.
+LIVE_LESSONS = ("01_setup", "02_baseline", "07_sweep")
+
+# Where `make notebook-test` leaves its executed copies (Makefile NOTEBOOK_TEST_DIR);
+# `make browser-test` passes it in this variable.
+EXECUTED_ENV = "DPCOURSE_EXECUTED_LESSONS"
+
+
+def _sources(nb: dict) -> list[tuple[str, str]]:
+    def text(source) -> str:
+        return "".join(source) if isinstance(source, list) else source
+
+    return [(cell["cell_type"], text(cell["source"])) for cell in nb["cells"]]
+
+
+def executed_copy(lesson: Path, folder: Path | None) -> tuple[dict | None, str]:
+    """The executed copy of ``lesson`` (a ``notebooks/NN_name.ipynb``) in ``folder``, when it is current.
+
+    Current means: the same cells as the lesson (type and source, in order),
+    every code cell executed, and written after the last change to the lesson
+    or to the package (``dpcourse/``, whose code decides what a lesson prints). Returns ``(notebook, why)``: the notebook with the
+    lesson's own metadata (an nbmake run may name its own kernel), or None and
+    the reason the lesson must run in the browser instead.
+    """
+    if folder is None:
+        return None, f"no executed copies given ({EXECUTED_ENV} is not set)"
+    copy = Path(folder) / lesson.name
+    if not copy.exists():
+        return None, f"no executed copy at {copy}"
+    try:
+        executed = json.loads(copy.read_text(encoding="utf-8"))
+        source = json.loads(lesson.read_text(encoding="utf-8"))
+        if _sources(executed) != _sources(source):
+            return None, f"{copy} has other cells than {lesson} (it is from an older version)"
+        unrun = [
+            i for i, c in enumerate(executed["cells"]) if c["cell_type"] == "code" and not c.get("execution_count")
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return None, f"{copy} cannot be read as a notebook: {err}"
+    if unrun:
+        return None, f"{copy}: code cell {unrun[0] + 1} did not run"
+    package = Path(__file__).resolve().parents[2] / "dpcourse"
+    changed = max([lesson.stat().st_mtime] + [p.stat().st_mtime for p in package.rglob("*.py")])
+    if copy.stat().st_mtime < changed:
+        return None, f"{copy} is older than the last change to {lesson.name} or dpcourse/"
+    executed["metadata"] = source["metadata"]
+    return executed, f"executed copy {copy}"

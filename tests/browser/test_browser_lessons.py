@@ -1,14 +1,23 @@
-"""Every lesson, opened and run in JupyterLab in a real Chromium, as a learner would.
+"""Every lesson in JupyterLab in a real Chromium, as a learner sees it.
 
-For each ``notebooks/NN_name.ipynb``: open it by its address, click Run > Run
-All Cells, wait until the kernel is idle and every code cell has run, then
-check that no cell raised or printed a traceback and that the lesson's key
-output (``lessons.KEY_OUTPUT``) is on the page, then, at 1280 x 800 with the
-file browser open, measure every cell for sideways scrolling (checked by
-``test_lesson_fits_1280x800``, which reuses the run). Lessons with controls
-(ipywidgets sliders and buttons, as in 07) must show them with readable
-labels, take a slider change and a button press, and show the result.
-A screenshot of each lesson is saved under ``results/browser/``.
+For each ``notebooks/NN_name.ipynb``: open it by its address in the lab and
+check that no cell raised or printed a traceback, that every code cell ran,
+and that the lesson's key output (``lessons.KEY_OUTPUT``) is on the page;
+then, at 1280 x 800 with the file browser open, measure every cell for
+sideways scrolling (checked by ``test_lesson_fits_1280x800``, which reuses
+the visit). Lessons with controls (ipywidgets sliders and buttons, as in 07)
+must show them with readable labels, take a slider change and a button
+press, and show the result. A screenshot of each lesson is saved under
+``results/browser/``.
+
+How a lesson gets its outputs: in ``make test``, ``make notebook-test`` has
+just executed every lesson (nbmake, the same smoke profile) and kept the
+copies; ``make browser-test`` names their folder in
+``$DPCOURSE_EXECUTED_LESSONS``, and a lesson whose copy is current (the same
+cells) is opened with those outputs instead of being run a second time. The
+lessons in ``lessons.LIVE_LESSONS`` (01, 02, and 07 for its controls), and any
+lesson without a current copy, are run here from the Run menu (Run > Run All
+Cells, then wait until the kernel is idle).
 """
 
 from __future__ import annotations
@@ -17,17 +26,19 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import labpage
 import pytest
-from labserver import lesson_names
-from lessons import key_output
+from labserver import NOTEBOOKS, lesson_names
+from lessons import EXECUTED_ENV, LIVE_LESSONS, executed_copy, key_output
 
 LESSON_TIMEOUT_S = float(os.environ.get("DPCOURSE_BROWSER_LESSON_TIMEOUT_S", "300"))
 # Lessons whose every cell must fit 1280 x 800 with the file browser open: all
 # of them. Lessons with code lines over 100 characters fail until shortened.
 WIDTH_LESSONS = lesson_names()
 RUNS: dict[str, labpage.LessonRun] = {}  # each lesson's run, reused by the width check
+EXECUTED = Path(os.environ[EXECUTED_ENV]) if os.environ.get(EXECUTED_ENV) else None
 
 
 def _controls_07(page, path: str, run: labpage.LessonRun, changed: dict) -> None:
@@ -102,9 +113,13 @@ def exercise_controls(page, lesson: str, path: str, run: labpage.LessonRun) -> N
         check(page, path, run, changed)
 
 
-def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TIMEOUT_S) -> labpage.LessonRun:
-    """Open ``lesson`` by its address, run all cells from the menu, check what it shows.
+def run_lesson(
+    page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TIMEOUT_S, executed: dict | None = None
+) -> labpage.LessonRun:
+    """Open ``lesson`` by its address, run all cells from the menu (or show ``executed``), check what it shows.
 
+    ``executed`` (a notebook with outputs, from :func:`lessons.executed_copy`)
+    is written over the workspace's copy and opened as it is, with no run.
     Returns the run with every problem found; its screenshot is saved whether
     or not there are problems (at the first failing cell if there is one).
     """
@@ -113,14 +128,19 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
     start = time.monotonic()
     page.set_viewport_size({"width": 1280, "height": 800})
     try:
+        if executed is not None:
+            (lab.root / path).write_text(json.dumps(executed), encoding="utf-8")
         page.goto(labpage.lab_url(lab.url, lab.token, path, workspace=f"lesson-{lesson}"))
         labpage.wait_for_lab(page)
         labpage.wait_for_kernel(page, path)
         run.notes.append(f"lab and kernel ready after {time.monotonic() - start:.1f} s")
-        labpage.run_all_from_menu(page)
-        ran = time.monotonic()
-        final = labpage.wait_until_run(page, path, timeout_s)
-        run.notes.append(f"run all {time.monotonic() - ran:.1f} s")
+        if executed is None:
+            labpage.run_all_from_menu(page)
+            ran = time.monotonic()
+            final = labpage.wait_until_run(page, path, timeout_s)
+            run.notes.append(f"run all {time.monotonic() - ran:.1f} s")
+        else:
+            final = {"timed_out": False, "status": "idle"}
         cells = labpage.code_cells(page, path)
         run.cells = cells
         if final["timed_out"]:
@@ -157,17 +177,40 @@ def run_lesson(page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TI
     return run
 
 
+def visit(page, lab, lesson: str, screenshots) -> labpage.LessonRun:
+    """The lesson in the browser: its current executed copy when there is one (not a live lesson), else a run."""
+    executed, why = (
+        (None, "a live lesson") if lesson in LIVE_LESSONS else executed_copy(NOTEBOOKS / f"{lesson}.ipynb", EXECUTED)
+    )
+    run = run_lesson(page, lab, lesson, screenshots, executed=executed)
+    run.notes.insert(0, f"shown from the {why}" if executed is not None else f"run in the browser ({why})")
+    return run
+
+
 @pytest.mark.parametrize("lesson", lesson_names())
-def test_lesson_runs_in_the_browser(page, lab, screenshots, lesson):
-    run = RUNS[lesson] = run_lesson(page, lab, lesson, screenshots)
+def test_lesson_in_the_browser(page, lab, screenshots, lesson):
+    run = RUNS[lesson] = visit(page, lab, lesson, screenshots)
     print(f"{lesson}: {run.seconds:.1f} s in the browser; {'; '.join(run.notes)}")
     assert not run.problems, run.report()
+
+
+def test_with_executed_copies_every_lesson_but_the_live_ones_is_shown_from_them():
+    """In make test the copies exist and are current: only LIVE_LESSONS run a second time."""
+    if EXECUTED is None:
+        pytest.skip(f"{EXECUTED_ENV} is not set: every lesson runs in the browser")
+    stale = {}
+    for lesson in lesson_names():
+        if lesson not in LIVE_LESSONS:
+            executed, why = executed_copy(NOTEBOOKS / f"{lesson}.ipynb", EXECUTED)
+            if executed is None:
+                stale[lesson] = why
+    assert not stale, f"lessons run again because their executed copy is missing or old: {stale}"
 
 
 @pytest.mark.parametrize("lesson", WIDTH_LESSONS)
 def test_lesson_fits_1280x800(page, lab, screenshots, lesson):
     """After Run All: no cell's input or output area scrolls sideways at 1280 x 800, file browser open."""
-    run = RUNS.get(lesson) or run_lesson(page, lab, lesson, screenshots)
+    run = RUNS.get(lesson) or visit(page, lab, lesson, screenshots)
     assert run.overflow is not None, f"{lesson}: the width was not measured: {run.report()}"
     assert not run.overflow, (
         f"{lesson}: cells that need sideways scrolling at 1280 x 800 with the file browser open:\n"

@@ -1,7 +1,7 @@
 """make wheelhouse, tried as a venue uses it: three platforms downloaded, then a fresh venv installs with no network.
 
 Slow (several hundred MB of downloads and a full install): `make wheelhouse-test`,
-not part of `make test`. Skipped, with the reason, where the package registry
+which `make test` runs. Skipped, with the reason, where the package registry
 cannot be reached.
 """
 
@@ -62,7 +62,9 @@ def test_three_platforms_then_an_offline_install_that_imports_the_course(tmp_pat
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     source = tmp_path / "course"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv*", ".git", "node_modules", "results", "build"))
+    shutil.copytree(
+        ROOT, source, ignore=shutil.ignore_patterns(".venv*", ".git", "node_modules", "results", "build", "workspace")
+    )
     start = time.monotonic()
     install = [
         *no_network_prefix(),
