@@ -43,6 +43,7 @@ cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +85,16 @@ batches = [
 params = jax.device_put(init_host, rep)
 opt_state = optimizer.init(params)
 print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_batch}")
+
+# %% [markdown]
+# Section 6 compiles this lesson's steps for GPUs this machine does not
+# have, in a separate process that takes a while; it starts now, in the
+# background, and section 6 collects what it found.
+
+# %%
+gpu_n = n if n in (2, 4, 8) else 8  # the GPU descriptions come in 2, 4 and 8 devices
+gpu_jobs = [deviceless.Job("gpu", t, gpu_n, cfg.profile) for t in GPU_TARGETS]
+gpu_compile = deviceless.start_jobs(gpu_jobs, steps=sharded_steps.STEPS) if gpu_jobs else None
 
 # %% [markdown]
 # ## 1. Memory first: what each device holds
@@ -611,17 +622,18 @@ if backend == "cpu":
 # **For GPUs, without a GPU.** The same six steps compiled for N x H200 and
 # N x L4 (the L4 description is approximate, made from its datasheet) by
 # XLA's GPU compiler on this machine, through `dpcourse.deviceless` (the
-# optional extra, `make gpu-compile`; one subprocess, a few seconds per
-# step; on 3 devices it compiles for 8 GPUs, the nearest description).
+# optional extra, `make gpu-compile`): the background process started at
+# the top of the lesson, one for all targets, a second or two per step
+# (on 3 devices it compiles for 8 GPUs, the nearest description).
 
 # %%
-gpu_n = n if n in (2, 4, 8) else 8  # the GPU descriptions come in 2, 4 and 8 devices
 gpu_results = []
 if GPU_TARGETS and gpu_targets.extra_missing():
     print(f"GPU compile without a GPU is not available here: {gpu_targets.extra_missing()}")
-elif GPU_TARGETS:
-    jobs = [deviceless.Job("gpu", t, gpu_n, cfg.profile) for t in GPU_TARGETS]
-    gpu_results = deviceless.compile_jobs(jobs, steps=sharded_steps.STEPS)
+elif gpu_compile is not None:
+    waited = time.perf_counter()
+    gpu_results = gpu_compile.results()  # waits only for what is not done yet
+    print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
 for res in gpu_results:
     if res.error:
         print(f"{res.label}: {res.error}")

@@ -108,7 +108,7 @@ def test_missing_libdevice_is_named_before_anything_compiles(monkeypatch):
     monkeypatch.setattr(gpu_targets, "libdevice_path", lambda: None)
     reason = gpu_targets.extra_missing()
     assert reason and "nvidia-cuda-nvcc-cu12" in reason and "libdevice" in reason and "make gpu-compile" in reason
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("no worker may start"))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("no worker may start"))
     (res,) = deviceless.compile_jobs([deviceless.Job("gpu", "h200", 2, "smoke")])
     assert res.steps == {} and "libdevice" in res.error and res.label == "compiled for 2 x H200 without a GPU"
 
@@ -152,6 +152,30 @@ def test_own_builders_compile_and_a_bad_one_is_reported_per_step():
     assert fast.error is None and fast.in_loop == 0 and fast.runs_per_step >= 1  # unrolled: no loop
     assert fast.cost["flops"] > 0 and fast.memory["argument_size_in_bytes"] > 0
     assert "no function 'nope'" in res.steps["bad"].error
+
+
+def test_a_worker_past_its_time_limit_is_stopped_and_every_job_says_so():
+    jobs = [deviceless.Job("cpu", "cpu", 2, "smoke"), deviceless.Job("cpu", "cpu", 4, "smoke")]
+    pending = deviceless.start_jobs(jobs, {"jit": deviceless.COURSE_STEPS["jit"]}, timeout_s=0.2)
+    results = pending.results()
+    assert pending.done() and pending.results() is results
+    assert [r.n_devices for r in results] == [2, 4]
+    assert all("did not finish within 0 s" in r.error and r.steps == {} for r in results)
+
+
+def test_a_compile_option_this_jaxlib_does_not_know_is_dropped():
+    import jax
+
+    lowered = jax.jit(lambda x: x * 2.0).lower(1.0)
+    assert float(deviceless._compile(lowered, {"xla_no_such_option_here": "x"})(3.0)) == 6.0
+
+
+@pytest.mark.slow
+def test_started_jobs_compile_while_the_caller_goes_on():
+    pending = deviceless.start_jobs([deviceless.Job("cpu", "cpu", 2, "smoke")], {"jit": deviceless.COURSE_STEPS["jit"]})
+    assert not pending.done()  # the worker imports JAX for over a second: start_jobs did not wait
+    (res,) = pending.results()
+    assert pending.done() and res.error is None and res.steps["jit"].runs_per_step >= 1
 
 
 # ---- the GPU compile itself (needs the extra) ----
