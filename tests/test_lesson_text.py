@@ -47,3 +47,13 @@ def test_no_code_cell_opens_with_a_blank_line(path):
         c.source.splitlines()[1:2] for c in jupytext.read(path).cells if c.cell_type == "code" and c.source[:1] == "\n"
     ]
     assert not blank, f"{path.name}: code cells that start with an empty line (next line shown): {blank}"
+
+
+def test_the_lab_guides_first_start_example_counts_the_lessons_there_are():
+    """docs/jupyterlab.md shows what `make lab` prints on a first start; a new learner compares it."""
+    import re
+
+    text = (ROOT / "docs" / "jupyterlab.md").read_text()
+    first = re.search(r"workspace: (\d+) lessons \((\d+) copied in\)\.", text)
+    assert first, "docs/jupyterlab.md: no first-start example line ('N lessons (N copied in).')"
+    assert int(first.group(1)) == int(first.group(2)) == len(LESSONS), first.group(0)
