@@ -198,7 +198,7 @@ assert devices.settings_changed_after_start() == []
 topology = devices.gpu_topology()
 if topology is None:
     print(
-        "nvidia-smi is not available here (no NVIDIA GPU): no interconnect to show. "
+        "nvidia-smi is not available here (no NVIDIA GPU): no interconnect to show.\n"
         "Simulated CPU devices exchange data through the host's memory."
     )
 else:

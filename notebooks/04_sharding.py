@@ -278,17 +278,24 @@ def make_device_axis_step(optimizer, n_devices):
 # `mean` over the wrong axis, say), re-run it and the cells below.
 
 # %%
+# Arguments of its own (fresh parameters, the first batch), so that this cell still
+# runs after the lesson's last cell has freed `params` and `batches`.
+p_try = jax.device_put(init_host, replicated)
+s_try = optimizer.init(p_try)
+x_try = jax.device_put(x_host[0], NamedSharding(mesh, P("data", None)))
+y_try = jax.device_put(y_host[0], NamedSharding(mesh, P("data")))
 display(
     check_against(
         train.make_device_axis_step(cfg, optimizer, n),
         make_device_axis_step(optimizer, n),
-        params,
-        opt_state,
-        *batches[0],
+        p_try,
+        s_try,
+        x_try,
+        y_try,
     )
 )
 device_axis_step = jax.jit(make_device_axis_step(optimizer, n))
-report_fixed = collectives.collective_report(device_axis_step, params, opt_state, *batches[0])
+report_fixed = collectives.collective_report(device_axis_step, p_try, s_try, x_try, y_try)
 display(show.table(report_fixed.rows(), caption="Collectives of jit(device-axis step)"))
 display(
     show.table(

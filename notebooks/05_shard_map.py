@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from IPython.display import display
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpcourse import (
@@ -147,13 +147,19 @@ def make_shard_map_step(optimizer, mesh):
 # read what differs; then put it back.
 
 # %%
+# Arguments of its own (fresh parameters, the first batch), so that this cell still
+# runs after the lesson's last cell has freed `params` and `batches`.
+p_try = jax.device_put(init_host, NamedSharding(mesh, P()))
+x_try = jax.device_put(x_host[0], NamedSharding(mesh, P("data", None)))
+y_try = jax.device_put(y_host[0], NamedSharding(mesh, P("data")))
 display(
     check_against(
         train.make_shard_map_step(cfg, optimizer, mesh),
         make_shard_map_step(optimizer, mesh),
-        params,
-        opt_state,
-        *batches[0],
+        p_try,
+        optimizer.init(p_try),
+        x_try,
+        y_try,
     )
 )
 smap_step = jax.jit(make_shard_map_step(optimizer, mesh))

@@ -177,9 +177,8 @@ if fit is not None:
     )
     if fit.through_origin:
         print(
-            "The best straight line had a negative overhead, which is not physical: "
-            "the fit was redone "
-            "through zero, so the model is a constant throughput."
+            "The best straight line had a negative overhead, which is not physical:\n"
+            "the fit was redone through zero, so the model is a constant throughput."
         )
     # A two-parameter line through two points is exact: judge only from three or more.
     print(costs.judge_fit(len(ok), max(errors, key=abs)))

@@ -272,11 +272,10 @@ shown = [k for k in ladder_rows[0] if any(row[k] is not None for row in ladder_r
 display(show.table(ladder_rows, f"The ladder on {single.label} ({dataset.source} data)", shown))
 for r in runs:
     print(f"{r.rung.name}: {r.rung.label}" + (f"; failed: {r.reason}" if r.status != "ok" else ""))
-print(
-    "program MB: arguments + outputs + temporaries of the compiled step (memory_analysis). "
-    "peak MB: the backend's high-water mark since the process started (GPUs only), so it "
-    "bounds every rung so far, not each one alone."
-)
+print("program MB: arguments + outputs + temporaries of the compiled step (memory_analysis).")
+if "peak MB" in shown:  # GPUs only
+    print("peak MB: the backend's high-water mark since the process started, so it bounds")
+    print("every rung so far, not each one alone.")
 over = [row["rung"] for row in ladder_rows if (row["of measured ceiling"] or 0) > 1.0]
 if over:
     print(
@@ -927,7 +926,6 @@ print("still held by name:", held or "none")
 # solutions are in the repository's `solutions/` folder: try first.
 
 # %%
-
 import math  # noqa: F401 - for math.inf in 09.1
 
 from dpcourse.exercises import lesson09 as check

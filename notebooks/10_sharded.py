@@ -613,9 +613,9 @@ display(
 )
 if backend == "cpu":
     print(
-        "The CPU compiler never emits a reduce-scatter (it all-reduces and keeps a slice), keeps "
-        "collectives synchronous, and leaves the shared block's gradient all-reduce inside the "
-        "backward loop: the ZeRO and FSDP pattern shows in a GPU compile, below."
+        "The CPU compiler never emits a reduce-scatter (it all-reduces and keeps a slice),\n"
+        "keeps collectives synchronous, and leaves the shared block's gradient all-reduce\n"
+        "inside the backward loop: the ZeRO and FSDP pattern shows in a GPU compile, below."
     )
 
 # %% [markdown]

@@ -36,13 +36,14 @@ def test_02_1_flops():
     expect(lesson02.flops_doubled(2 * (784 * w + r * w * w + 10 * w), CFG), WRONG, "forward pass only")
     expect(lesson02.flops_doubled(784 * w + r * w * w + 10 * w, CFG), WRONG, "a MAC is 2 FLOPs")
     expect(lesson02.flops_doubled(model.train_flops_per_example(CFG), CFG), WRONG, "current BLOCK_REPEATS")
+    expect(lesson02.flops_doubled(6 * (784 * w + r * w * w + 10 * w) / 1e9, CFG), WRONG, "in GFLOP")
     expect(lesson02.flops_doubled(..., CFG), NOT_ATTEMPTED)
     expect(lesson02.flops_doubled("lots", CFG), BAD_INPUT, "got str")
 
 
-def _sgd(sign=-1.0, use_lr=True, return_grads=False):
+def _sgd(sign=-1.0, use_lr=True, return_grads=False, summed=False):
     def step(params, x, y, learning_rate):
-        grads = jax.grad(lambda p: model.loss_and_metrics(p, x, y, CFG)[0])(params)
+        grads = jax.grad(lambda p: model.loss_and_metrics(p, x, y, CFG)[0] * (len(x) if summed else 1))(params)
         if return_grads:
             return grads
         lr = learning_rate if use_lr else 1.0
@@ -56,6 +57,7 @@ def test_02_2_sgd_step():
     expect(lesson02.sgd_step(_sgd(sign=1.0), CFG), WRONG, "sign is flipped")
     expect(lesson02.sgd_step(_sgd(use_lr=False), CFG), WRONG, "ignores the learning rate")
     expect(lesson02.sgd_step(_sgd(return_grads=True), CFG), WRONG, "gradient itself")
+    expect(lesson02.sgd_step(_sgd(summed=True), CFG), WRONG, "gradient of the summed loss")
     expect(lesson02.sgd_step(lambda p, x, y, lr: p, CFG), WRONG, "did not change")
     # Right shapes, wrong values: random parameters of the same shapes.
     rng = np.random.default_rng(0)

@@ -204,6 +204,8 @@ def test_09_1_the_lessons_question_has_a_fixed_answer():
     assert w == make_config("full").width
     expect(lesson09.ridge_batch(345, w, ridge), CORRECT, "B = 345")
     expect(lesson09.ridge_batch(344.8, w, ridge), WRONG, "whole number")
+    # rounded down, B = 344 is within 1 % of 344.8 but does not reach the ridge (the new-user trial's answer)
+    expect(lesson09.ridge_batch(344, w, ridge), WRONG, "Round B up")
     expect(lesson09.ridge_batch(math.inf, w, ridge), WRONG)
 
 

@@ -82,6 +82,8 @@ def test_02_a_changed_forward_cell_is_told_what_differs():
     x, y = host_batch(8)
     fb = check_against(model.forward, ns["forward"], params, x, CFG.block_repeats, CFG.block_mix)
     assert fb.status == WRONG and "the output differs by up to" in fb.message, fb
+    # the size of the difference reads as a sentence: "..., which is 4.7 times the reference's largest value (...)"
+    assert "times the reference's largest value" in fb.message and "tolerated" in fb.message, fb
 
 
 def test_04_device_axis_step_cell_matches_the_package():
@@ -169,3 +171,34 @@ def test_lesson_runs_with_the_mesh_set_globally(stem, tmp_path):
     out.mkdir()
     run = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=300)
     assert run.status == "passed", run.error
+
+
+def _names_in(node) -> set[str]:
+    import ast
+
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
+def test_a_check_against_cell_still_runs_after_the_lessons_cleanup(path):
+    """A learner edits the lesson's cell after Run All and re-runs its check: the check's arguments must
+    not be among the names the lesson's last cells free (memory.free), or the check raises NameError."""
+    import ast
+
+    nb = jupytext.read(path)
+    freed: set[str] = set()
+    checked: dict[str, set[str]] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for call in (n for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Call)):
+            name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+            if name == "free":
+                freed |= {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+            elif name == "check_against":
+                checked[cell.source.splitlines()[0]] = set().union(*(_names_in(a) for a in call.args[2:]))
+    for first_line, names in checked.items():
+        assert not names & freed, (
+            f"{path.name}: the check_against cell starting {first_line!r} passes {sorted(names & freed)}, "
+            "which the lesson's cleanup frees; give the check arguments of its own"
+        )

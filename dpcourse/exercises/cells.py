@@ -72,8 +72,8 @@ def compare_trees(reference, mine, what: str, rel: float) -> str | None:
             diff = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
             if diff > rel * scale:
                 return (
-                    f"{name} differs by up to {diff:.3g}, {diff / scale:.2g} of the reference's largest value "
-                    f"(tolerance {rel:g})."
+                    f"{name} differs by up to {diff:.3g}, which is {diff / scale:.2g} times the reference's "
+                    f"largest value ({scale:.3g}); at most {rel:g} times is tolerated."
                 )
     return None
 

@@ -43,6 +43,8 @@ def flops_doubled(answer, cfg: Config) -> str:
         )
     if close(value, 3 * macs):
         raise wrong("Forward plus backward is 3 passes, but each multiply-accumulate is 2 FLOPs: the factor is 6.")
+    if close(value * 1e9, ref):
+        raise wrong("That is the count in GFLOP (as the workload table prints it); give it in FLOPs (x 1e9).")
     raise wrong(f"Not within 1 % of the reference (your answer is {how_far(value, ref)}); count 6 x the forward MACs.")
 
 
@@ -75,6 +77,11 @@ def sgd_step(answer, cfg: Config) -> str:
         raise wrong("The sign is flipped: adding the gradient climbs the loss; subtract learning_rate * grad.")
     if tree_close(got, jax.tree.map(lambda p, g: p - g, params, grads), 1e-4):
         raise wrong("The step ignores the learning rate: scale the gradient by learning_rate before subtracting.")
+    if tree_close(got, jax.tree.map(lambda p, g: p - len(x) * lr * g, params, grads), 1e-4):
+        raise wrong(
+            f"Each parameter moved {len(x)} times too far, once per example of the check's batch of {len(x)}: "
+            "that is the gradient of the summed loss; differentiate the mean loss, loss_and_metrics(...)[0]."
+        )
     if tree_close(got, grads, 1e-4):
         raise wrong("That is the gradient itself, not the updated parameters: return params - learning_rate * grad.")
     raise wrong(

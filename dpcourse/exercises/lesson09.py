@@ -82,6 +82,12 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
             "Your B solves the equation, but a batch is a whole number of examples: give the smallest "
             "whole batch whose intensity reaches the ridge."
         )
+    if whole and value == math.floor(ref) < math.ceil(ref):
+        at = matmul_intensity(value, width, width, bytes_per_value)
+        raise wrong(
+            f"At B = {int(value)} the intensity is {at:.4g} FLOP/byte, just below the ridge "
+            f"{ridge_flop_per_byte:.4g}: the matmul is still memory-bound. Round B up, not down."
+        )
     if whole and (value == math.ceil(ref) or abs(value - ref) <= 0.01 * ref):
         return (
             f"Right: from B = {math.ceil(ref)} the block matmul does more FLOPs per byte than the ridge "
