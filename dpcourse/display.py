@@ -82,18 +82,54 @@ def banner(text: str, level: str = "note", details: str = "") -> Html:
             '<details><summary style="cursor:pointer">details</summary>'
             f'<pre style="white-space:pre-wrap;margin:4px 0">{html.escape(details)}</pre></details>'
         )
-    return Html(
+    shown = Html(
         f'<div style="{style}"><b>{html.escape(level.upper())}</b>: {html.escape(text)}{more}</div>',
         f"[{level.upper()}] {text}" + (f"\n  {details}" if details else ""),
     )
+    shown.parts = [(level, text, details)]  # what banner_group puts together
+    return shown
+
+
+_LEVELS = ("note", "warning", "error")
+
+
+def banner_group(banners: list[Html]) -> Html | None:
+    """The banners of :func:`banner` as one box: one line each, coloured by the most severe level.
+
+    A lesson opens with one box however many things its set-up has to say
+    (simulated devices, synthetic data, a setting JAX ignored); each line keeps
+    its own label and its details, one click away. Returns None for no banners;
+    a single banner comes back as it is.
+    """
+    parts = [part for b in banners for part in getattr(b, "parts", [("note", str(b), "")])]
+    if not parts:
+        return None
+    if len(banners) == 1:
+        return banners[0]
+    worst = max((level for level, _, _ in parts), key=lambda lv: _LEVELS.index(lv) if lv in _LEVELS else 0)
+    colours = {"note": "#e8f1fb", "warning": "#fff4d6", "error": "#fde2e1"}
+    style = f"background:{colours.get(worst, colours['note'])};padding:8px 12px;border-left:4px solid #888;margin:6px 0"
+    lines, plain = [], []
+    for level, text, details in parts:
+        more = ""
+        if details:
+            more = (
+                '<details style="display:inline"><summary style="cursor:pointer;display:inline"> (details)</summary>'
+                f'<pre style="white-space:pre-wrap;margin:4px 0">{html.escape(details)}</pre></details>'
+            )
+        lines.append(f"<div><b>{html.escape(level.upper())}</b>: {html.escape(text)}{more}</div>")
+        plain.append(f"[{level.upper()}] {text}" + (f"\n  {details}" if details else ""))
+    group = Html(f'<div style="{style}">{"".join(lines)}</div>', "\n".join(plain))
+    group.parts = parts
+    return group
 
 
 def data_banner(source: str, note: str) -> Html:
     """The one-line banner every notebook shows about its data source; why, one click away."""
     if source == "synthetic":
         return banner(
-            "SYNTHETIC DATA: a generated stand-in of Fashion-MNIST's shapes, not the real images; "
-            "loss and accuracy are not comparable with published results.",
+            "SYNTHETIC DATA with Fashion-MNIST's shapes, not the real images: loss and accuracy are not "
+            "comparable with published results.",
             "warning",
             details=note,
         )

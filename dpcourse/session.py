@@ -103,9 +103,8 @@ def start_lesson(
     if chosen.simulated and chosen.count > 1:
         notes.append(
             _display.banner(
-                f"{chosen.count} simulated CPU devices: they share this machine's CPU cores, so they add no "
-                "compute and timing ratios on them reflect scheduling, not scaling. They teach placement, "
-                "collectives and correctness.",
+                f"{chosen.count} simulated CPU devices share this machine's CPU cores: they show placement, "
+                "collectives and correctness; timing ratios on them reflect scheduling, not scaling.",
                 "note",
             )
         )
@@ -121,13 +120,12 @@ def start_lesson(
         device_kind=chosen.devices[0].device_kind,
         device_count=chosen.count,
     )
-    if show:
+    shown = _display.banner_group(notes)  # one box at the lesson's start, a line per note
+    if show and shown is not None:
         try:
             from IPython.display import display
 
-            for note in notes:
-                display(note)
+            display(shown)
         except ImportError:  # pragma: no cover
-            for note in notes:
-                print(note)
+            print(shown)
     return Lesson(cfg, chosen, dataset, notes)

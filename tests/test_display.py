@@ -278,3 +278,17 @@ def test_inside_jit_alone_a_sentence_says_why_nothing_per_device_is_shown(cpu_de
     jax.jit(f)(x).block_until_ready()
     out = capsys.readouterr().out
     assert "traced by jit" in out and "traced by jit" in repr(notes[0])
+
+
+def test_banners_are_grouped_into_one_box_a_line_each_with_the_worst_colour():
+    note = display.banner("8 simulated CPU devices share this machine's CPU cores.", "note")
+    data = display.data_banner("synthetic", "Real data unavailable: <urlopen error [Errno -2]>")
+    group = display.banner_group([note, data])
+    html_text = group._repr_html_()
+    assert html_text.count('<div style="background') == 1  # one box
+    assert "#fff4d6" in html_text  # coloured as a warning, the worst of the two
+    assert "urlopen" not in html_text.partition("<details")[0] and "&lt;urlopen" in html_text
+    lines = str(group).splitlines()
+    assert lines[0].startswith("[NOTE] 8 simulated") and lines[1].startswith("[WARNING] SYNTHETIC DATA")
+    assert display.banner_group([note]) is note
+    assert display.banner_group([]) is None

@@ -45,3 +45,12 @@ def test_the_start_banners_say_once_that_simulated_devices_share_the_cores():
     text = " ".join(plain_notes(lesson)).lower()
     assert text.count("share") == 1 and "cpu cores" in text
     assert "share" not in lesson.devices.label
+
+
+def test_a_lesson_opens_with_one_box_whatever_it_has_to_say(monkeypatch):
+    """Issue 22: a lesson started with two banners (devices, data); now one box, a line for each."""
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, show=True)
+    assert len(shown) == 1
+    assert len(str(shown[0]).split("\n[")) == len(lesson.notes)  # one line (and its details) per note
