@@ -59,8 +59,11 @@ def test_strict_mode_raises_for_anything_but_correct(monkeypatch):
 def test_feedback_renders_as_html_and_text():
     feedback = Feedback("ex09_9", base.WRONG, "a < b & c")
     assert "a &lt; b &amp; c" in feedback._repr_html_()
-    assert str(feedback).startswith("[ex09_9] Not yet:")
-    assert str(Feedback("ex09_9", base.CORRECT, "Right: 42.")) == "[ex09_9] Right: 42."
+    assert str(feedback).startswith("[Exercise 09.9] Not yet:")
+    assert str(Feedback("ex09_9", base.CORRECT, "Right: 42.")) == "[Exercise 09.9] Right: 42."
+    # The box names the exercise as the lesson does (05.1), not by its id (ex05_1); other labels stay.
+    assert "Exercise 09.9 ·" in Feedback("ex09_9", base.CORRECT, "Right.")._repr_html_()
+    assert Feedback("forward (your cell) vs model.forward", base.CORRECT, "Right.").title.startswith("forward")
 
 
 def test_shape_and_tree_checks():

@@ -60,10 +60,16 @@ class Feedback:
     def correct(self) -> bool:
         return self.status == CORRECT
 
+    @property
+    def title(self) -> str:
+        """The exercise as the lesson names it: ``"ex05_1"`` is shown as ``"Exercise 05.1"``; other labels as they are."""
+        found = re.fullmatch(r"ex(\d\d)_(\d+)", self.exercise)
+        return f"Exercise {found[1]}.{found[2]}" if found else self.exercise
+
     def __str__(self) -> str:
         if self.status == CORRECT:  # the message itself starts with "Right:"
-            return f"[{self.exercise}] {self.message}"
-        return f"[{self.exercise}] {_STYLE[self.status][2]}: {self.message}"
+            return f"[{self.title}] {self.message}"
+        return f"[{self.title}] {_STYLE[self.status][2]}: {self.message}"
 
     __repr__ = __str__
 
@@ -71,7 +77,7 @@ class Feedback:
         background, colour, title = _STYLE[self.status]
         return (
             f'<div style="background:{background};border-left:4px solid {colour};padding:6px 10px;margin:4px 0">'
-            f'<b style="color:{colour}">{html.escape(self.exercise)} · {title}</b><br>{render_inline(self.message)}</div>'
+            f'<b style="color:{colour}">{html.escape(self.title)} · {title}</b><br>{render_inline(self.message)}</div>'
         )
 
 
