@@ -9,4 +9,6 @@ ridge_batch_h200 = math.ceil(2 * ridge * W / (2 * (W - 2 * ridge))) if 2 * ridge
 
 # %% tags=["ex09_2"]
 # Rungs within 20 % of the target count either way; list those at or above it.
-rungs_at_target = [row["rung"] for row in ladder_rows if (row["of measured ceiling"] or 0) >= 0.5]
+rungs_at_target = [
+    row["rung"] for row in ladder_rows if (row["of measured ceiling"] or 0) >= target_09_2
+]

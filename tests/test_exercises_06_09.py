@@ -227,6 +227,38 @@ def test_09_2_rungs():
     expect(lesson09.rungs_reaching(..., measured, 0.5), NOT_ATTEMPTED)
 
 
+def test_09_2_target_is_the_courses_where_rungs_lie_on_both_sides():
+    measured = {"scan_f32": 0.21, "scan_unroll8_f32": 0.32, "scan_bf16": 0.75, "unrolled_bf16_batch256": 0.81}
+    target, why = lesson09.exercise_target(measured)
+    assert target == 0.5 and "course's: 50%" in why
+
+
+def test_09_2_on_a_cpu_the_target_splits_the_ladder_so_none_is_not_right():
+    """The new-user trial: on a CPU no rung reached 50 %, so [] was right whatever the method."""
+    cpu = {  # a smoke run on 1 x CPU
+        "scan_f32": 0.01685,
+        "scan_unroll2_f32": 0.06071,
+        "unrolled_f32": 0.04226,
+        "scan_bf16": 0.04225,
+        "unrolled_bf16": 0.07312,
+        "unrolled_bf16_batch32": 0.09152,
+    }
+    target, why = lesson09.exercise_target(cpu)
+    assert target == 0.027 and "No rung clearly reaches the course's 50%" in why  # between 0.017 and 0.042
+    everyone_but_scan = [name for name in cpu if name != "scan_f32"]
+    expect(lesson09.rungs_reaching(everyone_but_scan, cpu, target), CORRECT)
+    expect(lesson09.rungs_reaching([], cpu, target), WRONG, "also reaches")
+    expect(lesson09.rungs_reaching(list(cpu), cpu, target), WRONG, "clearly below")
+    # Every rung clearly above 50 % (a ceiling that a rung beat): the target moves between two of them too.
+    fast = {"a": 1.5, "b": 0.62}
+    target, why = lesson09.exercise_target(fast)
+    assert 0.62 < target < 1.5 and "Every rung clearly passes" in why
+    # No gap wide enough to put two rungs clearly apart: the course's target stays, and says why.
+    close_together = {"a": 0.05, "b": 0.06, "c": None}
+    target, why = lesson09.exercise_target(close_together)
+    assert target == 0.5 and "far enough apart" in why
+
+
 def test_09_2_rungs_near_the_target_count_either_way():
     # The CPU run of the issue: rungs at 0.468, 0.471 and 0.527 against 0.5 flipped from run to run.
     measured = {"scan_f32": 0.468, "scan_bf16": 0.471, "unrolled_f32": 0.527, "unrolled_bf16": 0.2}

@@ -111,6 +111,44 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
 NOISE_BAND = 0.2  # rungs within 20 % of the target (relative) count either way in exercise 09.2
 
 
+COURSE_TARGET = 0.5  # the course's speed target: half of the measured ceiling of the rung's precision
+
+
+def exercise_target(
+    measured: Mapping[str, float | None], course_target: float = COURSE_TARGET, band: float = NOISE_BAND
+) -> tuple[float, str]:
+    """The target exercise 09.2 asks about, and one sentence saying why.
+
+    The course's target (half of the measured ceiling) when the ladder has
+    rungs clearly on both sides of it (beyond ``band``). Where it does not, as
+    on a CPU, where no rung gets near 50 %, an answer of "none" (or "all")
+    would be right whatever the learner did; the target is then the geometric
+    middle of the widest gap between two neighbouring measured fractions, if
+    that gap puts both rungs clearly on their sides (a ratio of at least
+    ``((1 + band) / (1 - band))**2``), rounded to 2 significant figures.
+    Otherwise the course's target stays. Failed rungs (None) are left out.
+    """
+    values = sorted(v for v in measured.values() if v is not None and v > 0)
+    above = [v for v in values if v >= course_target * (1 + band)]
+    below = [v for v in values if v <= course_target * (1 - band)]
+    if above and below:
+        return course_target, f"The target is the course's: {course_target:.0%} of the measured ceiling."
+    need = ((1 + band) / (1 - band)) ** 2
+    gaps = [(hi / lo, lo, hi) for lo, hi in zip(values, values[1:]) if hi / lo >= need]
+    if not gaps:
+        return course_target, (
+            f"The target is the course's, {course_target:.0%} of the measured ceiling; no two rungs here lie far "
+            "enough apart to set another one."
+        )
+    _, lo, hi = max(gaps)
+    target = float(f"{math.sqrt(lo * hi):.2g}")
+    where = "No rung clearly reaches" if not above else "Every rung clearly passes"
+    return target, (
+        f"{where} the course's {course_target:.0%} here, so this exercise asks about {target:.2g} of the "
+        "measured ceiling instead, which lies clearly between two rungs of the ladder."
+    )
+
+
 @checker("ex09_2", "a list of rung names (the table's first column)")
 def rungs_reaching(answer, measured: Mapping[str, float | None], target: float, band: float = NOISE_BAND) -> str:
     """Exercise 09.2: which rungs of the measured ladder reach ``target``.
