@@ -16,10 +16,10 @@
 # **Assumes.** Python and the course's pinned requirements (`make course` or
 # `make lab` installs them). No earlier notebook.
 #
-# **Time** (headless run): `smoke` 44 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
-# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 27 s (commit 947843e, JAX 0.10.2,
-# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
-# `baselines/timings.json`; a load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 5 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 0.75 at the start, 1.91 at the end); `cpu` 5 s (commit e54b043, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# load average above the core count means a busy machine.
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU

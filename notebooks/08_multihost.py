@@ -21,10 +21,10 @@
 # **Assumes.** Notebook 05 (the `shard_map` step). Any machine: the processes
 # use simulated CPU devices, even where GPUs exist.
 #
-# **Time** (headless run): `smoke` 29 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
-# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 198 s (commit 947843e, JAX 0.10.2,
-# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
-# `baselines/timings.json`; a load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 21 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 0.75 at the start, 1.91 at the end); `cpu` 26 s (commit e54b043, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# load average above the core count means a busy machine.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -20,10 +20,10 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (headless run): `smoke` 47 s (commit cf9cd2d+changes, JAX 0.10.2, 2-core AMD EPYC, 23.5
-# GiB; load average 33.75 at the start, 5.12 at the end); `cpu` 542 s (commit 947843e, JAX 0.10.2,
-# 2-core AMD EPYC, 23.5 GiB; load average 10.01 at the start, 33.75 at the end). From
-# `baselines/timings.json`; a load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 25 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 0.75 at the start, 1.91 at the end); `cpu` 44 s (commit e54b043, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# load average above the core count means a busy machine.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only

@@ -25,7 +25,10 @@
 # At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
 # (section 2 says which leaves stay replicated then).
 #
-# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line.
+# **Time** (headless run): `smoke` 23 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 0.75 at the start, 1.91 at the end); `cpu` 30 s (commit e54b043, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# load average above the core count means a busy machine.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
