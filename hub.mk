@@ -25,9 +25,9 @@ hub-install: $(VENV)/.hub-installed tools/hub/node_modules/.installed
 hub: hub-install
 	$(PY) hub/launch.py
 
-# --confcutdir keeps tests/conftest.py (JAX device set-up) out.
+# --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
 hub-test: hub-install $(VENV)/.dev-installed
-	$(PY) -m pytest tests/hub --confcutdir=tests/hub -p no:cacheprovider
+	$(PY) -m pytest tests/hub --confcutdir=tests/hub -p no:cacheprovider -s
 
 LEARNERS ?= 24
 MIX ?= cpu=0.5,shared-l4=0.5
@@ -41,6 +41,7 @@ wheelhouse: $(PY)
 	$(PY) tools/wheelhouse.py --dest $(WHEELHOUSE)
 
 # About 600 MB of downloads and an offline install (a few minutes); part of make test
-# (test-pinned), skipped with the reason where the package registry cannot be reached.
+# (test-pinned), skipped with the reason where the package registry cannot be reached; -s shows
+# the sizes per platform and the offline install time.
 wheelhouse-test: $(VENV)/.dev-installed
-	$(PY) -m pytest tests/wheelhouse --confcutdir=tests/wheelhouse -p no:cacheprovider
+	$(PY) -m pytest tests/wheelhouse --confcutdir=tests/wheelhouse -p no:cacheprovider -s
