@@ -202,3 +202,40 @@ def test_a_check_against_cell_still_runs_after_the_lessons_cleanup(path):
             f"{path.name}: the check_against cell starting {first_line!r} passes {sorted(names & freed)}, "
             "which the lesson's cleanup frees; give the check arguments of its own"
         )
+
+
+SCALE = 1.0  # a global the cell below reads, changed between two checks
+
+
+def test_a_global_changed_between_two_checks_is_seen():
+    """jax.jit(mine) would reuse the first check's trace, made with the old global, and accept the changed cell."""
+    global SCALE
+
+    def reference(p, x):
+        return p * x
+
+    def mine(p, x):
+        return p * x * SCALE
+
+    p, x = jnp.ones(3), jnp.arange(3.0)
+    try:
+        assert check_against(reference, mine, p, x).status == CORRECT
+        SCALE = 2.0
+        fb = check_against(reference, mine, p, x)
+        assert fb.status == WRONG and "the output differs" in fb.message, fb
+    finally:
+        SCALE = 1.0
+
+
+def test_a_loss_that_numpy_cannot_differentiate_gets_a_sentence():
+    """Eager, a loss through numpy runs; its gradient cannot be traced: a sentence, not a traceback."""
+
+    def reference(p, x):
+        return (p * x).sum()
+
+    def mine(p, x):
+        return jnp.asarray(np.sum(np.asarray(p) * np.asarray(x)))
+
+    fb = check_against(reference, mine, jnp.ones(3), jnp.arange(3.0))
+    assert fb.status == WRONG and "taking the gradient of your cell's loss raised" in fb.message, fb
+    assert "use jax.numpy" in fb.message, fb

@@ -78,18 +78,29 @@ def compare_trees(reference, mine, what: str, rel: float) -> str | None:
     return None
 
 
-def _compiled_call(fn: Callable, args: tuple):
+def compiled_call(fn: Callable, args: tuple):
     """``jax.jit(fn)(*args)``; ``fn(*args)`` where ``fn`` cannot be traced (Python control flow on values).
 
     Compiled, a ``shard_map`` step takes a fraction of a second; run op by op
-    outside ``jit`` it takes seconds, at each check.
+    outside ``jit`` it takes seconds, at each check. Traced afresh at each
+    call: ``jax.jit(fn)`` would reuse the trace of an earlier check of the
+    same function, made before a global it reads (a helper, a constant) was
+    changed, and judge the old code.
     """
     import jax
 
     try:
-        return jax.jit(fn)(*args)
+        return jax.jit(lambda *a: fn(*a))(*args)
     except (jax.errors.ConcretizationTypeError, TypeError):
         return fn(*args)
+
+
+_TRACER_ERRORS = (
+    "ConcretizationTypeError",
+    "TracerArrayConversionError",
+    "TracerIntegerConversionError",
+    "TracerBoolConversionError",
+)
 
 
 def check_against(reference: Callable, mine: Callable, *args, rel: float | None = None) -> Feedback:
@@ -117,9 +128,9 @@ def check_against(reference: Callable, mine: Callable, *args, rel: float | None 
 
     label = f"{_name(mine)} (your cell) vs {_name(reference)}"
     rel = tolerance(_platform(args)) if rel is None else rel
-    ref_out = _compiled_call(reference, args)
+    ref_out = compiled_call(reference, args)
     try:
-        my_out = _compiled_call(mine, args)
+        my_out = compiled_call(mine, args)
         problem = compare_trees(ref_out, my_out, "the output", rel)
     except Exception as err:  # noqa: BLE001 - the learner reads a sentence
         first = (str(err).strip().splitlines() or [""])[0]
@@ -130,9 +141,16 @@ def check_against(reference: Callable, mine: Callable, *args, rel: float | None 
         if first_ref is not None and _is_scalar_float(first_ref) and args and params_float:
 
             def grad_of(fn):
-                return _compiled_call(jax.grad(lambda p: jax.tree.leaves(fn(p, *args[1:]))[0]), args[:1])
+                return compiled_call(jax.grad(lambda p: jax.tree.leaves(fn(p, *args[1:]))[0]), args[:1])
 
-            problem = compare_trees(grad_of(reference), grad_of(mine), "the gradient", rel)
+            ref_grad = grad_of(reference)
+            try:
+                problem = compare_trees(ref_grad, grad_of(mine), "the gradient", rel)
+            except Exception as err:  # noqa: BLE001 - the learner reads a sentence
+                first = (str(err).strip().splitlines() or [""])[0]
+                problem = f"taking the gradient of your cell's loss raised {type(err).__name__}: {first[:200]}"
+                if type(err).__name__ in _TRACER_ERRORS:
+                    problem += " (jax.grad traces your cell: use jax.numpy, not numpy, float() or int(), on values)"
     if problem is None:
         feedback = Feedback(label, CORRECT, "Right: same outputs (and gradients) as the package's version, in numbers.")
     else:
