@@ -259,6 +259,19 @@ def test_05_1_wrong_answers():
     expect(lesson05.masked_gradients(3, CFG, mesh), BAD_INPUT, "a function")
 
 
+def test_05_1_an_answer_jit_cannot_trace_is_run_as_it_is():
+    """numpy or a Python `if` on values: jax.jit(answer) raised a tracer error, shown as 'Cannot check'."""
+    mesh = mesh_of(4)
+    right = _masked_fn(mesh)
+
+    def with_numpy(p, x, y, m):
+        if float(np.asarray(m).sum()) == 0:  # no real example: nothing to average
+            raise ValueError("an empty batch")
+        return jax.tree.map(np.asarray, right(p, x, y, m))
+
+    expect(lesson05.masked_gradients(with_numpy, CFG, mesh), CORRECT)
+
+
 def test_05_1_lifted_answer_is_refused():
     """Section 5(b)'s grads_with(pmean) and section 2's step take (params, x, y): no mask, not the answer."""
     mesh = mesh_of(4)

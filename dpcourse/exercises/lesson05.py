@@ -24,6 +24,7 @@ from dpcourse.exercises.base import (
     tree_close,
     wrong,
 )
+from dpcourse.exercises.cells import compiled_call
 
 PER_DEVICE = 4  # examples per device in the checkers' batches
 
@@ -101,7 +102,8 @@ def _is_vma_error(err: Exception) -> bool:
 def masked_gradients(answer, cfg: Config, mesh: Mesh) -> str:
     """Exercise 05.1: the gradient of a masked (padded) global mean, with shards of unequal size.
 
-    The checker calls ``jax.jit(answer)(params, x, y, m)`` with replicated
+    The checker calls ``jax.jit(answer)(params, x, y, m)`` (``answer(...)``
+    where it cannot be traced: :func:`dpcourse.exercises.cells.compiled_call`) with replicated
     parameters and the batch of :func:`masked_batch` sharded over ``data``
     (``x`` ``P('data', None)``, ``y`` and ``m`` ``P('data')``), and compares
     with ``jax.grad`` of ``sum(m * loss) / sum(m)`` on one device
@@ -126,8 +128,9 @@ def masked_gradients(answer, cfg: Config, mesh: Mesh) -> str:
     xs = jax.device_put(x, NamedSharding(mesh, P("data", None)))
     ys, ms = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (y, m))
     try:
-        # Compiled: run op by op outside jit, a shard_map gradient takes seconds per try.
-        got = jax.jit(fn)(params, xs, ys, ms)
+        # Compiled (run op by op outside jit, a shard_map gradient takes seconds per try);
+        # run as it is where it cannot be traced (numpy or Python control flow on values).
+        got = compiled_call(fn, (params, xs, ys, ms))
     except ValueError as err:
         if _is_vma_error(err):
             raise wrong(
