@@ -252,7 +252,7 @@ def test_09_2_on_a_cpu_the_target_splits_the_ladder_so_none_is_not_right():
     # Every rung clearly above 50 % (a ceiling that a rung beat): the target moves between two of them too.
     fast = {"a": 1.5, "b": 0.62}
     target, why = lesson09.exercise_target(fast)
-    assert 0.62 < target < 1.5 and "Every rung clearly passes" in why
+    assert 0.62 < target < 1.5 and "No rung is clearly below" in why
     # No gap wide enough to put two rungs clearly apart: the course's target stays, and says why.
     close_together = {"a": 0.05, "b": 0.06, "c": None}
     target, why = lesson09.exercise_target(close_together)
@@ -387,3 +387,26 @@ def test_09_placeholder_answer_math_inf_runs_in_the_lesson():
         if cell.cell_type == "code":
             before.append(cell.source)
     assert any(line.startswith("import math") for src in before for line in src.splitlines())
+
+
+def test_09_2_sentences_give_the_target_as_asked_and_fit_the_screen():
+    """A target of 0.027 read "the target 3%" (0.0012: "0%"); the printed why ran to 163 characters a line."""
+    cpu = {"scan_f32": 0.01685, "unrolled_f32": 0.04226, "unrolled_bf16": 0.07312}
+    target, why = lesson09.exercise_target(cpu)
+    assert target == 0.027 and "2.7% (0.027) of the measured ceiling" in why
+    expect(lesson09.rungs_reaching([], cpu, target), WRONG, "the target 2.7%")
+    expect(
+        lesson09.rungs_reaching(list(cpu), cpu, target), WRONG, "scan_f32 measured 1.7%, clearly below the target 2.7%"
+    )
+    assert lesson09.percent(0.0012) == "0.12%" and lesson09.percent(0.5) == "50%"
+    close_together = {"a": 0.05, "b": 0.06}
+    for measured in (cpu, close_together, {"a": 0.45, "b": 0.7, "c": 2.0}):
+        _, why = lesson09.exercise_target(measured)
+        assert max(len(line) for line in why.splitlines()) <= 100, why
+
+
+def test_09_2_a_rung_near_the_target_is_not_said_to_pass_it():
+    """Above but none clearly below: 0.45 is within the band of 50 %; "every rung clearly passes" was false."""
+    target, why = lesson09.exercise_target({"a": 0.45, "b": 0.7, "c": 2.0})
+    assert 0.7 < target < 2.0 and "No rung is clearly below the course's 50%" in why
+    assert "Every rung" not in why

@@ -111,6 +111,11 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
 NOISE_BAND = 0.2  # rungs within 20 % of the target (relative) count either way in exercise 09.2
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage to 2 significant figures: 0.027 -> "2.7%", 0.5 -> "50%", 0.0012 -> "0.12%"."""
+    return f"{float(f'{fraction * 100:.2g}'):g}%"
+
+
 COURSE_TARGET = 0.5  # the course's speed target: half of the measured ceiling of the rung's precision
 
 
@@ -132,20 +137,21 @@ def exercise_target(
     above = [v for v in values if v >= course_target * (1 + band)]
     below = [v for v in values if v <= course_target * (1 - band)]
     if above and below:
-        return course_target, f"The target is the course's: {course_target:.0%} of the measured ceiling."
+        return course_target, f"The target is the course's: {percent(course_target)} of the measured ceiling."
     need = ((1 + band) / (1 - band)) ** 2
     gaps = [(hi / lo, lo, hi) for lo, hi in zip(values, values[1:]) if hi / lo >= need]
     if not gaps:
         return course_target, (
-            f"The target is the course's, {course_target:.0%} of the measured ceiling; no two rungs here lie far "
-            "enough apart to set another one."
+            f"The target is the course's, {percent(course_target)} of the measured ceiling;\n"
+            "no two rungs here lie far enough apart to set another one."
         )
     _, lo, hi = max(gaps)
     target = float(f"{math.sqrt(lo * hi):.2g}")
-    where = "No rung clearly reaches" if not above else "Every rung clearly passes"
+    # Not (above and below): either no rung is clearly above, or none clearly below (some may be near it).
+    where = "No rung clearly reaches" if not above else "No rung is clearly below"
     return target, (
-        f"{where} the course's {course_target:.0%} here, so this exercise asks about {target:.2g} of the "
-        "measured ceiling instead, which lies clearly between two rungs of the ladder."
+        f"{where} the course's {percent(course_target)} here, so this exercise asks about\n"
+        f"{percent(target)} ({target:.2g}) of the measured ceiling instead, clearly between two rungs."
     )
 
 
@@ -175,18 +181,18 @@ def rungs_reaching(answer, measured: Mapping[str, float | None], target: float, 
         name = below[0]
         got = measured[name]
         raise wrong(
-            f"{name} " + ("failed" if got is None else f"measured {got:.1%}") + f", clearly below the target "
-            f"{target:.0%}."
+            f"{name} " + ("failed" if got is None else f"measured {percent(got)}") + f", clearly below the target "
+            f"{percent(target)}."
         )
     missed = sorted(above - chosen)
     if missed:
         name = missed[0]
-        raise wrong(f"{name} also reaches the target {target:.0%}: look at its fraction of the measured ceiling.")
+        raise wrong(f"{name} also reaches the target {percent(target)}: look at its fraction of the measured ceiling.")
     verb = "reaches" if len(above) == 1 else "reach"
     said = (
-        f"{', '.join(sorted(above))} {verb} the target {target:.0%}"
+        f"{', '.join(sorted(above))} {verb} the target {percent(target)}"
         if above
-        else f"no rung clearly reaches {target:.0%}"
+        else f"no rung clearly reaches {percent(target)}"
     )
     if near:
         said += (
