@@ -55,12 +55,16 @@ def _sources(nb: dict) -> list[tuple[str, str]]:
     return [(cell["cell_type"], text(cell["source"])) for cell in nb["cells"]]
 
 
-def executed_copy(lesson: Path, folder: Path | None) -> tuple[dict | None, str]:
+PACKAGE = Path(__file__).resolve().parents[2] / "dpcourse"
+
+
+def executed_copy(lesson: Path, folder: Path | None, package: Path = PACKAGE) -> tuple[dict | None, str]:
     """The executed copy of ``lesson`` (a ``notebooks/NN_name.ipynb``) in ``folder``, when it is current.
 
     Current means: the same cells as the lesson (type and source, in order),
     every code cell executed, and written after the last change to the lesson
-    or to the package (``dpcourse/``, whose code decides what a lesson prints). Returns ``(notebook, why)``: the notebook with the
+    or to the package (any file under ``package``, ``dpcourse/``, whose code and data, such as
+    the GPU target descriptions lesson 10 compiles for, decide what a lesson prints). Returns ``(notebook, why)``: the notebook with the
     lesson's own metadata (an nbmake run may name its own kernel), or None and
     the reason the lesson must run in the browser instead.
     """
@@ -81,8 +85,8 @@ def executed_copy(lesson: Path, folder: Path | None) -> tuple[dict | None, str]:
         return None, f"{copy} cannot be read as a notebook: {err}"
     if unrun:
         return None, f"{copy}: code cell {unrun[0] + 1} did not run"
-    package = Path(__file__).resolve().parents[2] / "dpcourse"
-    changed = max([lesson.stat().st_mtime] + [p.stat().st_mtime for p in package.rglob("*.py")])
+    files = [p for p in Path(package).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    changed = max([lesson.stat().st_mtime] + [p.stat().st_mtime for p in files])
     if copy.stat().st_mtime < changed:
         return None, f"{copy} is older than the last change to {lesson.name} or dpcourse/"
     executed["metadata"] = source["metadata"]

@@ -76,3 +76,18 @@ def test_a_broken_copy_is_not_used(tmp_path):
     (run / lesson.name).write_text("{not json")
     executed, why = executed_copy(lesson, run)
     assert executed is None and "cannot be read" in why
+
+
+def test_a_copy_older_than_a_data_file_of_the_package_is_not_used(tmp_path):
+    """Not only .py files: lesson 10 compiles for the GPU target descriptions (.txtpb) under dpcourse/."""
+    lesson, run = _pair(tmp_path, [_code("x = 1", 1), _code("x", 2)])
+    package = tmp_path / "dpcourse"
+    (package / "gpu_target_configs").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    old = time.time() - 1800
+    os.utime(package / "__init__.py", (old, old))
+    os.utime(run / lesson.name, (old + 60, old + 60))
+    assert executed_copy(lesson, run, package)[0] is not None  # the copy is newer than every file
+    (package / "gpu_target_configs" / "h200.txtpb").write_text("gpu_device_info {}")  # changed after the run
+    executed, why = executed_copy(lesson, run, package)
+    assert executed is None and "older than the last change" in why
