@@ -213,6 +213,74 @@ def wait_for_kernel(page: Page, path: str, timeout_s: float = 120) -> None:
     raise TimeoutError(f"{path}: no idle kernel after {timeout_s:.0f} s (last state {last})")
 
 
+# Code cells whose model has outputs that the page does not show yet (JupyterLab renders a
+# long notebook's cells lazily, so right after opening, cells further down may be empty).
+_UNRENDERED = (
+    "(path) => {"
+    + _PANEL
+    + """
+  const panel = findPanel(path);
+  if (!panel) return -1;
+  let missing = 0;
+  for (const cell of panel.content.widgets) {
+    if (cell.model.type !== 'code' || cell.model.outputs.length === 0) continue;
+    if (cell.node.querySelectorAll('.jp-OutputArea-output').length === 0) missing++;
+  }
+  return missing;
+}"""
+)
+
+
+_SCROLL_TO_UNRENDERED = (
+    "(path) => {"
+    + _PANEL
+    + """
+  const panel = findPanel(path);
+  const cells = panel.content.widgets;
+  for (let i = 0; i < cells.length; i++) {
+    const cell = cells[i];
+    if (cell.model.type !== 'code' || cell.model.outputs.length === 0) continue;
+    if (cell.node.querySelectorAll('.jp-OutputArea-output').length === 0) {
+      panel.content.activeCellIndex = i;
+      panel.content.scrollToItem(i, 'center');
+      return i;
+    }
+  }
+  return -1;
+}"""
+)
+
+
+def wait_rendered(page: Page, path: str, timeout_s: float = 60) -> None:
+    """Wait until every code cell with outputs shows them, scrolling through the notebook to get there.
+
+    The key-output and width checks read the page, so they must wait for
+    cells that JupyterLab has not drawn yet.
+
+    Raises:
+        TimeoutError: cells were still not drawn after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    missing = page.evaluate(_UNRENDERED, path)
+    while missing != 0 and time.monotonic() < deadline - timeout_s / 2:  # drawn while idle, top down
+        time.sleep(0.5)
+        missing = page.evaluate(_UNRENDERED, path)
+    while missing != 0 and time.monotonic() < deadline:  # else scrolling to a cell draws it
+        page.evaluate(_SCROLL_TO_UNRENDERED, path)
+        page.wait_for_timeout(300)
+        missing = page.evaluate(_UNRENDERED, path)
+    if missing != 0:
+        raise TimeoutError(f"{path}: {missing} code cell(s) with outputs still not drawn after {timeout_s:.0f} s")
+    # Outputs are rendered asynchronously into their areas: wait until the page's text stops growing.
+    size = len(notebook_text(page, path))
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(1000)
+        now = len(notebook_text(page, path))
+        if now == size:
+            return
+        size = now
+
+
 def run_all_from_menu(page: Page) -> None:
     """Run > Run All Cells, clicked in the menu bar."""
     page.get_by_role("menuitem", name="Run", exact=True).click()

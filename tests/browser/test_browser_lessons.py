@@ -141,6 +141,8 @@ def run_lesson(
             run.notes.append(f"run all {time.monotonic() - ran:.1f} s")
         else:
             final = {"timed_out": False, "status": "idle"}
+        if not final["timed_out"]:
+            labpage.wait_rendered(page, path)
         cells = labpage.code_cells(page, path)
         run.cells = cells
         if final["timed_out"]:
