@@ -243,8 +243,9 @@ timings: $(VENV)/.installed
 	$(PY) -m dpcourse timings --update results/timings-smoke/results.json results/timings-cpu/results.json
 
 time-make-test:
-	start=$$(date +%s) && $(MAKE) --no-print-directory test && end=$$(date +%s) && \
-	$(PY) -m dpcourse timings --make-test-seconds $$((end - start))
+	load=$$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true); start=$$(date +%s) && \
+	$(MAKE) --no-print-directory test && end=$$(date +%s) && \
+	$(PY) -m dpcourse timings --make-test-seconds $$((end - start)) $${load:+--load-start "$$load"}
 
 clean:
 	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR) build

@@ -127,6 +127,8 @@ def _machine_text(machine: dict) -> str:
     start, end = machine.get("load_average_start"), machine.get("load_average_end")
     if start and end:
         where += f"; load average {start[0]:g} at the start, {end[0]:g} at the end"
+    elif end:
+        where += f"; load average {end[0]:g} at the end (not recorded at the start)"
     return where
 
 
@@ -224,8 +226,15 @@ def update(
     directory: Path = NOTEBOOK_DIR,
     readme: Path = README,
     sync: bool = True,
+    *,
+    make_test_load_start: list[float] | None = None,
 ) -> list[Path]:
-    """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files."""
+    """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files.
+
+    ``make_test_load_start``: the load average read before ``make test``
+    started (``time-make-test`` passes it); the one at the end is read now.
+    Without it the start is recorded as unknown, not as now.
+    """
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
     if results:
         record["runs"] = sorted((_run_entry(p) for p in results), key=lambda r: r["profile"] != "smoke")
@@ -234,7 +243,11 @@ def update(
             "seconds": round(make_test_seconds),
             "commit": course_commit(),
             "measured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "machine": {**machine_info(), "load_average_end": load_average()},
+            "machine": {
+                **machine_info(),
+                "load_average_start": make_test_load_start,
+                "load_average_end": load_average(),
+            },
         }
     Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     changed = []
@@ -261,12 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--make-test-seconds", type=float, help="record a measured `make test` wall time")
     parser.add_argument(
+        "--load-start",
+        help="with --make-test-seconds: the load average before make test started (/proc/loadavg's first 3 fields)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
     )
     args = parser.parse_args(argv)
     if args.update is not None or args.make_test_seconds is not None:
         try:
-            changed = update(args.update or [], args.make_test_seconds)
+            start = [float(v) for v in args.load_start.split()[:3]] if args.load_start else None
+            changed = update(args.update or [], args.make_test_seconds, make_test_load_start=start)
         except (OSError, ValueError, KeyError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

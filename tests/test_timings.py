@@ -76,3 +76,14 @@ def test_a_results_file_without_the_machine_is_refused(tmp_path):
     path.write_text(json.dumps({"profile": "cpu", "notebooks": [], "records": []}))
     with pytest.raises(ValueError, match="no machine record"):
         timings.update([path], None, tmp_path / "t.json", tmp_path, tmp_path / "README.md", sync=False)
+
+
+def test_make_test_is_recorded_with_the_load_before_it_started_or_says_it_is_unknown(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{timings.BEGIN}\n{timings.END}\n")
+    record = tmp_path / "timings.json"
+    timings.update([], 1908, record, tmp_path, readme, sync=False, make_test_load_start=[0.5, 0.4, 0.3])
+    assert "(1908 s;" in readme.read_text() and "load average 0.5 at the start" in readme.read_text()
+    timings.update([], 1908, record, tmp_path, readme, sync=False)  # recorded after the fact: start unknown
+    assert "(not recorded at the start)" in readme.read_text()
+    assert json.loads(record.read_text())["make_test"]["machine"]["load_average_start"] is None
