@@ -129,7 +129,8 @@ def check_collectives(
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     errors: list[str] = []
-    threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True).start()
+    err_reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    err_reader.start()
     out_lines: list[str] = []
     platform, compiled_at, timed_out = None, None, False
     deadline = start + start_limit_s
@@ -156,6 +157,9 @@ def check_collectives(
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        # The process has ended, so its stderr is at EOF; wait for the reader to hand it over (CI once
+        # read the list before the thread appended to it, and reported a failure without its stderr).
+        err_reader.join(timeout=10)
     wall = time.perf_counter() - start
     if timed_out:
         if compiled_at is None:

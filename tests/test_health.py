@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -126,3 +128,28 @@ def test_a_bad_xla_flags_token_is_named_not_shown_as_a_raw_abort():
     with pytest.raises(health.CollectiveCheckError) as err:
         health.check_collectives(timeout_s=30, command=fail)
     assert "could not start JAX" in str(err.value) and "--not_a_flag" in str(err.value)
+
+
+def test_a_failed_probe_reports_its_stderr_even_when_the_reader_is_slow(monkeypatch):
+    # CI once reported 'failed (exit status 1):' with no stderr: the process had ended and the check
+    # read the list before the reader thread appended. A reader held back 0.5 s makes that certain.
+    real_popen = subprocess.Popen
+
+    class SlowStderr:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def read(self):
+            time.sleep(0.5)
+            return self.stream.read()
+
+    def popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        proc.stderr = SlowStderr(proc.stderr)
+        return proc
+
+    monkeypatch.setattr(health.subprocess, "Popen", popen)
+    fail = [sys.executable, "-c", "import sys; sys.stderr.write('the probe broke here'); sys.exit(3)"]
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=30, command=fail)
+    assert "exit status 3" in str(err.value) and "the probe broke here" in str(err.value)
