@@ -56,3 +56,20 @@ def _no_recording(monkeypatch):
     results.disable()
     results._context.clear()
     results._context.update(saved)
+
+
+@pytest.fixture()
+def no_ipv6(monkeypatch):
+    """A machine with IPv6 switched off: binding an IPv6 socket fails with EADDRNOTAVAIL, as Linux does."""
+    import errno
+    import socket
+
+    real_socket = socket.socket
+
+    class NoIPv6(real_socket):
+        def bind(self, address):
+            if self.family == socket.AF_INET6:
+                raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+            return super().bind(address)
+
+    monkeypatch.setattr(socket, "socket", NoIPv6)
