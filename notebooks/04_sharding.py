@@ -240,7 +240,7 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 no_motion = gpu_placement.show_gpu_placement(
     cfg.profile,
     backend,
-    steps={"jit": "dpcourse.deviceless:jit_step"},
+    steps={"jit": "dpcourse.course_steps:jit_step"},
     disable_passes=(gpu_placement.PASS_NAME,),
 )
 

@@ -730,7 +730,7 @@ if multi.devices[0].platform == "cpu":
 from dpcourse import gpu_placement
 
 fast_gpu = gpu_placement.show_gpu_placement(
-    cfg.profile, multi.devices[0].platform, steps={"fast": "dpcourse.deviceless:fast_jit_step"}
+    cfg.profile, multi.devices[0].platform, steps={"fast": "dpcourse.course_steps:fast_jit_step"}
 )
 gpu_fast = [r for r in fast_gpu if getattr(r, "backend", "") == "gpu" and r.error is None]
 if gpu_fast and gpu_fast[0].steps["fast"].cost:

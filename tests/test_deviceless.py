@@ -138,14 +138,14 @@ def test_bad_jobs_are_refused(text, match):
 
 def test_bad_builder_names_are_refused():
     with pytest.raises(ValueError, match="module:function"):
-        deviceless.load_builder("dpcourse.deviceless.jit_step")
+        deviceless.load_builder("dpcourse.course_steps.jit_step")
     with pytest.raises(ValueError, match="no function"):
         deviceless.load_builder("dpcourse.deviceless:nope")
 
 
 @pytest.mark.slow
 def test_own_builders_compile_and_a_bad_one_is_reported_per_step():
-    steps = {"fast": "dpcourse.deviceless:fast_jit_step", "bad": "dpcourse.deviceless:nope"}
+    steps = {"fast": "dpcourse.course_steps:fast_jit_step", "bad": "dpcourse.deviceless:nope"}
     (res,) = deviceless.compile_jobs([deviceless.Job("cpu", "cpu", 2, "smoke")], steps)
     assert res.error is None and res.label == "compiled for 2 simulated CPU devices"
     fast = res.steps["fast"]
