@@ -16,9 +16,9 @@
 # **Assumes.** Python and the course's pinned requirements (`make course` or
 # `make lab` installs them). No earlier notebook.
 #
-# **Time** (headless run): `smoke` 5 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 0.75 at the start, 1.91 at the end); `cpu` 5 s (commit e54b043, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# **Time** (headless run): `smoke` 4 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 2.24 at the start, 1.59 at the end); `cpu` 4 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
 # load average above the core count means a busy machine.
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on

@@ -15,9 +15,9 @@
 #
 # **Assumes.** Notebook 01 (devices are configured before JAX starts).
 #
-# **Time** (headless run): `smoke` 10 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 0.75 at the start, 1.91 at the end); `cpu` 12 s (commit e54b043, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# **Time** (headless run): `smoke` 9 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 2.24 at the start, 1.59 at the end); `cpu` 11 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
 # load average above the core count means a busy machine.
 
 # %% tags=["parameters"]

@@ -21,9 +21,9 @@
 # **Assumes.** Notebook 05 (the `shard_map` step). Any machine: the processes
 # use simulated CPU devices, even where GPUs exist.
 #
-# **Time** (headless run): `smoke` 21 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 0.75 at the start, 1.91 at the end); `cpu` 26 s (commit e54b043, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# **Time** (headless run): `smoke` 20 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 2.24 at the start, 1.59 at the end); `cpu` 26 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
 # load average above the core count means a busy machine.
 
 # %% tags=["parameters"]

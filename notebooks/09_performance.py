@@ -20,9 +20,9 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (headless run): `smoke` 25 s (commit 6649439, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 0.75 at the start, 1.91 at the end); `cpu` 44 s (commit e54b043, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 1.91 at the start, 3.45 at the end). From `baselines/timings.json`; a
+# **Time** (headless run): `smoke` 19 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
+# average 2.24 at the start, 1.59 at the end); `cpu` 34 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
+# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
 # load average above the core count means a busy machine.
 #
 # Single-device measurements here run on the first device of JAX's default
