@@ -230,14 +230,6 @@ def run_notebook(
         if on_cell is not None:
             on_cell(path.stem, cell_index, len(nb.cells))
 
-    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV, DATA_DIR_ENV, STRICT_ENV)}
-    if solutions:
-        os.environ[STRICT_ENV] = "1"
-    if profile:
-        os.environ["DPCOURSE_PROFILE"] = profile
-    os.environ[RESULTS_ENV] = str(results_file)
-    if os.environ.get(DATA_DIR_ENV):  # the kernel runs in notebooks/: keep relative paths the user's
-        os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     client = NotebookClient(
         nb,
         timeout=cell_timeout_s,
@@ -256,6 +248,16 @@ def run_notebook(
     interrupted = False
     # The kernel's own stderr (XLA's fatal lines land there, not in the notebook).
     kernel_stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 - closed in the finally below
+    # The kernel inherits these; set only now, right before the try whose finally puts them back, so
+    # nothing that fails earlier (the client's set-up) leaves them set in the caller's process.
+    saved = {k: os.environ.get(k) for k in ("DPCOURSE_PROFILE", RESULTS_ENV, DATA_DIR_ENV, STRICT_ENV)}
+    if solutions:
+        os.environ[STRICT_ENV] = "1"
+    if profile:
+        os.environ["DPCOURSE_PROFILE"] = profile
+    os.environ[RESULTS_ENV] = str(results_file)
+    if os.environ.get(DATA_DIR_ENV):  # the kernel runs in notebooks/: keep relative paths the user's
+        os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     try:
         client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:

@@ -1,9 +1,25 @@
 """Tests of dpcourse.memory: freeing device buffers between experiments."""
 
+import contextlib
+import gc
+
 import jax
 import numpy as np
 
 from dpcourse import memory
+
+
+@contextlib.contextmanager
+def no_collection():
+    """Collect first, then no collection until the block ends: two counts of live arrays that differ by
+    exactly what the block made (earlier tests on this worker may leave arrays in reference cycles, a
+    caught error's traceback, which an automatic collection between the counts would free)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def test_free_drops_names_and_the_live_buffers_fall(cpu_devices):
@@ -32,9 +48,10 @@ def test_live_buffers_counts_sharded_arrays_over_all_devices(cpu_devices):
     from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(cpu_devices), ("data",))
-    base = memory.live_buffers()
-    arr = jax.device_put(np.ones((8, 100), np.float32), NamedSharding(mesh, P("data", None)))
-    now = memory.live_buffers()
+    with no_collection():
+        base = memory.live_buffers()
+        arr = jax.device_put(np.ones((8, 100), np.float32), NamedSharding(mesh, P("data", None)))
+        now = memory.live_buffers()
     assert now.count - base.count == 1
     assert now.bytes - base.bytes == arr.nbytes == 8 * 100 * 4
     assert "live arrays" in str(now) and "MB" in str(now)
@@ -48,9 +65,10 @@ def test_replicated_arrays_count_once_per_device(cpu_devices):
     from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(cpu_devices), ("data",))
-    base = memory.live_buffers()
-    params = jax.device_put(np.ones((100, 10), np.float32), NamedSharding(mesh, P()))
-    now = memory.live_buffers()
+    with no_collection():
+        base = memory.live_buffers()
+        params = jax.device_put(np.ones((100, 10), np.float32), NamedSharding(mesh, P()))
+        now = memory.live_buffers()
     assert now.bytes - base.bytes == 8 * params.nbytes == 8 * 100 * 10 * 4
     del params
 
@@ -66,8 +84,9 @@ def test_arrays_on_the_simulated_cpu_devices_count_when_a_gpu_is_the_default(cpu
 
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(jax, "live_arrays", live_arrays)
-    base = memory.live_buffers()
-    arr = jax.device_put(np.ones((8, 100), np.float32), cpu_devices[3])
-    now = memory.live_buffers()
+    with no_collection():
+        base = memory.live_buffers()
+        arr = jax.device_put(np.ones((8, 100), np.float32), cpu_devices[3])
+        now = memory.live_buffers()
     assert now.count - base.count == 1 and now.bytes - base.bytes == 8 * 100 * 4
     del arr

@@ -466,3 +466,19 @@ def test_a_bad_flag_set_inside_a_notebook_is_reported_as_such_not_as_memory(tmp_
     assert run.status == "failed" and run.error_code_cell == 2
     assert "--not_a_flag" in run.error and "XLA_FLAGS" in run.error and "memory" not in run.error
     assert nbformat.read(out / "01_x.ipynb", as_version=4).cells  # the executed notebook is whole
+
+
+def test_a_client_that_cannot_be_made_leaves_the_callers_environment_as_it_was(tmp_path, monkeypatch):
+    """The kernel's settings (profile, results file, strict exercises) are the caller's again after any failure."""
+    nb = write_notebook(tmp_path / "01_x.ipynb", "x = 1")
+    keys = ("DPCOURSE_PROFILE", runner.RESULTS_ENV, runner.STRICT_ENV)
+    for key in keys:
+        monkeypatch.delenv(key, raising=False)
+
+    def broken():
+        raise RuntimeError("no kernel manager here")
+
+    monkeypatch.setattr(runner, "_kernel_manager_class", broken)
+    with pytest.raises(RuntimeError, match="no kernel manager here"):
+        runner.run_notebook(nb, tmp_path, tmp_path / "records.jsonl", "smoke", 60, solutions=True)
+    assert {key: os.environ.get(key) for key in keys} == dict.fromkeys(keys)
