@@ -47,6 +47,8 @@ from dpcourse.xlaflags import check_xla_flags, describe_abort
 
 # Lines of an absl "Check failure" stack dump: addresses, not information.
 _STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")
+# Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.
+PORT_ATTEMPTS = 3
 
 
 class LaunchError(RuntimeError):
@@ -76,11 +78,15 @@ class LaunchError(RuntimeError):
 
 
 class WorkerFailed(LaunchError):
-    """A worker process exited with a non-zero status (``process_id`` names it)."""
+    """A worker process exited with a non-zero status (``process_id`` names it).
 
-    def __init__(self, message: str, process_id: int, **kwargs):
+    ``port_in_use`` is true when the coordinator could not listen on its port.
+    """
+
+    def __init__(self, message: str, process_id: int, port_in_use: bool = False, **kwargs):
         super().__init__(message, **kwargs)
         self.process_id = process_id
+        self.port_in_use = port_in_use
 
 
 class LaunchTimeout(LaunchError):
@@ -173,6 +179,16 @@ def output_tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept[-lines:])
 
 
+def _port_taken(stderr: str) -> bool:
+    """Whether a worker's stderr says the coordinator's port was taken.
+
+    When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
+    server", but now and then crashes (SIGSEGV) right after logging "Failed
+    to add port to server": look for both.
+    """
+    return any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse"))
+
+
 def _diagnose(
     stderr: str,
     exit_code: int,
@@ -187,10 +203,7 @@ def _diagnose(
     flags = describe_abort(stderr)
     if flags:
         return f"Process {process_id} stopped at JAX's start: {flags}"
-    # When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
-    # server", but now and then crashes (SIGSEGV) right after logging "Failed
-    # to add port to server": look for both.
-    if any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse")):
+    if _port_taken(stderr):
         return (
             f"The coordinator could not listen on {coordinator}: the port is already in use. "
             "Pass another port, or port=None to pick a free one."
@@ -281,10 +294,11 @@ def launch_local(
             ``per_device_batch x n_processes x devices_per_process``).
         num_processes: the process count the workers are told (default
             ``n_processes``; another value shows what a mismatch does).
-        port: coordinator port (None: a free one).
+        port: coordinator port (None: a free one; picked again, up to :data:`PORT_ATTEMPTS`
+            launches in all, when another program takes it before process 0 listens on it).
         host: address of the coordinator on this machine: ``127.0.0.1``
             (default) or ``::1`` (IPv6, with or without brackets).
-        timeout_s: limit for the whole run, in seconds.
+        timeout_s: limit for the whole run, in seconds (for each launch, when a picked port was taken).
         init_timeout_s: how long each worker waits for the coordinator and the
             others to join (``initialization_timeout``); below ``timeout_s``.
         fail_process: make this process exit with an error right after it
@@ -337,11 +351,9 @@ def launch_local(
         check_global_batch(global_batch, n_processes * devices_per_process)
     # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
     check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
-    if port is None:
-        port = free_port(host)
-    elif check_port:
+    picked = port is None
+    if not picked and check_port:
         check_port_free(host, port)
-    coordinator = format_coordinator_address(host, port)  # [::1]:port for IPv6
     command = [
         sys.executable,
         "-m",
@@ -360,6 +372,33 @@ def launch_local(
         if value is not None:
             command += [flag, str(value)]
 
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        run_port = free_port(host) if picked else port
+        try:
+            return _run_workers(
+                command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
+            )
+        except WorkerFailed as err:
+            # A port picked here is free when picked, but process 0 binds it only after JAX's import
+            # (seconds): another program may take it meanwhile. Then pick again; a port the caller
+            # chose is theirs to change.
+            if not (picked and err.port_in_use and attempt < PORT_ATTEMPTS):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _run_workers(
+    command: list[str],
+    host: str,
+    port: int,
+    launched: list[int],
+    num_processes: int,
+    devices_per_process: int,
+    init_timeout_s: int,
+    timeout_s: float,
+) -> LaunchResult:
+    """Start ``command`` once per id in ``launched`` with the coordinator on ``host:port``; watch and end them."""
+    coordinator = format_coordinator_address(host, port)  # [::1]:port for IPv6
     procs: dict[int, subprocess.Popen] = {}
     envs: dict[int, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
@@ -416,6 +455,7 @@ def launch_local(
                 f"Every process was ended (exit statuses {exit_codes}).\n--- stderr of process {i} (last lines) ---\n"
                 f"{tails[i] or '(empty)'}",
                 process_id=i,
+                port_in_use=_port_taken(texts[i][1]),
                 **details,
             )
         if timed_out:

@@ -18,12 +18,13 @@ from dpcourse import launcher
 PROFILE = "smoke"
 # Synthetic data, always: no network access, and the same bytes in every process.
 SOURCE = "synthetic"
-# A failing worker must end well within this (seconds), init timeout included.
-BOUND_S = 30
+# A failing worker must end within this (seconds), init timeout included; JAX's import alone takes
+# over 20 s on a loaded 2-core machine.
+BOUND_S = 90
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_worker_checks_the_global_batch_against_the_global_device_count():
     """On GKE there is no launcher to check first: the worker itself refuses, and exits at once."""
     coordinator = f"127.0.0.1:{launcher.free_port()}"
