@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,7 +155,11 @@ def sync(folder: Path, jupytext_cmd: list[str] | None = None) -> list[PairStatus
         if status.action == "in sync":
             continue
         source = status.py if status.action == "from py" else status.ipynb
-        os.utime(source)  # jupytext --sync takes the newest file of the pair as the source
+        # jupytext --sync takes the newer file of the pair as the source (the .py on a tie): make the
+        # source newer by a whole second, enough for file systems that keep whole seconds.
+        other = status.ipynb if source == status.py else status.py
+        newer = max(time.time_ns(), other.stat().st_mtime_ns + 1_000_000_000) if other.exists() else time.time_ns()
+        os.utime(source, ns=(newer, newer))
         out = subprocess.run([*cmd, "--sync", str(source)], capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"jupytext --sync {source} failed:\n{out.stdout}{out.stderr}")

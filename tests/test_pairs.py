@@ -79,6 +79,22 @@ def test_an_edit_in_the_older_ipynb_is_kept_and_copied_to_the_py(folder):
     assert [s.action for s in pairs.sync(folder)] == ["in sync"]
 
 
+def test_an_ipynb_edit_is_kept_when_the_py_looks_as_new_as_now(folder):
+    """A .py stamped a moment ahead (a whole-second file system, a copy from a machine whose clock is ahead):
+    stamping the source with "now" left it older, jupytext took the .py, and the notebook's edit was lost."""
+    import time
+
+    pairs.sync(folder)
+    edit_ipynb_cell(folder, 1, "from_the_notebook = 3")
+    os.utime(folder / f"{PAIR}.ipynb", (1, 1))
+    ahead = time.time() + 0.5
+    os.utime(folder / f"{PAIR}.py", (ahead, ahead))
+    [status] = pairs.sync(folder)
+    assert status.action == "from ipynb"
+    assert "from_the_notebook = 3" in (folder / f"{PAIR}.py").read_text()
+    assert "from_the_notebook = 3" in (folder / f"{PAIR}.ipynb").read_text()
+
+
 def test_an_edit_in_the_py_reaches_the_ipynb(folder):
     pairs.sync(folder)
     edit_py(folder, first_markdown_line(folder), "# # A new title")
