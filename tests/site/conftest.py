@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))
 from chromium import find_chromium, in_ci, missing_message  # noqa: E402
 
 SITE_ENV = "DPCOURSE_SITE_DIR"
-PORT = 8920
 
 
 def _no_browser(message: str) -> None:
@@ -66,13 +65,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="session")
 def http_root(site_dir: Path):
-    """The site served on http://127.0.0.1:8920/ for the session, stopped at the end."""
+    """The site served on http://127.0.0.1 at a port the OS picks, for the session, stopped at the end."""
     handler = functools.partial(_QuietHandler, directory=str(site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # the OS picks a free port
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{PORT}/"
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()
