@@ -74,7 +74,11 @@ def _gpus() -> list[str]:
 
 
 def machine_info() -> dict:
-    """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, and the load average at the start."""
+    """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
+    whether the GPU-compile extra was installed (04, 09 and 10 compile for GPUs without one only with it,
+    which adds seconds to each)."""
+    from dpcourse.gpu_targets import extra_missing
+
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -83,6 +87,7 @@ def machine_info() -> dict:
         "os": platform.platform(terse=True),
         "python": platform.python_version(),
         "load_average_start": load_average(),
+        "gpu_compile_extra": extra_missing() is None,
     }
 
 
@@ -124,6 +129,9 @@ def _machine_text(machine: dict) -> str:
     where = f"{machine.get('cores')}-core {machine.get('cpu')}, {machine.get('memory_gib')} GiB"
     if gpus:
         where += f", {len(gpus)} x {gpus[0]}"
+    extra = machine.get("gpu_compile_extra")
+    if extra is not None:  # runs recorded before the field say nothing
+        where += ", with the GPU-compile extra" if extra else ", without the GPU-compile extra (no GPU compiles)"
     start, end = machine.get("load_average_start"), machine.get("load_average_end")
     if start and end:
         where += f"; load average {start[0]:g} at the start, {end[0]:g} at the end"

@@ -87,3 +87,20 @@ def test_make_test_is_recorded_with_the_load_before_it_started_or_says_it_is_unk
     timings.update([], 1908, record, tmp_path, readme, sync=False)  # recorded after the fact: start unknown
     assert "(not recorded at the start)" in readme.read_text()
     assert json.loads(record.read_text())["make_test"]["machine"]["load_average_start"] is None
+
+
+def test_a_run_says_whether_it_compiled_for_gpus_without_one():
+    """04, 09 and 10 compile for GPUs only with the extra installed: a time without those compiles says so."""
+    assert "GPU-compile" not in timings._machine_text(MACHINE)  # recorded before the field existed
+    assert "with the GPU-compile extra" in timings._machine_text({**MACHINE, "gpu_compile_extra": True})
+    without = timings._machine_text({**MACHINE, "gpu_compile_extra": False})
+    assert "without the GPU-compile extra (no GPU compiles)" in without
+
+
+def test_machine_info_records_the_extra(monkeypatch):
+    from dpcourse import gpu_targets
+
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
+    assert timings.machine_info()["gpu_compile_extra"] is False
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: None)
+    assert timings.machine_info()["gpu_compile_extra"] is True
