@@ -50,6 +50,31 @@ def _leaves(tree) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def structure_difference(mine, reference, most: int = 4) -> str:
+    """What separates two pytrees' structures, as a phrase: the leaf paths one has and the other lacks.
+
+    For example ``"missing ['b'], extra ['bias']"`` for ``{"bias": ...}`` against
+    ``{"b": ...}``; with the same paths, the containers that differ (``"a
+    tuple where the reference has a list"``). At most ``most`` paths a side.
+    """
+    import jax
+
+    def paths(tree) -> list[str]:
+        return [jax.tree_util.keystr(p) or "the value" for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+
+    ours, theirs = paths(mine), paths(reference)
+
+    def listed(items: list[str]) -> str:
+        return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+    missing = [p for p in theirs if p not in set(ours)]
+    extra = [p for p in ours if p not in set(theirs)]
+    parts = ([f"missing {listed(missing)}"] if missing else []) + ([f"extra {listed(extra)}"] if extra else [])
+    if parts:
+        return ", ".join(parts)
+    return f"a {type(mine).__name__} where the reference has a {type(reference).__name__}, with the same leaves"
+
+
 def compare(mine, reference, what: str, package_name: str, atol: float = 0.0) -> CellCheck:
     """Compare the pytree ``mine`` (from the lesson's cell) with ``reference`` (from the package).
 
@@ -71,7 +96,8 @@ def compare(mine, reference, what: str, package_name: str, atol: float = 0.0) ->
         return CellCheck(
             False,
             f"Your cell's {what} have another structure than {package_name}'s "
-            f"({len(ours)} arrays against {len(theirs)}): the cells below assume the package's.",
+            f"({len(ours)} arrays against {len(theirs)}; {structure_difference(mine, reference)}): the cells "
+            "below assume the package's.",
         )
     worst, worst_name = 0.0, ""
     for (name, a), (_, b) in zip(ours, theirs):

@@ -27,3 +27,15 @@ def test_shape_dtype_and_structure_differences_are_named():
     assert "shape (4,)" in cellcheck.compare({"a": np.zeros(4, np.float32)}, ref, "x", "f").message
     assert "dtype float64" in cellcheck.compare({"a": np.zeros(3)}, ref, "x", "f").message
     assert "structure" in cellcheck.compare({"b": np.zeros(3, np.float32)}, ref, "x", "f").message
+
+
+def test_a_structure_difference_names_the_missing_and_the_extra_leaves():
+    """A learner's extra or renamed key was reported as two PyTreeDef reprs: name the paths instead."""
+    ref = {"w": np.zeros(2), "b": np.zeros(2)}
+    assert cellcheck.structure_difference({"w": 0, "bias": 0}, ref) == "missing ['b'], extra ['bias']"
+    assert cellcheck.structure_difference({"w": 0, "b": 0, "extra": 0}, ref) == "extra ['extra']"
+    assert "a tuple where the reference has a list" in cellcheck.structure_difference((1, 2), [1, 2])
+    many = cellcheck.structure_difference({f"k{i}": 0 for i in range(7)}, {})
+    assert many == "extra ['k0'], ['k1'], ['k2'], ['k3'] and 3 more"
+    message = cellcheck.compare({"w": np.zeros(2), "bias": np.zeros(2)}, ref, "parameters", "f").message
+    assert "missing ['b'], extra ['bias']" in message and "PyTreeDef" not in message

@@ -142,6 +142,8 @@ def test_check_against_reports_a_cell_that_raises_in_a_sentence():
 def test_compare_trees_names_structure_shape_and_dtype():
     ref = {"a": np.zeros(2, np.float32)}
     assert "structure" in compare_trees(ref, [np.zeros(2)], "out", 1e-4)
+    extra = compare_trees(ref, {"a": np.zeros(2, np.float32), "b": np.zeros(1)}, "the output", 1e-4)
+    assert extra == "the output has another structure than the reference's: extra ['b']."
     assert "shape" in compare_trees(ref, {"a": np.zeros(3, np.float32)}, "out", 1e-4)
     assert "dtype" in compare_trees(ref, {"a": np.zeros(2, np.float64)}, "out", 1e-4)
     assert compare_trees(ref, {"a": np.zeros(2, np.float32)}, "out", 1e-4) is None

@@ -279,7 +279,12 @@ def check_tree_like(tree, reference, what: str) -> None:
     leaves, treedef = jax.tree.flatten(tree)
     ref_leaves, ref_def = jax.tree.flatten(reference)
     if treedef != ref_def:
-        raise bad_input(f"Expected {what} with the structure {ref_def}; got {treedef}.")
+        from dpcourse.cellcheck import structure_difference
+
+        raise bad_input(
+            f"Expected {what} with the parameters' structure (one array per parameter, under the same names); "
+            f"yours differs: {structure_difference(tree, reference)}."
+        )
     for path_leaf, ref in zip(jax.tree_util.tree_leaves_with_path(tree), ref_leaves):
         path, leaf = path_leaf
         name = jax.tree_util.keystr(path)

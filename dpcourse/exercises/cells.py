@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dpcourse.cellcheck import structure_difference
 from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
 
 
@@ -58,7 +59,7 @@ def compare_trees(reference, mine, what: str, rel: float) -> str | None:
     ref_paths, ref_def = jax.tree_util.tree_flatten_with_path(reference)
     my_leaves, my_def = jax.tree.flatten(mine)
     if ref_def != my_def:
-        return f"{what} has another structure: expected {ref_def}, got {my_def}."
+        return f"{what} has another structure than the reference's: {structure_difference(mine, reference)}."
     leaves = [np.asarray(jax.device_get(leaf)) for _, leaf in ref_paths]
     scale = max((float(np.max(np.abs(a.astype(np.float64)))) for a in leaves if a.size), default=0.0) or 1.0
     for (path, _), ref, got in zip(ref_paths, leaves, my_leaves):
