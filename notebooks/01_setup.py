@@ -16,10 +16,11 @@
 # **Assumes.** Python and the course's pinned requirements (`make course` or
 # `make lab` installs them). No earlier notebook.
 #
-# **Time** (headless run): `smoke` 4 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 2.24 at the start, 1.59 at the end); `cpu` 4 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
-# load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 6 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
+# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 4 s (commit
+# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
+# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
+# means a busy machine.
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU

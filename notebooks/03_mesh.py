@@ -17,10 +17,11 @@
 #
 # **Assumes.** Notebook 01. At least 2 devices (GPUs or simulated CPU devices).
 #
-# **Time** (headless run): `smoke` 3 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 2.24 at the start, 1.59 at the end); `cpu` 3 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
-# load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 4 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
+# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 4 s (commit
+# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
+# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
+# means a busy machine.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -20,10 +20,11 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (headless run): `smoke` 19 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB; load
-# average 2.24 at the start, 1.59 at the end); `cpu` 34 s (commit d3c7c6c, JAX 0.10.2, 2-core AMD
-# EPYC, 23.5 GiB; load average 0.53 at the start, 3.13 at the end). From `baselines/timings.json`; a
-# load average above the core count means a busy machine.
+# **Time** (headless run): `smoke` 23 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
+# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 34 s (commit
+# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
+# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
+# means a busy machine.
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
