@@ -29,9 +29,12 @@ $(PY):
 	$(if $(WHEELHOUSE_FLAGS),,$(PY) -m pip install --quiet --upgrade pip)
 
 # Re-install when a requirements file or the package metadata changes.
+# The course's toolkit (coursetools/) is not part of the package: a .pth file puts the
+# repository on this environment's path so `python -m coursetools` works from any folder.
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
+	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
 	touch $@
 
 $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
@@ -44,7 +47,7 @@ dev-install: $(VENV)/.dev-installed
 # The optional extra that compiles for NVIDIA GPUs without a GPU
 # (jax-cuda12-plugin and -pjrt at the jaxlib's version, nvidia-cuda-nvcc-cu12;
 # about 510 MB), in its own folder $(VENV)/gpu-compile that only the compile
-# subprocess puts on its path (dpcourse.gpu_targets): installed into the
+# subprocess puts on its path (dpcourse.gpu_compile.targets): installed into the
 # environment itself, the plugin's failed CUDA check would print a traceback
 # at every `import jax` on a machine without a GPU. test-newest points it at
 # requirements-gpu-compile-newest.txt.
@@ -61,12 +64,12 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.sharded_steps) on 8 devices of each target.
+# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target.
 placement: $(VENV)/.gpu-compile-installed
-	$(PY) -m dpcourse.placement_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m coursetools.collective_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
-	$(PY) -m dpcourse run $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)
 
 # Layer 0: ruff, lint and format check (settings in pyproject.toml).
 lint: $(VENV)/.dev-installed
@@ -94,12 +97,12 @@ unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
 	$(PY) -m pytest tests $(XDIST) --dist loadfile $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
-# Layer 2: every notebook under nbmake with the smoke profile. dpcourse.nbmake_guard makes
+# Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
 # the kernels this venv's own Python (never a "python3" kernelspec of another environment
 # on JUPYTER_PATH) and checks XLA_FLAGS before any kernel starts. The lessons run as copies
 # in $(NOTEBOOK_TEST_DIR), which keeps them executed (--overwrite) with their records
 # (records.jsonl): browser-test and site-test read them there instead of running them again.
-NBMAKE := -p dpcourse.nbmake_guard --nbmake
+NBMAKE := -p coursetools.nbmake_guard --nbmake
 NOTEBOOK_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 NOTEBOOK_TEST_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
@@ -113,7 +116,7 @@ notebook-test: $(VENV)/.dev-installed
 SOLVED_DIR ?= build/solved
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
-	$(PY) -m dpcourse.exercises.solutions --out $(SOLVED_DIR)
+	$(PY) -m coursetools.solutions --out $(SOLVED_DIR)
 	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
@@ -132,7 +135,7 @@ browser-test: $(VENV)/.dev-installed
 	$(if $(wildcard $(NOTEBOOK_TEST_DIR)/*.ipynb),DPCOURSE_EXECUTED_LESSONS=$(abspath $(NOTEBOOK_TEST_DIR))) \
 	  $(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
 
-# The course as a static website (site/, dpcourse/site.py): every lesson with its
+# The course as a static website (site/, coursetools/site.py): every lesson with its
 # outputs, the guides from docs/, offline (requirements-site.txt in .venv-site;
 # the widget manager, RequireJS and MathJax from tools/site/package-lock.json).
 # It reuses the executed lessons of a current `make course` run (SITE_RUNS) and
@@ -155,7 +158,7 @@ tools/site/node_modules/.installed: tools/site/package-lock.json
 	touch $@
 
 site: $(VENV)/.installed $(SITE_VENV)/.installed tools/site/node_modules/.installed
-	$(PY) -m dpcourse.site --src $(SITE_SRC) --profile $(SITE_PROFILE) $(foreach r,$(SITE_RUNS),--run $(r)) $(SITE_ARGS)
+	$(PY) -m coursetools.site --src $(SITE_SRC) --profile $(SITE_PROFILE) $(foreach r,$(SITE_RUNS),--run $(r)) $(SITE_ARGS)
 	rm -rf $(SITE_OUT)
 	$(SITE_VENV)/bin/sphinx-build -q -b html $(SITE_SRC) $(SITE_OUT)
 	@echo "site: open $(SITE_OUT)/index.html"
@@ -207,7 +210,7 @@ LAB_PORT ?= 8888
 LAB_ENV = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
 LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# The learner's workspace (dpcourse/workspace.py): a git-ignored copy of the
+# The learner's workspace (coursetools/workspace.py): a git-ignored copy of the
 # lessons, one NN_name.ipynb each, plus results/. WORKSPACE (or
 # $DPCOURSE_WORKSPACE) puts it elsewhere.
 WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
@@ -216,13 +219,13 @@ WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
 # you edited is never overwritten: the new version goes beside it), then
 # serves it. Kernels run in their notebook's folder, the workspace.
 lab: $(VENV)/.installed
-	$(PY) -m dpcourse workspace init --dir "$(WORKSPACE)"
+	$(PY) -m coursetools workspace init --dir "$(WORKSPACE)"
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
 
 # A fresh copy of one lesson (make reset LESSON=05) or of all (make reset);
 # the old copies move to $(WORKSPACE)/old/ with a timestamp.
 reset: $(VENV)/.installed
-	$(PY) -m dpcourse workspace reset --dir "$(WORKSPACE)" $(if $(LESSON),$(LESSON),--all)
+	$(PY) -m coursetools workspace reset --dir "$(WORKSPACE)" $(if $(LESSON),$(LESSON),--all)
 
 # Maintainers: JupyterLab on the repository root, so jupytext finds
 # jupytext.toml and saving either file of a notebooks/ pair writes both.
@@ -230,22 +233,22 @@ edit: $(VENV)/.installed
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(LAB_FLAGS)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)
-# when both files of a pair changed since their last sync (dpcourse/pairs.py).
+# when both files of a pair changed since their last sync (coursetools/pairs.py).
 sync: $(VENV)/.installed
-	$(PY) -m dpcourse sync
+	$(PY) -m coursetools sync
 
 # Measured times: run the course with the smoke and cpu profiles, then write each lesson's
 # "Time" line and the README's figures from those runs (baselines/timings.json, machine and
 # load included). time-make-test measures `make test` and records it the same way.
 timings: $(VENV)/.installed
-	$(PY) -m dpcourse run --profile smoke --out results/timings-smoke
-	$(PY) -m dpcourse run --profile cpu --out results/timings-cpu
-	$(PY) -m dpcourse timings --update results/timings-smoke/results.json results/timings-cpu/results.json
+	$(PY) -m coursetools run --profile smoke --out results/timings-smoke
+	$(PY) -m coursetools run --profile cpu --out results/timings-cpu
+	$(PY) -m coursetools timings --update results/timings-smoke/results.json results/timings-cpu/results.json
 
 time-make-test:
 	load=$$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true); start=$$(date +%s) && \
 	$(MAKE) --no-print-directory test && end=$$(date +%s) && \
-	$(PY) -m dpcourse timings --make-test-seconds $$((end - start)) $${load:+--load-start "$$load"}
+	$(PY) -m coursetools timings --make-test-seconds $$((end - start)) $${load:+--load-start "$$load"}
 
 clean:
 	rm -rf results .pytest_cache notebooks/.ipynb_checkpoints $(SOLVED_DIR) build

@@ -1,12 +1,22 @@
-"""Helpers for the course "Data-parallel training in JAX, from one device to many".
+"""The learner's library for the course "Data-parallel training in JAX, from one device to many".
 
-The package holds the plumbing that would distract from the lessons (device
-setup, data download, benchmark timing, the cost model, tables and plots,
-the results recorder). The JAX calls each lesson is about stay visible in
-the notebooks under ``notebooks/``.
+It holds what the lessons reuse (device set-up, data, the model and its training
+step, benchmark timing, the cost model, tables and plots, the results
+recorder, the exercise checkers); the JAX calls each lesson is about stay in
+the lesson's own cells. Topic sub-packages hold what only some lessons use:
+``backend`` (XLA flags, GPU facts, the collective probe), ``compiled``
+(reading a compiled program), ``perf`` (ceilings, roofline, the ladder),
+``multihost`` (several processes), ``gpu_compile`` (compiling for GPUs without
+one), ``sharded`` (lesson 10's forms) and ``exercises`` (the checkers).
 
-Importing ``dpcourse`` never starts a JAX backend, so a notebook can import
-it before :func:`dpcourse.devices.setup_devices` configures the devices.
+Importing ``dpcourse`` or any of its sub-packages never starts a JAX backend,
+so a notebook can import it before :func:`dpcourse.devices.setup_devices`
+configures the devices. The module names of the previous layout still import,
+with a ``DeprecationWarning`` naming the new one (:mod:`dpcourse._moved`).
 """
 
-__version__ = "0.1.0"
+from dpcourse import _moved
+
+__version__ = "0.2.0"
+
+_moved.install()

@@ -1,258 +1,35 @@
-"""Command line: ``python -m dpcourse run``, ``compare``, ``sync``, ``check-collectives``, ``workspace`` and ``timings``."""
+"""``python -m dpcourse ...``: the previous layout's command line, handed to ``python -m coursetools`` for one release."""
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
+import subprocess
 import sys
-from pathlib import Path
-
-from dpcourse.config import profile_names
-
-
-def _run(args: argparse.Namespace) -> int:
-    import os
-
-    from dpcourse.config import PROFILE_ENV, resolve_profile
-    from dpcourse.data import DATA_ENV
-    from dpcourse.runner import (
-        KernelSetupError,
-        OutputFolderError,
-        RunInterrupted,
-        check_kernel_interpreter,
-        find_notebooks,
-        print_summary,
-        run_course,
-    )
-    from dpcourse.xlaflags import XlaFlagsError, check_xla_flags
-
-    try:  # before any JAX starts here or in a kernel: XLA would end the process on a bad token
-        check_xla_flags()
-    except XlaFlagsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.cell_timeout <= 0:  # nbclient would read a negative limit as none at all
-        print(f"error: --cell-timeout must be a positive number of seconds, got {args.cell_timeout}.", file=sys.stderr)
-        return 2
-    profile = (args.profile or os.environ.get(PROFILE_ENV) or "").strip().lower() or None
-    data_source = (os.environ.get(DATA_ENV) or "auto").strip().lower()
-    if data_source not in ("auto", "real", "synthetic"):
-        print(f"error: {DATA_ENV}={data_source!r}: use auto, real or synthetic.", file=sys.stderr)
-        return 2
-    if profile and profile != "auto":
-        try:
-            resolve_profile(profile, backend="cpu")  # validate before starting kernels
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    try:
-        notebooks = find_notebooks(Path(args.notebook_dir), args.notebooks)
-        check_kernel_interpreter()
-    except (FileNotFoundError, KernelSetupError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if not profile or profile == "auto":
-        # Resolve "auto" as the notebooks will, from JAX's default backend,
-        # asked in a short subprocess so this process never holds a GPU.
-        from dpcourse.config import default_profile
-        from dpcourse.devices import DeviceSetupError, probe_backend
-
-        try:
-            profile = default_profile(probe_backend())
-        except DeviceSetupError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    if args.solutions:  # check that every exercise has its solution before starting kernels
-        from dpcourse.exercises.solutions import SolutionError, fill_solutions
-
-        try:
-            import nbformat
-
-            for path in notebooks:
-                fill_solutions(nbformat.read(path, as_version=4), path.stem)
-        except SolutionError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    out = Path(args.out) if args.out else Path("results") / (f"{profile}-solutions" if args.solutions else profile)
-    try:
-        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions)
-    except (OutputFolderError, KernelSetupError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RunInterrupted as stop:
-        print(f"\nInterrupted in {stop.run.notebook}; results so far in {out / 'results.json'}.", file=sys.stderr)
-        return 130
-    print_summary(payload, out, figures=args.figures)
-    failed = [r for r in payload["notebooks"] if r["status"] != "passed"]
-    for r in failed:
-        where = f" at code cell {r['error_code_cell']}" if r.get("error_code_cell") else ""
-        print(f"FAILED: {r['notebook']}{where}: {r['error']} (executed notebook: {out / r['output']})", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from dpcourse.compare import main as compare_main
-
-    return compare_main(args.old, args.new, threshold=args.threshold)
-
-
-def _sync(args: argparse.Namespace) -> int:
-    from dpcourse.pairs import PairConflict, sync
-
-    try:
-        statuses = sync(Path(args.notebook_dir))
-    except (PairConflict, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    for status in statuses:
-        print(f"{status.py.stem}: {status.action}")
-    return 0
-
-
-def _check_collectives(args: argparse.Namespace) -> int:
-    from dpcourse.health import CollectiveCheckError, check_collectives
-
-    try:
-        print(f"check-collectives: {check_collectives(timeout_s=args.timeout)}")
-    except CollectiveCheckError as err:
-        print(f"check-collectives: FAILED: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:  # a bad --timeout: nothing was checked
-        print(f"error: --{err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _workspace(args: argparse.Namespace) -> int:
-    from dpcourse import workspace as ws
-
-    root = Path(args.dir).expanduser() if args.dir else ws.default_dir()
-    space = ws.Workspace(root)
-    try:
-        if args.action == "status":
-            actions = space.status(args.lessons)
-        elif args.action == "reset":
-            actions = space.reset(args.lessons, all_lessons=args.all)
-        elif args.all:
-            print(
-                "error: --all is for reset; init and update take every lesson unless some are named.", file=sys.stderr
-            )
-            return 2
-        else:
-            actions = space.update(args.lessons)
-    except ws.WorkspaceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for note in space.notes:
-        print(note)
-    if args.action in ("init", "update") and not args.verbose:
-        print("\n".join(ws.summary(space.root, actions)))
-    else:
-        print(f"workspace {space.root}:")
-        for action in actions:
-            print(f"  {action.message}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["timings"]:  # its own options (dpcourse/timings.py)
-        from dpcourse.timings import main as timings_main
+    """Run ``python -m coursetools`` with the same arguments, after one line saying so.
 
-        return timings_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m dpcourse", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute the notebooks headlessly and write results.json")
-    run.add_argument(
-        "--profile",
-        choices=profile_names() + ["auto"],
-        default=None,
-        help="workload profile (default: $DPCOURSE_PROFILE, else full on GPU, cpu on CPU)",
+    The course's tools (``run``, ``workspace``, ``sync``, ``timings``, ...) live
+    in the repository's ``coursetools`` package, which the library never
+    imports: this starts it as its own process. Returns its exit status, or 2
+    with a sentence when ``coursetools`` cannot be found (the library was
+    installed without the repository).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    print(
+        "note: `python -m dpcourse` is now `python -m coursetools` (run from the course's repository); "
+        "the old name goes in the next release.",
+        file=sys.stderr,
     )
-    run.add_argument(
-        "--notebooks", nargs="+", metavar="NAME", help="only these notebooks, by name or number (e.g. 01 03_mesh)"
-    )
-    run.add_argument("--out", help="output folder (default: results/<profile>/)")
-    run.add_argument(
-        "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
-    )
-    run.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell (default 1800)")
-    run.add_argument(
-        "--solutions",
-        action="store_true",
-        help="fill the exercises' solutions (solutions/) in; every checker must then pass (default out: results/<profile>-solutions/)",
-    )
-    run.add_argument(
-        "--figures",
-        action="store_true",
-        help="also print the recorded figures (always in results.json and figures.txt of the output folder)",
-    )
-    run.set_defaults(func=_run)
-    cmp_ = sub.add_parser("compare", help="compare two results.json files and flag regressions")
-    cmp_.add_argument("old", type=Path)
-    cmp_.add_argument("new", type=Path)
-    cmp_.add_argument(
-        "--threshold", type=float, default=0.10, help="largest tolerated throughput drop, as a fraction (default 0.10)"
-    )
-    cmp_.set_defaults(func=_compare)
-    sync_ = sub.add_parser(
-        "sync", help="re-pair the notebooks' .py and .ipynb; refuses when both files of a pair changed"
-    )
-    sync_.add_argument(
-        "--notebook-dir", default=str(Path(__file__).resolve().parent.parent / "notebooks"), help=argparse.SUPPRESS
-    )
-    sync_.set_defaults(func=_sync)
-    health_ = sub.add_parser(
-        "check-collectives",
-        help="one shard_map + pmean over every device; the all-reduce itself is stopped after --timeout seconds",
-    )
-    health_.add_argument(
-        "--timeout",
-        type=float,
-        default=60.0,
-        help="seconds the all-reduce may take after JAX started and compiled it (default 60)",
-    )
-    health_.set_defaults(func=_check_collectives)
-    work = sub.add_parser(
-        "workspace",
-        help="the learner's own copy of the lessons (workspace/): init, update, reset, status",
-        description="init/update: copy new lessons in, replace unchanged ones the course changed, and put the "
-        "course's new version of a lesson you edited into updates/DATE/; never overwrite your work. "
-        "reset: move your copy to old/TIMESTAMP/ and lay a fresh one. status: one line per lesson.",
-    )
-    work.add_argument("action", choices=["init", "update", "reset", "status"])
-    work.add_argument("lessons", nargs="*", metavar="LESSON", help="lessons by number or name (e.g. 05 09_performance)")
-    work.add_argument(
-        "--dir", help="the workspace folder (default: $DPCOURSE_WORKSPACE, else workspace/ in the repository)"
-    )
-    work.add_argument("--all", action="store_true", help="reset: every lesson")
-    work.add_argument("-v", "--verbose", action="store_true", help="init/update: one line per lesson")
-    work.set_defaults(func=_workspace)
-    # Lessons may also follow an option (`workspace reset --dir D 05`), which
-    # argparse leaves over once the positionals have been matched.
-    args, extra = parser.parse_known_args(argv)
-    if extra and (args.command != "workspace" or any(e.startswith("-") for e in extra)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:
-        args.lessons = [*args.lessons, *extra]
-    try:
-        return args.func(args)
-    except ModuleNotFoundError as err:
+    if importlib.util.find_spec("coursetools") is None:
         print(
-            f"error: {err}. This Python lacks the course's requirements: run `make install`, then "
-            f"`.venv/bin/python -m dpcourse ...` (or activate .venv).",
+            "error: the course's tools (coursetools) are not on this Python's path: run this from the "
+            "course's repository (cd to the folder with the Makefile), where `python -m coursetools` works.",
             file=sys.stderr,
         )
         return 2
-    except RuntimeError as err:  # e.g. JAX could not start in the backend probe
-        import os
-
-        hint = ""
-        if os.environ.get("JAX_PLATFORMS"):
-            hint = f" JAX_PLATFORMS={os.environ['JAX_PLATFORMS']} is set: unset it, or install that backend."
-        print(f"error: {err}{hint}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return subprocess.call([sys.executable, "-m", "coursetools", *args])
 
 
 if __name__ == "__main__":

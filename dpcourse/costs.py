@@ -193,7 +193,7 @@ def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, la
     For a 7.45 MB gradient over NVLink4 (450 GB/s) the bandwidth term of 8
     GPUs is 29 us, while its 14 ring steps at an illustrative 2 us each
     would add 28 us: the same order. Measure both terms with
-    :mod:`dpcourse.linkbench` rather than assuming them.
+    :mod:`dpcourse.perf.linkbench` rather than assuming them.
 
     Args:
         n_bytes: bytes of the buffer reduced (the gradient), per device.

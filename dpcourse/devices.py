@@ -218,7 +218,7 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
         DeviceSetupError: the backend already started with another CPU
             device count (the message says to restart the kernel);
             ``XLA_FLAGS`` holds a device count that is not a positive integer,
-            or a token XLA would end the process on (:mod:`dpcourse.xlaflags`:
+            or a token XLA would end the process on (:mod:`dpcourse.backend.xlaflags`:
             which token, and the fix; nothing is appended to it);
             a variable JAX reads at import (``JAX_PLATFORMS``) was changed after
             ``import jax``; or both ``XLA_CLIENT_MEM_FRACTION`` and its old name
@@ -229,7 +229,7 @@ def setup_devices(n_cpu_devices: int = 8) -> int:
         raise ValueError(f"n_cpu_devices must be an int >= 1, got {n_cpu_devices!r}.")
     flags = os.environ.get("XLA_FLAGS", "")
     if not backend_started():  # a bad token would end the process when the backend starts
-        from dpcourse.xlaflags import XlaFlagsError, check_xla_flags
+        from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags
 
         try:
             check_xla_flags(flags)
@@ -297,7 +297,7 @@ def settings_changed_after_start() -> list[str]:
     JAX reads them once, when its backend starts; later changes are ignored
     silently. Changes made before the start (after :func:`setup_devices`
     but before the first JAX operation) took effect and are not reported.
-    Every lesson warns about each name returned (:func:`dpcourse.session.start_lesson`).
+    Every lesson warns about each name returned (:func:`dpcourse.lesson.start_lesson`).
 
     Returns:
         The names, in :data:`BACKEND_START_VARIABLES` order; empty before the
@@ -484,7 +484,7 @@ def probe_backend(timeout_s: float = 120.0) -> str:
         env=env,
     )
     if out.returncode != 0:
-        from dpcourse.xlaflags import describe_abort
+        from dpcourse.backend.xlaflags import describe_abort
 
         flags = describe_abort(out.stderr)
         if flags:

@@ -75,7 +75,7 @@ def forward(
             gradient is summed over the repeats in a bfloat16 carry of the
             backward ``scan`` (a chain of bfloat16 adds when unrolled), cast to float32
             only at the end. Notebook 09 measures the resulting logit error
-            (``dpcourse.ladder.bf16_logit_tolerance``).
+            (``dpcourse.perf.ladder.bf16_logit_tolerance``).
 
     Returns:
         float32 logits ``[batch, 10]`` whatever ``compute_dtype`` is.

@@ -8,7 +8,7 @@
 - :func:`make_pmap_step`: the legacy ``jax.pmap`` form (notebook 06).
 
 All three compute the same update for the same global batch; the
-equivalence tests in ``tests/test_train.py`` hold them to it.
+equivalence tests in ``tests/lib/test_train.py`` hold them to it.
 """
 
 from __future__ import annotations

@@ -95,8 +95,8 @@ def free_port(first: int, last: int, taken: set[int]) -> int:
 
 
 def make_workspace(folder: Path) -> None:
-    """The learner's copy of the lessons (dpcourse.workspace.init): new lessons copied in, edits never overwritten."""
-    from dpcourse import workspace
+    """The learner's copy of the lessons (coursetools.workspace.init): new lessons copied in, edits never overwritten."""
+    from coursetools import workspace
 
     workspace.init(folder)
 

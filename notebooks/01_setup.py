@@ -47,7 +47,7 @@ N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 # %%
 import os
 
-from dpcourse import devices
+from dpcourse import devices, record
 
 n_cpu = devices.setup_devices(N_CPU_DEVICES)
 print("simulated CPU devices requested:", n_cpu)
@@ -69,8 +69,8 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 # %%
 from IPython.display import display
 
-from dpcourse import config, gpuinfo, results
-from dpcourse import display as show
+from dpcourse import config, show
+from dpcourse.backend import gpuinfo
 
 report = devices.device_report()
 profile = config.resolve_profile(PROFILE)
@@ -215,12 +215,12 @@ else:
 # simulated devices in seconds (they cannot hang this way; the check is the same).
 
 # %%
-from dpcourse import health
+from dpcourse.backend import health
 
 print(health.check_collectives(timeout_s=60))
 
 # %%
-results.set_context(
+record.set_context(
     notebook="01_setup",
     profile=profile,
     data_source="none",
@@ -233,7 +233,7 @@ for metric, count in (
     ("cpu_device_count", report.cpu_device_count),
     ("lesson_device_count", 0 if lesson is None else lesson.count),
 ):
-    results.record(metric, count, "devices")
+    record.record(metric, count, "devices")
 
 # %% [markdown]
 # ## 6. Compile once: the persistent compilation cache

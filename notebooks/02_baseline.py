@@ -26,7 +26,7 @@ PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("02_baseline", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -40,8 +40,7 @@ import numpy as np
 import optax
 from IPython.display import display
 
-from dpcourse import bench, config, costs, data, memory, model, results, train
-from dpcourse import display as show
+from dpcourse import bench, config, costs, data, memory, model, record, show, train
 from dpcourse.exercises.cells import check_against
 
 device = lesson.devices.devices[0]
@@ -344,14 +343,14 @@ display(
 # share the same cores, and notebook 04 measures what actually happens.
 
 # %%
-results.record("ms_per_step", result.ms_per_step, "ms", device_count=1)
-results.record("throughput", result.examples_per_s, "examples/s", device_count=1)
-results.record("compile_time", result.compile_s, "s", device_count=1)
-results.record("final_loss", result.final_loss, "loss", device_count=1)
-results.record("final_accuracy", result.final_accuracy, "fraction", device_count=1)
-results.record("achieved_flops", achieved, "FLOP/s", device_count=1)
+record.record("ms_per_step", result.ms_per_step, "ms", device_count=1)
+record.record("throughput", result.examples_per_s, "examples/s", device_count=1)
+record.record("compile_time", result.compile_s, "s", device_count=1)
+record.record("final_loss", result.final_loss, "loss", device_count=1)
+record.record("final_accuracy", result.final_accuracy, "fraction", device_count=1)
+record.record("achieved_flops", achieved, "FLOP/s", device_count=1)
 if utilisation is not None:
-    results.record("mfu", utilisation, "fraction", device_count=1)
+    record.record("mfu", utilisation, "fraction", device_count=1)
 assert result.final_loss < float(loss0), "training should lower the loss"
 
 # %% [markdown]

@@ -28,7 +28,7 @@ PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("03_mesh", PROFILE, N_CPU_DEVICES, min_devices=2, load_data=False)
 
@@ -40,8 +40,7 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import devices, results, train
-from dpcourse import display as show
+from dpcourse import devices, record, show, train
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -226,9 +225,9 @@ print(
 )
 
 # %%
-results.record("mesh_devices", n, "devices")
-results.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
-_ = results.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
+record.record("mesh_devices", n, "devices")
+record.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
+_ = record.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
 
 # %% [markdown]
 # ## What you learned

@@ -31,7 +31,7 @@ PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("04_sharding", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -47,20 +47,10 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import (
-    bench,
-    collectives,
-    costs,
-    data,
-    gpu_placement,
-    memory,
-    model,
-    placement,
-    results,
-    train,
-)
-from dpcourse import display as show
+from dpcourse import bench, costs, data, memory, model, placement, record, show, train
+from dpcourse.compiled import collectives
 from dpcourse.exercises.cells import check_against
+from dpcourse.gpu_compile import mocked as gpu_placement
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -228,7 +218,7 @@ if backend == "cpu":
 
 # %%
 # The same three steps compiled by XLA's GPU compiler for 8 x H200, without a GPU
-# (dpcourse.deviceless: a fresh process with a GPU target description).
+# (dpcourse.gpu_compile.compile: a fresh process with a GPU target description).
 gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
@@ -241,7 +231,7 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 no_motion = gpu_placement.show_gpu_placement(
     cfg.profile,
     backend,
-    steps={"jit": "dpcourse.course_steps:jit_step"},
+    steps={"jit": "dpcourse.gpu_compile.steps:jit_step"},
     disable_passes=(gpu_placement.PASS_NAME,),
 )
 
@@ -401,8 +391,8 @@ if devs[0].platform != "cpu":
         f"(tolerance {TIGHT_GRAD_REL_TOL * grad_scale_hi:.3g}, the float32 one)"
     )
     assert grad_diff_hi < TIGHT_GRAD_REL_TOL * grad_scale_hi
-    results.record("max_abs_grad_diff_vs_1_device_highest", grad_diff_hi, "abs")
-    results.record(
+    record.record("max_abs_grad_diff_vs_1_device_highest", grad_diff_hi, "abs")
+    record.record(
         "max_abs_grad_diff_vs_1_device_highest_tolerance", TIGHT_GRAD_REL_TOL * grad_scale_hi, "abs"
     )
 else:
@@ -473,7 +463,7 @@ fig = show.bar_chart(
     f"Throughput, global batch {global_batch} ({dataset.source} data)",
     note,
 )
-_ = results.save_figure(fig, "throughput")
+_ = record.save_figure(fig, "throughput")
 
 # %% [markdown]
 # ### Reading the ratio honestly
@@ -548,22 +538,22 @@ display(
 )
 
 # %%
-results.record("throughput_1_device", res_1.examples_per_s, "examples/s", device_count=1)
-results.record("throughput", res_n.examples_per_s, "examples/s")
-results.record("throughput_device_axis", res_fix.examples_per_s, "examples/s")
-results.record("ms_per_step", res_n.ms_per_step, "ms")
-results.record("ratio_n_vs_1", ratio, "ratio")
-results.record("final_loss", res_n.final_loss, "loss")
-results.record("final_accuracy", res_n.final_accuracy, "fraction")
-results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
-results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
-results.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
-results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
-results.record("collectives_per_step_jit", report.runs_per_step, "count")
-results.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
-results.record("collectives_in_loop_jit", report.in_loop_count, "count")
-results.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
-_ = results.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
+record.record("throughput_1_device", res_1.examples_per_s, "examples/s", device_count=1)
+record.record("throughput", res_n.examples_per_s, "examples/s")
+record.record("throughput_device_axis", res_fix.examples_per_s, "examples/s")
+record.record("ms_per_step", res_n.ms_per_step, "ms")
+record.record("ratio_n_vs_1", ratio, "ratio")
+record.record("final_loss", res_n.final_loss, "loss")
+record.record("final_accuracy", res_n.final_accuracy, "fraction")
+record.record("max_abs_param_diff_vs_1_device", equiv, "abs")
+record.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+record.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
+record.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
+record.record("collectives_per_step_jit", report.runs_per_step, "count")
+record.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
+record.record("collectives_in_loop_jit", report.in_loop_count, "count")
+record.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
+_ = record.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
 
 # %% [markdown]
 # ## 6. A batch that does not divide by the device count

@@ -28,7 +28,7 @@ PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("05_shard_map", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -42,19 +42,10 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import (
-    bench,
-    collectives,
-    costs,
-    gpu_placement,
-    memory,
-    model,
-    placement,
-    results,
-    train,
-)
-from dpcourse import display as show
+from dpcourse import bench, costs, memory, model, placement, record, show, train
+from dpcourse.compiled import collectives
 from dpcourse.exercises.cells import check_against
+from dpcourse.gpu_compile import mocked as gpu_placement
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -429,25 +420,25 @@ fig = show.bar_chart(
     f"Explicit vs automatic, global batch {global_batch}",
     note,
 )
-_ = results.save_figure(fig, "throughput")
+_ = record.save_figure(fig, "throughput")
 
 # %%
-results.record("throughput", res_smap.examples_per_s, "examples/s")
-results.record("throughput_jit", res_auto.examples_per_s, "examples/s")
-results.record("ms_per_step", res_smap.ms_per_step, "ms")
-results.record("ratio_shard_map_vs_jit", res_smap.examples_per_s / res_auto.examples_per_s, "ratio")
-results.record("final_loss", res_smap.final_loss, "loss")
-results.record("final_accuracy", res_smap.final_accuracy, "fraction")
-results.record("max_abs_param_diff_vs_1_device", equiv, "abs")
-results.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
-results.record("max_abs_param_diff_vs_jit", equiv_jit, "abs")
-results.record("max_abs_param_diff_vs_jit_tolerance", EQUIV_TOL, "abs")
-results.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
-results.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
-results.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
-results.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
-results.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")
-_ = results.record("psum_vs_pmean_gradient_scale", scale, "ratio")
+record.record("throughput", res_smap.examples_per_s, "examples/s")
+record.record("throughput_jit", res_auto.examples_per_s, "examples/s")
+record.record("ms_per_step", res_smap.ms_per_step, "ms")
+record.record("ratio_shard_map_vs_jit", res_smap.examples_per_s / res_auto.examples_per_s, "ratio")
+record.record("final_loss", res_smap.final_loss, "loss")
+record.record("final_accuracy", res_smap.final_accuracy, "fraction")
+record.record("max_abs_param_diff_vs_1_device", equiv, "abs")
+record.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
+record.record("max_abs_param_diff_vs_jit", equiv_jit, "abs")
+record.record("max_abs_param_diff_vs_jit_tolerance", EQUIV_TOL, "abs")
+record.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
+record.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
+record.record("collectives_per_step_shard_map", rep_smap.runs_per_step, "count")
+record.record("collective_bytes_per_step_shard_map", rep_smap.bytes_per_step, "bytes")
+record.record("collectives_in_loop_shard_map", rep_smap.in_loop_count, "count")
+_ = record.record("psum_vs_pmean_gradient_scale", scale, "ratio")
 
 # %%
 before, after = memory.free(

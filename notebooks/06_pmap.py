@@ -29,7 +29,7 @@ PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("06_pmap", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -43,8 +43,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, data, memory, model, results, train
-from dpcourse import display as show
+from dpcourse import bench, data, memory, model, record, show, train
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -130,10 +129,10 @@ state_r = replicate(optimizer.init(init_host), devs)
 print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
 
 # %%
-from dpcourse import cellcheck
+from dpcourse import checks
 
 display(
-    cellcheck.compare(params_r, train.replicate(init_host, devs), "replicas", "train.replicate"),
+    checks.compare(params_r, train.replicate(init_host, devs), "replicas", "train.replicate"),
 )
 on_devices = [{s.device for s in a.addressable_shards} for a in jax.tree.leaves(params_r)]
 print(
@@ -246,7 +245,7 @@ p_step = jax.pmap(pmap_step, axis_name="data", devices=devs)
 mine = p_step(params_r, state_r, *batches[0])
 package = train.make_pmap_step(cfg, optimizer, devs)(params_r, state_r, *batches[0])
 display(
-    cellcheck.compare(mine, package, "parameters, AdamW state and metrics", "train.make_pmap_step"),
+    checks.compare(mine, package, "parameters, AdamW state and metrics", "train.make_pmap_step"),
 )
 
 # %% [markdown]
@@ -379,14 +378,14 @@ if lesson.devices.simulated:
     print("Simulated CPU devices add no compute: this throughput says nothing about real devices.")
 
 # %%
-results.record("throughput", res_pmap.examples_per_s, "examples/s")
-results.record("ms_per_step", res_pmap.ms_per_step, "ms")
-results.record("final_loss", res_pmap.final_loss, "loss")
-results.record("final_accuracy", res_pmap.final_accuracy, "fraction")
-results.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
-results.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
-results.record("max_abs_grad_diff_vs_shard_map", grad_diff, "abs")
-_ = results.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs")
+record.record("throughput", res_pmap.examples_per_s, "examples/s")
+record.record("ms_per_step", res_pmap.ms_per_step, "ms")
+record.record("final_loss", res_pmap.final_loss, "loss")
+record.record("final_accuracy", res_pmap.final_accuracy, "fraction")
+record.record("max_abs_param_diff_vs_shard_map", equiv, "abs")
+record.record("max_abs_param_diff_vs_shard_map_tolerance", EQUIV_TOL, "abs")
+record.record("max_abs_grad_diff_vs_shard_map", grad_diff, "abs")
+_ = record.record("max_abs_grad_diff_vs_shard_map_tolerance", GRAD_TOL, "abs")
 
 # %%
 before, after = memory.free(

@@ -32,7 +32,7 @@ BLOCK_UNROLL = 1  # 1: lax.scan (the seed's); k: scan(unroll=k); "full": Python 
 COMPUTE_DTYPE = "float32"  # "bfloat16": mixed precision with float32 master weights (notebook 09)
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("07_sweep", PROFILE, N_CPU_DEVICES, min_devices=2)
 # The step's form comes from the parameters cell: the defaults are the seed's
@@ -46,8 +46,7 @@ import numpy as np
 from IPython.display import display
 from jax.sharding import Mesh
 
-from dpcourse import bench, config, costs, memory, model, placement, results, train
-from dpcourse import display as show
+from dpcourse import bench, config, costs, memory, model, placement, record, show, train
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -252,7 +251,7 @@ sweep_png = show.figure(
 # term.
 
 # %%
-from dpcourse import linkbench
+from dpcourse.perf import linkbench
 
 full_grad = costs.gradient_bytes(config.make_config("full"))
 link_points = linkbench.measure(mesh, [4_096, 65_536, 1_048_576, full_grad])
@@ -325,28 +324,28 @@ if fit is not None:
 
 # %%
 if link is not None:
-    results.record("allreduce_latency_per_step", link.latency_s * 1e6, "us")
-    results.record("allreduce_bus_bandwidth", link.bus_bytes_per_s / costs.GB, "GB/s")
-results.record("allreduce_full_profile_gradient", link_points[-1].seconds * 1e6, "us")
+    record.record("allreduce_latency_per_step", link.latency_s * 1e6, "us")
+    record.record("allreduce_bus_bandwidth", link.bus_bytes_per_s / costs.GB, "GB/s")
+record.record("allreduce_full_profile_gradient", link_points[-1].seconds * 1e6, "us")
 for pt in points:
     if pt.status == "ok":
-        results.record(
+        record.record(
             f"throughput_global_batch_{pt.global_batch}",
             pt.result.examples_per_s,
             "examples/s",
         )
-        results.record(f"ms_per_step_global_batch_{pt.global_batch}", pt.result.ms_per_step, "ms")
-results.record("sizes_ok", len(ok), "count")
-results.record("sizes_skipped", sum(pt.status == "skipped" for pt in points), "count")
-results.record("sizes_failed", sum(pt.status == "failed" for pt in points), "count")
+        record.record(f"ms_per_step_global_batch_{pt.global_batch}", pt.result.ms_per_step, "ms")
+record.record("sizes_ok", len(ok), "count")
+record.record("sizes_skipped", sum(pt.status == "skipped" for pt in points), "count")
+record.record("sizes_failed", sum(pt.status == "failed" for pt in points), "count")
 if fit is not None:
-    results.record("fit_overhead", fit.overhead_s * 1e3, "ms")
-    results.record("fit_per_example", fit.per_example_s * 1e6, "us")
+    record.record("fit_overhead", fit.overhead_s * 1e3, "ms")
+    record.record("fit_per_example", fit.per_example_s * 1e6, "us")
 if ok:
     best = max(ok, key=lambda pt: pt.result.examples_per_s)
-    results.record("throughput", best.result.examples_per_s, "examples/s")
-    results.record("final_loss", best.result.final_loss, "loss")
-    results.record("final_accuracy", best.result.final_accuracy, "fraction")
+    record.record("throughput", best.result.examples_per_s, "examples/s")
+    record.record("final_loss", best.result.final_loss, "loss")
+    record.record("final_accuracy", best.result.final_accuracy, "fraction")
 
 # %% [markdown]
 # ## 4. Try it yourself
@@ -493,16 +492,16 @@ if widgets is not None:
 
 # %%
 comparison = show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
-results.record("scaling_efficiency", comparison.efficiency, "ratio")
-results.record(
+record.record("scaling_efficiency", comparison.efficiency, "ratio")
+record.record(
     "per_device_throughput_1",
     comparison.one_examples_per_s,
     "examples/s",
     device_count=1,
 )
-results.record("per_device_throughput_n", comparison.per_device_examples_per_s, "examples/s")
-results.record("scaling_verdict", comparison.verdict or "scales", "text")
-results.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
+record.record("per_device_throughput_n", comparison.per_device_examples_per_s, "examples/s")
+record.record("scaling_verdict", comparison.verdict or "scales", "text")
+record.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
 print(
     f"scaling efficiency {comparison.efficiency:.3f} "
     f"({comparison.verdict or 'real devices, faster than one'})"

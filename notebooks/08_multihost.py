@@ -37,8 +37,8 @@ LAUNCH_TIMEOUT_S = 180  # the whole multi-process run ends (every process) past 
 # %%
 import jax
 
-from dpcourse import multihost_plan
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
+from dpcourse.multihost import plan as multihost_plan
 
 lesson = start_lesson("08_multihost", PROFILE, 8, min_devices=2, load_data=False)
 cfg = lesson.cfg
@@ -58,8 +58,8 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import config, costs, data, distributed, launcher, model, results, train, worker
-from dpcourse import display as show
+from dpcourse import config, costs, data, model, record, show, train
+from dpcourse.multihost import distributed, launcher, worker
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
     cfg = config.make_config("cpu")
@@ -73,7 +73,7 @@ cpu_devs = jax.devices("cpu")[:N_DEVICES]
 dataset = data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)
 display(show.data_banner(dataset.source, dataset.note))
 # Every figure below was measured on CPU devices (the workers' and this kernel's).
-results.set_context(
+record.set_context(
     "08_multihost",
     cfg.profile,
     dataset.source,
@@ -98,7 +98,7 @@ print(
 #   sending work to the others; each process traces and compiles the same
 #   step and runs it on its own devices. Process 0 is special in two small
 #   ways only: it hosts the coordinator, and by convention it alone prints
-#   and writes results.
+#   and writes record.
 # - **`jax.distributed.initialize(coordinator_address, num_processes,
 #   process_id)`** must come first, before anything starts a JAX backend.
 #   Process 0 starts a small coordination service on `coordinator_address`;
@@ -137,7 +137,7 @@ display(
 # %% [markdown]
 # ## 2. The program every process runs
 #
-# `dpcourse.distributed.initialize` reads three environment variables and
+# `dpcourse.multihost.distributed.initialize` reads three environment variables and
 # passes them on; stripped of its checks, every process does
 #
 # ```python
@@ -150,7 +150,7 @@ display(
 # )
 # ```
 #
-# and then the training program of `dpcourse.worker.train_worker`: the
+# and then the training program of `dpcourse.multihost.worker.train_worker`: the
 # mesh over `jax.devices()` (global, in process order:
 # `distributed.global_mesh`), the same initial parameters in every process
 # (same seed), notebook 05's `shard_map` step unchanged, and results
@@ -213,8 +213,8 @@ for p, rows in planned_rows.items():
 # %% [markdown]
 # ## 3. Launch the processes on this machine
 #
-# `launcher.launch_local` (the module `dpcourse.launcher`) starts
-# `python -m dpcourse.worker` once per
+# `launcher.launch_local` (the module `dpcourse.multihost.launcher`) starts
+# `python -m dpcourse.multihost.worker` once per
 # process (`N_PROCESSES`), each with its own environment, the coordinator
 # on a free port of 127.0.0.1, and `DEVICES_PER_PROCESS` simulated CPU
 # devices. It waits at most `LAUNCH_TIMEOUT_S`; if one process fails, or
@@ -313,7 +313,7 @@ else:
 # the package's `worker.load_global_batches`:
 
 # %%
-from dpcourse import cellcheck
+from dpcourse import checks
 
 optimizer = train.make_optimizer(cfg)
 params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
@@ -325,9 +325,9 @@ x_stack = jax.device_put(x_host, NamedSharding(mesh, P(None, "data", None)))
 y_stack = jax.device_put(y_host, NamedSharding(mesh, P(None, "data")))
 _, x_mine, y_mine = global_batches(mesh, dataset, cfg.n_batches, global_batch, cpu_devs)
 _, x_pkg, y_pkg = worker.load_global_batches(mesh, dataset, cfg.n_batches, global_batch)
-display(cellcheck.compare((x_mine, y_mine), (x_stack, y_stack), "global batches", "jax.device_put"))
+display(checks.compare((x_mine, y_mine), (x_stack, y_stack), "global batches", "jax.device_put"))
 display(
-    cellcheck.compare(
+    checks.compare(
         (x_mine, y_mine),
         (x_pkg, y_pkg),
         "global batches",
@@ -454,16 +454,16 @@ except launcher.WorkerFailed as err:
     print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
 
 # %%
-results.record("multihost_wall_s", run.wall_s, "s")
-results.record("multihost_processes", N_PROCESSES, "count")
-results.record("multihost_ms_per_step", summary["ms_per_step"], "ms")
-results.record("multihost_compile_s", summary["compile_s"], "s")
-results.record("final_loss", summary["losses"][-1], "loss")
-results.record("final_accuracy", summary["accuracies"][-1], "fraction")
-results.record("max_abs_param_diff_vs_single_process", diff, "abs")
-results.record("max_abs_param_diff_vs_single_process_tolerance", MULTIHOST_TOL, "abs")
-results.record("rel_grad_diff_vs_single_process", grad_rel_diff, "ratio")
-_ = results.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
+record.record("multihost_wall_s", run.wall_s, "s")
+record.record("multihost_processes", N_PROCESSES, "count")
+record.record("multihost_ms_per_step", summary["ms_per_step"], "ms")
+record.record("multihost_compile_s", summary["compile_s"], "s")
+record.record("final_loss", summary["losses"][-1], "loss")
+record.record("final_accuracy", summary["accuracies"][-1], "fraction")
+record.record("max_abs_param_diff_vs_single_process", diff, "abs")
+record.record("max_abs_param_diff_vs_single_process_tolerance", MULTIHOST_TOL, "abs")
+record.record("rel_grad_diff_vs_single_process", grad_rel_diff, "ratio")
+_ = record.record("rel_grad_diff_vs_single_process_tolerance", train.GRAD_REL_TOL, "ratio")
 
 # %% [markdown]
 # ## 6. What changes on real hosts

@@ -37,7 +37,7 @@ N_CPU_DEVICES = 8  # simulated CPU devices for the multi-device part
 TRACE_STEPS = 3  # steps captured in the profiler trace
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -51,20 +51,9 @@ import numpy as np
 from IPython.display import display
 from tqdm import tqdm
 
-from dpcourse import (
-    ceilings,
-    config,
-    costs,
-    devices,
-    hlo,
-    ladder,
-    model,
-    placement,
-    results,
-    roofline,
-    train,
-)
-from dpcourse import display as show
+from dpcourse import config, costs, devices, model, placement, record, show, train
+from dpcourse.compiled import hlo
+from dpcourse.perf import ceilings, ladder, roofline
 from dpcourse.single_device import measurement_device, where_banner
 
 single = measurement_device(PROFILE)
@@ -142,7 +131,7 @@ if measured["bfloat16"].rate and measured["float32 default"].rate:
 # Per step at the ladder's global batch: the training FLOPs (analytic, 6 x
 # the forward multiply-accumulates), and the bytes the element-wise work
 # moves (activations of every repeat, forward and backward; the model and
-# its assumptions are in `dpcourse.roofline`). The block matmul's
+# its assumptions are in `dpcourse.perf.roofline`). The block matmul's
 # arithmetic intensity tells whether it is compute-bound (above the ridge
 # point, FLOP/s over bytes/s of the measured ceilings); the element-wise
 # work does a few FLOPs per value and is memory-bound. Two times come out:
@@ -225,7 +214,7 @@ def rung_forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dt
 # few examples (the logits must be the same numbers):
 
 # %%
-from dpcourse import cellcheck
+from dpcourse import checks
 
 x_few = jnp.asarray(dataset.images[:8])
 rungs = ladder.default_rungs(cfg)
@@ -234,7 +223,7 @@ for rung in rungs[:-1]:  # the last rung differs from the one before in its batc
     args = (cfg.block_repeats, cfg.block_mix, rung.block_unroll, rung.compute_dtype)
     mine = jax.jit(rung_forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
     package = jax.jit(model.forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
-    print(f"{rung.name}: {cellcheck.compare(mine, package, 'logits', 'model.forward')!r}")
+    print(f"{rung.name}: {checks.compare(mine, package, 'logits', 'model.forward')!r}")
 
 # %% [markdown]
 # Each rung starts from the same parameters, runs the same batches through
@@ -335,13 +324,13 @@ else:
     )
     for p in points:
         if p.result:
-            results.record(
+            record.record(
                 f"fast_step_examples_per_s_batch{p.global_batch}",
                 p.result.examples_per_s,
                 "examples/s",
             )
         else:
-            results.record(
+            record.record(
                 f"fast_step_status_batch{p.global_batch}",
                 f"{p.status}: {p.reason}",
                 "status",
@@ -403,7 +392,7 @@ if f32_rate and bw and points:
         note="x: training FLOPs over the modelled element-wise bytes of the step; "
         "y: achieved FLOP/s.",
     )
-    results.save_figure(fig, "roofline")
+    record.save_figure(fig, "roofline")
 
 # %% [markdown]
 # ## 4. Is every rung still correct?
@@ -530,7 +519,7 @@ if bf16_diff is not None:
 # `jax.profiler.trace` records what the device did during a few steps of
 # the fastest rung. The trace lands in the `results/` folder beside this
 # notebook (in the lab: your workspace's `results/09_performance_trace/`,
-# in the file browser; under the runner: beside `results.json`). To open
+# in the file browser; under the runner: beside `record.json`). To open
 # it with **XProf**, the profiler behind TensorBoard's profile tab (an
 # optional extra, pinned in `requirements-xprof.txt`):
 #
@@ -553,7 +542,7 @@ if bf16_diff is not None:
 from pathlib import Path
 
 best = max(ok_runs, key=lambda r: r.result.examples_per_s) if ok_runs else None
-trace_dir = results.output_dir("trace") or Path.cwd() / "results" / "09_performance_trace"
+trace_dir = record.output_dir("trace") or Path.cwd() / "results" / "09_performance_trace"
 trace_dir.mkdir(parents=True, exist_ok=True)
 if best is not None:
     best_batches = check_batches
@@ -611,7 +600,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import collectives
+from dpcourse.compiled import collectives
 
 mesh = Mesh(np.array(multi.devices), ("data",))
 n_dev = multi.count
@@ -728,10 +717,12 @@ if multi.devices[0].platform == "cpu":
 # figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
 
 # %%
-from dpcourse import gpu_placement
+from dpcourse.gpu_compile import mocked as gpu_placement
 
 fast_gpu = gpu_placement.show_gpu_placement(
-    cfg.profile, multi.devices[0].platform, steps={"fast": "dpcourse.course_steps:fast_jit_step"}
+    cfg.profile,
+    multi.devices[0].platform,
+    steps={"fast": "dpcourse.gpu_compile.steps:fast_jit_step"},
 )
 gpu_fast = [r for r in fast_gpu if getattr(r, "backend", "") == "gpu" and r.error is None]
 if gpu_fast and gpu_fast[0].steps["fast"].cost:
@@ -793,7 +784,7 @@ if gpu_fast and gpu_fast[0].steps["fast"].cost:
 # %% [markdown]
 # ## 7. Record the figures
 #
-# Every rung's figures go to `results.json` (`python -m dpcourse compare`
+# Every rung's figures go to `record.json` (`python -m coursetools compare`
 # flags a rung that ran before and fails now, or a throughput that fell on
 # the same hardware), with the ceilings, the checks and their tolerances,
 # and the fractions of the measured ceilings that the course's speed targets
@@ -802,47 +793,47 @@ if gpu_fast and gpu_fast[0].steps["fast"].cost:
 # %%
 for name, c in measured.items():
     key = name.replace(" ", "_")
-    results.record(
+    record.record(
         f"ceiling_{key}_status",
         c.status if c.status == "ok" else f"failed: {c.reason}",
         "status",
     )
     if c.rate is not None:
-        results.record(
+        record.record(
             f"ceiling_{key}",
             c.rate,
             "bytes/s" if name == "memory bandwidth" else "FLOP/s",
         )
 for r, row in zip(runs, ladder_rows):
     n = r.rung.name
-    results.record(
+    record.record(
         f"rung_{n}_status",
         r.status if r.status == "ok" else f"failed: {r.reason}",
         "status",
     )
     if r.status != "ok":
         continue
-    results.record(f"rung_{n}_throughput", r.result.examples_per_s, "examples/s")
-    results.record(f"rung_{n}_ms_per_step", r.result.ms_per_step, "ms")
-    results.record(f"rung_{n}_compile_time", r.result.compile_s, "s")
+    record.record(f"rung_{n}_throughput", r.result.examples_per_s, "examples/s")
+    record.record(f"rung_{n}_ms_per_step", r.result.ms_per_step, "ms")
+    record.record(f"rung_{n}_compile_time", r.result.compile_s, "s")
     for metric, value in (
         ("mfu_datasheet", row["MFU (datasheet)"]),
         ("fraction_of_measured_ceiling", row["of measured ceiling"]),
     ):
         if value is not None:
-            results.record(f"rung_{n}_{metric}", value, "fraction")
+            record.record(f"rung_{n}_{metric}", value, "fraction")
     for metric, value in (("program_bytes", r.program_bytes), ("device_peak_bytes", r.peak_bytes)):
         if value is not None:
-            results.record(f"rung_{n}_{metric}", value, "bytes")
-    results.record(f"rung_{n}_final_loss", r.result.final_loss, "loss")
+            record.record(f"rung_{n}_{metric}", value, "bytes")
+    record.record(f"rung_{n}_final_loss", r.result.final_loss, "loss")
 for name, (p, g) in checks.items():
-    results.record(f"max_abs_param_diff_{name}_vs_scan", p, "abs")
-    results.record(f"max_abs_param_diff_{name}_vs_scan_tolerance", param_tol, "abs")
-    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan", g, "relative")
-    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance", grad_tol, "relative")
+    record.record(f"max_abs_param_diff_{name}_vs_scan", p, "abs")
+    record.record(f"max_abs_param_diff_{name}_vs_scan_tolerance", param_tol, "abs")
+    record.record(f"max_abs_grad_rel_diff_{name}_vs_scan", g, "relative")
+    record.record(f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance", grad_tol, "relative")
 if bf16_diff is not None:
-    results.record("max_abs_loss_diff_bf16_vs_f32", bf16_diff, "loss")
-    results.record("max_abs_loss_diff_bf16_vs_f32_tolerance", bf16_tol, "loss")
+    record.record("max_abs_loss_diff_bf16_vs_f32", bf16_diff, "loss")
+    record.record("max_abs_loss_diff_bf16_vs_f32_tolerance", bf16_tol, "loss")
 for dtype in ("float32", "bfloat16"):
     fractions = [
         r.fraction_of_ceiling(cfg, measured)
@@ -852,8 +843,8 @@ for dtype in ("float32", "bfloat16"):
     fractions = [f for f in fractions if f is not None]
     if fractions:
         key = "bf16" if dtype == "bfloat16" else "f32"
-        results.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
-        results.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
+        record.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
+        record.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
 multi_context = dict(
     backend=multi.devices[0].platform,
     device_kind=multi.devices[0].device_kind,
@@ -862,17 +853,17 @@ multi_context = dict(
 )
 for k, r in reports.items():
     key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
-    results.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
-    results.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
-results.record(
+    record.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
+    record.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
+record.record(
     "bf16_pmean_written_all_reduce_bytes",
     sum(b for _, b in written),
     "bytes",
     **multi_context,
 )
 if best is not None:
-    results.record("throughput", best.result.examples_per_s, "examples/s")
-    results.record("best_rung", best.rung.name, "name")
+    record.record("throughput", best.result.examples_per_s, "examples/s")
+    record.record("best_rung", best.rung.name, "name")
 
 # %% [markdown]
 # Last, free what this notebook put on the device: the ladder's runs (their

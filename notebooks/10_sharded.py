@@ -40,7 +40,7 @@ STEPS = 3  # training steps each form runs before it is compared with replicated
 GPU_TARGETS = ("h200", "l4")  # GPUs to compile for without a GPU (section 6); () skips it
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("10_sharded", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -57,21 +57,12 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import (
-    census,
-    collectives,
-    costs,
-    data,
-    deviceless,
-    gpu_targets,
-    memory,
-    model,
-    results,
-    sharded,
-    sharded_steps,
-    train,
-)
-from dpcourse import display as show
+from dpcourse import costs, data, memory, model, record, show, train
+from dpcourse.compiled import census, collectives
+from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.gpu_compile import sharded_steps
+from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices
 n, backend = len(devs), devs[0].platform
@@ -228,7 +219,7 @@ display(
             }
             for k, v in params.items()
         ],
-        caption=f"Specs on {n} devices (this cell's spec_for, and dpcourse.sharded.shard_specs)",
+        caption=f"Specs on {n} devices (this cell's spec_for, and sharded.shard_specs)",
     )
 )
 print(plan.describe())
@@ -579,8 +570,8 @@ for form, d in diffs.items():
 # microbatches), so it matches within the tolerance, not bitwise.
 #
 # The package keeps the reusable version of each form
-# (`dpcourse.sharded`, compiled by `make placement` through
-# `dpcourse.sharded_steps`). Your cells above against it, same start, same
+# (`dpcourse.sharded.forms`, compiled by `make placement` through
+# `dpcourse.gpu_compile.sharded_steps`). Your cells above against it, same start, same
 # batches (edit a cell above and this says which form now differs):
 
 # %%
@@ -598,7 +589,7 @@ for form, build in pkg.items():
     package_diff[form] = train.max_abs_diff(final[form][0], run(step, p0, s0, batches)[0])
 display(show.table([{"form": k, "max |your cell - package|": v} for k, v in package_diff.items()]))
 for form, d in package_diff.items():
-    assert d < EQUIV_TOL, f"{form}: your cell's parameters differ from dpcourse.sharded's by {d:g}"
+    assert d < EQUIV_TOL, f"{form}: your cell's parameters differ from the package's by {d:g}"
 
 # %% [markdown]
 # ## 6. Counted in the compiled program
@@ -625,7 +616,7 @@ if backend == "cpu":
 # %% [markdown]
 # **For GPUs, without a GPU.** The same six steps compiled for N x H200 and
 # N x L4 (the L4 description is approximate, made from its datasheet) by
-# XLA's GPU compiler on this machine, through `dpcourse.deviceless` (the
+# XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile` (the
 # optional extra, `make gpu-compile`): the background process started at
 # the top of the lesson, one for all targets, a second or two per step
 # (on 3 devices it compiles for 8 GPUs, the nearest description).
@@ -651,7 +642,7 @@ for res in gpu_results:
     )
 
 # %% [markdown]
-# What the GPU compiler did (the tests in `tests/test_sharded_gpu.py` hold
+# What the GPU compiler did (the tests in `tests/lib/gpu_compile/test_sharded_steps.py` hold
 # it to this, so a JAX or XLA change that moves a collective fails CI):
 #
 # - replicated DP, and accumulation with `reduced`/`unreduced`: one
@@ -738,33 +729,33 @@ if REDUCED_OK:
     state_by_form["accumulation, reduced"] = (params_e, opt_state_e)
 for form, (p, s) in state_by_form.items():
     key = sharded_steps.FORM_KEYS[form]
-    results.record(
+    record.record(
         f"state_bytes_per_device_{key}", bytes_on(p, dev0) + bytes_on(s, devs[0]), "bytes"
     )
-    results.record(f"argument_bytes_{key}", mem[form]["argument_bytes"], "bytes")
-    results.record(f"temp_bytes_{key}", mem[form]["temp_bytes"], "bytes")
-    results.record(f"collectives_per_step_{key}", reports[form].runs_per_step, "count")
-    results.record(f"collective_bytes_per_step_{key}", reports[form].bytes_per_step, "bytes")
+    record.record(f"argument_bytes_{key}", mem[form]["argument_bytes"], "bytes")
+    record.record(f"temp_bytes_{key}", mem[form]["temp_bytes"], "bytes")
+    record.record(f"collectives_per_step_{key}", reports[form].runs_per_step, "count")
+    record.record(f"collective_bytes_per_step_{key}", reports[form].bytes_per_step, "bytes")
     if form != "replicated DP":
-        results.record(f"max_abs_param_diff_vs_replicated_{key}", diffs[form], "abs")
-        results.record(
+        record.record(f"max_abs_param_diff_vs_replicated_{key}", diffs[form], "abs")
+        record.record(
             f"max_abs_param_diff_vs_replicated_{key}_tolerance",
             0.0 if form in BITWISE else EQUIV_TOL,
             "abs",
         )
 for res in gpu_results:
     for name, s in [] if res.error else res.steps.items():
-        results.record(
+        record.record(
             f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}",
             s.runs_per_step,
             "count",
         )
-        results.record(
+        record.record(
             f"collective_bytes_per_step_{name}_gpu_{res.target}_{res.n_devices}",
             s.bytes_per_step,
             "bytes",
         )
-_ = results.record("reduced_shardings_available", int(REDUCED_OK), "bool")
+_ = record.record("reduced_shardings_available", int(REDUCED_OK), "bool")
 
 # %%
 before, after = memory.free(

@@ -1,6 +1,6 @@
 """Sphinx settings for the course's website (make site): the executed lessons, rendered offline.
 
-The source tree is written by ``python -m dpcourse.site`` (build/site-src);
+The source tree is written by ``python -m coursetools.site`` (build/site-src);
 this file is its configuration, copied there with the other pages. Nothing is
 executed here (the runner executed the lessons) and no page loads anything
 from another host: the widget manager, RequireJS and MathJax are the npm
@@ -17,7 +17,7 @@ myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
 suppress_warnings = ["myst.header", "myst.xref_missing", "misc.highlighting_failure"]
 
-# The notebooks arrive executed; a lesson that failed never gets here (dpcourse.site).
+# The notebooks arrive executed; a lesson that failed never gets here (coursetools.site).
 nb_execution_mode = "off"
 nb_merge_streams = True
 # Widgets from the saved widget state, with the manager served by the site itself.

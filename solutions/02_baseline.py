@@ -1,5 +1,5 @@
 # Solutions to the exercises of notebooks/02_baseline.py, one cell per exercise,
-# tagged with the exercise's id. `python -m dpcourse run --solutions` and
+# tagged with the exercise's id. `python -m coursetools run --solutions` and
 # `make solutions-test` put each cell in place of the exercise cell and run the
 # lesson; every check must then report "Correct". Names come from the lesson.
 

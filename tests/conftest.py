@@ -48,7 +48,7 @@ def _no_recording(monkeypatch):
     monkeypatch.delenv("DPCOURSE_RESULTS", raising=False)
     monkeypatch.delenv("DPCOURSE_PROFILE", raising=False)
     monkeypatch.delenv("DPCOURSE_DATA", raising=False)
-    from dpcourse import results
+    from dpcourse import record as results
 
     results.disable()
     saved = dict(results._context)

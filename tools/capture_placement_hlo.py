@@ -6,7 +6,7 @@ Run with each environment's Python from the repository root, for example
 smoke profile's steps for 2 x H200 without a GPU (the gpu-compile extra)
 and for 2 simulated CPU devices, and keeps, per computation, its header,
 its ``while`` lines (with their trip counts) and its collective lines
-without metadata: what :func:`dpcourse.collectives.parse_hlo` reads.
+without metadata: what :func:`dpcourse.compiled.collectives.parse_hlo` reads.
 Files: ``tests/data/hlo_<backend>_<step>_smoke_2_jax<version>.txt``.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpcourse import collectives, deviceless  # noqa: E402
+from dpcourse.compiled import collectives  # noqa: E402
+from dpcourse.gpu_compile import compile as deviceless  # noqa: E402
 
 KEEP = re.compile(
     r"\s(while|all-reduce(-start|-done)?|all-gather(-start|-done)?|reduce-scatter|collective-permute"

@@ -2,7 +2,7 @@
 
 Each lesson imports its module (``from dpcourse.exercises import lesson04 as check``)
 and calls one checker per exercise with the learner's answer. Solutions
-live in ``solutions/`` beside the course; :mod:`dpcourse.exercises.solutions`
+live in ``solutions/`` beside the course; :mod:`coursetools.solutions`
 fills them into the notebooks for the CI run.
 """
 

@@ -279,7 +279,7 @@ def check_tree_like(tree, reference, what: str) -> None:
     leaves, treedef = jax.tree.flatten(tree)
     ref_leaves, ref_def = jax.tree.flatten(reference)
     if treedef != ref_def:
-        from dpcourse.cellcheck import structure_difference
+        from dpcourse.checks import structure_difference
 
         raise bad_input(
             f"Expected {what} with the parameters' structure (one array per parameter, under the same names); "

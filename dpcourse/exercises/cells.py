@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpcourse.cellcheck import structure_difference
+from dpcourse.checks import structure_difference
 from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
 
 

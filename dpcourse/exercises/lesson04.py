@@ -9,7 +9,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import collectives, model, train
+from dpcourse import model, train
+from dpcourse.compiled import collectives
 from dpcourse.config import Config
 from dpcourse.data import Dataset
 from dpcourse.exercises.base import as_number, bad_input, checker, describe, wrong
@@ -39,7 +40,7 @@ def collectives_doubled(answer, cfg: Config, mesh: Mesh) -> str:
     """Exercise 04.1: collective executions per step of ``jit(train_step)`` when BLOCK_REPEATS doubles.
 
     The checker compiles the step for both configurations on the lesson's
-    mesh and reads the counts with :func:`dpcourse.collectives.collective_report`;
+    mesh and reads the counts with :func:`dpcourse.compiled.collectives.collective_report`;
     the prediction must match the measured count exactly.
     """
     value = as_number(answer, "a count of collective executions per step", positive=True)

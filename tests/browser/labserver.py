@@ -3,7 +3,7 @@
 :class:`LabServer` starts JupyterLab from the running Python environment (the
 course's ``.venv``) on a free 127.0.0.1 port with a random token and the
 course's settings (``jupyter/`` in the repository, as ``make lab`` applies
-them), serving a learner's workspace made by ``dpcourse.workspace.init`` (what
+them), serving a learner's workspace made by ``coursetools.workspace.init`` (what
 ``make lab`` serves: one ``NN_name.ipynb`` per lesson), so that nothing a test
 does (autosave) writes into the repository. ``test_workspace_lab.py`` starts
 ``make lab`` itself, from a fresh clone. Everything else the server
@@ -210,7 +210,7 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}"
 
     def _prepare(self) -> None:
-        from dpcourse.workspace import init
+        from coursetools.workspace import init
 
         init(self.root, source=self.lessons)  # as `make lab` does: no jupytext.toml, no .py twins
         for name in ("config", "data", "runtime", "settings", "workspaces", "ipython"):

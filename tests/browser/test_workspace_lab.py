@@ -206,7 +206,7 @@ def test_3_a_course_update_reaches_the_learner_and_keeps_their_05(page, learner)
     git("commit", "-q", "-m", "course update: 05 changed, 10 added", cwd=origin)
     git("pull", "-q", "--ff-only", cwd=clone)
     done = subprocess.run(
-        [sys.executable, "-m", "dpcourse", "workspace", "update"],
+        [sys.executable, "-m", "coursetools", "workspace", "update"],
         cwd=clone,
         env=server.environment(),
         capture_output=True,

@@ -194,7 +194,7 @@ def test_every_profile_runs_the_course_image_with_the_workspace_volume(pods):
         hook = container(pod).lifecycle
         hook = hook if isinstance(hook, dict) else hook.to_dict()
         command = (hook.get("postStart") or hook["post_start"])["exec"]["command"]
-        assert command == ["python", "-m", "dpcourse", "workspace", "init", "--dir", "/home/jovyan/workspace"]
+        assert command == ["python", "-m", "coursetools", "workspace", "init", "--dir", "/home/jovyan/workspace"]
 
 
 def test_cpu_profile_is_the_default_with_no_gpu(pods):

@@ -34,7 +34,7 @@ def test_pod_serves_the_workspace_that_its_init_container_makes():
     pod = next(d for d in load_manifest(DEPLOY_DIR / "jupyter.yaml") if d["kind"] == "Pod")
     (init,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "make-workspace"]
     command = init["command"]
-    assert command[1:5] == ["-m", "dpcourse", "workspace", "init"], command
+    assert command[1:5] == ["-m", "coursetools", "workspace", "init"], command
     served = next(a.split("=", 1)[1] for a in _jupyter_container()["command"] if a.startswith("--ServerApp.root_dir="))
     assert command[command.index("--dir") + 1] == served
 

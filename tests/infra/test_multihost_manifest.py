@@ -46,7 +46,7 @@ def applied_values(module) -> dict:
 
 
 def package_constants() -> dict[str, object]:
-    """Module-level constants of dpcourse/distributed.py, read without importing it (no JAX here)."""
+    """Module-level constants of dpcourse/multihost/distributed.py, read without importing it (no JAX here)."""
     tree = ast.parse(PACKAGE_MODULE.read_text())
     found = {}
     for node in tree.body:
@@ -84,7 +84,7 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
     names = {key: package[key] for key in keys}
     for key, name in names.items():
         if env_entry(container, name) is None:
-            errors.append(f"the worker does not set {name} ({key} in dpcourse/distributed.py)")
+            errors.append(f"the worker does not set {name} ({key} in dpcourse/multihost/distributed.py)")
     if errors:
         return errors
     # Process count: pods that exist == processes the coordinator waits for.

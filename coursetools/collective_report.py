@@ -1,0 +1,279 @@
+"""Both compilers' answer to "where does the all-reduce land?": the table, placement.json, the notebook cell.
+
+``python -m coursetools.collective_report`` (``make placement``) compiles the
+course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`) for
+every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
+GPU, and for 8 simulated CPU devices, prints one table and writes
+``results/placement/placement.json``: one record per (backend, target,
+device count, profile, step). Notebooks 04, 05 and 09 call
+:func:`show_compilers`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.gpu_compile import targets as gpu_targets
+
+DEFAULT_JSON = Path("results") / "placement" / "placement.json"
+# `make placement` compiles the smoke profile for every target and device
+# count, and the full profile where it is cheap: one GPU target at 8 devices
+# and the CPU (each full compile of the three steps takes seconds to tens of
+# seconds on a 2-core machine).
+FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
+# Lesson 10's forms (dpcourse.gpu_compile.sharded_steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+# --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
+# the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
+LESSON10_DEVICES = 8
+
+
+def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
+    """The jobs of ``--lesson10``: :data:`LESSON10_DEVICES` devices of each target, and the CPU, per profile."""
+    jobs = []
+    for profile in profiles:
+        if profile == "full":
+            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
+            continue
+        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in targets]
+        jobs.append(deviceless.Job("cpu", "cpu", LESSON10_DEVICES, profile))
+    return jobs
+
+
+def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], cpu_devices: int = 8):
+    """The jobs of ``make placement``: every target x count per profile, and the CPU."""
+    jobs = []
+    for profile in profiles:
+        if profile == "full" and len(profiles) > 1:
+            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
+            continue
+        jobs += [deviceless.Job("gpu", t, n, profile) for t in targets for n in counts]
+        jobs.append(deviceless.Job("cpu", "cpu", cpu_devices, profile))
+    return jobs
+
+
+def records(results: list[deviceless.CompileResult]) -> list[dict]:
+    """One flat record per result and step (the rows of placement.json).
+
+    Fields: backend, target, target_label, approximate, deviceless,
+    n_devices, profile, step, collectives, all_reduces, in_loop,
+    runs_per_step, bytes_per_step (per device), compile_s, flops,
+    bytes_accessed (cost_analysis), temp_bytes (memory_analysis),
+    disabled_passes, jax_version, jaxlib_version, error.
+    """
+    out = []
+    for res in results:
+        base = {
+            "backend": res.backend,
+            "target": res.target,
+            "target_label": res.target_label,
+            "approximate": res.approximate,
+            "deviceless": res.deviceless,
+            "n_devices": res.n_devices,
+            "profile": res.profile,
+        }
+        tail = {
+            "disabled_passes": res.disabled_passes,
+            "jax_version": res.jax_version,
+            "jaxlib_version": res.jaxlib_version,
+        }
+        if res.error:
+            out.append({**base, "step": None, **tail, "error": res.error})
+            continue
+        for name, s in res.steps.items():
+            out.append(
+                {
+                    **base,
+                    "step": name,
+                    "collectives": s.count,
+                    "all_reduces": sum(c["kind"] == "all-reduce" for c in s.collectives),
+                    "in_loop": s.in_loop,
+                    "runs_per_step": s.runs_per_step,
+                    "bytes_per_step": s.bytes_per_step,
+                    "compile_s": s.compile_s,
+                    "flops": s.cost.get("flops"),
+                    "bytes_accessed": s.cost.get("bytes accessed"),
+                    "temp_bytes": s.memory.get("temp_size_in_bytes"),
+                    **tail,
+                    "error": s.error,
+                }
+            )
+    return out
+
+
+METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
+
+
+def check(recs: list[dict]) -> list[str]:
+    """What in ``recs`` differs from the placement the course teaches (empty: all as taught).
+
+    Every course step compiled for a GPU, and the device-axis and
+    ``shard_map`` steps on the CPU: one all-reduce per step, outside any
+    loop, of the float32 gradient and the two metrics. Plain ``jit`` on the
+    CPU: the shared block's gradient reduced inside the backward loop. A
+    change in JAX or XLA that moves an all-reduce makes ``make placement``
+    fail with the record that moved.
+    """
+    from dpcourse import config, costs
+
+    problems = []
+    for r in recs:
+        where = f"{r['backend']} {r['target']} x{r['n_devices']} {r['profile']} {r['step']}"
+        if r.get("error"):
+            problems.append(f"{where}: not compiled: {r['error']}")
+            continue
+        if r["step"] not in deviceless.COURSE_STEPS or r.get("disabled_passes"):
+            continue
+        if r["backend"] == "cpu" and r["step"] == "jit":
+            if r["in_loop"] < 1:
+                problems.append(f"{where}: the CPU compiler no longer reduces inside the loop ({r['in_loop']})")
+            continue
+        expected = costs.gradient_bytes(config.make_config(r["profile"])) + METRIC_BYTES
+        got = (r["all_reduces"], r["collectives"], r["in_loop"], r["runs_per_step"], r["bytes_per_step"])
+        if got != (1, 1, 0, 1, expected):
+            problems.append(
+                f"{where}: expected 1 all-reduce per step outside any loop of {expected:,} bytes; got "
+                f"{r['all_reduces']} all-reduce(s) of {r['collectives']} collective(s), {r['in_loop']} in a loop, "
+                f"{r['runs_per_step']} runs, {r['bytes_per_step']} bytes"
+            )
+    return problems
+
+
+def table_rows(recs: list[dict]) -> list[dict]:
+    """Rows for :func:`dpcourse.show.table` or a text table: where each step's collectives land."""
+    rows = []
+    for r in recs:
+        where = r["target_label"] if r["backend"] == "gpu" else "CPU (simulated)"
+        row = {"backend": r["backend"], "compiled for": f"{r['n_devices']} x {where}", "profile": r["profile"]}
+        if r.get("error"):
+            rows.append({**row, "step": "(not compiled)", "collectives": r["error"]})
+            continue
+        rows.append(
+            {
+                **row,
+                "step": r["step"],
+                "collectives": r["collectives"],
+                "inside loop": r["in_loop"],
+                "runs per step": "unknown" if r["runs_per_step"] is None else r["runs_per_step"],
+                "bytes per step": "unknown" if r["bytes_per_step"] is None else f"{r['bytes_per_step']:,}",
+                "compile s": r["compile_s"],
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table of ``rows`` (columns: the union of their keys, in order)."""
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    cells = [[str(row.get(c, "")) for c in cols] for row in rows]
+    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)) for line in cells]
+    return "\n".join(lines)
+
+
+def show_compilers(
+    profile: str,
+    steps: dict[str, str] | None = None,
+    target: str = "h200",
+    counts: tuple[int, ...] = gpu_targets.DEVICE_COUNTS,
+    cpu_devices: int | None = 8,
+    disable_passes: tuple[str, ...] = (),
+) -> list[deviceless.CompileResult]:
+    """Notebooks: compile ``steps`` for ``counts`` x ``target`` without a GPU and for CPU devices; show both.
+
+    One subprocess, one table per result. ``cpu_devices=None`` leaves the CPU
+    out (a notebook on CPU devices has just shown it). Without the extra it
+    prints one line saying how to get it and shows the CPU compiler's answer
+    only.
+
+    Returns:
+        The results (GPU ones first; a GPU result has ``error`` set when the
+        extra is missing).
+    """
+    from IPython.display import display
+
+    from dpcourse import show
+
+    missing = gpu_targets.extra_missing()
+    gpu_jobs = [] if missing else [deviceless.Job("gpu", target, n, profile) for n in counts]
+    jobs = gpu_jobs + ([deviceless.Job("cpu", "cpu", cpu_devices, profile)] if cpu_devices else [])
+    if missing:
+        print(f"GPU compile without a GPU is not available here: {missing}")
+    results = deviceless.compile_jobs(jobs, steps, disable_passes=disable_passes)
+    passes = f", XLA passes off: {', '.join(disable_passes)}" if disable_passes else ""
+    for res in results:
+        caption = f"{res.label} ({profile} profile, JAX {res.jax_version or '?'}{passes})"
+        display(show.table(table_rows(records([res])), caption=caption))
+    return results
+
+
+def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
+    """:func:`dpcourse.gpu_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
+
+    The jobs are dealt round-robin (so the slow full-profile jobs spread out).
+    A compile keeps about one core busy: two subprocesses take about half the
+    time of one on a machine with two or more cores.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = max(1, min(workers, len(jobs)))
+    chunks = [list(range(i, len(jobs), parts)) for i in range(parts)]
+    with ThreadPoolExecutor(max_workers=parts) as pool:
+        futures = [pool.submit(deviceless.compile_jobs, [jobs[i] for i in chunk], steps) for chunk in chunks]
+        results: list = [None] * len(jobs)
+        for chunk, future in zip(chunks, futures):
+            for i, result in zip(chunk, future.result()):
+                results[i] = result
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make placement``: compile, print the table, write placement.json; exit 1 if one failed :func:`check`."""
+    parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU (without a GPU) and CPU compilers.")
+    parser.add_argument("--profile", action="append", help="workload profile (repeatable; default smoke and full)")
+    parser.add_argument("--target", action="append", help=f"GPU target (default all: {', '.join(gpu_targets.TARGETS)})")
+    parser.add_argument("--devices", default="2,4,8", help="GPU counts, comma-separated")
+    parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
+    parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
+    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
+    parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    profiles = args.profile or ["smoke", "full"]
+    targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
+    counts = tuple(int(n) for n in args.devices.split(","))
+    missing = gpu_targets.extra_missing()
+    if missing and not args.allow_missing_extra:
+        print(f"placement: FAILED: {missing}", file=sys.stderr)
+        return 1
+    if missing:
+        print(f"placement: GPU targets skipped: {missing}")
+        targets = []
+    t0 = time.perf_counter()
+    results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
+    if args.lesson10:
+        from dpcourse.gpu_compile import sharded_steps
+
+        results += compile_in_parallel(lesson10_jobs(profiles, targets), sharded_steps.STEPS, args.workers)
+    wall = time.perf_counter() - t0
+    recs = records(results)
+    print(format_table(table_rows(recs)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(recs, indent=1) + "\n")
+    problems = check(recs)
+    print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")
+    for line in problems:
+        print(f"placement: FAILED: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

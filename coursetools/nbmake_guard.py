@@ -1,0 +1,107 @@
+"""A pytest plugin for the nbmake layers (``pytest -p coursetools.nbmake_guard --nbmake ...``).
+
+Two faults of an nbmake run are made impossible or named before any
+notebook starts:
+
+* **A kernel from another environment.** nbmake starts the kernel a
+  notebook's metadata names (``python3``); jupyter_client looks that name up
+  on ``JUPYTER_PATH`` first, so a ``python3`` kernelspec of another virtual
+  environment there silently ran the lessons on another JAX. This plugin
+  writes a kernelspec that starts *this* interpreter, under a name of its
+  own, into a temporary folder put first on ``JUPYTER_PATH``, passes it to
+  nbmake (``--nbmake-kernel``), and checks that the name resolves to this
+  interpreter; if not, the run stops, naming the kernelspec that won.
+* **A bad ``XLA_FLAGS`` token**, on which XLA ends the kernel and nbmake
+  reports only ``NBMAKE INTERNAL ERROR``: checked first
+  (:func:`dpcourse.backend.xlaflags.check_xla_flags`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags
+
+_made: list[Path] = []
+
+
+def kernel_name(python: str | None = None) -> str:
+    """This interpreter's kernelspec name: ``dpcourse-`` and a hash of its path (no other env shares it)."""
+    python = python or sys.executable
+    return "dpcourse-" + hashlib.sha256(os.path.abspath(python).encode()).hexdigest()[:10]
+
+
+def install_kernelspec(folder: Path, python: str | None = None) -> str:
+    """Write a kernelspec that starts ``python -m ipykernel_launcher`` into ``folder/kernels/<name>``; its name."""
+    python = python or sys.executable
+    name = kernel_name(python)
+    target = Path(folder) / "kernels" / name
+    target.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python {sys.version.split()[0]} ({python})",
+        "language": "python",
+        "metadata": {"debugger": False},
+    }
+    (target / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    return name
+
+
+def check_kernelspec(name: str, python: str | None = None) -> None:
+    """Check that kernelspec ``name`` starts ``python`` (default: this interpreter).
+
+    Raises:
+        RuntimeError: it resolves to another interpreter, or to none; the
+            message names the kernelspec's folder and what it starts.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    python = os.path.realpath(python or sys.executable)
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel as err:
+        raise RuntimeError(f"The course's kernelspec {name!r} was not found on JUPYTER_PATH.") from err
+    started = spec.argv[0] if spec.argv else "?"
+    if os.path.realpath(shutil.which(started) or started) != python:
+        raise RuntimeError(
+            f"The kernelspec {name!r} in {spec.resource_dir} starts {started}, not this test run's Python "
+            f"({python}): the notebooks would run on another environment's packages. Remove that kernelspec "
+            "or take its folder off JUPYTER_PATH."
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        check_xla_flags()
+    except XlaFlagsError as err:
+        raise pytest.UsageError(str(err)) from None
+    if not hasattr(config.option, "nbmake_kernel"):
+        return  # nbmake is not loaded: nothing to set
+    folder = Path(tempfile.mkdtemp(prefix="dpcourse-kernels-"))
+    _made.append(folder)
+    name = install_kernelspec(folder)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(folder), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    wanted = config.option.nbmake_kernel
+    if wanted and wanted != name:
+        raise pytest.UsageError(
+            f"--nbmake-kernel={wanted}: the course's nbmake layers run this interpreter's own kernel "
+            f"({name}, {sys.executable}); drop --nbmake-kernel."
+        )
+    config.option.nbmake_kernel = name
+    try:
+        check_kernelspec(name)
+    except RuntimeError as err:
+        raise pytest.UsageError(str(err)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _made:
+        shutil.rmtree(_made.pop(), ignore_errors=True)

@@ -1,0 +1,316 @@
+"""Measured times, written into the lessons and the README from a committed record: ``python -m coursetools timings``.
+
+Every course run's ``results.json`` holds each notebook's wall time, the
+machine (CPU, cores, memory), its load average at the start and end, and
+the course commit (:func:`machine_info`, filled in by the runner).
+``python -m coursetools timings --update RESULTS.json ...`` copies those
+figures into ``baselines/timings.json`` (the committed record) and writes
+from it each lesson's ``**Time.**`` line and the README's block between
+``<!-- timings:begin -->`` and ``<!-- timings:end -->``;
+``--make-test-seconds S`` adds a measured ``make test`` time.
+``--check`` (and tests/coursetools/test_timings.py) fails when a lesson or the README
+says anything else than the record, so the text cannot drift from what
+was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from coursetools import paths
+
+ROOT = paths.ROOT
+RECORD = paths.TIMINGS
+README = paths.README
+NOTEBOOK_DIR = paths.NOTEBOOKS
+BEGIN, END = "<!-- timings:begin -->", "<!-- timings:end -->"
+TIME_LINE = re.compile(r"^# \*\*Time[.*].*$", re.MULTILINE)
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (runnable processes), or None where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _gpus() -> list[str]:
+    """GPU names from ``nvidia-smi`` (no JAX started), empty where there is none."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def machine_info() -> dict:
+    """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
+    whether the GPU-compile extra was installed (04, 09 and 10 compile for GPUs without one only with it,
+    which adds seconds to each)."""
+    from dpcourse.gpu_compile.targets import extra_missing
+
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpus": _gpus(),
+        "os": platform.platform(terse=True),
+        "python": platform.python_version(),
+        "load_average_start": load_average(),
+        "gpu_compile_extra": extra_missing() is None,
+    }
+
+
+def course_commit() -> str | None:
+    """The course's git commit (short), with ``+changes`` when the work tree differs; None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def _run_entry(path: Path) -> dict:
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    if "machine" not in payload:
+        raise ValueError(f"{path}: no machine record (a results.json from before the runner recorded it); run again.")
+    return {
+        "profile": payload["profile"],
+        "created": payload.get("created"),
+        "commit": payload.get("commit"),
+        "machine": payload["machine"],
+        "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
+        "notebooks": {nb["notebook"]: {"wall_s": nb["wall_s"], "status": nb["status"]} for nb in payload["notebooks"]},
+    }
+
+
+def _machine_text(machine: dict) -> str:
+    gpus = machine.get("gpus") or []
+    where = f"{machine.get('cores')}-core {machine.get('cpu')}, {machine.get('memory_gib')} GiB"
+    if gpus:
+        where += f", {len(gpus)} x {gpus[0]}"
+    extra = machine.get("gpu_compile_extra")
+    if extra is not None:  # runs recorded before the field say nothing
+        where += ", with the GPU-compile extra" if extra else ", without the GPU-compile extra (no GPU compiles)"
+    start, end = machine.get("load_average_start"), machine.get("load_average_end")
+    if start and end:
+        where += f"; load average {start[0]:g} at the start, {end[0]:g} at the end"
+    elif end:
+        where += f"; load average {end[0]:g} at the end (not recorded at the start)"
+    return where
+
+
+def _run_text(run: dict) -> str:
+    jax = ", ".join(run["jax"]) or "?"
+    return f"commit {run['commit']}, JAX {jax}, {_machine_text(run['machine'])}"
+
+
+def time_line(notebook: str, record: dict) -> str:
+    """The ``# **Time** ...`` paragraph of ``notebook`` (a stem such as ``05_shard_map``) from ``record``.
+
+    Wrapped at 100 characters (``# `` lines), so it fits a 1280 px screen.
+    """
+    parts, details = [], []
+    for run in record["runs"]:
+        nb = run["notebooks"].get(notebook)
+        if nb is None:
+            continue
+        failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
+        parts.append(f"`{run['profile']}` {nb['wall_s']:.0f} s{failed}")
+        details.append(_run_text(run))
+    if not parts:
+        return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
+    if len(set(details)) == 1:
+        text = f"**Time** (headless run): {', '.join(parts)}; {details[0]}."
+    else:
+        text = "**Time** (headless run): " + "; ".join(f"{p} ({d})" for p, d in zip(parts, details)) + "."
+    text += " From `baselines/timings.json`; a load average above the core count means a busy machine."
+    return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
+
+
+def readme_block(record: dict) -> str:
+    """The README's measured times (between the timings markers), from ``record``."""
+    lines = [
+        BEGIN,
+        "Measured times (written by `python -m coursetools timings --update` from `baselines/timings.json`):",
+        "",
+    ]
+    for run in record["runs"]:
+        total = sum(nb["wall_s"] for nb in run["notebooks"].values())
+        lines.append(
+            f"- `make course` with the `{run['profile']}` profile: {total:.0f} s of notebook time "
+            f"for {len(run['notebooks'])} notebooks ({_run_text(run)})."
+        )
+    make_test = record.get("make_test")
+    if make_test:
+        lines.append(
+            f"- `make test`: {make_test['seconds'] / 60:.0f} minutes ({make_test['seconds']:.0f} s; "
+            f"commit {make_test['commit']}, {_machine_text(make_test['machine'])})."
+        )
+    else:
+        lines.append("- `make test`: not measured yet (`make time-make-test` measures and records it).")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def _replace_time_paragraph(text: str, line: str) -> str:
+    """``text`` (a lesson's .py) with its ``# **Time...`` paragraph replaced by ``line``."""
+    lines = text.split("\n")
+    for i, current in enumerate(lines):
+        if TIME_LINE.match(current):
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("# ") and not lines[j].startswith("# **"):
+                j += 1  # the paragraph's continuation lines
+            return "\n".join(lines[:i] + [line] + lines[j:])
+    raise ValueError("no '# **Time' line in the lesson's introduction")
+
+
+def lesson_files(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The lessons' percent-format sources, ``NN_name.py``."""
+    return sorted(Path(directory).glob("[0-9][0-9]_*.py"))
+
+
+def expected_texts(record: dict, directory: Path = NOTEBOOK_DIR, readme: Path = README) -> dict[Path, str]:
+    """Each file the record writes, with the text it must hold."""
+    out = {}
+    for path in lesson_files(directory):
+        out[path] = _replace_time_paragraph(path.read_text(encoding="utf-8"), time_line(path.stem, record))
+    text = readme.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{readme}: no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    out[readme] = head + readme_block(record) + rest.split(END, 1)[1]
+    return out
+
+
+def load_record(path: Path = RECORD) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def update(
+    results: list[Path],
+    make_test_seconds: float | None = None,
+    record_path: Path = RECORD,
+    directory: Path = NOTEBOOK_DIR,
+    readme: Path = README,
+    sync: bool = True,
+    *,
+    make_test_load_start: list[float] | None = None,
+) -> list[Path]:
+    """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files.
+
+    ``make_test_load_start``: the load average read before ``make test``
+    started (``time-make-test`` passes it); the one at the end is read now.
+    Without it the start is recorded as unknown, not as now.
+    """
+    record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
+    if results:
+        record["runs"] = sorted((_run_entry(p) for p in results), key=lambda r: r["profile"] != "smoke")
+    if make_test_seconds is not None:
+        record["make_test"] = {
+            "seconds": round(make_test_seconds),
+            "commit": course_commit(),
+            "measured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "machine": {
+                **machine_info(),
+                "load_average_start": make_test_load_start,
+                "load_average_end": load_average(),
+            },
+        }
+    Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    changed = []
+    for path, text in expected_texts(record, directory, readme).items():
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    lessons = [str(p) for p in changed if p.suffix == ".py"]
+    if lessons and sync:  # re-pair the .ipynb files with the edited .py files
+        subprocess.run([sys.executable, "-m", "jupytext", "--sync", *lessons], check=True, capture_output=True)
+    return changed
+
+
+def check(record_path: Path = RECORD) -> list[str]:
+    """Files whose time lines differ from the committed record (empty: all agree)."""
+    record = load_record(record_path)
+    return [str(p) for p, text in expected_texts(record).items() if p.read_text(encoding="utf-8") != text]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursetools timings", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--update", nargs="*", type=Path, metavar="RESULTS_JSON", help="record these runs, rewrite the text"
+    )
+    parser.add_argument("--make-test-seconds", type=float, help="record a measured `make test` wall time")
+    parser.add_argument(
+        "--load-start",
+        help="with --make-test-seconds: the load average before make test started (/proc/loadavg's first 3 fields)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
+    )
+    args = parser.parse_args(argv)
+    if args.update is not None or args.make_test_seconds is not None:
+        try:
+            start = [float(v) for v in args.load_start.split()[:3]] if args.load_start else None
+            changed = update(args.update or [], args.make_test_seconds, make_test_load_start=start)
+        except (OSError, ValueError, KeyError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"timings: {RECORD} written; {len(changed)} file(s) rewritten")
+        return 0
+    stale = check()
+    if stale:
+        print(
+            "timings: these differ from baselines/timings.json; run `python -m coursetools timings --update`: "
+            + ", ".join(stale),
+            file=sys.stderr,
+        )
+        return 1
+    print("timings: every time line matches baselines/timings.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The previous layout's module names, kept importable for one release with a warning naming the new one."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+
+# Old name -> the module that now holds its code. The course's tooling moved
+# out of the library into ``coursetools/`` in the repository; those names are
+# not aliased here (a library never imports the tooling): run
+# ``python -m coursetools`` from a checkout instead.
+MOVED = {
+    "dpcourse.session": "dpcourse.lesson",
+    "dpcourse.display": "dpcourse.show",
+    "dpcourse.results": "dpcourse.record",
+    "dpcourse.cellcheck": "dpcourse.checks",
+    "dpcourse.xlaflags": "dpcourse.backend.xlaflags",
+    "dpcourse.gpuinfo": "dpcourse.backend.gpuinfo",
+    "dpcourse.health": "dpcourse.backend.health",
+    "dpcourse.collectives": "dpcourse.compiled.collectives",
+    "dpcourse.hlo": "dpcourse.compiled.hlo",
+    "dpcourse.census": "dpcourse.compiled.census",
+    "dpcourse.ceilings": "dpcourse.perf.ceilings",
+    "dpcourse.roofline": "dpcourse.perf.roofline",
+    "dpcourse.ladder": "dpcourse.perf.ladder",
+    "dpcourse.linkbench": "dpcourse.perf.linkbench",
+    "dpcourse.distributed": "dpcourse.multihost.distributed",
+    "dpcourse.launcher": "dpcourse.multihost.launcher",
+    "dpcourse.worker": "dpcourse.multihost.worker",
+    "dpcourse.ports": "dpcourse.multihost.ports",
+    "dpcourse.multihost_plan": "dpcourse.multihost.plan",
+    "dpcourse.gpu_targets": "dpcourse.gpu_compile.targets",
+    "dpcourse.deviceless": "dpcourse.gpu_compile.compile",
+    "dpcourse.gpu_placement": "dpcourse.gpu_compile.mocked",
+    "dpcourse.course_steps": "dpcourse.gpu_compile.steps",
+    "dpcourse.sharded_steps": "dpcourse.gpu_compile.sharded_steps",
+}
+
+
+def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
+    """Emit the ``DeprecationWarning`` for one old name, saying what to import instead."""
+    warnings.warn(
+        f"{old} moved to {new} (the course's new layout): import {new} instead; the old name goes in the next release.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds an old name and hands back the new module itself (one object: patches and ``isinstance`` agree)."""
+
+    def __init__(self) -> None:
+        self._own_specs: dict[str, importlib.machinery.ModuleSpec] = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        new = MOVED[spec.name]
+        module = importlib.import_module(new)
+        self._own_specs[new] = module.__spec__
+        warn_moved(spec.name, new, stacklevel=4)
+        return module
+
+    def exec_module(self, module):
+        # importlib set the old name's spec on the module: give it back its own.
+        module.__spec__ = self._own_specs.get(module.__name__, module.__spec__)
+
+    def get_code(self, fullname):
+        """``python -m`` with an old name runs the new module's code."""
+        new = MOVED[fullname]
+        warn_moved(fullname, new, stacklevel=2)
+        spec = importlib.util.find_spec(new)
+        return spec.loader.get_code(new)
+
+    def is_package(self, fullname):
+        return False
+
+
+_FINDER = _Alias()
+
+
+def install() -> None:
+    """Put the alias finder on ``sys.meta_path`` once (idempotent)."""
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FINDER)

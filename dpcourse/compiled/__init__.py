@@ -1,0 +1,1 @@
+"""Reading a compiled program: its collectives, the HLO text, and the census of lesson 10's forms."""

@@ -1,0 +1,568 @@
+"""Compile training steps for N GPUs on a machine without one, or for simulated CPU devices, and report them.
+
+A step is named by a dotted builder path ``"module:function"``; the function
+has the signature ``build(cfg, mesh) -> (jitted_fn, abstract_args)``, where
+``cfg`` is a :class:`dpcourse.config.Config`, ``mesh`` a 1-D
+``jax.sharding.Mesh`` with axis ``"data"``, and ``abstract_args`` a tuple of
+``jax.ShapeDtypeStruct`` with ``NamedSharding`` on ``mesh``. Nothing runs:
+each step is lowered and compiled, and its optimised program is read for
+collectives (:mod:`dpcourse.compiled.collectives`), ``memory_analysis()`` and
+``cost_analysis()``. The course's own steps are :data:`COURSE_STEPS`; other
+lessons pass their own builders.
+
+Every compile runs in a fresh subprocess (:func:`compile_jobs`) with
+``JAX_PLATFORMS=cpu`` (and the extra's folder on ``PYTHONPATH``), where the GPU devices come from
+``jax.experimental.topologies.get_topology_desc(platform="cuda",
+target_config=<text proto>, topology="1x1xN")`` with a target of
+:mod:`dpcourse.gpu_compile.targets`. That needs the optional extra
+(``requirements-gpu-compile.txt``); :func:`compile_jobs` checks it before
+starting the subprocess and returns a result with a clear ``error`` when it
+is missing. ``disable_passes`` names XLA passes to switch off
+(``--xla_disable_hlo_passes``), for experiments such as turning off
+``while-loop-all-reduce-code-motion``. :func:`start_jobs` starts the same
+subprocess without waiting for it (a lesson starts it early and collects
+it later, while its own cells run).
+
+Most of a GPU compile of this course's small steps is code generation:
+each kernel is a separate ``ptxas`` run (about 45 per step, measured with
+jaxlib 0.10.2), and the steps of a lesson share most of their kernels. So
+each GPU job gets its own XLA kernel cache (``xla_gpu_kernel_cache_file``,
+one file per job in a temporary folder that is removed afterwards): a
+kernel already built for an earlier step of the same job is reused. The
+cache changes only how the machine code is built, not the optimised
+program, its collectives or ``memory_analysis()`` (measured: the same
+figures with and without it); it cut lesson 10's compile (6 steps, smoke
+profile, 8 x H200 and 8 x L4) from 27 s to 13-17 s on a shared 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dpcourse.gpu_compile import targets as gpu_targets
+
+COURSE_STEPS: dict[str, str] = {
+    "jit": "dpcourse.gpu_compile.steps:jit_step",
+    "device_axis": "dpcourse.gpu_compile.steps:device_axis_step",
+    "shard_map": "dpcourse.gpu_compile.steps:shard_map_step",
+}
+FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.gpu_compile.steps:fast_jit_step"}
+RESULT_PREFIX = "DPCOURSE_DEVICELESS_RESULT "
+COST_KEYS = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
+KERNEL_CACHE_OPTION = "xla_gpu_kernel_cache_file"  # an XLA debug option, passed per compile
+MEMORY_FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+)
+
+
+def load_builder(path: str):
+    """Import the builder named ``"module:function"``.
+
+    Raises:
+        ValueError: not of that form, or the module or function cannot be found.
+    """
+    module_name, sep, func_name = str(path).partition(":")
+    if not sep or not module_name or not func_name:
+        raise ValueError(f"A step builder is named 'module:function', e.g. {COURSE_STEPS['jit']!r}; got {path!r}.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"Step builder {path!r}: cannot import {module_name!r} ({err}).") from err
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        raise ValueError(f"Step builder {path!r}: {module_name} has no function {func_name!r}.")
+    return fn
+
+
+# ---- results ----
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One compiled step.
+
+    Attributes:
+        step: its name (a key of the steps mapping).
+        builder: the ``"module:function"`` that built it.
+        collectives: one dict per collective instruction: ``kind``, ``name``,
+            ``bytes`` (result bytes per device per execution; a tuple-typed
+            async start counted once), ``in_loop``, ``runs_per_step``,
+            ``bytes_per_step`` (None where a loop's trip count is unknown).
+        count: collective instructions in the program.
+        in_loop: of which inside a ``while`` body.
+        runs_per_step: collective executions per step (None: unknown).
+        bytes_per_step: bytes through collectives per step, per device.
+        memory: ``compiled.memory_analysis()`` fields, bytes (per device).
+        cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present),
+            for a whole step; a ``while`` body (``lax.scan``) is counted once.
+        cost_source: how ``cost`` was obtained (see :func:`_cost`).
+        compile_s: seconds to build, lower and compile (wall clock, in the worker; a GPU
+            job's later steps reuse the kernels of its earlier ones, see the module's notes).
+        error: why it could not be built or compiled (then the rest is empty).
+    """
+
+    step: str
+    builder: str
+    collectives: list[dict] = field(default_factory=list)
+    count: int = 0
+    in_loop: int = 0
+    runs_per_step: int | None = 0
+    bytes_per_step: int | None = 0
+    memory: dict[str, int] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
+    compile_s: float = 0.0
+    cost_source: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (backend, target, device count, profile) to compile.
+
+    ``backend`` is ``"gpu"`` (``target`` a key of
+    :data:`dpcourse.gpu_compile.targets.TARGETS`, compiled without a GPU) or ``"cpu"``
+    (simulated CPU devices; ``target`` is ``"cpu"``).
+    """
+
+    backend: str
+    target: str
+    n_devices: int
+    profile: str
+
+    def __post_init__(self):
+        if self.backend == "gpu":
+            gpu_targets.target(self.target)
+        elif self.backend != "cpu":
+            raise ValueError(f"Unknown backend {self.backend!r}: use 'gpu' or 'cpu'.")
+        if not isinstance(self.n_devices, int) or self.n_devices < 1:
+            raise ValueError(f"n_devices must be a whole number >= 1, got {self.n_devices!r}.")
+
+    def to_arg(self) -> str:
+        return f"{self.backend}:{self.target}:{self.n_devices}:{self.profile}"
+
+    @classmethod
+    def from_arg(cls, text: str) -> Job:
+        parts = text.split(":")
+        if len(parts) != 4 or not parts[2].isdigit():
+            raise ValueError(f"A job is backend:target:n_devices:profile (e.g. gpu:h200:8:smoke); got {text!r}.")
+        return cls(parts[0], parts[1], int(parts[2]), parts[3])
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """Every step compiled for one :class:`Job`.
+
+    Attributes:
+        backend, target, n_devices, profile: the job.
+        target_label: ``"H200"``, ``"L4 (approximate)"``, ``"CPU"``.
+        approximate: the target description is an estimate (the L4).
+        deviceless: compiled for devices this machine does not have.
+        device_kind: the devices' kind as JAX reports it.
+        jax_version, jaxlib_version: the versions that compiled it.
+        disabled_passes: XLA passes switched off for the compile.
+        steps: step name -> :class:`StepResult`.
+        error: why nothing could be compiled (None when the job ran).
+    """
+
+    backend: str
+    target: str
+    n_devices: int
+    profile: str
+    target_label: str = ""
+    approximate: bool = False
+    deviceless: bool = False
+    device_kind: str = ""
+    jax_version: str = ""
+    jaxlib_version: str = ""
+    disabled_passes: list[str] = field(default_factory=list)
+    steps: dict[str, StepResult] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Where it was compiled for, in words: ``"compiled for 8 x H200 without a GPU"``."""
+        if self.backend == "gpu":
+            how = "without a GPU" if self.deviceless else "on a GPU"
+            return f"compiled for {gpu_targets.target(self.target).devices_label(self.n_devices)} {how}"
+        return f"compiled for {self.n_devices} simulated CPU devices"
+
+    def to_line(self) -> str:
+        return RESULT_PREFIX + json.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> CompileResult:
+        """Rebuild from :func:`dataclasses.asdict` output.
+
+        Raises:
+            ValueError: not such a dict.
+        """
+        try:
+            steps = {k: StepResult(**v) for k, v in payload.get("steps", {}).items()}
+            return cls(steps=steps, **{k: v for k, v in payload.items() if k != "steps"})
+        except TypeError as err:
+            raise ValueError(f"Not a compile result: {err}.") from err
+
+
+def _label(job: Job) -> str:
+    return gpu_targets.target(job.target).label if job.backend == "gpu" else "CPU"
+
+
+def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileResult:
+    approx = job.backend == "gpu" and gpu_targets.target(job.target).approximate
+    return CompileResult(
+        job.backend,
+        job.target,
+        job.n_devices,
+        job.profile,
+        target_label=_label(job),
+        approximate=approx,
+        deviceless=job.backend == "gpu",
+        disabled_passes=list(disabled),
+        error=message,
+    )
+
+
+# ---- in the worker process ----
+
+
+def _cost(compiled) -> tuple[dict[str, float], str]:
+    """``cost_analysis()`` figures and where they came from.
+
+    A program compiled for a topology (no GPU here) returns no cost analysis
+    (None, measured with jaxlib 0.10.2); then XLA's ``HloCostAnalysis`` runs
+    over the same optimised module, through the CPU client
+    (``hlo_module_cost_analysis``): the GPU program's own instructions and
+    fusions, counted by XLA's generic cost model.
+    """
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - a backend without a cost model gives none
+        cost = None
+    if isinstance(cost, list | tuple):
+        cost = cost[0] if cost else None
+    source = "compiled.cost_analysis()"
+    if not cost:
+        try:
+            import jax
+            from jax._src.lib import _jax
+
+            module = compiled.runtime_executable().hlo_modules()[0]
+            cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+            source = "XLA HloCostAnalysis of the optimised module (hlo_module_cost_analysis)"
+        except Exception:  # noqa: BLE001 - no cost figures then, said by an empty dict
+            return {}, "none"
+    return {k: float(cost[k]) for k in COST_KEYS if k in cost}, source
+
+
+def _memory(compiled) -> dict[str, int]:
+    try:
+        mem = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - a backend without memory analysis gives none
+        return {}
+    return {f: int(getattr(mem, f)) for f in MEMORY_FIELDS if getattr(mem, f, None) is not None}
+
+
+def _compile(lowered, options: dict | None):
+    """``lowered.compile(options)``; a jaxlib that does not know an option compiles without them."""
+    if not options:
+        return lowered.compile()
+    try:
+        return lowered.compile(dict(options))
+    except Exception as err:  # noqa: BLE001 - jaxlib raises JaxRuntimeError, not exported the same everywhere
+        if "No such compile option" not in str(err):
+            raise
+        return lowered.compile()
+
+
+def compile_step(
+    name: str, builder: str, cfg, mesh, hlo_path: str | None = None, compiler_options: dict | None = None
+) -> StepResult:
+    """Build, lower and compile one step in this process (used by the worker).
+
+    ``hlo_path``: where to write the optimised program text (None: nowhere).
+    ``compiler_options``: XLA options for this compile (``{KERNEL_CACHE_OPTION: path}``
+    for a GPU job); an option this jaxlib does not know is dropped.
+    Errors from the builder or the compiler are returned in ``error``.
+    """
+    from dpcourse.compiled import collectives
+
+    t0 = time.perf_counter()
+    try:
+        fn, args = load_builder(builder)(cfg, mesh)
+        compiled = _compile(fn.lower(*args), compiler_options)
+        text = compiled.as_text()
+    except Exception as err:  # noqa: BLE001 - reported per step, the others still compile
+        said = (str(err).strip().splitlines() or [""])[0][:400]
+        return StepResult(name, builder, error=f"{type(err).__name__}: {said}")
+    elapsed = time.perf_counter() - t0
+    if hlo_path:
+        with open(hlo_path, "w") as f:
+            f.write(text)
+    report = collectives.parse_hlo(text)
+    rows = [
+        {
+            "kind": c.kind,
+            "name": c.name,
+            "bytes": c.bytes,
+            "in_loop": c.in_loop,
+            "runs_per_step": c.runs_per_step,
+            "bytes_per_step": c.bytes_per_step,
+        }
+        for c in report.collectives
+    ]
+    cost, source = _cost(compiled)
+    return StepResult(
+        name,
+        builder,
+        rows,
+        report.count,
+        report.in_loop_count,
+        report.runs_per_step,
+        report.bytes_per_step,
+        _memory(compiled),
+        cost,
+        round(elapsed, 3),
+        source,
+    )
+
+
+def _devices(job: Job) -> list:
+    import jax
+
+    if job.backend == "cpu":
+        devs = jax.devices("cpu")
+        if len(devs) < job.n_devices:
+            raise RuntimeError(f"asked for {job.n_devices} CPU devices, JAX has {len(devs)}")
+        return devs[: job.n_devices]
+    from jax.experimental import topologies
+
+    text = gpu_targets.config_text(job.target)
+    topo = topologies.get_topology_desc(
+        platform="cuda", topology_name=job.target, target_config=text, topology=f"1x1x{job.n_devices}"
+    )
+    return list(topo.devices)
+
+
+def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] = (), hlo_dir: str | None = None):
+    """Compile every step for every job in this process; yields one :class:`CompileResult` per job."""
+    import jax
+    import jaxlib
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from dpcourse import config
+
+    for job in jobs:
+        try:
+            devices = _devices(job)
+        except Exception as err:  # noqa: BLE001 - reported per job
+            said = (str(err).strip().splitlines() or [""])[0][:400]
+            yield _failed(job, f"no {job.backend} devices: {type(err).__name__}: {said}", disabled)
+            continue
+        mesh = Mesh(np.array(devices), ("data",))
+        cfg = config.make_config(job.profile)
+        out = {}
+        with tempfile.TemporaryDirectory(prefix="dpcourse-kernels-") as kernels:
+            # One kernel cache per job (per GPU model): later steps reuse the kernels of earlier ones.
+            options = {KERNEL_CACHE_OPTION: os.path.join(kernels, "kernels.bin")} if job.backend == "gpu" else None
+            for name, builder in steps.items():
+                path = None
+                if hlo_dir:
+                    path = os.path.join(hlo_dir, f"{job.backend}_{job.target}_{job.n_devices}_{job.profile}_{name}.hlo")
+                out[name] = compile_step(name, builder, cfg, mesh, path, options)
+        yield CompileResult(
+            job.backend,
+            job.target,
+            job.n_devices,
+            job.profile,
+            target_label=_label(job),
+            approximate=job.backend == "gpu" and gpu_targets.target(job.target).approximate,
+            deviceless=job.backend == "gpu",
+            device_kind=devices[0].device_kind,
+            jax_version=jax.__version__,
+            jaxlib_version=jaxlib.__version__,
+            disabled_passes=list(disabled),
+            steps=out,
+        )
+
+
+# ---- from the caller's process ----
+
+
+def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | None = None) -> dict[str, str]:
+    """The worker's environment: CPU platform only, enough simulated CPU devices, passes switched off."""
+    from dpcourse.devices import CPU_COUNT_FLAG
+
+    env = dict(os.environ if base is None else base)
+    for key in ("DPCOURSE_RESULTS", "JAX_NUM_CPU_DEVICES", "JAX_MOCK_GPU_TOPOLOGY"):
+        env.pop(key, None)
+    flags = [
+        t
+        for t in env.get("XLA_FLAGS", "").split()
+        if not t.startswith(CPU_COUNT_FLAG + "=") and not t.startswith("--xla_disable_hlo_passes=")
+    ]
+    cpu = max([j.n_devices for j in jobs if j.backend == "cpu"], default=1)
+    flags.append(f"{CPU_COUNT_FLAG}={cpu}")
+    if disabled:
+        flags.append("--xla_disable_hlo_passes=" + ",".join(disabled))
+    # The plugin's start-up check needs a driver; with the CPU platform only it
+    # is skipped, and get_topology_desc still compiles for CUDA.
+    env.update({"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "XLA_FLAGS": " ".join(flags)})
+    side = gpu_targets.extra_path()
+    if side is not None:  # the extra's own folder, on this process's path only
+        env["PYTHONPATH"] = os.pathsep.join([str(side)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class PendingCompile:
+    """A compile worker started by :func:`start_jobs`; :meth:`results` waits for it.
+
+    The worker's output goes to temporary files (not pipes), so it never
+    blocks on a full pipe while nobody reads it.
+    """
+
+    def __init__(self, jobs: list[Job], runnable: list[Job], missing: str | None, disabled, timeout_s: float, cmd):
+        self.jobs, self.runnable, self.missing, self.disabled = list(jobs), list(runnable), missing, disabled
+        self.timeout_s, self.started = timeout_s, time.monotonic()
+        self._results: list[CompileResult] | None = None
+        self._proc = self._out = self._err = None
+        if runnable:
+            self._out = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in results()
+            self._err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in results()
+            env = worker_env(runnable, disabled)
+            self._proc = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, text=True, env=env)
+
+    def done(self) -> bool:
+        """True when the worker has finished (or none was needed)."""
+        return self._proc is None or self._proc.poll() is not None
+
+    def results(self) -> list[CompileResult]:
+        """Wait for the worker (until ``timeout_s`` after its start); one result per job, in order."""
+        if self._results is not None:
+            return self._results
+        results: dict[Job, CompileResult] = {}
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=max(0.0, self.timeout_s - (time.monotonic() - self.started)))
+                self._out.seek(0)
+                self._err.seek(0)
+                stdout, stderr = self._out.read(), self._err.read()
+                for line in stdout.splitlines():
+                    if line.startswith(RESULT_PREFIX):
+                        res = CompileResult.from_dict(json.loads(line[len(RESULT_PREFIX) :]))
+                        results[Job(res.backend, res.target, res.n_devices, res.profile)] = res
+                tail = " | ".join([ln for ln in (stdout + stderr).strip().splitlines() if ln.strip()][-3:])
+                reason = f"the compile worker exited with status {self._proc.returncode}: {tail[-600:]}"
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+                reason = f"the compile worker did not finish within {self.timeout_s:.0f} s"
+            finally:
+                self._out.close()
+                self._err.close()
+            for j in self.runnable:
+                results.setdefault(j, _failed(j, reason, self.disabled))
+        for j in self.jobs:
+            results.setdefault(j, _failed(j, f"not compiled: {self.missing}", self.disabled))
+        self._results = [results[j] for j in self.jobs]
+        return self._results
+
+
+def start_jobs(
+    jobs: list[Job],
+    steps: dict[str, str] | None = None,
+    disable_passes: tuple[str, ...] = (),
+    timeout_s: float = 900.0,
+    hlo_dir: str | None = None,
+) -> PendingCompile:
+    """Start compiling ``steps`` for every job in one fresh subprocess, and return without waiting.
+
+    The arguments are :func:`compile_jobs`'s; ``PendingCompile.results()``
+    returns what :func:`compile_jobs` would (``timeout_s`` counts from now).
+
+    Raises:
+        ValueError: a builder path not of the form ``"module:function"``.
+    """
+    steps = dict(COURSE_STEPS if steps is None else steps)
+    for builder in steps.values():
+        if ":" not in builder:
+            load_builder(builder)  # raises with the example
+    disabled = tuple(disable_passes)
+    missing = gpu_targets.extra_missing() if any(j.backend == "gpu" for j in jobs) else None
+    runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
+    cmd = [sys.executable, "-m", "dpcourse.gpu_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
+    cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
+    cmd += ["--disable-pass", ",".join(disabled)] if disabled else []
+    cmd += ["--hlo-dir", str(hlo_dir)] if hlo_dir else []
+    return PendingCompile(jobs, runnable, missing, disabled, timeout_s, cmd)
+
+
+def compile_jobs(
+    jobs: list[Job],
+    steps: dict[str, str] | None = None,
+    disable_passes: tuple[str, ...] = (),
+    timeout_s: float = 900.0,
+    hlo_dir: str | None = None,
+) -> list[CompileResult]:
+    """Compile ``steps`` for every job in one fresh subprocess; one result per job, in order.
+
+    Args:
+        jobs: what to compile for (:class:`Job`).
+        steps: step name -> builder ``"module:function"`` (default :data:`COURSE_STEPS`).
+        disable_passes: XLA pass names to switch off in the worker.
+        timeout_s: the worker's time limit.
+        hlo_dir: a folder to write each optimised program to (None: none).
+
+    Returns:
+        Results; a GPU job gets an ``error`` (nothing compiled, no process
+        started) when the extra is missing (:func:`dpcourse.gpu_compile.targets.extra_missing`),
+        and every job does when the worker fails or times out.
+
+    Raises:
+        ValueError: a builder path not of the form ``"module:function"``.
+    """
+    return start_jobs(jobs, steps, disable_passes, timeout_s, hlo_dir).results()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The worker: ``python -m dpcourse.gpu_compile.compile --job gpu:h200:8:smoke --step jit=dpcourse.gpu_compile.compile:jit_step``.
+
+    Run it through :func:`compile_jobs`, which sets the environment.
+    """
+    parser = argparse.ArgumentParser(description="Compile steps for GPUs without a GPU, or for CPU devices.")
+    parser.add_argument("--job", action="append", required=True, help="backend:target:n_devices:profile")
+    parser.add_argument("--step", action="append", help="name=module:function (default: the course's steps)")
+    parser.add_argument("--disable-pass", default="", help="comma-separated XLA passes to switch off")
+    parser.add_argument("--hlo-dir", help="write each optimised program here")
+    args = parser.parse_args(argv)
+    jobs = [Job.from_arg(j) for j in args.job]
+    steps = dict(COURSE_STEPS)
+    if args.step:
+        steps = dict(s.split("=", 1) for s in args.step)
+    disabled = tuple(p for p in args.disable_pass.split(",") if p)
+    if any(j.backend == "gpu" for j in jobs):
+        missing = gpu_targets.extra_missing()  # checked again here: a missing libdevice segfaults
+        if missing:
+            print(f"error: {missing}", file=sys.stderr)
+            return 1
+    for res in run_jobs(jobs, steps, disabled, args.hlo_dir):
+        print(res.to_line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,432 @@
+"""Multi-controller JAX: one program in many processes, each feeding its own devices.
+
+Taught in notebook 08. In JAX's multi-controller model every process runs the
+same program. ``jax.distributed.initialize`` connects the processes through a
+coordinator service that process 0 starts; afterwards ``jax.devices()`` lists
+the devices of *all* processes (global) and ``jax.local_devices()`` those of
+this process. Arrays are global: a process holds only the shards on its own
+devices, so each process must supply its own rows of every batch
+(``jax.make_array_from_process_local_data``). Collectives between processes
+go through gloo on CPU and NCCL on GPU.
+
+What this module holds:
+
+- :func:`initialize`: start the distributed runtime from explicit arguments or
+  from the environment variables below.
+- :func:`global_mesh`, :func:`process_rows`, :func:`process_local_batches`:
+  the global mesh and the slice of the global batch that this process loads.
+- :func:`is_main_process`, :func:`print_main`: only process 0 prints results
+  and writes files.
+
+The training program every process runs is :mod:`dpcourse.multihost.worker`
+(``python -m dpcourse.multihost.worker``, as ``deploy/multihost.yaml`` starts it on
+GKE). Starting N local processes, watching them and explaining their
+failures is :mod:`dpcourse.multihost.launcher`'s job (``python -m dpcourse.multihost.launcher``).
+Both import this module, never the reverse.
+
+Environment variables read by :func:`spec_from_env` (set by
+``dpcourse.multihost.launcher.launch_local`` locally and by ``deploy/multihost.yaml`` on GKE):
+
+========================== ===================================================
+``DPCOURSE_COORDINATOR``    ``host:port`` of process 0's coordinator service
+                            (an IPv6 address in brackets: ``[::1]:8476``)
+``DPCOURSE_NUM_PROCESSES``  total number of processes, >= 1
+``DPCOURSE_PROCESS_ID``     this process's id, ``0 .. N-1`` (on GKE: the Job's
+                            completion index)
+``DPCOURSE_INIT_TIMEOUT_S`` optional: seconds to wait for every process to
+                            join the coordinator (default 300, as in JAX)
+========================== ===================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpcourse import data as _data
+from dpcourse import devices as _devices
+from dpcourse.train import max_abs_diff
+
+COORDINATOR_ENV = "DPCOURSE_COORDINATOR"
+NUM_PROCESSES_ENV = "DPCOURSE_NUM_PROCESSES"
+PROCESS_ID_ENV = "DPCOURSE_PROCESS_ID"
+INIT_TIMEOUT_ENV = "DPCOURSE_INIT_TIMEOUT_S"
+# JAX's own variable for the address the coordinator listens on (default
+# [::]:port, every interface); the local launcher keeps it on loopback.
+JAX_BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
+
+DEFAULT_PORT = 8476  # any free port works; deploy/multihost.yaml uses this one
+DEFAULT_INIT_TIMEOUT_S = 300  # jax.distributed.initialize's own default
+AXIS = "data"
+WORKER_FAILURE_EXIT = 3  # exit status of a worker told to fail (tests)
+
+
+class DistributedSetupError(RuntimeError):
+    """The distributed runtime cannot start as asked; the message says what to change."""
+
+
+class CoordinatorPortInUse(DistributedSetupError):
+    """The coordinator's port is already taken on this machine."""
+
+
+# ---------------------------------------------------------------------------
+# Starting the runtime
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """Who this process is in a multi-process run.
+
+    Attributes:
+        coordinator_address: ``host:port`` where process 0 runs the coordinator.
+        num_processes: total number of processes (>= 1).
+        process_id: this process, ``0 .. num_processes - 1``.
+        init_timeout_s: seconds every process waits for all of them to join.
+    """
+
+    coordinator_address: str
+    num_processes: int
+    process_id: int
+    init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S
+
+    def __post_init__(self):
+        check_coordinator_address(self.coordinator_address)
+        if self.num_processes < 1:
+            raise DistributedSetupError(f"num_processes must be >= 1, got {self.num_processes}.")
+        if not 0 <= self.process_id < self.num_processes:
+            raise DistributedSetupError(
+                f"process_id {self.process_id} is outside 0..{self.num_processes - 1} "
+                f"(num_processes={self.num_processes}). Every process needs a distinct id in that range."
+            )
+        if self.init_timeout_s < 1:
+            raise DistributedSetupError(f"init_timeout_s must be >= 1 second, got {self.init_timeout_s}.")
+
+
+def check_coordinator_address(address: str) -> tuple[str, int]:
+    """Split ``host:port`` and check it; an IPv6 address must be in brackets, ``[::1]:8476``.
+
+    ``host`` is a name (``jax-multihost-0.jax-multihost``), an IPv4 address or
+    a bracketed IPv6 address, the form gRPC, and so JAX's coordinator, reads.
+    Unbracketed, ``::1:8476`` is ambiguous (is ``8476`` the port or the last
+    group of the address?), so it is refused rather than guessed.
+
+    Returns:
+        ``(host, port)``, the host without brackets (``("::1", 8476)``), as
+        ``socket`` takes it.
+
+    Raises:
+        DistributedSetupError: not ``host:port`` with a port in 1..65535, an
+            unbracketed IPv6 address, or brackets around something that is not one.
+    """
+    text = str(address).strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise DistributedSetupError(
+            f"Coordinator address {address!r} is not host:port (for example 127.0.0.1:{DEFAULT_PORT}, "
+            f"[::1]:{DEFAULT_PORT} for IPv6, or jax-multihost-0.jax-multihost:{DEFAULT_PORT} on GKE)."
+        )
+    if host.startswith("[") and host.endswith("]"):
+        inner = host[1:-1]
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise DistributedSetupError(
+                f"Coordinator address {address!r}: brackets are for IPv6 addresses, and {inner!r} is not one. "
+                f"Write an IPv4 address or a name without brackets ({inner}:{port_text})."
+            ) from None
+        return inner, int(port_text)
+    if ":" in host or "[" in host or "]" in host:
+        bare = host.strip("[]")
+        raise DistributedSetupError(
+            f"Coordinator address {address!r}: an IPv6 address must be written in brackets, "
+            f"[{bare}]:{port_text}, so that the port cannot be mistaken for part of the address."
+        )
+    return host, int(port_text)
+
+
+def format_coordinator_address(host: str, port: int) -> str:
+    """``host:port`` for a coordinator, with an IPv6 address in brackets (``[::1]:8476``).
+
+    ``host`` may come with or without brackets.
+
+    Raises:
+        DistributedSetupError: the result is not a valid coordinator address
+            (:func:`check_coordinator_address`).
+    """
+    bare = str(host).strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    try:
+        is_v6 = isinstance(ipaddress.ip_address(bare), ipaddress.IPv6Address)
+    except ValueError:
+        is_v6 = False
+    address = f"[{bare}]:{port}" if is_v6 else f"{bare}:{port}"
+    check_coordinator_address(address)
+    return address
+
+
+def _int_env(name: str, env: dict[str, str]) -> int | None:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise DistributedSetupError(f"{name}={text!r} is not a whole number.") from None
+
+
+def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
+    """Read :class:`DistributedSpec` from the ``DPCOURSE_*`` variables (module docstring).
+
+    Raises:
+        DistributedSetupError: a required variable is missing or malformed; the
+            message lists every missing one and how to set it.
+    """
+    env = dict(os.environ if env is None else env)
+    coordinator = (env.get(COORDINATOR_ENV) or "").strip()
+    num_processes = _int_env(NUM_PROCESSES_ENV, env)
+    process_id = _int_env(PROCESS_ID_ENV, env)
+    missing = [
+        name
+        for name, value in (
+            (COORDINATOR_ENV, coordinator),
+            (NUM_PROCESSES_ENV, num_processes),
+            (PROCESS_ID_ENV, process_id),
+        )
+        if value in (None, "")
+    ]
+    if missing:
+        raise DistributedSetupError(
+            f"{', '.join(missing)} not set. Every process needs {COORDINATOR_ENV}=host:port of process 0, "
+            f"{NUM_PROCESSES_ENV}=N and {PROCESS_ID_ENV}=0..N-1 (or pass them to initialize()). "
+            "Locally, dpcourse.multihost.launcher.launch_local() sets them; on GKE, deploy/multihost.yaml does."
+        )
+    timeout = _int_env(INIT_TIMEOUT_ENV, env)
+    return DistributedSpec(
+        coordinator, num_processes, process_id, DEFAULT_INIT_TIMEOUT_S if timeout is None else timeout
+    )
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    init_timeout_s: int | None = None,
+    heartbeat_timeout_s: int = 100,
+    cpu_collectives: str = "gloo",
+    cpu_devices: int | None = None,
+) -> DistributedSpec:
+    """Join the multi-process run: ``jax.distributed.initialize`` with clear errors.
+
+    Arguments left as None come from the environment (:func:`spec_from_env`).
+    Must run before anything starts a JAX backend (``jax.devices()``, an array,
+    a computation). Cluster auto-detection is switched off: the three values
+    given are the whole truth, on a laptop and on GKE alike.
+
+    Args:
+        coordinator_address: ``host:port`` of process 0's coordinator.
+        num_processes: total processes; process 0 waits for all of them.
+        process_id: this process's id, ``0 .. num_processes - 1``.
+        init_timeout_s: seconds to wait for the coordinator and for every
+            process to join (``initialization_timeout`` of JAX); past it the
+            process ends with ``DEADLINE_EXCEEDED`` instead of hanging.
+        heartbeat_timeout_s: seconds without a heartbeat after which the
+            coordinator declares a process dead and ends the others.
+        cpu_collectives: ``"gloo"`` (cross-process collectives on CPU over
+            TCP) or ``"mpi"``; GPUs use NCCL whatever this says.
+        cpu_devices: simulated CPU devices for this process (local runs);
+            None leaves the device set-up alone.
+
+    Returns:
+        The :class:`DistributedSpec` that was used.
+
+    Raises:
+        DistributedSetupError: a JAX backend already started in this process,
+            or a value is missing or malformed.
+        CoordinatorPortInUse: this is process 0 and the coordinator's port is taken.
+    """
+    import jax
+
+    if _devices.backend_started():
+        raise DistributedSetupError(
+            "A JAX backend already started in this process, so it can no longer join a multi-process run. "
+            "Call dpcourse.multihost.distributed.initialize() first, before jax.devices() or any computation "
+            "(in a notebook: restart the kernel)."
+        )
+    if None in (coordinator_address, num_processes, process_id):
+        from_env = spec_from_env()  # raises, naming every missing variable
+        coordinator_address = coordinator_address if coordinator_address is not None else from_env.coordinator_address
+        num_processes = num_processes if num_processes is not None else from_env.num_processes
+        process_id = process_id if process_id is not None else from_env.process_id
+    if init_timeout_s is None:
+        from_env_timeout = _int_env(INIT_TIMEOUT_ENV, dict(os.environ))
+        init_timeout_s = DEFAULT_INIT_TIMEOUT_S if from_env_timeout is None else from_env_timeout
+    spec = DistributedSpec(coordinator_address, int(num_processes), int(process_id), int(init_timeout_s))
+    if cpu_devices is not None:
+        _devices.setup_devices(cpu_devices)
+    jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
+    try:
+        jax.distributed.initialize(
+            coordinator_address=spec.coordinator_address,
+            num_processes=spec.num_processes,
+            process_id=spec.process_id,
+            initialization_timeout=spec.init_timeout_s,
+            heartbeat_timeout_seconds=heartbeat_timeout_s,
+            cluster_detection_method="deactivate",
+        )
+    except Exception as err:  # JaxRuntimeError has no stable public import path
+        if "Failed to start RPC server" in str(err):
+            raise CoordinatorPortInUse(
+                f"Process 0 could not start the coordinator on {spec.coordinator_address}: the port is "
+                "already in use (another run, or another program). Pick another port, or end the program "
+                "that holds it."
+            ) from err
+        raise
+    return spec
+
+
+def shutdown() -> None:
+    """Leave the run cleanly (a barrier: every process must call it)."""
+    import jax
+
+    jax.distributed.shutdown()
+
+
+def is_main_process() -> bool:
+    """True in process 0, the one that prints results and writes files."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def print_main(*args: Any, **kwargs: Any) -> None:
+    """``print`` in process 0 only; the other processes stay quiet."""
+    if is_main_process():
+        print(*args, **kwargs)
+
+
+def log(message: str) -> None:
+    """A diagnostic line on stderr, tagged with this process (every process logs)."""
+    import jax
+
+    print(f"[process {jax.process_index()}/{jax.process_count()}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# The global mesh and who loads which rows
+# ---------------------------------------------------------------------------
+
+
+def global_mesh(axis: str = AXIS, backend: str | None = None):
+    """A 1-D mesh over every device of every process, in process order.
+
+    ``jax.devices(backend)`` lists all processes' devices (not only this
+    process's ``jax.local_devices()``), sorted so that each process's devices
+    are neighbours; along ``axis`` process 0 then owns the first block of
+    every batch, process 1 the next, and so on.
+
+    Args:
+        axis: the mesh's one axis name.
+        backend: ``"cpu"``, ``"gpu"``, ... (None: JAX's default backend, the
+            GPU where there is one).
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    devs = sorted(jax.devices(backend), key=lambda d: (d.process_index, d.id))
+    return Mesh(np.array(devs), (axis,))
+
+
+def process_rows(sharding, global_shape: Sequence[int], axis: int) -> list[tuple[int, int]]:
+    """The ranges ``[start, stop)`` of dimension ``axis`` held by this process's devices.
+
+    Read from the sharding itself (``addressable_devices_indices_map``), so
+    it is right for any device order. Overlapping ranges (replicas on
+    several local devices) are merged.
+
+    Args:
+        sharding: a ``jax.sharding.Sharding`` of an array of ``global_shape``.
+        global_shape: the global array's shape.
+        axis: the dimension that is split (1 for stacked batches
+            ``[n_batches, global_batch, ...]``).
+
+    Returns:
+        Sorted, disjoint ranges; their rows, concatenated, are what
+        ``jax.make_array_from_process_local_data`` expects from this process.
+    """
+    spans = set()
+    for index in sharding.addressable_devices_indices_map(tuple(global_shape)).values():
+        part = index[axis]
+        start = 0 if part.start is None else part.start
+        stop = global_shape[axis] if part.stop is None else part.stop
+        spans.add((int(start), int(stop)))
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def process_local_batches(
+    dataset: _data.Dataset, n_batches: int, global_batch: int, rows: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """This process's rows of the stacked global batches, and nothing else.
+
+    The same values as the columns ``rows`` of both arrays that
+    ``data.stacked_batches(dataset, n_batches, global_batch)`` returns (same
+    example order, same wrap-around), without building the global batches
+    on the host.
+
+    Returns:
+        images float32 ``[n_batches, local_rows, 784]`` and labels int32
+        ``[n_batches, local_rows]``, ``local_rows`` = the rows in ``rows``.
+
+    Raises:
+        ValueError: a range lies outside ``0..global_batch``, or the dataset is empty.
+    """
+    if dataset.n_examples == 0:
+        raise ValueError("The dataset is empty.")
+    columns = np.concatenate([np.arange(start, stop) for start, stop in rows]) if rows else np.zeros(0, int)
+    if columns.size and (columns.min() < 0 or columns.max() >= global_batch):
+        raise ValueError(f"Rows {list(rows)} lie outside a global batch of {global_batch}.")
+    # data.stacked_batches takes examples (b * global_batch + r) % n in order.
+    index = (np.arange(n_batches)[:, None] * global_batch + columns[None, :]) % dataset.n_examples
+    return dataset.images[index], dataset.labels[index]
+
+
+def relative_diff(reference: dict, other: dict) -> float:
+    """``max |reference - other| / max |reference|`` over dicts of arrays (the plain difference when
+    ``reference`` is all zeros).
+
+    For gradients: the tolerance then does not depend on their scale.
+
+    Raises:
+        ValueError: different keys or leaf shapes.
+    """
+    scale = max((float(np.max(np.abs(np.asarray(v)))) for v in reference.values() if np.size(v)), default=0.0)
+    diff = max_abs_diff(reference, other)
+    return diff / scale if scale else diff
+
+
+def params_digest(params: dict) -> str:
+    """sha256 (hex, first 16 digits) of the parameters' float32 bytes, in key order.
+
+    Bitwise identical parameters give the same digest; in a multi-process
+    run every process should report the same one.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(np.asarray(params[name], dtype=np.float32)).tobytes())
+    return digest.hexdigest()[:16]

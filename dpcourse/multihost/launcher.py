@@ -1,0 +1,565 @@
+"""Start N local worker processes of a multi-process JAX run, watch them, and explain how they failed.
+
+The local side of notebook 08: :func:`launch_local` runs
+``python -m dpcourse.multihost.worker`` once per process on this machine,
+each with its own ``DPCOURSE_*`` environment (:func:`worker_env`) and K
+simulated CPU devices, with process 0's coordinator on a free loopback port
+(IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
+every process it started when one fails, and names the failed process and
+the likely cause (:class:`WorkerFailed`, :class:`LaunchTimeout`,
+``CoordinatorPortInUse``). ``python -m dpcourse.multihost.launcher`` is its command
+line. What each worker runs is :mod:`dpcourse.multihost.worker`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpcourse import devices as _devices
+from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
+from dpcourse.multihost.distributed import (
+    COORDINATOR_ENV,
+    INIT_TIMEOUT_ENV,
+    JAX_BIND_ENV,
+    NUM_PROCESSES_ENV,
+    PROCESS_ID_ENV,
+    DistributedSetupError,
+    format_coordinator_address,
+    relative_diff,
+)
+from dpcourse.multihost.ports import check_port_free, free_port
+from dpcourse.multihost.worker import add_run_options, single_process_reference
+from dpcourse.train import check_global_batch, max_abs_diff
+
+# Lines of an absl "Check failure" stack dump: addresses, not information.
+_STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")
+# Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.
+PORT_ATTEMPTS = 3
+
+
+class LaunchError(RuntimeError):
+    """A local multi-process launch failed; every process it started has been ended.
+
+    Attributes:
+        exit_codes: exit status of every launched process, by process id
+            (negative: ended by that signal).
+        pids: operating-system process ids, by process id.
+        stderr_tails: the last lines of each process's stderr.
+        wall_s: seconds from the first start to the end of the last process.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        exit_codes: dict[int, int],
+        pids: dict[int, int],
+        stderr_tails: dict[int, str],
+        wall_s: float,
+    ):
+        super().__init__(message)
+        self.exit_codes = exit_codes
+        self.pids = pids
+        self.stderr_tails = stderr_tails
+        self.wall_s = wall_s
+
+
+class WorkerFailed(LaunchError):
+    """A worker process exited with a non-zero status (``process_id`` names it).
+
+    ``port_in_use`` is true when the coordinator could not listen on its port.
+    """
+
+    def __init__(self, message: str, process_id: int, port_in_use: bool = False, **kwargs):
+        super().__init__(message, **kwargs)
+        self.process_id = process_id
+        self.port_in_use = port_in_use
+
+
+class LaunchTimeout(LaunchError):
+    """The workers did not all finish within the launcher's time limit."""
+
+
+@dataclass
+class LaunchResult:
+    """A finished local multi-process run.
+
+    Attributes:
+        wall_s: seconds from starting the first process to the end of the last.
+        n_processes: processes launched; devices_per_process: simulated CPU
+            devices in each.
+        summary: process 0's ``result.json`` (see :func:`train_worker`).
+        params: process 0's final parameters, float32 host arrays.
+        first_moment: process 0's AdamW first moment after step 1, ``(1 -
+            b1) x`` the first gradient (host arrays, shaped like ``params``).
+        stdout, stderr: each process's output, by process id.
+        env: the ``DPCOURSE_*`` variables each process was given, by process id.
+        port: the coordinator's port.
+    """
+
+    wall_s: float
+    n_processes: int
+    devices_per_process: int
+    summary: dict
+    params: dict[str, np.ndarray]
+    first_moment: dict[str, np.ndarray] = field(default_factory=dict)
+    stdout: dict[int, str] = field(default_factory=dict)
+    stderr: dict[int, str] = field(default_factory=dict)
+    env: dict[int, dict[str, str]] = field(default_factory=dict)
+    port: int = 0
+
+
+def _strip_cpu_count_flag(flags: str) -> str:
+    return " ".join(t for t in flags.split() if not t.startswith(_devices.CPU_COUNT_FLAG + "="))
+
+
+def worker_env(
+    process_id: int, num_processes: int, coordinator: str, init_timeout_s: int, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of one local worker process.
+
+    The ``DPCOURSE_*`` variables of the module docstring, the coordinator
+    kept on loopback, JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
+    a GPU workstation they would otherwise all claim the same GPUs), and no
+    CPU device count inherited from this process's ``XLA_FLAGS`` (each
+    worker sets its own).
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            COORDINATOR_ENV: coordinator,
+            NUM_PROCESSES_ENV: str(num_processes),
+            PROCESS_ID_ENV: str(process_id),
+            INIT_TIMEOUT_ENV: str(init_timeout_s),
+            JAX_BIND_ENV: coordinator,
+            "JAX_PLATFORMS": "cpu",
+            # JAX's preemption service catches SIGTERM (so that a preempted job can
+            # checkpoint first); local workers have nothing to save, and SIGTERM
+            # must end them at once.
+            "JAX_ENABLE_PREEMPTION_SERVICE": "false",
+            "PYTHONUNBUFFERED": "1",
+            "XLA_FLAGS": _strip_cpu_count_flag(env.get("XLA_FLAGS", "")),
+        }
+    )
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    env.pop("DPCOURSE_RESULTS", None)  # workers never record into the notebook's results
+    return env
+
+
+_GLOO_NOTICE = re.compile(r"is connected to \d+ peer ranks")
+_GLOO_FRAGMENT = re.compile(r"\s*\[Gloo\] Rank\s*$")
+
+
+def output_tail(text: str, lines: int = 15) -> str:
+    """The last ``lines`` informative lines of a worker's output.
+
+    Drops the addresses of absl's stack dumps and gloo's connection notices
+    (``[Gloo] Rank 3 is connected to 7 peer ranks``), also when gloo's C++
+    output and Python's were interleaved and split such a notice over two
+    lines (``... [Gloo] Rank`` then ``4 is connected to 7 peer ranks ...``).
+    """
+    kept = []
+    for line in text.splitlines():
+        line = _GLOO_FRAGMENT.sub("", line)
+        if line.strip() and not _STACK_LINE.match(line) and not _GLOO_NOTICE.search(line):
+            kept.append(line)
+    return "\n".join(kept[-lines:])
+
+
+def _port_taken(stderr: str) -> bool:
+    """Whether a worker's stderr says the coordinator's port was taken.
+
+    When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
+    server", but now and then crashes (SIGSEGV) right after logging "Failed
+    to add port to server": look for both.
+    """
+    return any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse"))
+
+
+def _diagnose(
+    stderr: str,
+    exit_code: int,
+    process_id: int,
+    launched: Sequence[int],
+    num_processes: int,
+    coordinator: str,
+    init_timeout_s: int,
+) -> str:
+    """A sentence on the likely cause of a worker's failure."""
+    n_launched = len(launched)
+    flags = describe_abort(stderr)
+    if flags:
+        return f"Process {process_id} stopped at JAX's start: {flags}"
+    if _port_taken(stderr):
+        return (
+            f"The coordinator could not listen on {coordinator}: the port is already in use. "
+            "Pass another port, or port=None to pick a free one."
+        )
+    if "DEADLINE_EXCEEDED" in stderr and ("RegisterTask" in stderr or "Barrier" in stderr):
+        if 0 not in launched:
+            return (
+                f"The coordinator at {coordinator} could not be reached within {init_timeout_s} s: process 0, "
+                "which runs it, was not launched, so nothing listens there. On real hosts: check the "
+                "address, that process 0 started, and that the port is open between the hosts."
+            )
+        if n_launched < num_processes:
+            return (
+                f"num_processes={num_processes}, but only {n_launched} process(es) were launched: the "
+                f"coordinator waits for all {num_processes} to join and gave up after "
+                f"{init_timeout_s} s. Launch as many processes as num_processes says."
+            )
+        return (
+            f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
+            f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
+            "started, that the address is right and reachable, and that every process was launched."
+        )
+    if "stopped sending heartbeats" in stderr:
+        return (
+            f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
+            "(it died); look for the first process that failed."
+        )
+    if "injected failure" in stderr:
+        return f"Process {process_id} was told to fail (fail_process={process_id})."
+    if "does not divide evenly" in stderr:
+        return "The global batch does not divide by the global device count (see the error above)."
+    if exit_code < 0:
+        name = signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else str(-exit_code)
+        return f"Process {process_id} was ended by signal {name} (a crash, or the machine ran out of memory)."
+    return f"Process {process_id} raised an error (its stderr is below)."
+
+
+def _end_all(procs: dict[int, subprocess.Popen], grace_s: float = 3.0) -> None:
+    """End every process still running: SIGTERM to its process group, then SIGKILL."""
+    running = [p for p in procs.values() if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # each worker leads its own group
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def launch_local(
+    n_processes: int = 2,
+    devices_per_process: int = 4,
+    *,
+    profile: str | None = None,
+    steps: int = 3,
+    data_source: str | None = None,
+    global_batch: int | None = None,
+    num_processes: int | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    timeout_s: float = 120.0,
+    init_timeout_s: int = 20,
+    fail_process: int | None = None,
+    process_ids: Sequence[int] | None = None,
+    check_port: bool = True,
+) -> LaunchResult:
+    """Run :func:`train_worker` as ``n_processes`` local processes x ``devices_per_process`` CPU devices.
+
+    Each process is ``python -m dpcourse.multihost.worker`` with its own
+    ``DPCOURSE_*`` environment (:func:`worker_env`); process 0 runs the
+    coordinator on ``host:port``; collectives between processes use gloo.
+    Whatever happens (a worker fails, the time limit passes, an interrupt),
+    every process started here is ended before this function returns or
+    raises: SIGTERM to its process group, SIGKILL 3 s later.
+
+    Args:
+        n_processes: processes to start (>= 1).
+        devices_per_process: simulated CPU devices in each (>= 1).
+        profile: config profile of the workers (None: ``$DPCOURSE_PROFILE``/automatic).
+        steps: training steps.
+        data_source: ``"real"``, ``"synthetic"`` or ``"auto"``; pass the source
+            of the run you will compare with, so both use the same data.
+        global_batch: examples per step over all devices (default:
+            ``per_device_batch x n_processes x devices_per_process``).
+        num_processes: the process count the workers are told (default
+            ``n_processes``; another value shows what a mismatch does).
+        port: coordinator port (None: a free one; picked again, up to :data:`PORT_ATTEMPTS`
+            launches in all, when another program takes it before process 0 listens on it).
+        host: address of the coordinator on this machine: ``127.0.0.1``
+            (default) or ``::1`` (IPv6, with or without brackets).
+        timeout_s: limit for the whole run, in seconds (for each launch, when a picked port was taken).
+        init_timeout_s: how long each worker waits for the coordinator and the
+            others to join (``initialization_timeout``); below ``timeout_s``.
+        fail_process: make this process exit with an error right after it
+            joined (to see how failures are handled).
+        process_ids: ids of the processes to start (default ``0 ..
+            n_processes - 1``); leaving out 0 shows an unreachable coordinator.
+        check_port: check that the port is free before launching.
+
+    Returns:
+        A :class:`LaunchResult`.
+
+    Raises:
+        XlaFlagsError: ``XLA_FLAGS`` holds a token XLA would end the workers on (a ValueError).
+        ValueError: counts or ``steps`` < 1, ``init_timeout_s`` < 1 or >= ``timeout_s``, a ``port``
+            outside 1..65535, process ids
+            outside ``0 .. num_processes - 1`` or repeated, or a global
+            batch that does not divide by ``n_processes x devices_per_process``
+            (checked before anything starts).
+        CoordinatorPortInUse: ``port`` is taken (checked before anything starts).
+        DistributedSetupError: ``host`` is not an address of this machine
+            (``::1`` where IPv6 is off, say).
+        WorkerFailed: a worker exited with an error; the message names it,
+            gives the likely cause and the tail of its stderr.
+        LaunchTimeout: the run did not finish within ``timeout_s``.
+    """
+    if n_processes < 1 or devices_per_process < 1:
+        raise ValueError(
+            f"Need n_processes >= 1 and devices_per_process >= 1, got {n_processes} and {devices_per_process}."
+        )
+    num_processes = n_processes if num_processes is None else num_processes
+    launched = list(range(n_processes)) if process_ids is None else [int(i) for i in process_ids]
+    if len(set(launched)) != len(launched) or not launched or not all(0 <= i < num_processes for i in launched):
+        raise ValueError(
+            f"process_ids {launched} must be distinct ids in 0..{num_processes - 1} (num_processes={num_processes})."
+        )
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}.")
+    if not init_timeout_s >= 1 or not timeout_s > 0:  # `not >=` also refuses NaN
+        raise ValueError(
+            f"init_timeout_s must be >= 1 second and timeout_s positive, got {init_timeout_s} and {timeout_s}."
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port must be in 1..65535 (or None: a free one), got {port}.")
+    if init_timeout_s >= timeout_s:
+        raise ValueError(
+            f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "
+            "worker waiting for the others gives up before the launcher does."
+        )
+    if global_batch is not None:
+        check_global_batch(global_batch, n_processes * devices_per_process)
+    # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
+    check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
+    picked = port is None
+    if not picked and check_port:
+        check_port_free(host, port)
+    command = [
+        sys.executable,
+        "-m",
+        "dpcourse.multihost.worker",
+        "--steps",
+        str(steps),
+        "--cpu-devices",
+        str(devices_per_process),
+    ]
+    for flag, value in (
+        ("--profile", profile),
+        ("--data-source", data_source),
+        ("--global-batch", global_batch),
+        ("--fail-process", fail_process),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        run_port = free_port(host) if picked else port
+        try:
+            return _run_workers(
+                command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
+            )
+        except WorkerFailed as err:
+            # A port picked here is free when picked, but process 0 binds it only after JAX's import
+            # (seconds): another program may take it meanwhile. Then pick again; a port the caller
+            # chose is theirs to change.
+            if not (picked and err.port_in_use and attempt < PORT_ATTEMPTS):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _run_workers(
+    command: list[str],
+    host: str,
+    port: int,
+    launched: list[int],
+    num_processes: int,
+    devices_per_process: int,
+    init_timeout_s: int,
+    timeout_s: float,
+) -> LaunchResult:
+    """Start ``command`` once per id in ``launched`` with the coordinator on ``host:port``; watch and end them."""
+    coordinator = format_coordinator_address(host, port)  # [::1]:port for IPv6
+    procs: dict[int, subprocess.Popen] = {}
+    envs: dict[int, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
+        folder = Path(tmp)
+        # Closed in the `finally` below, after the workers are gone.
+        logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
+        start = time.monotonic()
+        failed: tuple[int, int] | None = None
+        timed_out = False
+        try:
+            for i in launched:
+                env = worker_env(i, num_processes, coordinator, init_timeout_s)
+                envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
+                out, err = logs[i]
+                procs[i] = subprocess.Popen(
+                    command + ["--out", str(folder / "out")],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            while True:
+                codes = {i: p.poll() for i, p in procs.items()}
+                bad = [(i, c) for i, c in codes.items() if c not in (None, 0)]
+                if bad:
+                    failed = bad[0]
+                    break
+                if all(c == 0 for c in codes.values()):
+                    break
+                if time.monotonic() - start > timeout_s:
+                    timed_out = True
+                    break
+                time.sleep(0.05)
+        finally:
+            _end_all(procs)
+            wall_s = time.monotonic() - start
+            texts = {}
+            for i, (out, err) in logs.items():
+                out.seek(0)
+                err.seek(0)
+                texts[i] = (out.read(), err.read())
+                out.close()
+                err.close()
+        exit_codes = {i: p.returncode for i, p in procs.items()}
+        pids = {i: p.pid for i, p in procs.items()}
+        tails = {i: output_tail(texts[i][1]) for i in texts}
+        details = dict(exit_codes=exit_codes, pids=pids, stderr_tails=tails, wall_s=wall_s)
+        if failed is not None:
+            i, code = failed
+            cause = _diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)
+            raise WorkerFailed(
+                f"Worker process {i} of {num_processes} failed (exit status {code}) after {wall_s:.1f} s. {cause} "
+                f"Every process was ended (exit statuses {exit_codes}).\n--- stderr of process {i} (last lines) ---\n"
+                f"{tails[i] or '(empty)'}",
+                process_id=i,
+                port_in_use=_port_taken(texts[i][1]),
+                **details,
+            )
+        if timed_out:
+            raise LaunchTimeout(
+                f"The {len(launched)} worker processes did not finish within {timeout_s:.0f} s; every process was "
+                f"ended (exit statuses {exit_codes}). Raise timeout_s for a larger profile, or read the stderr "
+                f"below.\n" + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
+                **details,
+            )
+        result_file = folder / "out" / "result.json"
+        if not result_file.exists():
+            raise WorkerFailed(
+                f"Process 0 exited cleanly but wrote no result.json.\n{tails.get(0, '')}", process_id=0, **details
+            )
+        summary = json.loads(result_file.read_text())
+        with np.load(folder / "out" / "params.npz") as npz:
+            params = {k: np.array(npz[k]) for k in npz.files}
+        with np.load(folder / "out" / "first_moment.npz") as npz:
+            first_moment = {k: np.array(npz[k]) for k in npz.files}
+    return LaunchResult(
+        wall_s=wall_s,
+        n_processes=len(launched),
+        devices_per_process=devices_per_process,
+        summary=summary,
+        params=params,
+        first_moment=first_moment,
+        stdout={i: t[0] for i, t in texts.items()},
+        stderr={i: t[1] for i, t in texts.items()},
+        env=envs,
+        port=port,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+
+def _launch_main(args: argparse.Namespace) -> int:
+    n_devices = args.processes * args.devices_per_process
+    result = launch_local(
+        args.processes,
+        args.devices_per_process,
+        host=args.host,
+        profile=args.profile,
+        steps=args.steps,
+        data_source=args.data_source,
+        global_batch=args.global_batch,
+        port=args.port,
+        timeout_s=args.timeout_s,
+        init_timeout_s=args.init_timeout_s,
+    )
+    print(output_tail(result.stdout[0]))
+    print(f"wall time of the {args.processes}-process run: {result.wall_s:.1f} s")
+    if args.compare:
+        _devices.setup_devices(n_devices)
+        import jax
+
+        have = len(jax.devices("cpu"))
+        if have < n_devices:
+            print(
+                f"error: --compare needs {n_devices} CPU devices in this process for the single-process "
+                f"reference, but JAX has {have} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} wins). "
+                "Unset the device count in XLA_FLAGS or raise it.",
+                file=sys.stderr,
+            )
+            return 2
+        reference, _, first_moment = single_process_reference(
+            args.profile, args.steps, jax.devices("cpu")[:n_devices], result.summary["data_source"], args.global_batch
+        )
+        print(
+            f"max |param diff| vs one process with {n_devices} devices: "
+            f"{max_abs_diff(reference, result.params):.3g}; first-step gradients, relative: "
+            f"{relative_diff(first_moment, result.first_moment):.3g}"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpcourse.multihost.launcher [--processes N] [--devices-per-process K] ...``."""
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.multihost.launcher", description=__doc__.split("\n")[0])
+    add_run_options(parser)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--devices-per-process", type=int, default=4)
+    parser.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="coordinator address on this machine: 127.0.0.1 (default) or ::1"
+    )
+    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument("--init-timeout-s", type=int, default=20)
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also train in this process on the same number of devices and print the difference",
+    )
+    args = parser.parse_args(argv)
+    if args.profile == "auto":
+        args.profile = None
+    try:
+        return _launch_main(args)
+    except (LaunchError, DistributedSetupError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The data-parallel training program every process of a multi-host run executes.
+
+Taught in notebook 08, which writes the data loading of
+:func:`load_global_batches` in a cell of its own. Each
+process runs ``python -m dpcourse.multihost.worker`` (started by
+:func:`dpcourse.multihost.launcher.launch_local` on this machine, by
+``deploy/multihost.yaml`` on GKE): it joins the runtime with
+:func:`dpcourse.multihost.distributed.initialize`, trains on its own rows of every
+global batch, and process 0 reports. :func:`single_process_reference` is the
+same training in one process, the yardstick the multi-process result is
+compared with.
+
+Imports flow one way: launcher -> worker -> distributed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dpcourse import config as _config
+from dpcourse import data as _data
+from dpcourse.multihost.distributed import (
+    AXIS,
+    COORDINATOR_ENV,
+    NUM_PROCESSES_ENV,
+    PROCESS_ID_ENV,
+    WORKER_FAILURE_EXIT,
+    DistributedSetupError,
+    global_mesh,
+    initialize,
+    is_main_process,
+    log,
+    params_digest,
+    print_main,
+    process_local_batches,
+    process_rows,
+    shutdown,
+)
+from dpcourse.train import check_global_batch
+
+
+def load_global_batches(mesh, dataset: _data.Dataset, n_batches: int, global_batch: int) -> tuple[list, object, object]:
+    """This process's rows of every stacked batch, made into global arrays sharded over ``AXIS``.
+
+    Notebook 08 writes the same lines in a cell of its own. The rows are
+    read from the sharding (:func:`dpcourse.multihost.distributed.process_rows`), so
+    they are right for any device order; only those rows are loaded.
+
+    Returns:
+        ``(rows, x, y)``: this process's ``[start, stop)`` ranges of the
+        batch dimension, images ``[n_batches, global_batch, 784]`` float32
+        sharded ``P(None, AXIS, None)`` and labels ``[n_batches,
+        global_batch]`` int32 sharded ``P(None, AXIS)`` (global arrays).
+    """
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    x_sharding = NamedSharding(mesh, P(None, AXIS, None))
+    y_sharding = NamedSharding(mesh, P(None, AXIS))
+    x_shape = (n_batches, global_batch, _data.N_FEATURES)
+    rows = process_rows(x_sharding, x_shape, axis=1)
+    x_local, y_local = process_local_batches(dataset, n_batches, global_batch, rows)
+    x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
+    y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
+    return rows, x, y
+
+
+def train_worker(
+    profile: str | None,
+    steps: int,
+    data_source: str | None = None,
+    global_batch: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+) -> dict:
+    """Data-parallel training for ``steps`` steps over every device of every process.
+
+    Call it in every process after :func:`initialize`. Every process builds
+    the same global mesh and the same initial parameters (same seed), loads
+    only its own rows of each global batch and turns them into global arrays
+    with ``jax.make_array_from_process_local_data``; the step is notebook
+    05's ``shard_map`` step, whose ``pmean`` now crosses processes. Process 0
+    writes ``result.json``, ``params.npz`` (final parameters) and
+    ``first_moment.npz`` (AdamW's first moment after step 1, ``(1 - b1) x``
+    the first gradient) into ``out_dir``.
+
+    Args:
+        profile: config profile (None: ``$DPCOURSE_PROFILE``, else automatic).
+        steps: training steps (>= 1); step ``i`` uses batch ``i % n_batches``.
+        data_source: ``"real"``, ``"synthetic"`` or ``"auto"`` (None: ``$DPCOURSE_DATA``).
+        global_batch: examples per step over all processes (default
+            ``per_device_batch x`` global device count).
+        out_dir: where process 0 writes its files (None: nowhere).
+
+    Returns:
+        The summary (same in every process, except ``process_id``).
+
+    Raises:
+        ValueError: ``steps`` < 1, or ``global_batch`` does not divide by the
+            global device count (the message names the nearest valid sizes).
+    """
+    import jax
+    from jax.experimental import multihost_utils
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from dpcourse import model, train
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}.")
+    start = time.perf_counter()
+    cfg = _config.get_config(profile, backend=jax.default_backend())
+    mesh = global_mesh()
+    n_global = jax.device_count()
+    global_batch = cfg.global_batch(n_global) if global_batch is None else global_batch
+    per_device_batch = check_global_batch(global_batch, n_global)
+
+    # Parameters: the same seed in every process, so every copy starts equal.
+    optimizer = train.make_optimizer(cfg)
+    params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
+    opt_state = optimizer.init(params)
+
+    # Data: each process loads only its rows of every global batch.
+    dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
+    rows, x, y = load_global_batches(mesh, dataset, cfg.n_batches, global_batch)
+    log(
+        f"{len(jax.local_devices())} local of {n_global} global devices; loaded rows {rows} "
+        f"of each global batch of {global_batch} ({dataset.source} data)"
+    )
+
+    # The step of notebook 05: per-shard gradients, pmean over every device.
+    step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
+    compile_start = time.perf_counter()
+    compiled = step.lower(params, opt_state, x[0], y[0]).compile()
+    compile_s = time.perf_counter() - compile_start
+    losses, accuracies, step_s = [], [], []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        params, opt_state, metrics = compiled(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
+        jax.block_until_ready(params)
+        step_s.append(time.perf_counter() - t0)
+        if i == 0:  # AdamW's update hides a scaled gradient; its first moment does not
+            first_moment = {k: np.asarray(v.addressable_data(0)) for k, v in train.adam_first_moment(opt_state).items()}
+        losses.append(float(metrics["loss"]))
+        accuracies.append(float(metrics["accuracy"]))
+
+    # Replicated parameters: every process holds a full copy; they must agree.
+    host_params = {k: np.asarray(v.addressable_data(0)) for k, v in params.items()}
+    digest = params_digest(host_params)
+    digests = multihost_utils.process_allgather(np.frombuffer(bytes.fromhex(digest), np.uint8))
+    local_ids = [d.id for d in sorted(jax.local_devices(), key=lambda d: d.id)]
+    first, last = rows[0][0], rows[-1][1]
+    layouts = multihost_utils.process_allgather(np.array([jax.process_index(), first, last, *local_ids]))
+    summary = {
+        "process_id": jax.process_index(),
+        "num_processes": jax.process_count(),
+        "global_devices": n_global,
+        "local_devices": len(local_ids),
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "jax_version": jax.__version__,
+        "profile": cfg.profile,
+        "data_source": dataset.source,
+        "global_batch": global_batch,
+        "per_device_batch": per_device_batch,
+        "steps": steps,
+        "losses": losses,
+        "accuracies": accuracies,
+        "compile_s": compile_s,
+        "step_s": step_s,
+        # Steady state: the first step after compilation is slower, leave it out when we can.
+        "ms_per_step": 1000.0 * float(np.median(step_s[1:] if steps > 1 else step_s)),
+        "worker_s": time.perf_counter() - start,
+        "params_digest": digest,
+        "replicas_agree": bool(all(bytes(d).hex()[:16] == digest for d in np.asarray(digests))),
+        "layout": [
+            {"process": int(r[0]), "rows": [int(r[1]), int(r[2])], "devices": [int(v) for v in r[3:]]}
+            for r in np.asarray(layouts)
+        ],
+    }
+    summary["examples_per_s"] = global_batch / (summary["ms_per_step"] / 1000.0)
+    if is_main_process() and out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        np.savez(out / "params.npz", **host_params)
+        np.savez(out / "first_moment.npz", **first_moment)
+        (out / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print_main(
+        f"{summary['num_processes']} processes x {summary['local_devices']} {summary['backend']} devices; "
+        f"global batch {global_batch}; loss {losses[0]:.4f} -> {losses[-1]:.4f} in {steps} steps; "
+        f"{summary['ms_per_step']:.1f} ms/step ({summary['examples_per_s']:,.0f} examples/s); params {digest}; "
+        f"replicas agree: {'yes' if summary['replicas_agree'] else 'NO'}",
+        flush=True,
+    )
+    return summary
+
+
+def single_process_reference(
+    profile: str | None, steps: int, devices: Sequence, data_source: str | None = None, global_batch: int | None = None
+) -> tuple[dict[str, np.ndarray], list[float], dict[str, np.ndarray]]:
+    """The same training in this one process, on ``devices``, for comparison.
+
+    The whole global batch is put on the mesh with ``jax.device_put``; the
+    step, the initial parameters and the batches are those of
+    :func:`train_worker`. Notebook 08 writes the same lines out in full.
+
+    Returns:
+        Final parameters as host arrays (``{name: float32 array}``), the
+        loss of every step, and AdamW's first moment after step 1 (host arrays).
+
+    Raises:
+        ValueError: ``global_batch`` does not divide by ``len(devices)``.
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from dpcourse import model, train
+
+    cfg = _config.get_config(profile, backend=devices[0].platform)
+    mesh = Mesh(np.array(devices), (AXIS,))
+    global_batch = cfg.global_batch(len(devices)) if global_batch is None else global_batch
+    check_global_batch(global_batch, len(devices))
+    optimizer = train.make_optimizer(cfg)
+    params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
+    opt_state = optimizer.init(params)
+    dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
+    x_host, y_host = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
+    x = jax.device_put(x_host, NamedSharding(mesh, P(None, AXIS, None)))
+    y = jax.device_put(y_host, NamedSharding(mesh, P(None, AXIS)))
+    step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
+    losses, first_moment = [], None
+    for i in range(steps):
+        params, opt_state, metrics = step(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
+        losses.append(float(metrics["loss"]))
+        if i == 0:
+            first_moment = {k: np.asarray(v) for k, v in jax.device_get(train.adam_first_moment(opt_state)).items()}
+    return {k: np.asarray(v) for k, v in jax.device_get(params).items()}, losses, first_moment
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+
+def _worker_main(args: argparse.Namespace) -> int:
+    """One worker process: join, train, leave; on any error, exit at once.
+
+    A failing process exits with ``os._exit`` instead of a normal exit:
+    JAX's exit handler would call ``jax.distributed.shutdown()``, a barrier
+    that waits (up to 5 minutes) for processes that may be stuck in a
+    collective with this one.
+    """
+    try:
+        spec = initialize(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            init_timeout_s=args.init_timeout_s,
+            cpu_devices=args.cpu_devices,
+        )
+        if args.fail_process is not None and spec.process_id == args.fail_process:
+            print(
+                f"[process {spec.process_id}] injected failure (--fail-process {args.fail_process})",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(WORKER_FAILURE_EXIT)
+        train_worker(args.profile, args.steps, args.data_source, args.global_batch, args.out)
+        shutdown()
+    except BaseException:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    return 0
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a training run, shared by the worker and the launcher's command lines."""
+    parser.add_argument("--profile", choices=_config.profile_names() + ["auto"], default=None)
+    parser.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    parser.add_argument(
+        "--data-source",
+        choices=["auto", "real", "synthetic"],
+        default=None,
+        help=f"default: ${_data.DATA_ENV}, else auto",
+    )
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="examples per step over all devices (default: per-device batch x devices)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpcourse.multihost.worker [options]``: one process of a multi-host run."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dpcourse.multihost.worker",
+        description=f"{__doc__.splitlines()[0]} Reads {COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and "
+        f"{PROCESS_ID_ENV} unless given.",
+    )
+    add_run_options(parser)
+    parser.add_argument("--coordinator", default=None, help="host:port of process 0 ([::1]:port for IPv6)")
+    parser.add_argument("--num-processes", type=int, default=None)
+    parser.add_argument("--process-id", type=int, default=None)
+    parser.add_argument("--init-timeout-s", type=int, default=None)
+    parser.add_argument("--cpu-devices", type=int, default=None, help="simulated CPU devices in this process")
+    parser.add_argument("--out", default=None, help="folder for process 0's result.json and params.npz")
+    parser.add_argument("--fail-process", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.profile == "auto":
+        args.profile = None
+    try:
+        return _worker_main(args)
+    except (DistributedSetupError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Lesson 09's performance tools: hardware ceilings, the roofline, the ladder of step variants, the link benchmark."""

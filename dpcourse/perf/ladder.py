@@ -1,0 +1,298 @@
+"""Notebook 09's ladder: the same training step written faster, one rung at a time.
+
+Each :class:`Rung` is a choice of ``block_unroll``, ``compute_dtype`` and
+global batch on the config (:mod:`dpcourse.config`); :func:`run_rung`
+measures it on one device with the course's harness
+(:func:`dpcourse.bench.benchmark`) and keeps the compiled program, so its
+HLO and memory can be read without compiling twice. A rung that fails (out
+of memory at a large batch, a dtype the backend lacks) is returned as
+"failed" with its reason and the ladder goes on, as notebook 07's sweep does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from dpcourse import bench, costs, placement, train
+from dpcourse.config import Config
+from dpcourse.data import Dataset
+from dpcourse.perf import ceilings
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: a name for records (``scan_f32``), a label, and the settings."""
+
+    name: str
+    label: str
+    block_unroll: int | str
+    compute_dtype: str
+    global_batch: int
+
+    def config(self, cfg: Config) -> Config:
+        """``cfg`` with this rung's settings (validated: unknown values raise ValueError)."""
+        return cfg.with_overrides(block_unroll=self.block_unroll, compute_dtype=self.compute_dtype)
+
+
+def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
+    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
+
+    ``scan_unroll`` is capped at ``cfg.block_repeats``.
+    """
+    b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
+    k = max(1, min(scan_unroll, cfg.block_repeats))
+    return [
+        Rung("scan_f32", "lax.scan, float32 (the seed's step)", 1, "float32", b),
+        Rung(f"scan_unroll{k}_f32", f"lax.scan(unroll={k}), float32", k, "float32", b),
+        Rung("unrolled_f32", "Python loop (fully unrolled), float32", "full", "float32", b),
+        Rung("scan_bf16", "lax.scan, bfloat16 compute, float32 master weights", 1, "bfloat16", b),
+        Rung("unrolled_bf16", "fully unrolled, bfloat16 compute", "full", "bfloat16", b),
+        Rung(f"unrolled_bf16_batch{big}", f"fully unrolled, bfloat16, global batch {big}", "full", "bfloat16", big),
+    ]
+
+
+class CompileProbe:
+    """Wraps a ``jax.jit`` step so that the executable ``bench.benchmark`` compiles is kept.
+
+    ``bench.benchmark`` calls ``step.lower(*args).compile()``; through the
+    probe, ``probe.compiled`` is that executable afterwards.
+    """
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+        self.compiled = None
+
+    def lower(self, *args, **kwargs):
+        lowered = self.jitted.lower(*args, **kwargs)
+        probe = self
+
+        class _Lowered:
+            def compile(self, *a, **k):
+                probe.compiled = lowered.compile(*a, **k)
+                return probe.compiled
+
+            def __getattr__(self, name):
+                return getattr(lowered, name)
+
+        return _Lowered()
+
+
+def program_bytes(compiled) -> int | None:
+    """Device memory one call of a compiled program needs, bytes, from ``memory_analysis()``.
+
+    Arguments + outputs + temporaries, less the outputs that alias (reuse)
+    arguments. None where the backend does not report it.
+    """
+    try:
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
+    except Exception:  # noqa: BLE001 - not every backend reports it
+        return None
+
+
+def device_peak_bytes(device) -> int | None:
+    """``peak_bytes_in_use`` of ``device.memory_stats()`` (GPUs), or None (CPUs report nothing).
+
+    A process-wide high-water mark since start: it never goes down, so it
+    bounds every rung measured so far, not one rung alone.
+    """
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001
+        return None
+    value = stats.get("peak_bytes_in_use")
+    return int(value) if value is not None else None
+
+
+@dataclass
+class RungResult:
+    """A measured (or failed) rung.
+
+    Attributes:
+        status: "ok" or "failed"; ``reason`` says why it failed.
+        result: the harness's :class:`dpcourse.bench.BenchResult` (None if failed).
+        compiled: the executable that ran (None if failed).
+        step: the jitted step (to run more steps with the same program).
+        final_params: parameters after the benchmark's steps (host arrays).
+        program_bytes: see :func:`program_bytes`.
+        peak_bytes: see :func:`device_peak_bytes`.
+    """
+
+    rung: Rung
+    status: str
+    reason: str = ""
+    result: bench.BenchResult | None = None
+    compiled: Any = None
+    step: Any = None
+    final_params: Any = None
+    program_bytes: int | None = None
+    peak_bytes: int | None = None
+
+    def mfu_datasheet(self, cfg: Config, device_kind: str) -> float | None:
+        """MFU against the datasheet peak of the rung's precision (TF32 or BF16); None if unknown."""
+        if self.result is None:
+            return None
+        return costs.mfu(
+            self.rung.config(cfg),
+            self.rung.global_batch,
+            self.result.ms_per_step,
+            1,
+            device_kind,
+            ceilings.datasheet_precision(self.rung.compute_dtype),
+        )
+
+    def fraction_of_ceiling(self, cfg: Config, measured: dict) -> float | None:
+        """Achieved FLOP/s over the matmul rate measured for the rung's dtype; None if unmeasured."""
+        ceiling = measured.get(ceilings.ceiling_for(self.rung.compute_dtype))
+        if self.result is None or ceiling is None or ceiling.rate is None:
+            return None
+        return costs.achieved_flops_per_s(cfg, self.rung.global_batch, self.result.ms_per_step) / ceiling.rate
+
+
+def run_rung(rung: Rung, cfg: Config, dataset: Dataset, device, init_params: dict) -> RungResult:
+    """Measure one rung on ``device`` with the course harness, from ``init_params``.
+
+    Every rung starts from the same parameters and runs the same batches
+    for the same number of steps, so final parameters and losses of two
+    rungs can be compared. Any exception (out of memory, an unsupported
+    dtype) gives a "failed" result with its reason instead of raising.
+
+    Raises:
+        ValueError: the rung's settings are not valid config values (a
+            mistake in the ladder, not a failure of the device).
+    """
+    rcfg = rung.config(cfg)
+    try:
+        optimizer = train.make_optimizer(rcfg)
+        step = jax.jit(train.make_train_step(rcfg, optimizer))
+        placed = placement.place_single_device(rcfg, dataset, device, optimizer, init_params, rung.global_batch)
+        probe = CompileProbe(step)
+        result, params, _ = bench.benchmark(
+            probe,
+            placed.params,
+            placed.opt_state,
+            placed.batches,
+            warmup_steps=rcfg.warmup_steps,
+            repeats=rcfg.repeats,
+            steps=rcfg.steps,
+            label=rung.label,
+            n_devices=1,
+            global_batch=rung.global_batch,
+        )
+        final = jax.tree.map(np.asarray, jax.device_get(params))
+    except Exception as err:  # noqa: BLE001 - a failed rung is recorded and the ladder goes on
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return RungResult(rung, "failed", f"{type(err).__name__}: {message[:300]}")
+    return RungResult(
+        rung,
+        "ok",
+        result=result,
+        compiled=probe.compiled,
+        step=step,
+        final_params=final,
+        program_bytes=program_bytes(probe.compiled),
+        peak_bytes=device_peak_bytes(device),
+    )
+
+
+def run_steps(step, cfg: Config, device, init_params: dict, batches: list, n_steps: int):
+    """Run ``n_steps`` steps of ``step`` from ``init_params`` and a fresh optimizer state.
+
+    Args:
+        step: a jitted step or a compiled executable (e.g. ``RungResult.compiled``,
+            so nothing recompiles) taking ``(params, opt_state, x, y)``.
+        batches: ``(x, y)`` pairs on ``device``; step ``i`` uses ``batches[i % len(batches)]``.
+
+    Returns:
+        ``(losses, params, opt_state)``: the loss of every step (floats, each
+        computed before that step's update) and the final state.
+    """
+    optimizer = train.make_optimizer(cfg)
+    params = jax.device_put(init_params, device)
+    opt_state = optimizer.init(params)
+    losses = []
+    for i in range(n_steps):
+        params, opt_state, metrics = step(params, opt_state, *batches[i % len(batches)])
+        losses.append(metrics["loss"])
+    return [float(v) for v in jax.device_get(losses)], params, opt_state
+
+
+BF16_UNIT_ROUNDOFF = 2.0**-8  # bfloat16 keeps 8 significant bits: unit roundoff 2^-8 (machine epsilon 2^-7)
+BF16_LOSS_REL_TOL = 0.02  # see bf16_loss_tolerance
+
+
+def bf16_logit_tolerance(cfg: Config) -> float:
+    """Largest tolerated relative logit error of the bfloat16 forward pass against float32.
+
+    The error is ``rms(logits_bf16 - logits_f32) / rms(logits_f32)``
+    (:func:`logit_rel_error`). Why ``(4 + block_repeats) x 2^-8``: bfloat16
+    rounds to 8 significant bits (unit roundoff ``u = 2^-8``). Every repeat
+    rounds the residual stream ``h`` to bfloat16, and that error is carried
+    on by the ``(1 - block_mix)`` part of the mix while the signal itself
+    shrinks from repeat to repeat, so the relative error grows about
+    linearly with the repeats instead of averaging out; the input and output
+    layers and the matmul inputs add a few ``u``. Measured at initialisation
+    (2-core CPU, JAX 0.10.2, batch 256): 0.6 % at 1 repeat, 3.2 % at 16 and
+    21 % at 128 (full width; 23 % at width 256), about ``0.4 u`` per repeat:
+    the tolerance (2.0 %, 7.8 %, 52 %) leaves a margin of 2.4 to 3.3. A
+    wrong cast or a wrong mix in one rung moves the logits by far more.
+    The float32 master weights and the float32 loss do not remove this error:
+    it is in the forward pass.
+    """
+    return (4 + cfg.block_repeats) * BF16_UNIT_ROUNDOFF
+
+
+def logit_rel_error(params: dict, x, cfg: Config) -> float:
+    """``rms(bf16 logits - float32 logits) / rms(float32 logits)`` of ``cfg``'s forward pass on ``x [batch, 784]``."""
+    from dpcourse import model
+
+    def logits(dtype):
+        fn = jax.jit(lambda p, x: model.forward(p, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, dtype))
+        return np.asarray(jax.device_get(fn(params, x)), np.float64)
+
+    ref, low = logits("float32"), logits("bfloat16")
+    return float(np.sqrt(np.mean((low - ref) ** 2)) / np.sqrt(np.mean(ref**2)))
+
+
+def bf16_loss_tolerance(loss_f32: float) -> float:
+    """Largest tolerated ``|loss_bf16 - loss_f32|`` over the first steps, absolute: 2 % of the float32 loss.
+
+    A check that training still works, not of the arithmetic: at
+    initialisation the logits are small (rms 0.011 at full size, because the
+    residual mix shrinks ``h`` over 128 repeats), so the softmax is nearly
+    uniform and the loss is about ``log 10`` whatever the logits' relative
+    error (21 % at full size, see :func:`bf16_logit_tolerance`): measured, the
+    loss moved 0.012 %. The arithmetic is checked on the logits
+    (:func:`logit_rel_error`). A bfloat16 loss or optimizer that stalls
+    training, or a wrong cast, moves the loss by more than 2 % within the
+    first steps. Measured: notebook 09's record ``max_abs_loss_diff_bf16_vs_f32``.
+    """
+    return BF16_LOSS_REL_TOL * abs(loss_f32)
+
+
+def sweep_single_device(
+    cfg: Config, dataset: Dataset, device, init_params: dict, global_batches, progress: bool = True
+) -> list[bench.SweepPoint]:
+    """A global batch sweep of ``cfg``'s step (its ``block_unroll`` and ``compute_dtype``) on one device.
+
+    For a single-device sweep on the GPU of a one-GPU machine (pick the
+    device with :func:`dpcourse.single_device.measurement_device`), beside
+    notebook 07's multi-device sweep. Each size runs as a :class:`Rung`
+    through :func:`run_rung`; a size that fails is recorded by
+    :func:`dpcourse.bench.sweep` as "failed" with its reason.
+    """
+
+    def run_one(global_batch: int) -> bench.BenchResult:
+        rung = Rung(
+            f"batch{global_batch}", f"global batch {global_batch}", cfg.block_unroll, cfg.compute_dtype, global_batch
+        )
+        out = run_rung(rung, cfg, dataset, device, init_params)
+        if out.status != "ok":
+            raise RuntimeError(out.reason)
+        return out.result
+
+    return bench.sweep(global_batches, 1, run_one, progress=progress)

@@ -1,0 +1,184 @@
+"""Record a notebook's key figures for ``results.json``.
+
+Every notebook calls :func:`record`. Under the headless runner
+(``python -m coursetools run``), ``DPCOURSE_RESULTS`` names a JSON-lines file
+and each record is appended to it; the runner merges them into
+``results.json``. Run interactively, recording is a no-op unless you call
+:func:`enable` (or set ``DPCOURSE_RESULTS`` yourself).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_ENV = "DPCOURSE_RESULTS"
+
+_context: dict[str, Any] = {}
+_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One figure: what, how much, in which unit, measured where."""
+
+    notebook: str
+    metric: str
+    value: float | int | str | None
+    unit: str
+    profile: str
+    data_source: str
+    backend: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+
+
+def enable(path: str | os.PathLike) -> None:
+    """Record into ``path`` (JSON lines) from now on, in this process."""
+    global _path
+    _path = Path(path)
+
+
+def disable() -> None:
+    """Stop recording (the default when run interactively)."""
+    global _path
+    _path = None
+
+
+def active_path() -> Path | None:
+    """Where records go: :func:`enable`'s path, else ``$DPCOURSE_RESULTS``, else None."""
+    if _path is not None:
+        return _path
+    env = os.environ.get(RESULTS_ENV)
+    return Path(env) if env else None
+
+
+def set_context(
+    notebook: str,
+    profile: str,
+    data_source: str,
+    backend: str,
+    device_kind: str,
+    device_count: int,
+    jax_version: str | None = None,
+) -> None:
+    """Fields that every later :func:`record` call in this process carries.
+
+    ``device_kind`` and ``device_count`` describe the devices the notebook's
+    measurements ran on (which may be simulated CPU devices on a 1-GPU node).
+    """
+    if jax_version is None:
+        import jax
+
+        jax_version = jax.__version__
+    _context.update(
+        notebook=notebook,
+        profile=profile,
+        data_source=data_source,
+        backend=backend,
+        device_kind=device_kind,
+        device_count=int(device_count),
+        jax_version=jax_version,
+    )
+
+
+def _clean(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy / JAX scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf
+    return value
+
+
+def record(metric: str, value: Any, unit: str, **overrides: Any) -> Record | None:
+    """Record one figure; returns the record, or None when recording is off.
+
+    ``overrides`` replace context fields for this record (e.g. another
+    ``device_count`` for the single-device baseline inside a multi-device
+    notebook).
+
+    Raises:
+        RuntimeError: recording is on but :func:`set_context` was not called.
+    """
+    path = active_path()
+    if path is None:
+        return None
+    fields = {**_context, **overrides}
+    missing = [
+        f
+        for f in ("notebook", "profile", "data_source", "backend", "device_kind", "device_count", "jax_version")
+        if f not in fields
+    ]
+    if missing:
+        raise RuntimeError(f"Call dpcourse.record.set_context() before record(); missing {missing}.")
+    rec = Record(metric=metric, value=_clean(value), unit=unit, **fields)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(rec)) + "\n")
+    return rec
+
+
+def save_figure(fig, name: str) -> Path | None:
+    """Save a matplotlib figure as PNG beside the records, when recording is on.
+
+    The file is ``<notebook>_<name>.png`` in the folder of the records file
+    (the runner's output folder). Returns its path, or None when recording is
+    off (a notebook run by hand).
+    """
+    path = active_path()
+    if path is None:
+        return None
+    target = path.parent / f"{_context.get('notebook', 'figure')}_{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120, bbox_inches="tight")
+    return target
+
+
+def output_dir(name: str | None = None) -> Path:
+    """The folder where a lesson writes files (traces, tables), created if needed.
+
+    Under the runner (recording on) it is the run's output folder, beside the
+    records; otherwise ``<cwd>/results``, which in the lab is the workspace's
+    ``results/`` (a kernel's working folder is its notebook's folder). With
+    ``name``, the sub-folder ``<notebook>_<name>`` of it (e.g.
+    ``09_performance_trace`` for notebook 09's profiler trace).
+    """
+    path = active_path()
+    base = path.parent if path is not None else Path.cwd() / "results"
+    target = base / f"{_context.get('notebook', 'output')}_{name}" if name else base
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON-lines file written by :func:`record` (missing file: empty list).
+
+    Raises:
+        ValueError: a line is not valid JSON (the message gives the line number).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not a JSON record ({err}).") from err
+    return out
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any) -> Path:
+    """Write JSON to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

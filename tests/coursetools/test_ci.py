@@ -1,0 +1,55 @@
+"""The CI entry points: both environments run, and a missing second interpreter is said in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def make(*args: str, ci: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MAKELEVEL")}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+@needs_make
+def test_without_python_3_12_ci_fails_in_one_line():
+    out = make("test-newest", "NEWEST_PYTHON=", ci="true")
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if line.startswith("test-newest:")]
+    assert len(lines) == 1 and "FAILED: no Python 3.12" in lines[0] and "NEWEST_PYTHON" in lines[0]
+
+
+@needs_make
+def test_without_python_3_12_elsewhere_the_target_skips_in_one_line():
+    out = make("test-newest", "NEWEST_PYTHON=", ci=None)
+    assert out.returncode == 0
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test-newest: SKIPPED: no Python 3.12")
+
+
+@needs_make
+def test_make_test_runs_both_environments():
+    plan = make("-n", "test", "NEWEST_PYTHON=/nonexistent/python3.12", ci=None).stdout
+    assert "requirements-newest.txt" in plan and "--nbmake" in plan
+    assert "VENV=.venv-newest" in plan
+
+
+def test_ci_runs_make_test_as_ci():
+    script = (ROOT / ".ci" / "run").read_text()
+    assert 'export CI="${CI:-true}"' in script and "\nmake test\n" in script
+
+
+@needs_make
+def test_make_sync_goes_through_the_conflict_check():
+    plan = make("-n", "sync", ci=None).stdout
+    assert "-m coursetools sync" in plan and "jupytext --sync" not in plan

@@ -1,0 +1,59 @@
+"""What a learner reads in a lesson's cells fits the screen and starts where the cell starts.
+
+Found in the new-user trial (issue 22): at 1280 px with the file browser open,
+an output line of about 118 characters wraps, mid-word ("the backen / d's");
+a code cell that opens with a blank line shows an empty first row.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+MAX_PRINTED = 100  # characters per printed line; the 100-character code lines fit too
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    """The text of a string literal argument (implicit concatenation included); None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_printed_literal_lines_fit_1280_px(path):
+    too_long = []
+    for cell in jupytext.read(path).cells:
+        if cell.cell_type != "code":
+            continue
+        for call in (n for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Call)):
+            if getattr(call.func, "id", None) != "print" or len(call.args) != 1:
+                continue
+            text = _literal_text(call.args[0])
+            if text is None:
+                continue
+            too_long += [line for line in text.splitlines() if len(line) > MAX_PRINTED]
+    assert not too_long, f"{path.name}: printed lines over {MAX_PRINTED} characters wrap mid-word: {too_long}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_code_cell_opens_with_a_blank_line(path):
+    blank = [
+        c.source.splitlines()[1:2] for c in jupytext.read(path).cells if c.cell_type == "code" and c.source[:1] == "\n"
+    ]
+    assert not blank, f"{path.name}: code cells that start with an empty line (next line shown): {blank}"
+
+
+def test_the_lab_guides_first_start_example_counts_the_lessons_there_are():
+    """docs/jupyterlab.md shows what `make lab` prints on a first start; a new learner compares it."""
+    import re
+
+    text = (ROOT / "docs" / "jupyterlab.md").read_text()
+    first = re.search(r"workspace: (\d+) lessons \((\d+) copied in\)\.", text)
+    assert first, "docs/jupyterlab.md: no first-start example line ('N lessons (N copied in).')"
+    assert int(first.group(1)) == int(first.group(2)) == len(LESSONS), first.group(0)

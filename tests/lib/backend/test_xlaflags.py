@@ -1,0 +1,129 @@
+"""Tests of dpcourse.backend.xlaflags and of every path that checks XLA_FLAGS (issue 18 item 1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dpcourse.backend import xlaflags
+from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags, form_problems
+
+EN_DASH = "\u2013xla_force_host_platform_device_count=8"
+SPACE = "--xla_force_host_platform_device_count 8"
+
+
+def test_an_en_dash_is_named_with_the_fix():
+    (problem,) = form_problems(EN_DASH)
+    assert "en dash" in problem and "'--xla_force_host_platform_device_count=8'" in problem
+
+
+def test_a_value_after_a_space_is_named_with_the_fix():
+    (problem,) = form_problems(SPACE)
+    assert "'8'" in problem and "--xla_force_host_platform_device_count=8" in problem and "space" in problem
+
+
+@pytest.mark.parametrize(
+    "flags", ["", "--xla_force_host_platform_device_count=8", "--xla_cpu_enable_fast_math=false --xla_dump_to=/tmp/x"]
+)
+def test_well_formed_flags_pass_the_form_check(flags):
+    assert form_problems(flags) == []
+
+
+def test_a_word_that_is_not_a_flag_and_a_single_dash_are_named():
+    assert "'8x'" in form_problems("8x")[0]
+    assert "'-xla_cpu_enable_fast_math=false'" in form_problems("-xla_cpu_enable_fast_math=false")[0]
+
+
+def test_the_message_says_it_is_xla_flags_and_how_to_fix_it():
+    with pytest.raises(XlaFlagsError) as err:
+        check_xla_flags(EN_DASH, probe=False)
+    text = str(err.value)
+    assert text.startswith(f"XLA_FLAGS={EN_DASH!r}") and "unset XLA_FLAGS" in text and "restart the kernel" in text
+
+
+def test_only_the_courses_device_count_starts_no_probe(monkeypatch):
+    monkeypatch.setattr(xlaflags, "probe_unknown", lambda flags: pytest.fail("probed"))
+    check_xla_flags("--xla_force_host_platform_device_count=8")
+    check_xla_flags("")
+
+
+def test_a_good_value_is_probed_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    calls = []
+    monkeypatch.setattr(xlaflags, "probe_unknown", lambda flags: calls.append(flags))
+    check_xla_flags("--xla_cpu_enable_fast_math=false")
+    check_xla_flags("--xla_cpu_enable_fast_math=false")
+    assert calls == ["--xla_cpu_enable_fast_math=false"]
+
+
+@pytest.mark.slow
+def test_an_unknown_well_formed_flag_is_found_by_asking_xla(tmp_path, monkeypatch):
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    with pytest.raises(XlaFlagsError) as err:
+        check_xla_flags("--xla_force_host_platform_device_count=8 --not_a_flag")
+    assert "--not_a_flag" in str(err.value) and "XLA does not know" in str(err.value)
+    assert not (tmp_path / "xla-flags-checked.json").exists()  # a bad value is never cached as good
+
+
+def test_xlas_own_abort_lines_are_recognised():
+    line = "F1201 20:15:08.807997 14114 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --not_a_flag"
+    assert xlaflags.unknown_flags_in(line) == "--not_a_flag"
+    assert "--not_a_flag" in xlaflags.describe_abort("noise\n" + line)
+    assert xlaflags.describe_abort("Killed") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [EN_DASH, SPACE])
+def test_setup_devices_refuses_a_malformed_token_and_appends_nothing(flags):
+    code = (
+        "import os\nfrom dpcourse.devices import DeviceSetupError, setup_devices\n"
+        "try:\n    setup_devices(8)\nexcept DeviceSetupError as err:\n    print('REFUSED', err)\n"
+        "print('FLAGS', repr(os.environ['XLA_FLAGS']))\n"
+    )
+    env = dict(os.environ, XLA_FLAGS=flags)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REFUSED XLA_FLAGS=" in out.stdout and "--xla_force_host_platform_device_count=8" in out.stdout
+    assert f"FLAGS {flags!r}" in out.stdout  # its own flag was not appended to the malformed one
+
+
+def test_the_runner_refuses_a_malformed_token_before_any_kernel(tmp_path, monkeypatch, capsys):
+    from coursetools.cli import main
+
+    monkeypatch.setenv("XLA_FLAGS", SPACE)
+    assert main(["run", "--profile", "smoke", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "XLA_FLAGS" in err and "--xla_force_host_platform_device_count=8" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_launcher_refuses_a_malformed_token_before_starting_workers(monkeypatch, capsys):
+    from dpcourse.multihost import launcher
+
+    monkeypatch.setenv("XLA_FLAGS", EN_DASH + " --xla_cpu_enable_fast_math=false")
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
+    assert launcher.main(["--processes", "2", "--devices-per-process", "2"]) == 1
+    assert "en dash" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_jax_platforms_cuda_without_a_profile_is_one_line_not_a_traceback(tmp_path):
+    """Issue 18 item 1: the `make course` path ended in a bare AssertionError."""
+    env = dict(os.environ, JAX_PLATFORMS="cuda")
+    env.pop("DPCOURSE_PROFILE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "coursetools", "run", "--notebooks", "01", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    if out.returncode == 0:
+        pytest.skip("this machine has a CUDA backend")
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "JAX_PLATFORMS='cuda'" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and "AssertionError" not in out.stderr

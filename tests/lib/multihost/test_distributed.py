@@ -1,0 +1,166 @@
+"""dpcourse.multihost.distributed: the runtime's settings, the global mesh and process-local rows.
+
+The worker's tests are in tests/lib/multihost/test_worker.py, the multi-process runs in
+tests/lib/multihost/test_launcher.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpcourse import data
+from dpcourse.multihost import distributed
+
+PROFILE = "smoke"
+# Synthetic data, always: no network access, and the same bytes in every process.
+SOURCE = "synthetic"
+# A failing worker must end well within this (seconds), init timeout included.
+BOUND_S = 30
+
+
+def test_spec_from_env_reads_the_three_variables():
+    spec = distributed.spec_from_env(
+        {
+            "DPCOURSE_COORDINATOR": "jax-multihost-0.jax-multihost:8476",
+            "DPCOURSE_NUM_PROCESSES": "2",
+            "DPCOURSE_PROCESS_ID": "1",
+        }
+    )
+    assert spec == distributed.DistributedSpec("jax-multihost-0.jax-multihost:8476", 2, 1, 300)
+    spec = distributed.spec_from_env(
+        {
+            "DPCOURSE_COORDINATOR": "[::1]:1234",
+            "DPCOURSE_NUM_PROCESSES": "1",
+            "DPCOURSE_PROCESS_ID": "0",
+            "DPCOURSE_INIT_TIMEOUT_S": "15",
+        }
+    )
+    assert spec.init_timeout_s == 15
+
+
+def test_spec_from_env_names_every_missing_variable():
+    with pytest.raises(distributed.DistributedSetupError) as info:
+        distributed.spec_from_env({"DPCOURSE_NUM_PROCESSES": "2"})
+    message = str(info.value)
+    assert "DPCOURSE_COORDINATOR, DPCOURSE_PROCESS_ID not set" in message
+    assert "deploy/multihost.yaml" in message
+
+
+def _env(coordinator="h:1", num_processes="2", process_id="0"):
+    return {
+        "DPCOURSE_COORDINATOR": coordinator,
+        "DPCOURSE_NUM_PROCESSES": num_processes,
+        "DPCOURSE_PROCESS_ID": process_id,
+    }
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        (_env(coordinator="10.0.0.2"), "not host:port"),
+        (_env(coordinator="h:99999"), "not host:port"),
+        (_env(num_processes="two"), "not a whole number"),
+        (_env(process_id="2"), "outside 0..1"),
+        (_env(num_processes="0"), "num_processes must be >= 1"),
+    ],
+)
+def test_spec_from_env_rejects_bad_values(env, fragment):
+    with pytest.raises(distributed.DistributedSetupError, match=fragment):
+        distributed.spec_from_env(env)
+
+
+def test_initialize_refuses_once_a_backend_started(cpu_devices):
+    with pytest.raises(distributed.DistributedSetupError, match="restart the kernel"):
+        distributed.initialize("127.0.0.1:1234", 2, 0)
+
+
+def test_process_local_batches_are_the_rows_of_the_global_batches():
+    dataset = data.load_fashion_mnist(source=SOURCE, limit=100)  # 100 examples: batches wrap around
+    x_all, y_all = data.stacked_batches(dataset, 3, 48)
+    rows = [(8, 24), (40, 48)]
+    x_local, y_local = distributed.process_local_batches(dataset, 3, 48, rows)
+    columns = np.r_[8:24, 40:48]
+    np.testing.assert_array_equal(x_local, x_all[:, columns])
+    np.testing.assert_array_equal(y_local, y_all[:, columns])
+    with pytest.raises(ValueError, match="outside a global batch of 48"):
+        distributed.process_local_batches(dataset, 3, 48, [(40, 56)])
+
+
+def test_process_rows_follow_the_sharding(cpu_devices):
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    shape = (2, 64, 784)
+    mesh = Mesh(np.array(cpu_devices[::-1]), ("data",))  # any device order
+    assert distributed.process_rows(NamedSharding(mesh, P(None, "data", None)), shape, axis=1) == [(0, 64)]
+    assert distributed.process_rows(NamedSharding(mesh, P()), shape, axis=1) == [(0, 64)]
+
+
+def test_global_mesh_spans_every_device_in_process_order(cpu_devices):
+    # The CPU devices, named explicitly: on a GPU host JAX's default backend is the GPU.
+    mesh = distributed.global_mesh(backend="cpu")
+    assert mesh.axis_names == ("data",) and list(mesh.devices.flat) == sorted(cpu_devices, key=lambda d: d.id)
+
+
+def test_global_mesh_defaults_to_every_device_of_the_default_backend():
+    import jax
+
+    mesh = distributed.global_mesh("batch")
+    assert mesh.axis_names == ("batch",)
+    assert list(mesh.devices.flat) == sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+
+
+@pytest.mark.parametrize(
+    "address, expected",
+    [
+        ("[::1]:8476", ("::1", 8476)),
+        ("[fe80::1%eth0]:1234", ("fe80::1%eth0", 1234)),
+        ("127.0.0.1:8476", ("127.0.0.1", 8476)),
+        ("jax-multihost-0.jax-multihost:8476", ("jax-multihost-0.jax-multihost", 8476)),
+    ],
+)
+def test_coordinator_address_accepts_names_ipv4_and_bracketed_ipv6(address, expected):
+    assert distributed.check_coordinator_address(address) == expected
+
+
+@pytest.mark.parametrize(
+    "address, fragment",
+    [
+        ("::1:8476", r"IPv6 address must be written in brackets, \[::1\]:8476"),
+        ("fe80::1:80", r"\[fe80::1\]:80"),
+        ("[10.0.0.1]:8476", "brackets are for IPv6 addresses, and '10.0.0.1' is not one"),
+        ("[::1]", "not host:port"),
+        ("[::1]:0", "not host:port"),
+    ],
+)
+def test_coordinator_address_refuses_unbracketed_ipv6(address, fragment):
+    with pytest.raises(distributed.DistributedSetupError, match=fragment):
+        distributed.check_coordinator_address(address)
+    with pytest.raises(distributed.DistributedSetupError, match=fragment):
+        distributed.spec_from_env(_env(coordinator=address))
+
+
+def test_format_coordinator_address_brackets_ipv6_only():
+    assert distributed.format_coordinator_address("::1", 8476) == "[::1]:8476"
+    assert distributed.format_coordinator_address("[::1]", 8476) == "[::1]:8476"
+    assert distributed.format_coordinator_address("127.0.0.1", 8476) == "127.0.0.1:8476"
+    assert (
+        distributed.format_coordinator_address("jax-multihost-0.jax-multihost", 1) == "jax-multihost-0.jax-multihost:1"
+    )
+
+
+def test_relative_diff_is_scale_free():
+    ref = {"w": np.array([2.0, -4.0]), "b": np.array([1.0])}
+    assert distributed.relative_diff(ref, {"w": np.array([2.0, -4.0]), "b": np.array([1.0])}) == 0.0
+    assert distributed.relative_diff(ref, {"w": np.array([2.0, -3.0]), "b": np.array([1.0])}) == pytest.approx(0.25)
+    doubled = {k: 2 * v for k, v in ref.items()}  # psum over 2 devices where pmean was meant
+    assert distributed.relative_diff(ref, doubled) == pytest.approx(1.0)
+
+
+def test_params_digest_sees_one_changed_value():
+    params = {"w": np.zeros((3, 3), np.float32), "b": np.zeros(3, np.float32)}
+    same = {"b": np.zeros(3, np.float32), "w": np.zeros((3, 3), np.float32)}
+    assert distributed.params_digest(params) == distributed.params_digest(same)
+    same["w"][1, 1] = 1e-7
+    assert distributed.params_digest(params) != distributed.params_digest(same)

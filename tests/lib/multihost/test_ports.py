@@ -1,0 +1,89 @@
+"""Tests of dpcourse.multihost.ports: only a taken port is called in use; IPv6 hosts are probed with IPv6 sockets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from dpcourse.multihost import distributed, ports
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_free_port_is_never_called_in_use():
+    """Only EADDRINUSE means "in use": an address this machine lacks is another error, said plainly."""
+    port = ports.free_port("127.0.0.1")
+    ports.check_port_free("127.0.0.1", port)  # free: no error
+    for host in ("192.0.2.1", "no-such-host.invalid"):  # TEST-NET-1: never a local address
+        with pytest.raises(distributed.DistributedSetupError) as info:
+            ports.check_port_free(host, port)
+        assert not isinstance(info.value, distributed.CoordinatorPortInUse)
+        assert "127.0.0.1" in str(info.value) and "in use" not in str(info.value)
+
+
+def test_a_taken_ipv4_port_is_in_use_and_says_what_to_do():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        with pytest.raises(distributed.CoordinatorPortInUse, match=f"port {taken} on 127.0.0.1 .*port=None"):
+            ports.check_port_free("127.0.0.1", taken)
+
+
+def test_a_port_in_time_wait_counts_as_free():
+    """A coordinator (gRPC binds with SO_REUSEADDR, so its connections do too) that just ended leaves
+    its port in TIME_WAIT: the next run may take it, and the check, binding the same way, agrees."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the side that closes first keeps TIME_WAIT
+    client.close()
+    server.close()
+    ports.check_port_free("127.0.0.1", port)
+
+
+def test_a_port_below_1024_without_rights_says_so(monkeypatch):
+    import errno
+
+    real_socket = socket.socket
+
+    class NoRights(real_socket):
+        def bind(self, address):
+            raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(ports.socket, "socket", NoRights)
+    with pytest.raises(distributed.DistributedSetupError, match="below 1024 need administrator rights") as info:
+        ports.check_port_free("127.0.0.1", 80)
+    assert not isinstance(info.value, distributed.CoordinatorPortInUse)
+
+
+def test_ipv6_switched_off_is_said_as_such(no_ipv6):
+    for probe in (lambda: ports.free_port("::1"), lambda: ports.check_port_free("::1", 8476)):
+        with pytest.raises(distributed.DistributedSetupError, match="IPv6 may be switched off") as info:
+            probe()
+        assert not isinstance(info.value, distributed.CoordinatorPortInUse)
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+def test_ipv6_ports_are_probed_with_ipv6_sockets():
+    port = ports.free_port("::1")
+    ports.check_port_free("::1", port)
+    ports.check_port_free("[::1]", port)
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+        sock.bind(("::1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        with pytest.raises(distributed.CoordinatorPortInUse, match=f"port {taken} on ::1 is already in use"):
+            ports.check_port_free("::1", taken)

@@ -1,0 +1,74 @@
+"""dpcourse.multihost.worker: the program each process of a multi-host run executes, and its command line.
+
+These tests start one real ``python -m dpcourse.multihost.worker`` process (a
+1-process "cluster" on loopback); the multi-process runs are in
+tests/lib/multihost/test_launcher.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dpcourse.multihost import launcher
+
+PROFILE = "smoke"
+# Synthetic data, always: no network access, and the same bytes in every process.
+SOURCE = "synthetic"
+# A failing worker must end within this (seconds), init timeout included; JAX's import alone takes
+# over 20 s on a loaded 2-core machine.
+BOUND_S = 90
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_worker_checks_the_global_batch_against_the_global_device_count():
+    """On GKE there is no launcher to check first: the worker itself refuses, and exits at once."""
+    coordinator = f"127.0.0.1:{launcher.free_port()}"
+    env = {k: v for k, v in launcher.worker_env(0, 1, coordinator, 10).items() if not k.startswith("DPCOURSE_")}
+    result = subprocess.run(  # explicit options instead of the environment, on a 1-process "cluster"
+        [
+            sys.executable,
+            "-m",
+            "dpcourse.multihost.worker",
+            "--coordinator",
+            coordinator,
+            "--num-processes",
+            "1",
+            "--process-id",
+            "0",
+            "--init-timeout-s",
+            "10",
+            "--profile",
+            PROFILE,
+            "--data-source",
+            SOURCE,
+            "--cpu-devices",
+            "8",
+            "--global-batch",
+            "60",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert result.returncode == 1
+    assert "Global batch 60 does not divide evenly over 8 devices" in result.stderr
+
+
+def test_worker_without_its_environment_says_what_to_set():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPCOURSE_")}
+    env["JAX_PLATFORMS"] = "cpu"
+    result = subprocess.run(
+        [sys.executable, "-m", "dpcourse.multihost.worker", "--profile", PROFILE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert result.returncode == 1
+    assert "DPCOURSE_COORDINATOR, DPCOURSE_NUM_PROCESSES, DPCOURSE_PROCESS_ID not set" in result.stderr

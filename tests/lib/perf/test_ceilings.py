@@ -1,0 +1,61 @@
+"""Tests of dpcourse.perf.ceilings: the measured matmul rates and memory bandwidth of notebook 09."""
+
+import jax
+import pytest
+
+from dpcourse.perf import ceilings
+
+
+@pytest.fixture(scope="module")
+def cpu0():
+    return jax.devices("cpu")[0]
+
+
+@pytest.mark.parametrize("setting", list(ceilings.MATMUL_SETTINGS))
+def test_matmul_rate_is_flops_over_time(setting, cpu0):
+    c = ceilings.matmul_rate(64, setting, cpu0, warmup=1, repeats=1, steps=2)
+    assert c.status == "ok" and c.reason == ""
+    # rate = 2 n^3 FLOPs / seconds per call, whatever the speed
+    assert c.rate == pytest.approx(2 * 64**3 / (c.ms_per_call / 1e3))
+
+
+def test_memory_bandwidth_counts_one_read_and_one_write(cpu0):
+    c = ceilings.memory_bandwidth(1000, cpu0, warmup=0, repeats=1, steps=1)
+    assert c.status == "ok"
+    assert c.rate == pytest.approx(8 * 1000 / (c.ms_per_call / 1e3))
+
+
+def test_a_failing_measurement_is_recorded_not_raised(cpu0, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory\nmore detail")
+
+    monkeypatch.setattr(ceilings, "time_calls", boom)
+    c = ceilings.matmul_rate(8, "bfloat16", cpu0)
+    assert c.status == "failed" and c.rate is None
+    assert c.reason == "RuntimeError: RESOURCE_EXHAUSTED: out of memory"
+    assert ceilings.memory_bandwidth(8, cpu0).status == "failed"
+
+
+def test_measure_all_covers_every_setting_and_the_bandwidth(cpu0):
+    out = ceilings.measure_all(32, cpu0, warmup=0, repeats=1, steps=1)
+    assert list(out) == list(ceilings.MATMUL_SETTINGS) + ["memory bandwidth"]
+
+
+def test_bad_arguments_raise(cpu0):
+    with pytest.raises(ValueError, match="Valid: float32 highest, float32 default, bfloat16"):
+        ceilings.matmul_rate(8, "tf32", cpu0)
+    with pytest.raises(ValueError, match="n must be"):
+        ceilings.matmul_rate(0, "bfloat16", cpu0)
+    with pytest.raises(ValueError, match="n_values"):
+        ceilings.memory_bandwidth(0, cpu0)
+    with pytest.raises(ValueError, match="repeats"):
+        ceilings.time_calls(lambda: 1, (), repeats=0)
+
+
+def test_each_compute_dtype_has_its_ceiling_and_datasheet_precision():
+    assert ceilings.ceiling_for("float32") == "float32 default"  # the step runs at default precision
+    assert ceilings.ceiling_for("bfloat16") == "bfloat16"
+    assert ceilings.datasheet_precision("float32") == "tf32"
+    assert ceilings.datasheet_precision("bfloat16") == "bf16"
+    with pytest.raises(ValueError, match="float32, bfloat16"):
+        ceilings.ceiling_for("float16")

@@ -1,0 +1,144 @@
+"""Tests of dpcourse.perf.ladder: notebook 09's rungs run, stay correct, and fail softly."""
+
+import jax
+import numpy as np
+import pytest
+
+from dpcourse import data, model, placement, train
+from dpcourse.config import make_config
+from dpcourse.perf import ladder
+
+CFG = make_config("smoke").with_overrides(warmup_steps=1, repeats=1, steps=2, n_batches=2)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return data.load_fashion_mnist("synthetic", limit=256)
+
+
+@pytest.fixture(scope="module")
+def cpu0():
+    return jax.devices("cpu")[0]
+
+
+def test_default_rungs_are_the_issues_ladder():
+    rungs = ladder.default_rungs(CFG)
+    assert [(r.block_unroll, r.compute_dtype) for r in rungs] == [
+        (1, "float32"),
+        (CFG.block_repeats, "float32"),  # unroll 8 capped at the 2 repeats of smoke
+        ("full", "float32"),
+        (1, "bfloat16"),
+        ("full", "bfloat16"),
+        ("full", "bfloat16"),
+    ]
+    assert [r.global_batch for r in rungs] == [CFG.ladder_global_batch] * 5 + [CFG.ladder_large_batch]
+    assert len({r.name for r in rungs}) == len(rungs)  # record names are unique
+    full = ladder.default_rungs(make_config("full"))
+    assert full[1].name == "scan_unroll8_f32" and full[-1].global_batch == 8192
+
+
+def test_rung_config_validates():
+    with pytest.raises(ValueError, match="compute_dtype"):
+        ladder.Rung("x", "x", 1, "float16", 8).config(CFG)
+
+
+@pytest.fixture(scope="module")
+def scan_and_unrolled(dataset, cpu0):
+    init = model.init_params(CFG)
+    rungs = ladder.default_rungs(CFG)
+    return init, [ladder.run_rung(r, CFG, dataset, cpu0, init) for r in (rungs[0], rungs[2])]
+
+
+def test_a_rung_is_measured_with_the_harness_and_keeps_its_program(scan_and_unrolled):
+    _, (scan, _) = scan_and_unrolled
+    assert scan.status == "ok" and scan.reason == ""
+    assert scan.result.global_batch == CFG.ladder_global_batch and scan.result.n_devices == 1
+    assert scan.result.steps == CFG.warmup_steps + CFG.repeats * CFG.steps
+    assert " while(" in scan.compiled.as_text()  # the executable the harness compiled
+    assert scan.program_bytes > 0
+    assert scan.peak_bytes is None  # CPUs report no memory stats
+    assert scan.mfu_datasheet(CFG, "cpu") is None  # no datasheet peak for CPUs
+
+
+def test_unrolled_rung_ends_where_the_scan_rung_ends(scan_and_unrolled, cpu0):
+    init, (scan, unrolled) = scan_and_unrolled
+    steps = scan.result.steps
+    param_tol, grad_tol = train.equivalence_tolerances("cpu", CFG.learning_rate, steps)
+    assert train.max_abs_diff(scan.final_params, unrolled.final_params) <= param_tol
+    batches = placement.place_single_device(
+        CFG, data.load_fashion_mnist("synthetic", limit=256), cpu0, train.make_optimizer(CFG), init, 16
+    ).batches
+    _, _, s1 = ladder.run_steps(scan.compiled, CFG, cpu0, init, batches, 1)
+    _, _, s2 = ladder.run_steps(unrolled.compiled, CFG, cpu0, init, batches, 1)
+    diff, scale = train.first_step_gradient_diff(s1, s2)
+    assert diff / scale <= grad_tol
+
+
+def test_fraction_of_ceiling_uses_the_rungs_dtype(scan_and_unrolled):
+    from dpcourse import costs
+    from dpcourse.perf import ceilings
+
+    _, (scan, _) = scan_and_unrolled
+    measured = {"float32 default": ceilings.Ceiling("float32 default", "ok", rate=1e9)}
+    expected = costs.achieved_flops_per_s(CFG, scan.rung.global_batch, scan.result.ms_per_step) / 1e9
+    assert scan.fraction_of_ceiling(CFG, measured) == pytest.approx(expected)
+    assert scan.fraction_of_ceiling(CFG, {}) is None
+
+
+def test_a_failing_rung_is_recorded_with_its_reason(dataset, cpu0, monkeypatch):
+    def oom(*args, **kwargs):
+        raise MemoryError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 GiB")
+
+    monkeypatch.setattr(placement, "place_single_device", oom)
+    r = ladder.run_rung(ladder.default_rungs(CFG)[-1], CFG, dataset, cpu0, model.init_params(CFG))
+    assert r.status == "failed"
+    assert r.reason.startswith("MemoryError: RESOURCE_EXHAUSTED")
+    assert r.result is None and r.mfu_datasheet(CFG, "NVIDIA H200") is None
+
+
+def test_run_steps_is_a_reproducible_training_run(scan_and_unrolled, dataset, cpu0):
+    init, (scan, _) = scan_and_unrolled
+    batches = placement.place_single_device(CFG, dataset, cpu0, train.make_optimizer(CFG), init, 16).batches
+    a, p1, _ = ladder.run_steps(scan.compiled, CFG, cpu0, init, batches, 3)
+    b, p2, _ = ladder.run_steps(scan.compiled, CFG, cpu0, init, batches, 3)
+    assert a == b and len(a) == 3
+    assert train.max_abs_diff(p1, p2) == 0.0
+
+
+def test_compile_probe_passes_through_and_keeps_the_executable():
+    probe = ladder.CompileProbe(jax.jit(lambda x: x + 1))
+    lowered = probe.lower(np.float32(1))
+    assert "stablehlo" in lowered.as_text() or "func" in lowered.as_text()
+    compiled = lowered.compile()
+    assert probe.compiled is compiled and float(compiled(np.float32(1))) == 2.0
+
+
+def test_memory_helpers_report_none_when_the_backend_does_not():
+    assert ladder.program_bytes(object()) is None
+
+    class Gpu:
+        def memory_stats(self):
+            return {"peak_bytes_in_use": 123, "bytes_limit": 456}
+
+    assert ladder.device_peak_bytes(Gpu()) == 123
+
+
+def test_bf16_tolerance_is_two_percent_of_the_loss():
+    assert ladder.bf16_loss_tolerance(2.0) == pytest.approx(0.04)
+    assert ladder.bf16_loss_tolerance(-1.0) == pytest.approx(0.02)
+
+
+def test_single_device_sweep_records_each_size_and_survives_a_failure(dataset, cpu0, monkeypatch):
+    real = ladder.run_rung
+
+    def flaky(rung, *args):
+        if rung.global_batch == 32:
+            return ladder.RungResult(rung, "failed", "MemoryError: out of memory")
+        return real(rung, *args)
+
+    monkeypatch.setattr(ladder, "run_rung", flaky)
+    cfg = CFG.with_overrides(block_unroll="full")
+    points = ladder.sweep_single_device(cfg, dataset, cpu0, model.init_params(cfg), (8, 32), progress=False)
+    assert [(p.global_batch, p.status) for p in points] == [(8, "ok"), (32, "failed")]
+    assert points[0].result.global_batch == 8 and points[0].result.n_devices == 1
+    assert "out of memory" in points[1].reason

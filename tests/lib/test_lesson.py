@@ -1,0 +1,57 @@
+"""Tests of dpcourse.lesson: the opening of every lesson (8 simulated CPU devices, conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpcourse import devices
+from dpcourse import lesson as session
+
+
+def plain_notes(lesson: session.Lesson) -> list[str]:
+    return [str(note) for note in lesson.notes]
+
+
+def test_every_lesson_warns_about_a_backend_setting_changed_after_start(cpu_devices, monkeypatch):
+    # Issue 9, A3: the late-change check ran only in notebook 01; every lesson runs it now.
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    warnings = [n for n in plain_notes(lesson) if "XLA_PYTHON_CLIENT_ALLOCATOR" in n]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("[WARNING]") and "Restart the kernel" in warnings[0]
+
+
+def test_a_lesson_without_late_changes_shows_no_such_warning(cpu_devices):
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    assert not [n for n in plain_notes(lesson) if "changed after JAX started" in n]
+
+
+@pytest.mark.parametrize("ours, backend, shown", [(True, "gpu", True), (False, "gpu", False), (True, "cpu", False)])
+def test_the_preallocation_note_shows_on_a_gpu_when_the_course_switched_it_off(
+    cpu_devices, monkeypatch, ours, backend, shown
+):
+    import jax
+
+    monkeypatch.setattr(devices, "_preallocation_switched_off", ours)
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
+    assert (devices.PREALLOCATION_NOTE in " ".join(plain_notes(lesson))) is shown
+
+
+def test_the_start_banners_say_once_that_simulated_devices_share_the_cores():
+    """Issue 22: the device note repeated itself ("(share the same cores): ... share the same CPU cores")."""
+    lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
+    if not lesson.devices.simulated:
+        pytest.skip("real devices: no simulated-device note")
+    text = " ".join(plain_notes(lesson)).lower()
+    assert text.count("share") == 1 and "cpu cores" in text
+    assert "share" not in lesson.devices.label
+
+
+def test_a_lesson_opens_with_one_box_whatever_it_has_to_say(monkeypatch):
+    """Issue 22: a lesson started with two banners (devices, data); now one box, a line for each."""
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, show=True)
+    assert len(shown) == 1
+    assert len(str(shown[0]).split("\n[")) == len(lesson.notes)  # one line (and its details) per note
