@@ -66,7 +66,7 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # profile only; the default is smoke everywhere and full where cheap.
 # --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target.
 placement: $(VENV)/.gpu-compile-installed
-	$(PY) -m coursetools.collective_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m coursetools.compile_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)

@@ -717,7 +717,7 @@ if multi.devices[0].platform == "cpu":
 # figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
 
 # %%
-from dpcourse.gpu_compile import mocked as gpu_placement
+from dpcourse.gpu_compile import notebook as gpu_placement
 
 fast_gpu = gpu_placement.show_gpu_placement(
     cfg.profile,

@@ -5,6 +5,7 @@ in the jax-ml/jax documentation's CI. Tests that need a fresh JAX (device
 settings, late changes) start a subprocess.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -73,3 +74,15 @@ def no_ipv6(monkeypatch):
             return super().bind(address)
 
     monkeypatch.setattr(socket, "socket", NoIPv6)
+
+
+@pytest.fixture()
+def extra():
+    """Skip (fail in CI) when the gpu-compile extra is not installed; names what is missing."""
+    from dpcourse.gpu_compile import targets
+
+    missing = targets.extra_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: the gpu-compile extra must be installed (make gpu-compile): {missing}")
+        pytest.skip(f"the gpu-compile extra is not installed: {missing}")

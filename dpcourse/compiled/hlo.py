@@ -14,12 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dpcourse.compiled.collectives import split_computations
+# One set of HLO text patterns for the package: the instruction, callee, branch and
+# trip-count patterns are collectives.py's.
+from dpcourse.compiled.collectives import _BRANCHES, _CALLED, _INSTR, _TRIP, split_computations
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
-_CALLEES = re.compile(r"\b(?:body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 
@@ -83,7 +81,7 @@ def summarize(text: str) -> ProgramSummary:
             m = _INSTR.match(line)
             if not m:
                 continue
-            op = m.group(1)
+            op = m.group(4)
             if not fused:
                 totals["instr"] += runs
             if op == "fusion" and not fused:
@@ -97,7 +95,7 @@ def summarize(text: str) -> ProgramSummary:
                 if (name, fused) not in seen:
                     loops.append(trip)
                 unknown = unknown or trip is None
-            callees = _CALLEES.findall(line)
+            callees = _CALLED.findall(line)
             for group in _BRANCHES.findall(line):
                 callees += [c.strip().lstrip("%") for c in group.split(",")]
             for callee in callees:

@@ -461,47 +461,6 @@ def show_mocked_gpu_placement(profile: str, backend: str) -> list[PlacementRepor
     return reports
 
 
-def show_gpu_placement(
-    profile: str,
-    backend: str,
-    steps: dict[str, str] | None = None,
-    counts: tuple[int, ...] = (8,),
-    disable_passes: tuple[str, ...] = (),
-) -> list:
-    """Notebooks 04, 05 and 09: the GPU compiler's and the CPU compiler's placement of ``steps``, on any machine.
-
-    With the gpu-compile extra (:mod:`dpcourse.gpu_compile.targets`) it compiles for
-    ``counts`` x H200 without a GPU and, when ``backend`` is not ``"cpu"``
-    (the notebook has shown the CPU's answer itself), for 8 simulated CPU
-    devices, and shows them (:func:`coursetools.collective_report.show_compilers`). Without
-    it, on a machine with an NVIDIA GPU and the CUDA plugin, the mocked
-    topologies (:func:`show_mocked_gpu_placement`); elsewhere one line
-    saying how to get the extra.
-
-    Args:
-        steps: step name -> builder ``"module:function"`` (default: the
-            course's three, :data:`dpcourse.gpu_compile.compile.COURSE_STEPS`).
-        disable_passes: XLA passes to switch off in the compile (experiments).
-
-    Returns:
-        :class:`dpcourse.gpu_compile.compile.CompileResult` list, or the mocked
-        path's :class:`PlacementReport` list, or [] when neither can run.
-    """
-    from coursetools import collective_report as placement_report
-    from dpcourse.gpu_compile import targets as gpu_targets
-
-    missing = gpu_targets.extra_missing()
-    if missing is None:
-        cpu = None if backend == "cpu" else 8  # on CPU devices the notebook has just shown the CPU's answer
-        return placement_report.show_compilers(
-            profile, steps, counts=counts, cpu_devices=cpu, disable_passes=disable_passes
-        )
-    if gpu_unavailable_reason() is None and not disable_passes and steps is None:
-        return show_mocked_gpu_placement(profile, backend)
-    print(f"The GPU compiler's placement is not shown: {missing}")
-    return []
-
-
 def report(profile: str, topologies: tuple[str, ...] = GPU_TOPOLOGIES, cpu_devices: int = 8) -> list[PlacementReport]:
     """Placement on mocked GPUs (where possible) and on ``cpu_devices`` simulated CPU devices.
 

@@ -221,28 +221,3 @@ def test_notebook_helper_compiles_every_mocked_topology_and_records_them(monkeyp
     topologies = {r["device_kind"].split()[-1].rstrip(")") for r in results.read_records(tmp_path / "records.jsonl")}
     assert topologies == set(gp.GPU_TOPOLOGIES)
     assert "Compiled for mocked GPU topologies" in capsys.readouterr().out
-
-
-def test_notebook_gpu_cell_says_how_to_get_the_extra_in_one_line(monkeypatch, capsys):
-    from dpcourse.gpu_compile import targets as gpu_targets
-
-    monkeypatch.setattr(
-        gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed. Install: make gpu-compile"
-    )
-    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
-    assert gp.show_gpu_placement("smoke", "cpu") == []
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "make gpu-compile" in out[0]
-
-
-def test_notebook_gpu_cell_compiles_without_a_gpu_when_the_extra_is_there(monkeypatch):
-    from coursetools import collective_report as placement_report
-    from dpcourse.gpu_compile import targets as gpu_targets
-
-    asked = {}
-    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: None)
-    monkeypatch.setattr(placement_report, "show_compilers", lambda profile, steps, **kw: asked.update(kw) or ["r"])
-    assert gp.show_gpu_placement("smoke", "cpu", disable_passes=(gp.PASS_NAME,)) == ["r"]
-    assert asked["cpu_devices"] is None and asked["counts"] == (8,) and asked["disable_passes"] == (gp.PASS_NAME,)
-    gp.show_gpu_placement("smoke", "gpu")
-    assert asked["cpu_devices"] == 8  # on a GPU machine the CPU's answer is compiled too

@@ -1,12 +1,12 @@
 """Both compilers' answer to "where does the all-reduce land?": the table, placement.json, the notebook cell.
 
-``python -m coursetools.collective_report`` (``make placement``) compiles the
+``python -m coursetools.compile_report`` (``make placement``) compiles the
 course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`) for
 every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
 GPU, and for 8 simulated CPU devices, prints one table and writes
 ``results/placement/placement.json``: one record per (backend, target,
-device count, profile, step). Notebooks 04, 05 and 09 call
-:func:`show_compilers`.
+device count, profile, step). The notebooks' cell is
+:func:`dpcourse.gpu_compile.notebook.show_compilers`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.gpu_compile.notebook import records, table_rows
 
 DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # `make placement` compiles the smoke profile for every target and device
@@ -54,55 +55,6 @@ def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], c
         jobs += [deviceless.Job("gpu", t, n, profile) for t in targets for n in counts]
         jobs.append(deviceless.Job("cpu", "cpu", cpu_devices, profile))
     return jobs
-
-
-def records(results: list[deviceless.CompileResult]) -> list[dict]:
-    """One flat record per result and step (the rows of placement.json).
-
-    Fields: backend, target, target_label, approximate, deviceless,
-    n_devices, profile, step, collectives, all_reduces, in_loop,
-    runs_per_step, bytes_per_step (per device), compile_s, flops,
-    bytes_accessed (cost_analysis), temp_bytes (memory_analysis),
-    disabled_passes, jax_version, jaxlib_version, error.
-    """
-    out = []
-    for res in results:
-        base = {
-            "backend": res.backend,
-            "target": res.target,
-            "target_label": res.target_label,
-            "approximate": res.approximate,
-            "deviceless": res.deviceless,
-            "n_devices": res.n_devices,
-            "profile": res.profile,
-        }
-        tail = {
-            "disabled_passes": res.disabled_passes,
-            "jax_version": res.jax_version,
-            "jaxlib_version": res.jaxlib_version,
-        }
-        if res.error:
-            out.append({**base, "step": None, **tail, "error": res.error})
-            continue
-        for name, s in res.steps.items():
-            out.append(
-                {
-                    **base,
-                    "step": name,
-                    "collectives": s.count,
-                    "all_reduces": sum(c["kind"] == "all-reduce" for c in s.collectives),
-                    "in_loop": s.in_loop,
-                    "runs_per_step": s.runs_per_step,
-                    "bytes_per_step": s.bytes_per_step,
-                    "compile_s": s.compile_s,
-                    "flops": s.cost.get("flops"),
-                    "bytes_accessed": s.cost.get("bytes accessed"),
-                    "temp_bytes": s.memory.get("temp_size_in_bytes"),
-                    **tail,
-                    "error": s.error,
-                }
-            )
-    return out
 
 
 METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
@@ -143,29 +95,6 @@ def check(recs: list[dict]) -> list[str]:
     return problems
 
 
-def table_rows(recs: list[dict]) -> list[dict]:
-    """Rows for :func:`dpcourse.show.table` or a text table: where each step's collectives land."""
-    rows = []
-    for r in recs:
-        where = r["target_label"] if r["backend"] == "gpu" else "CPU (simulated)"
-        row = {"backend": r["backend"], "compiled for": f"{r['n_devices']} x {where}", "profile": r["profile"]}
-        if r.get("error"):
-            rows.append({**row, "step": "(not compiled)", "collectives": r["error"]})
-            continue
-        rows.append(
-            {
-                **row,
-                "step": r["step"],
-                "collectives": r["collectives"],
-                "inside loop": r["in_loop"],
-                "runs per step": "unknown" if r["runs_per_step"] is None else r["runs_per_step"],
-                "bytes per step": "unknown" if r["bytes_per_step"] is None else f"{r['bytes_per_step']:,}",
-                "compile s": r["compile_s"],
-            }
-        )
-    return rows
-
-
 def format_table(rows: list[dict]) -> str:
     """A plain-text table of ``rows`` (columns: the union of their keys, in order)."""
     cols: list[str] = []
@@ -176,42 +105,6 @@ def format_table(rows: list[dict]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)) for line in cells]
     return "\n".join(lines)
-
-
-def show_compilers(
-    profile: str,
-    steps: dict[str, str] | None = None,
-    target: str = "h200",
-    counts: tuple[int, ...] = gpu_targets.DEVICE_COUNTS,
-    cpu_devices: int | None = 8,
-    disable_passes: tuple[str, ...] = (),
-) -> list[deviceless.CompileResult]:
-    """Notebooks: compile ``steps`` for ``counts`` x ``target`` without a GPU and for CPU devices; show both.
-
-    One subprocess, one table per result. ``cpu_devices=None`` leaves the CPU
-    out (a notebook on CPU devices has just shown it). Without the extra it
-    prints one line saying how to get it and shows the CPU compiler's answer
-    only.
-
-    Returns:
-        The results (GPU ones first; a GPU result has ``error`` set when the
-        extra is missing).
-    """
-    from IPython.display import display
-
-    from dpcourse import show
-
-    missing = gpu_targets.extra_missing()
-    gpu_jobs = [] if missing else [deviceless.Job("gpu", target, n, profile) for n in counts]
-    jobs = gpu_jobs + ([deviceless.Job("cpu", "cpu", cpu_devices, profile)] if cpu_devices else [])
-    if missing:
-        print(f"GPU compile without a GPU is not available here: {missing}")
-    results = deviceless.compile_jobs(jobs, steps, disable_passes=disable_passes)
-    passes = f", XLA passes off: {', '.join(disable_passes)}" if disable_passes else ""
-    for res in results:
-        caption = f"{res.label} ({profile} profile, JAX {res.jax_version or '?'}{passes})"
-        display(show.table(table_rows(records([res])), caption=caption))
-    return results
 
 
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:

@@ -1,0 +1,95 @@
+"""coursetools.compile_report (make placement): the records, the table, the check that fails when a collective moves, the jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coursetools import compile_report as placement_report
+from dpcourse.config import make_config
+from dpcourse.costs import gradient_bytes
+from dpcourse.gpu_compile import compile as deviceless
+
+SMOKE = make_config("smoke")
+METRIC_BYTES = 8  # loss and accuracy, float32, reduced with the gradient
+PASS = "while-loop-all-reduce-code-motion"
+
+
+@pytest.mark.slow
+def test_make_placement_records_gpu_and_cpu_placement(extra, tmp_path):
+    out = tmp_path / "placement.json"
+    # H200 (XLA's file) and the approximate L4; `make placement` compiles every target at 2, 4, 8.
+    argv = ["--profile", "smoke", "--devices", "2", "--out", str(out), "--target", "h200", "--target", "l4"]
+    proc = subprocess.run([sys.executable, "-m", "coursetools.compile_report", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "L4 (approximate)" in proc.stdout
+    recs = json.loads(out.read_text())
+    keys = {(r["backend"], r["target"], r["n_devices"], r["profile"], r["step"]) for r in recs}
+    assert len(keys) == len(recs) == (2 + 1) * 3
+    for r in recs:
+        assert r["error"] is None and r["jax_version"] and isinstance(r["deviceless"], bool)
+        if r["backend"] == "gpu" or r["step"] != "jit":
+            # One all-reduce per step, after the loop: the gradient and the two metrics.
+            assert (r["all_reduces"], r["in_loop"], r["runs_per_step"]) == (1, 0, 1), r
+            assert r["bytes_per_step"] == gradient_bytes(SMOKE) + METRIC_BYTES, r
+        else:
+            # The CPU compiler keeps the block gradient's all-reduce inside the backward loop.
+            assert r["in_loop"] == 1 and r["runs_per_step"] == SMOKE.block_repeats + 1, r
+        assert r["deviceless"] == (r["backend"] == "gpu")
+        assert r["approximate"] == (r["target"] == "l4")
+    gpu = [r for r in recs if r["backend"] == "gpu"]
+    assert all(r["flops"] and r["bytes_accessed"] for r in gpu)
+
+
+def test_table_and_records_say_what_failed():
+    failed = deviceless._failed(deviceless.Job("gpu", "l4", 4, "smoke"), "not compiled: no extra")
+    (rec,) = placement_report.records([failed])
+    assert rec["error"] == "not compiled: no extra" and rec["approximate"] and rec["step"] is None
+    (row,) = placement_report.table_rows([rec])
+    assert row["compiled for"] == "4 x L4 (approximate)" and row["step"] == "(not compiled)"
+    assert "L4 (approximate)" in placement_report.format_table([row])
+
+
+def test_check_names_a_moved_all_reduce():
+    good = {"error": None, "disabled_passes": [], "all_reduces": 1, "collectives": 1, "in_loop": 0}
+    good |= {"runs_per_step": 1, "bytes_per_step": gradient_bytes(SMOKE) + METRIC_BYTES, "profile": "smoke"}
+    gpu = {**good, "backend": "gpu", "target": "h200", "n_devices": 8, "step": "jit"}
+    cpu = {**good, "backend": "cpu", "target": "cpu", "n_devices": 8, "step": "jit", "in_loop": 1}
+    assert placement_report.check([gpu, cpu]) == []
+    moved = placement_report.check([{**gpu, "in_loop": 1}, {**cpu, "in_loop": 0}])
+    assert len(moved) == 2 and "1 in a loop" in moved[0] and "no longer reduces inside" in moved[1]
+    experiment = {**gpu, "in_loop": 1, "disabled_passes": [PASS]}
+    assert placement_report.check([experiment]) == []
+
+
+def test_jobs_of_make_placement():
+    jobs = placement_report.jobs_for(["smoke", "full"], ["h200", "l4"], (2, 4, 8))
+    smoke = [j for j in jobs if j.profile == "smoke"]
+    assert len(smoke) == 2 * 3 + 1
+    assert {(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "full"} == set(placement_report.FULL_JOBS)
+
+
+def test_compiles_in_parallel_keep_the_job_order(monkeypatch):
+    """Jobs dealt over two subprocesses come back in the order asked for, each compiled once."""
+    calls = []
+
+    def fake_compile_jobs(jobs, steps=None):
+        calls.append([j.n_devices for j in jobs])
+        return [f"result {j.n_devices}" for j in jobs]
+
+    monkeypatch.setattr(deviceless, "compile_jobs", fake_compile_jobs)
+    jobs = [deviceless.Job("gpu", "h200", n, "smoke") for n in (1, 2, 3, 4, 5)]
+    assert placement_report.compile_in_parallel(jobs, None, 2) == [f"result {n}" for n in (1, 2, 3, 4, 5)]
+    assert sorted(calls) == [[1, 3, 5], [2, 4]]
+    calls.clear()
+    assert placement_report.compile_in_parallel(jobs[:1], None, 4) == ["result 1"]
+    assert calls == [[1]]
+
+
+def test_workers_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        placement_report.main(["--workers", "0"])
+    assert "--workers must be at least 1" in capsys.readouterr().err

@@ -1,0 +1,971 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · How fast should the step be?
+#
+# **Goal.** Measure this device's ceilings (how fast a matmul can run in
+# true float32, default float32 and bfloat16), place the course's step on a
+# roofline, then climb a ladder of faster ways to write the *same* step:
+# `lax.scan` unrolled, the repeats as a Python loop, bfloat16 compute with
+# float32 master weights, a larger batch. Check each rung is still correct,
+# look inside with a profiler trace and the compiled program, and come back
+# to data parallelism: where does the all-reduce land for the fast step?
+#
+# **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
+# compiled program).
+#
+# **Time** (headless run): `smoke` 23 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
+# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 34 s (commit
+# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
+# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
+# means a busy machine.
+#
+# Single-device measurements here run on the first device of JAX's default
+# backend: the GPU on a machine with one GPU, with the `full` workload. Only
+# the multi-device part at the end uses simulated CPU devices when there are
+# fewer than two GPUs; the banner below says which part ran where.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for the multi-device part
+TRACE_STEPS = 3  # steps captured in the profiler trace
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from IPython.display import display
+from tqdm import tqdm
+
+from dpcourse import (
+    ceilings,
+    config,
+    costs,
+    devices,
+    hlo,
+    ladder,
+    model,
+    placement,
+    results,
+    roofline,
+    train,
+)
+from dpcourse import display as show
+from dpcourse.single_device import measurement_device, where_banner
+
+single = measurement_device(PROFILE)
+device = single.device
+multi = devices.lesson_devices(2)
+multi_cfg = config.make_config("cpu") if multi.simulated and cfg.profile == "full" else cfg
+display(show.banner(where_banner(single, multi.label, multi_cfg.profile, multi.simulated), "note"))
+peak = costs.find_peak(device.device_kind)
+print(
+    "datasheet peaks:",
+    peak.source if peak else f"none known for {device.device_kind!r} (no datasheet MFU)",
+)
+
+# %% [markdown]
+# ## 1. Ceilings: what this device can do
+#
+# MFU in notebook 02 divides the achieved FLOP/s by a **datasheet** peak.
+# That peak is a promise of the hardware; what XLA actually reaches on it
+# for a large matmul is the **measured ceiling**. Three precisions matter:
+#
+# - `precision="highest"`: true float32;
+# - the default float32 precision, which on NVIDIA GPUs from Ampere on runs
+#   as TF32 (10-bit mantissa inputs, float32 accumulation): the course's step;
+# - bfloat16 inputs (float32 accumulation): mixed precision.
+#
+# Each rate is `2 n^3` FLOPs of an `n x n` matmul over its time, timed like
+# the benchmark (compile apart, warm-up, repeats). A ceiling is the best the
+# device does, so the fastest of five blocks counts (other work on the
+# machine only ever slows a block down), at the better of two sizes, `n`
+# and `2 n` (a matmul too small to fill the device would understate it).
+# Beside them, the memory bandwidth of a simple element-wise pass, which
+# bounds the step's element-wise work.
+#
+# **Where this is a ceiling.** On a GPU that runs only this notebook, a
+# large matmul is the fastest thing the device does, and no step of the
+# ladder gets above it. On a CPU shared with other jobs it is the best
+# rate *this run saw*: the load changes between the ceiling's measurement
+# and a rung's, and a rung of small matmuls can fit the caches better than
+# the ceiling's. There a fraction above 100 % can happen, and means the
+# "ceiling" was not one; the ladder says so when it does.
+
+# %%
+measured = ceilings.measure_all(cfg.matmul_size, device)
+datasheet_of = {"float32 highest": "fp32", "float32 default": "tf32", "bfloat16": "bf16"}
+rows = []
+for name, c in measured.items():
+    is_bw = name == "memory bandwidth"
+    sheet = peak.peak(datasheet_of[name]) if (peak and not is_bw) else None
+    if c.rate is None:
+        rate = None
+    elif is_bw:
+        rate = f"{c.rate / 1e9:,.1f} GB/s"
+    else:
+        rate = f"{c.rate / 1e12:,.2f} TFLOP/s"
+    rows.append(
+        {
+            "measured": name + ("" if is_bw or c.size is None else f" matmul {c.size}^3"),
+            "status": c.status,
+            "rate": rate,
+            "datasheet": None if sheet is None else f"{sheet / 1e12:,.0f} TFLOP/s",
+            "of datasheet": None if (sheet is None or c.rate is None) else f"{c.rate / sheet:.1%}",
+            "reason": c.reason,
+        }
+    )
+display(show.table(rows, caption=f"Ceilings of {single.label}"))
+if measured["bfloat16"].rate and measured["float32 default"].rate:
+    print(
+        "bfloat16 matmul rate / float32-default rate on this device: "
+        f"{measured['bfloat16'].rate / measured['float32 default'].rate:.2f}x"
+    )
+
+# %% [markdown]
+# ## 2. The roofline of this workload
+#
+# Per step at the ladder's global batch: the training FLOPs (analytic, 6 x
+# the forward multiply-accumulates), and the bytes the element-wise work
+# moves (activations of every repeat, forward and backward; the model and
+# its assumptions are in `dpcourse.roofline`). The block matmul's
+# arithmetic intensity tells whether it is compute-bound (above the ridge
+# point, FLOP/s over bytes/s of the measured ceilings); the element-wise
+# work does a few FLOPs per value and is memory-bound. Two times come out:
+# the **roofline bound** is the larger of the matmul time and the
+# element-wise time (no step beats it, however its work overlaps); when the
+# element-wise kernels run between the matmuls, as separate kernels do,
+# their times add up instead, which gives the **no-overlap estimate** (the
+# sum). The byte model leaves out the residuals the scan saves for the
+# backward pass (six `[repeats, batch, width]` stacks in the compiled
+# step), so it counts too few bytes; the line below the table gives their
+# size.
+
+# %%
+batch = cfg.ladder_global_batch
+f32_rate = measured["float32 default"].rate
+bw = measured["memory bandwidth"].rate
+bf16_cfg = cfg.with_overrides(compute_dtype="bfloat16")
+bound_rows = []
+for label, c, rate in (
+    ("float32", cfg, f32_rate),
+    ("bfloat16", bf16_cfg, measured["bfloat16"].rate),
+):
+    bound = roofline.step_bound(c, batch, rate, bw) if rate and bw else None
+    bound_rows.append(
+        {
+            "compute": label,
+            "FLOPs/step": costs.train_flops_per_step(c, batch),
+            "element-wise bytes/step": roofline.elementwise_bytes_per_step(c, batch),
+            "block matmul FLOP/byte": roofline.block_matmul_intensity(c, batch),
+            "ridge FLOP/byte (measured)": rate / bw if rate and bw else None,
+            "matmul ms": None if bound is None else bound.compute_s * 1e3,
+            "element-wise ms": None if bound is None else bound.memory_s * 1e3,
+            "bound ms (max)": None if bound is None else bound.overlap_s * 1e3,
+            "no-overlap ms (sum)": None if bound is None else bound.serial_s * 1e3,
+        }
+    )
+display(show.table(bound_rows, caption=f"Roofline at global batch {batch} (one device)"))
+print(
+    f"{roofline.passes_per_repeat()} passes over a [batch, {cfg.width}] activation per repeat; "
+    f"input and output layers are {roofline.input_output_fraction(cfg):.1%} of the matmul FLOPs."
+)
+left_out = roofline.residual_bytes_per_step(cfg, batch) / roofline.elementwise_bytes_per_step(
+    cfg,
+    batch,
+)
+print(
+    f"Left out: the saved residuals, written and read once, would add {left_out:.0%} to the bytes.",
+)
+
+# %% [markdown]
+# ## 3. The ladder
+#
+# The model's forward pass takes the two settings the ladder changes, from
+# the config. Here it is, written out with what each rung changes (the
+# ladder below runs the package's `model.forward`, the same code, which
+# every other notebook uses with the defaults: the seed's step):
+
+
+# %% tags=["lesson_forward"]
+def rung_forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dtype="float32"):
+    # bfloat16 rungs: cast the float32 master weights and the input, so the
+    # matmuls and every activation (the residual stream h too) are bfloat16.
+    p = jax.tree.map(lambda a: a.astype(compute_dtype), params)
+    h = jax.nn.gelu(x.astype(compute_dtype) @ p["w_in"] + p["b_in"])
+
+    def block(h, _):
+        out = jax.nn.gelu(h @ p["w_block"] + p["b_block"])
+        return (1.0 - block_mix) * h + block_mix * out, None
+
+    if block_unroll == "full":  # unrolled rungs: a Python loop, no loop in the program
+        for _ in range(block_repeats):
+            h, _ = block(h, None)
+    else:  # scan rungs: a while loop; unroll=k puts k blocks in each iteration
+        h, _ = jax.lax.scan(block, h, None, length=block_repeats, unroll=block_unroll)
+    return (h @ p["w_out"] + p["b_out"]).astype(jnp.float32)  # float32 logits
+
+
+# %% [markdown]
+# Your `rung_forward` against the package's, with every rung's settings, on a
+# few examples (the logits must be the same numbers):
+
+# %%
+from dpcourse import cellcheck
+
+x_few = jnp.asarray(dataset.images[:8])
+rungs = ladder.default_rungs(cfg)
+init_host = model.init_params(cfg)
+for rung in rungs[:-1]:  # the last rung differs from the one before in its batch only
+    args = (cfg.block_repeats, cfg.block_mix, rung.block_unroll, rung.compute_dtype)
+    mine = jax.jit(rung_forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
+    package = jax.jit(model.forward, static_argnums=(2, 3, 4, 5))(init_host, x_few, *args)
+    print(f"{rung.name}: {cellcheck.compare(mine, package, 'logits', 'model.forward')!r}")
+
+# %% [markdown]
+# Each rung starts from the same parameters, runs the same batches through
+# the course's benchmark harness (`bench.benchmark`: compile apart, warm-up,
+# repeats x steps, median) and is recorded. MFU is given twice: against the
+# datasheet peak of its precision (TF32 for float32, BF16 for bfloat16) and
+# against the matmul rate measured above for the same precision. A rung that
+# fails (out of memory at the large batch, a dtype the backend lacks) is
+# recorded as failed with its reason and the ladder goes on.
+
+# %%
+runs = [
+    ladder.run_rung(rung, cfg, dataset, device, init_host)
+    for rung in tqdm(rungs, desc="ladder", unit="rung", file=sys.stdout)
+]
+MB = 1e6
+ladder_rows = []
+for r in runs:
+    res = r.result
+    ladder_rows.append(
+        {
+            "rung": r.rung.name,
+            "batch": r.rung.global_batch,
+            "status": r.status,
+            "ms/step": res.ms_per_step if res else None,
+            "examples/s": res.examples_per_s if res else None,
+            "MFU (datasheet)": r.mfu_datasheet(cfg, device.device_kind),
+            "of measured ceiling": r.fraction_of_ceiling(cfg, measured),
+            "compile s": res.compile_s if res else None,
+            "program MB": None if r.program_bytes is None else r.program_bytes / MB,
+            "peak MB": None if r.peak_bytes is None else r.peak_bytes / MB,
+            "reason": r.reason[:60] + ("..." if len(r.reason) > 60 else ""),
+        }
+    )
+shown = [k for k in ladder_rows[0] if any(row[k] is not None for row in ladder_rows)]
+display(show.table(ladder_rows, f"The ladder on {single.label} ({dataset.source} data)", shown))
+for r in runs:
+    print(f"{r.rung.name}: {r.rung.label}" + (f"; failed: {r.reason}" if r.status != "ok" else ""))
+print("program MB: arguments + outputs + temporaries of the compiled step (memory_analysis).")
+if "peak MB" in shown:  # GPUs only
+    print("peak MB: the backend's high-water mark since the process started, so it bounds")
+    print("every rung so far, not each one alone.")
+over = [row["rung"] for row in ladder_rows if (row["of measured ceiling"] or 0) > 1.0]
+if over:
+    print(
+        f"{', '.join(over)} ran faster than the measured 'ceiling': on this machine it is not a "
+        "ceiling (see section 1), so read the fractions as rough."
+    )
+
+# %% [markdown]
+# **Reading it.** The plain `scan` keeps every repeat in a `while` loop
+# whose body is a few small kernels, launched anew in every iteration, and
+# XLA cannot fuse or schedule across iterations. (On a GPU a loop whose trip
+# count is known runs its body that many times without evaluating the
+# condition or returning to the host, `xla/backends/gpu/runtime/while_thunk.cc`;
+# the launches per iteration remain.) Unrolling gives the compiler straight-line code, at the price
+# of a longer compile (see the compile column). bfloat16 halves the bytes
+# of every activation (the element-wise part of the roofline); on GPUs
+# with bfloat16 tensor cores it also raises the matmul ceiling, while a CPU
+# may run bfloat16 matmuls slower than float32 (section 1's ratio says which
+# holds on this device). What is left between the best rung and the ceiling is the
+# element-wise work of section 2 (bias, GELU, the residual mix and their
+# backward) and the optimizer's passes over the parameters: the profile
+# below shows which kernels take the time. On a CPU the ladder mostly
+# shows compile-time and correctness effects; its speeds say little about
+# a GPU.
+
+# %% [markdown]
+# **The fast step against the batch.** The ladder measured each rung at one
+# global batch (and the last at a larger one). Here the fastest rung at
+# that batch runs over a few batch sizes on the same single device (the GPU
+# on a one-GPU machine): throughput grows with the batch until the device
+# is busy, then flattens. Notebook 07 sweeps the seed's step over N
+# devices; setting its `BLOCK_UNROLL` and `COMPUTE_DTYPE` repeats that sweep
+# with this step.
+
+# %%
+at_batch = [r for r in runs if r.status == "ok" and r.rung.global_batch == batch]
+fastest = max(at_batch, key=lambda r: r.result.examples_per_s) if at_batch else None
+if fastest is None:
+    print("No rung ran at the ladder's batch, so there is no fast step to sweep.")
+else:
+    fast_cfg = fastest.rung.config(cfg)
+    sizes = (batch // 2, batch, cfg.ladder_large_batch)
+    points = ladder.sweep_single_device(fast_cfg, dataset, device, init_host, sizes, progress=False)
+    sweep_rows = [
+        {
+            "global batch": p.global_batch,
+            "status": p.status,
+            "ms/step": p.result.ms_per_step if p.result else None,
+            "examples/s": p.result.examples_per_s if p.result else None,
+            "reason": p.reason,
+        }
+        for p in points
+    ]
+    display(
+        show.table(sweep_rows, caption=f"{fastest.rung.label} over the batch, on {single.label}"),
+    )
+    for p in points:
+        if p.result:
+            results.record(
+                f"fast_step_examples_per_s_batch{p.global_batch}",
+                p.result.examples_per_s,
+                "examples/s",
+            )
+        else:
+            results.record(
+                f"fast_step_status_batch{p.global_batch}",
+                f"{p.status}: {p.reason}",
+                "status",
+            )
+
+# %% [markdown]
+# **What is left to win?** The course's target for a GPU is half of the
+# measured matmul rate in each precision. From the roofline: the step time
+# that target means, the no-overlap estimate of section 2, and how much of
+# that estimate is element-wise traffic rather than matmuls. Where the element-wise share is
+# large, a bigger batch does not help (both grow with it); fewer bytes do:
+# bfloat16 activations, element-wise work fused into the matmul's epilogue
+# (bias and GELU), saving only what the backward pass needs.
+
+# %%
+budget_rows = []
+for label, c, rate in (
+    ("float32", cfg, f32_rate),
+    ("bfloat16", bf16_cfg, measured["bfloat16"].rate),
+):
+    if not (rate and bw):
+        continue
+    bound = roofline.step_bound(c, batch, rate, bw)
+    best_ms = min(
+        (
+            r.result.ms_per_step
+            for r in runs
+            if r.status == "ok"
+            and r.rung.compute_dtype == c.compute_dtype
+            and r.rung.global_batch == batch
+        ),
+        default=None,
+    )
+    budget_rows.append(
+        {
+            "compute": label,
+            "50 % of ceiling: ms/step": costs.train_flops_per_step(c, batch) / (0.5 * rate) * 1e3,
+            "best measured ms/step": best_ms,
+            "no-overlap ms (sum)": bound.serial_s * 1e3,
+            "element-wise share of the bound": f"{bound.memory_s / bound.serial_s:.0%}",
+        }
+    )
+display(show.table(budget_rows, caption=f"Step-time budget at global batch {batch}"))
+
+# %%
+by_name = {r.rung.name: r for r in runs}
+ok_runs = [r for r in runs if r.status == "ok"]
+points = []
+for r in ok_runs:
+    rc = r.rung.config(cfg)
+    achieved = costs.achieved_flops_per_s(rc, r.rung.global_batch, r.result.ms_per_step)
+    points.append((r.rung.name, roofline.step_intensity(rc, r.rung.global_batch), achieved))
+if f32_rate and bw and points:
+    fig = roofline.roofline_chart(
+        f32_rate,
+        bw,
+        points,
+        f"Roofline (measured float32-default ceiling and bandwidth), {single.label}",
+        note="x: training FLOPs over the modelled element-wise bytes of the step; "
+        "y: achieved FLOP/s.",
+    )
+    results.save_figure(fig, "roofline")
+
+# %% [markdown]
+# ## 4. Is every rung still correct?
+#
+# - **Unrolled equals scan.** Both rungs ran the same steps from the same
+#   parameters on the same batches; the same arithmetic in a different
+#   program may round differently, so they must agree within the course's
+#   float tolerance (`train.equivalence_tolerances`: tight on a CPU, looser
+#   where float32 matmuls run as TF32). The first-step gradients are
+#   compared too (through AdamW's first moment), which the parameters alone
+#   would hide.
+# - **bfloat16 computes nearly the same logits.** bfloat16 keeps 8
+#   significant bits (unit roundoff 2^-8), and every repeat rounds the
+#   residual stream again, so the error grows with the repeats:
+#   `ladder.bf16_logit_tolerance` allows `(4 + repeats) x 2^-8` relative
+#   (its docstring gives the reason and the measurements it rests on).
+# - **bfloat16 still trains.** The losses of the first steps agree within
+#   `ladder.bf16_loss_tolerance` (2 % of the float32 loss). At
+#   initialisation the logits are small, so the loss hardly feels their
+#   error: this checks that training works, the logits check the arithmetic.
+#
+# The extra steps run the compiled programs the ladder kept, so nothing
+# recompiles.
+
+# %%
+opt = train.make_optimizer(cfg)
+check_batches = placement.place_single_device(cfg, dataset, device, opt, init_host, batch).batches
+n_steps_run = cfg.warmup_steps + cfg.repeats * cfg.steps
+param_tol, grad_tol = train.equivalence_tolerances(device.platform, cfg.learning_rate, n_steps_run)
+checks = {}
+scan_run = by_name["scan_f32"]
+if scan_run.status != "ok":
+    print(
+        f"scan_f32, the reference of these checks, failed ({scan_run.reason}): "
+        "no rung could be checked."
+    )
+for name in [
+    r.rung.name for r in ok_runs if r.rung.compute_dtype == "float32" and r.rung.name != "scan_f32"
+]:
+    other = by_name[name]
+    if scan_run.status != "ok":
+        break
+    p_diff = train.max_abs_diff(scan_run.final_params, other.final_params)
+    _, _, s_ref = ladder.run_steps(scan_run.compiled, cfg, device, init_host, check_batches, 1)
+    _, _, s_other = ladder.run_steps(other.compiled, cfg, device, init_host, check_batches, 1)
+    g_diff, g_scale = train.first_step_gradient_diff(s_ref, s_other)
+    checks[name] = (p_diff, g_diff / g_scale)
+display(
+    show.table(
+        [
+            {
+                "rung vs scan_f32": k,
+                "max |param diff|": p,
+                "tolerance": param_tol,
+                "gradient diff (rel.)": g,
+                "gradient tolerance": grad_tol,
+                "equal?": "yes" if p <= param_tol and g <= grad_tol else "NO",
+            }
+            for k, (p, g) in checks.items()
+        ],
+        caption=f"Float32 rungs after {n_steps_run} steps",
+    )
+)
+
+logit_err = ladder.logit_rel_error(init_host, check_batches[0][0], cfg)
+logit_tol = ladder.bf16_logit_tolerance(cfg)
+print(f"bfloat16 logits vs float32, relative (rms): {logit_err:.2%} (tolerance {logit_tol:.1%})")
+assert logit_err <= logit_tol, (logit_err, logit_tol)
+
+n_curve = min(cfg.steps, 10)
+bf16_diff = bf16_tol = None
+if scan_run.status == "ok":
+    f32_losses, _, _ = ladder.run_steps(
+        scan_run.compiled,
+        cfg,
+        device,
+        init_host,
+        check_batches,
+        n_curve,
+    )
+    bf16_tol = min(ladder.bf16_loss_tolerance(v) for v in f32_losses)
+    curve_rows = []
+    for name in ("scan_bf16", "unrolled_bf16"):
+        r = by_name[name]
+        if r.status != "ok":
+            continue
+        losses, _, _ = ladder.run_steps(
+            r.compiled,
+            bf16_cfg,
+            device,
+            init_host,
+            check_batches,
+            n_curve,
+        )
+        d = max(abs(a - b) for a, b in zip(losses, f32_losses))
+        bf16_diff = d if bf16_diff is None else max(bf16_diff, d)
+        curve_rows.append(
+            {"rung": name, "first loss": losses[0], "last loss": losses[-1], "max |loss diff|": d},
+        )
+    curve_rows.insert(
+        0,
+        {
+            "rung": "scan_f32",
+            "first loss": f32_losses[0],
+            "last loss": f32_losses[-1],
+            "max |loss diff|": 0.0,
+        },
+    )
+    display(
+        show.table(
+            curve_rows,
+            caption=f"Loss over the first {n_curve} steps (tolerance {bf16_tol:.3g})",
+        )
+    )
+if bf16_diff is not None:
+    print(
+        f"bfloat16 tracks float32: max |loss diff| {bf16_diff:.3g} <= {bf16_tol:.3g}: "
+        f"{bf16_diff <= bf16_tol}"
+    )
+
+# %% [markdown]
+# ## 5. Look inside: a profiler trace and the compiled program
+#
+# `jax.profiler.trace` records what the device did during a few steps of
+# the fastest rung. The trace lands in the `results/` folder beside this
+# notebook (in the lab: your workspace's `results/09_performance_trace/`,
+# in the file browser; under the runner: beside `results.json`). To open
+# it with **XProf**, the profiler behind TensorBoard's profile tab (an
+# optional extra, pinned in `requirements-xprof.txt`):
+#
+# ```
+# .venv/bin/pip install -r requirements-xprof.txt
+# .venv/bin/xprof --logdir=<the trace folder printed below> --port=6006
+# ```
+#
+# then open http://127.0.0.1:6006 and pick the run: the trace viewer, the
+# step-time overview and per-kernel statistics. (XProf reads the
+# `.xplane.pb` file under `<folder>/plugins/profile/<session>/`.) Without
+# installing anything, Perfetto (ui.perfetto.dev) opens the
+# `perfetto_trace.json.gz` file.
+#
+# Look for the gaps between kernels (launch overhead, the `while` loop of a
+# scan) and for how much time the element-wise fusions take beside the
+# matmuls.
+
+# %%
+from pathlib import Path
+
+best = max(ok_runs, key=lambda r: r.result.examples_per_s) if ok_runs else None
+trace_dir = results.output_dir("trace") or Path.cwd() / "results" / "09_performance_trace"
+trace_dir.mkdir(parents=True, exist_ok=True)
+if best is not None:
+    best_batches = check_batches
+    if best.rung.global_batch != batch:
+        best_batches = placement.place_single_device(
+            cfg, dataset, device, opt, init_host, best.rung.global_batch
+        ).batches[:1]
+    earlier = set(trace_dir.rglob("*"))  # the runner's folder keeps the traces of earlier runs
+    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        ladder.run_steps(
+            best.compiled,
+            best.rung.config(cfg),
+            device,
+            init_host,
+            best_batches,
+            TRACE_STEPS,
+        )
+    files = sorted(p for p in trace_dir.rglob("*") if p.is_file() and p not in earlier)
+    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {trace_dir}:")
+    for p in files:
+        print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
+
+# %% [markdown]
+# The compiled program itself (`compiled.as_text()`, the optimised HLO):
+# how many `while` loops and with what trip count, how many fused kernels
+# and matmuls run per step.
+
+# %%
+summaries = {r.rung.name: hlo.summarize(r.compiled.as_text()) for r in ok_runs}
+display(
+    show.table(
+        [{"rung": k, **s.row()} for k, s in summaries.items()],
+        caption=f"Compiled programs on {device.platform}",
+    )
+)
+
+# %% [markdown]
+# ## 6. Back to data parallelism: where does the all-reduce land?
+#
+# Notebook 04 found that plain `jit` on sharded arrays puts gradient
+# all-reduces inside the backward `scan` on the CPU backend, and that the
+# device-axis step reduces once. With the repeats unrolled there is no loop
+# left: how many all-reduces now, and how many bytes? Compile each step for
+# the N devices and read its collectives (nothing runs: the arguments are
+# only shapes and shardings). The last step computes in bfloat16 and casts
+# its gradients to bfloat16 for the `pmean` (the `reduce_dtype` of
+# `train.make_shard_map_step`), to halve the all-reduce bytes: compare the
+# all-reduce the program asks for (the lowered StableHLO, before the
+# compiler) with what the compiled program moves.
+
+# %%
+from concurrent.futures import ThreadPoolExecutor
+
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpcourse import collectives
+
+mesh = Mesh(np.array(multi.devices), ("data",))
+n_dev = multi.count
+gb = multi_cfg.global_batch(n_dev)
+m_opt = train.make_optimizer(multi_cfg)
+replicated = NamedSharding(mesh, P())
+p_shape = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
+    model.init_params(multi_cfg),
+)
+o_shape = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
+    jax.eval_shape(m_opt.init, p_shape),
+)
+x_shape = jax.ShapeDtypeStruct(
+    (gb, 784),
+    jnp.float32,
+    sharding=NamedSharding(mesh, P("data", None)),
+)
+y_shape = jax.ShapeDtypeStruct((gb,), jnp.int32, sharding=NamedSharding(mesh, P("data")))
+unrolled = multi_cfg.with_overrides(block_unroll="full")
+unrolled_bf16 = unrolled.with_overrides(compute_dtype="bfloat16")
+variants = {
+    "plain jit, scan (04)": train.make_train_step(multi_cfg, m_opt),
+    "plain jit, unrolled": train.make_train_step(unrolled, m_opt),
+    "device-axis step, scan (04)": train.make_device_axis_step(multi_cfg, m_opt, n_dev),
+    "shard_map, unrolled, bfloat16, bf16 pmean": train.make_shard_map_step(
+        unrolled_bf16, m_opt, mesh, reduce_dtype="bfloat16"
+    ),
+}
+lowered = {k: jax.jit(f).lower(p_shape, o_shape, x_shape, y_shape) for k, f in variants.items()}
+with (
+    ThreadPoolExecutor() as pool
+):  # compiles are independent: use every core (nothing is timed here)
+    texts = pool.map(lambda lo: lo.compile().as_text(), lowered.values())
+reports = {k: collectives.parse_hlo(text) for k, text in zip(lowered, texts)}
+grad_mb = costs.gradient_bytes(multi_cfg) / MB
+display(
+    show.table(
+        [
+            {
+                "step": k,
+                "collectives in program": r.count,
+                "inside a loop": r.in_loop_count,
+                "runs per step": r.runs_per_step,
+                "MB per step": None if r.bytes_per_step is None else r.bytes_per_step / MB,
+                "x float32 gradient": None
+                if r.bytes_per_step is None
+                else r.bytes_per_step / MB / grad_mb,
+            }
+            for k, r in reports.items()
+        ],
+        caption=f"Collectives on {multi.label}, global batch {gb} "
+        f"({multi.devices[0].platform} compiler)",
+    )
+)
+print(
+    f"float32 gradient: {grad_mb:.3f} MB; "
+    f"in bfloat16: {costs.gradient_bytes(multi_cfg, 2) / MB:.3f} MB"
+)
+bf16_key = "shard_map, unrolled, bfloat16, bf16 pmean"
+written = hlo.written_all_reduce_bytes(lowered[bf16_key].as_text())
+written_mb = sum(b for _, b in written) / MB
+compiled_mb = reports[bf16_key].bytes_per_step / MB
+print(
+    f"{bf16_key}: the program JAX wrote all-reduces {written_mb:.3f} MB "
+    f"({', '.join(sorted({d for d, _ in written}))}); "
+    f"the {multi.devices[0].platform} compiler's program moves "
+    f"{compiled_mb:.3f} MB"
+    + (
+        " (it promoted the bfloat16 all-reduce to float32)"
+        if compiled_mb > 1.5 * written_mb
+        else ""
+    )
+)
+if multi.devices[0].platform == "cpu":
+    display(
+        show.banner(
+            "These placements are the CPU compiler's. XLA's GPU compiler runs other passes "
+            "(for example one that moves all-reduces out of while loops) and may place them "
+            "differently: compile for the GPUs "
+            "you will train on and read the report there.",
+            "warning",
+        )
+    )
+
+# %% [markdown]
+# **Reading it.** Read the counts *and* the bytes. One all-reduce per step
+# is not enough: if the unrolled step's single all-reduce carries many
+# times the gradient, XLA has combined one reduction per repeat into one
+# instruction, and the bytes on the wire did not shrink. The device-axis
+# step and the `shard_map` step reduce the accumulated gradient once, so
+# they move one gradient's worth. In the `shard_map` step, compute in
+# bfloat16 alone does not shrink the all-reduce: its `pmean` reduces the
+# gradients of the float32 master weights, which are float32. (Under plain
+# `jit` the SPMD partitioner places the all-reduces itself, on the
+# bfloat16 values of the backward pass: they are bfloat16, and only the
+# CPU compiler promotes them to float32.) Casting them to bfloat16 for the `pmean` asks for half the
+# bytes, and a backend whose collectives reduce bfloat16 natively (NCCL
+# does) can send half; XLA's CPU compiler instead promotes a bfloat16
+# all-reduce to float32, as the line above shows when it happens. The mean
+# is then rounded to 8 significant bits: check the loss when you do it.
+
+# %% [markdown]
+# ### Where the fast step's all-reduce lands on the GPU
+#
+# The table above is this run's compiler's. The next cell compiles the fast
+# step (plain `jit`, repeats unrolled, bfloat16 compute) with XLA's GPU
+# compiler for 8 x H200 without a GPU (a fresh process, the extra of `make
+# gpu-compile`), reads where its all-reduce lands, and sets XLA's own cost
+# analysis of that GPU program beside the roofline model of section 2, per
+# device (each GPU runs `per_device_batch` examples). A program compiled for
+# GPUs that are not here has no `compiled.cost_analysis()` (None); the
+# figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
+
+# %%
+from dpcourse import gpu_placement
+
+fast_gpu = gpu_placement.show_gpu_placement(
+    cfg.profile, multi.devices[0].platform, steps={"fast": "dpcourse.course_steps:fast_jit_step"}
+)
+gpu_fast = [r for r in fast_gpu if getattr(r, "backend", "") == "gpu" and r.error is None]
+if gpu_fast and gpu_fast[0].steps["fast"].cost:
+    g = gpu_fast[0].steps["fast"]
+    fast_c = cfg.with_overrides(block_unroll="full", compute_dtype="bfloat16")
+    b_dev = fast_c.per_device_batch
+    model_cost = {
+        "FLOPs": costs.train_flops_per_step(fast_c, b_dev),
+        "bytes": roofline.elementwise_bytes_per_step(fast_c, b_dev),
+    }
+    xla_cost = {"FLOPs": g.cost["flops"], "bytes": g.cost["bytes accessed"]}
+    display(
+        show.table(
+            [
+                {
+                    "per device, per step": k,
+                    "roofline model": f"{model_cost[k]:,.0f}",
+                    "XLA cost analysis (GPU)": f"{xla_cost[k]:,.0f}",
+                    "XLA / model": round(xla_cost[k] / model_cost[k], 2),
+                }
+                for k in model_cost
+            ],
+            caption=(
+                f"Fast step, {gpu_fast[0].label}, batch {b_dev} per GPU ({cfg.profile} profile)"
+            ),
+        )
+    )
+    print(
+        f"fast step on the GPU: {g.count} collective(s), {g.in_loop} inside a loop, "
+        f"{g.bytes_per_step:,} bytes per step; "
+        f"temporaries {g.memory.get('temp_size_in_bytes', 0):,} bytes"
+    )
+
+# %% [markdown]
+# **Reading it.** With the repeats unrolled there is no loop: the GPU
+# program's all-reduces all run once per step, after the backward pass.
+# Measured with JAX 0.10.2 (smoke profile, 8 x H200): two of them, the
+# gradients in bfloat16 (53,012 bytes, half the float32 gradient: under
+# plain `jit` the SPMD partitioner reduces the bfloat16 gradients the
+# bfloat16 matmuls produce, and the GPU compiler keeps that dtype, where the
+# CPU compiler promotes it to float32) and the two float32 metrics apart
+# (XLA combines all-reduces of one dtype only).
+#
+# The FLOPs agree within about 10% (smoke: XLA 1.10 x the model): both count
+# the matmuls, and XLA adds the element-wise FLOPs (GELU, the mix, the
+# softmax, the optimizer), a few per value. The bytes do not agree, and the
+# gap depends on the profile (smoke: XLA counts about 100 x the model). The
+# model counts only the element-wise passes over `[batch, width]`
+# activations per repeat; XLA's figure is the bytes every instruction of
+# the optimised program reads and writes (each fusion at its boundary), so
+# it also counts what the model leaves out: the weights every matmul reads
+# (the `784 x width` input layer and `width^2` per repeat, large beside
+# `[batch, width]` at small batches), the activations the forward pass
+# saves for the backward one, the float32 master weights and their bfloat16
+# copies, and the optimizer's passes over parameters, gradients and both
+# Adam moments. XLA's count is also blind to caches: it charges each
+# fusion's operands in full, as if none stayed in L2.
+
+# %% [markdown]
+# ## 7. Record the figures
+#
+# Every rung's figures go to `results.json` (`python -m dpcourse compare`
+# flags a rung that ran before and fails now, or a throughput that fell on
+# the same hardware), with the ceilings, the checks and their tolerances,
+# and the fractions of the measured ceilings that the course's speed targets
+# are about (`..._target` records: 50 % of the measured rate on a GPU).
+
+# %%
+for name, c in measured.items():
+    key = name.replace(" ", "_")
+    results.record(
+        f"ceiling_{key}_status",
+        c.status if c.status == "ok" else f"failed: {c.reason}",
+        "status",
+    )
+    if c.rate is not None:
+        results.record(
+            f"ceiling_{key}",
+            c.rate,
+            "bytes/s" if name == "memory bandwidth" else "FLOP/s",
+        )
+for r, row in zip(runs, ladder_rows):
+    n = r.rung.name
+    results.record(
+        f"rung_{n}_status",
+        r.status if r.status == "ok" else f"failed: {r.reason}",
+        "status",
+    )
+    if r.status != "ok":
+        continue
+    results.record(f"rung_{n}_throughput", r.result.examples_per_s, "examples/s")
+    results.record(f"rung_{n}_ms_per_step", r.result.ms_per_step, "ms")
+    results.record(f"rung_{n}_compile_time", r.result.compile_s, "s")
+    for metric, value in (
+        ("mfu_datasheet", row["MFU (datasheet)"]),
+        ("fraction_of_measured_ceiling", row["of measured ceiling"]),
+    ):
+        if value is not None:
+            results.record(f"rung_{n}_{metric}", value, "fraction")
+    for metric, value in (("program_bytes", r.program_bytes), ("device_peak_bytes", r.peak_bytes)):
+        if value is not None:
+            results.record(f"rung_{n}_{metric}", value, "bytes")
+    results.record(f"rung_{n}_final_loss", r.result.final_loss, "loss")
+for name, (p, g) in checks.items():
+    results.record(f"max_abs_param_diff_{name}_vs_scan", p, "abs")
+    results.record(f"max_abs_param_diff_{name}_vs_scan_tolerance", param_tol, "abs")
+    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan", g, "relative")
+    results.record(f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance", grad_tol, "relative")
+if bf16_diff is not None:
+    results.record("max_abs_loss_diff_bf16_vs_f32", bf16_diff, "loss")
+    results.record("max_abs_loss_diff_bf16_vs_f32_tolerance", bf16_tol, "loss")
+for dtype in ("float32", "bfloat16"):
+    fractions = [
+        r.fraction_of_ceiling(cfg, measured)
+        for r in ok_runs
+        if r.rung.compute_dtype == dtype and r.rung.global_batch == batch
+    ]
+    fractions = [f for f in fractions if f is not None]
+    if fractions:
+        key = "bf16" if dtype == "bfloat16" else "f32"
+        results.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
+        results.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
+multi_context = dict(
+    backend=multi.devices[0].platform,
+    device_kind=multi.devices[0].device_kind,
+    device_count=n_dev,
+    profile=multi_cfg.profile,
+)
+for k, r in reports.items():
+    key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
+    results.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
+    results.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
+results.record(
+    "bf16_pmean_written_all_reduce_bytes",
+    sum(b for _, b in written),
+    "bytes",
+    **multi_context,
+)
+if best is not None:
+    results.record("throughput", best.result.examples_per_s, "examples/s")
+    results.record("best_rung", best.rung.name, "name")
+
+# %% [markdown]
+# Last, free what this notebook put on the device: the ladder's runs (their
+# parameters and compiled programs), the batches, the optimizer states of
+# the checks. The cell then lists any name that still holds a device array
+# (there should be none: the figures above are all on the host now).
+
+# %%
+from dpcourse import memory
+
+to_free = ["runs", "by_name", "ok_runs", "best", "scan_run", "check_batches", "at_batch", "fastest"]
+to_free += ["best_batches", "other", "r", "s_ref", "s_other", "mine", "package", "x_few", "params"]
+before, after = memory.free(globals(), *to_free)
+print("freed:", before, "->", after)
+held = {}  # the device arrays this notebook's names still hold
+for name, value in list(globals().items()):
+    if not name.startswith("_"):
+        leaves = jax.tree.leaves(value) if isinstance(value, (dict, list, tuple, jax.Array)) else []
+        if any(isinstance(a, jax.Array) for a in leaves):
+            held[name] = sum(isinstance(a, jax.Array) for a in leaves)
+print("still held by name:", held or "none")
+
+# %% [markdown]
+# ## What you learned
+#
+# - MFU needs a stated peak: the datasheet's, or the ceiling measured on the
+#   device in the same precision. The second says how much of the gap is
+#   the step's own fault.
+# - The roofline splits the step into compute-bound matmuls and
+#   memory-bound element-wise work; its bound is the larger of the two
+#   times, and their sum is the estimate for a step that overlaps nothing.
+# - The same math compiles to very different programs: `lax.scan` keeps a
+#   loop, a Python loop unrolls it, bfloat16 halves the bytes and, on GPUs,
+#   raises the matmul ceiling (measure it: not every device does). Each
+#   rung is checked against the seed's step, with
+#   a tolerance whose reason is written down.
+# - A profiler trace and the compiled HLO show where the time and the
+#   kernels go; read them before guessing.
+# - How you write the step changes the collectives too: count the
+#   all-reduces and their bytes on the backend you will train on.
+#
+# **Next:** apply the fast step to notebook 07's sweep by setting
+# `block_unroll` and `compute_dtype` in its configuration, and compare.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+import math  # noqa: F401 - for math.inf in 09.1
+
+from dpcourse.exercises import lesson09 as check
+
+# %% [markdown]
+# **09.1 · When does the block matmul turn compute-bound on an H200?** On
+# an NVIDIA H200, bfloat16 matmuls peak at 989 TFLOP/s (dense) and memory
+# moves 4.8 TB/s (its datasheet), so its bfloat16 ridge point is 989 / 4.8
+# = about 206 FLOP/byte (`check.H200_BF16_RIDGE`). In bfloat16 (2 bytes per
+# value) the forward block matmul `[B, W] @ [W, W]` of the full profile
+# (`W = 1024`) does `2 B W^2` FLOPs and moves both inputs and its output.
+# Predict the smallest global batch `B` (a whole number of examples) at
+# which its arithmetic intensity reaches that ridge point. If no batch gets
+# there, answer `math.inf`.
+
+# %% tags=["exercise", "ex09_1"]
+ridge_batch_h200 = ...  # a whole number (a global batch), or math.inf
+
+# %%
+check.ridge_batch(ridge_batch_h200, check.FULL_WIDTH, check.H200_BF16_RIDGE, 2)
+
+# %% [markdown]
+# **09.2 · Which rungs reach the target?** The course's speed target is half
+# of the measured matmul ceiling of the rung's own precision (the ladder's
+# "of measured ceiling" column). Where no rung gets there (or every rung
+# does), as on a CPU, "none" would be right whatever you did, so the cell
+# below then picks a fraction that lies between two rungs, and prints it.
+# List the rungs that reach the printed target on this device, by the names
+# in the ladder table's first column. On a shared machine a rung's fraction
+# moves from run to run, so a rung within 20 % of the target counts as
+# right either way.
+
+# %%
+ceiling_fraction = {row["rung"]: row["of measured ceiling"] for row in ladder_rows}
+target_09_2, why = check.exercise_target(ceiling_fraction)
+print(why)
+
+# %% tags=["exercise", "ex09_2"]
+rungs_at_target = ...  # a list of rung names from the table, e.g. ["scan_f32"]
+
+# %%
+check.rungs_reaching(rungs_at_target, ceiling_fraction, target_09_2)

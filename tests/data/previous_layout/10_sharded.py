@@ -1,0 +1,835 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · When the model or the batch does not fit: ZeRO, FSDP, gradient accumulation
+#
+# **Goal.** Replicated data parallelism keeps the whole model and the whole
+# AdamW state on every device, and caps the global batch at what one
+# device's memory holds. Measure what each device holds, then shard the
+# optimizer state (ZeRO-1), then the parameters too (FSDP), over the same
+# `data` axis, and split the batch into microbatches (gradient
+# accumulation). Every form must still be the same training: the lesson
+# asserts it. And every form is counted in the compiled program: which
+# collectives (all-reduce, reduce-scatter, all-gather), how many, how many
+# bytes, inside or outside loops, on the CPU and for GPUs compiled without
+# a GPU, against the cost model.
+#
+# **Assumes.** Notebooks 04 (sharded batches, the compiled program's
+# collectives) and 05 (`shard_map`, what a reduction over `data` means).
+# At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
+# (section 2 says which leaves stay replicated then).
+#
+# **Time** (headless run): `smoke` 20 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
+# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 22 s (commit
+# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
+# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
+# means a busy machine.
+
+# %% tags=["parameters"]
+PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
+ACCUM_K = 4  # microbatches per step in section 4
+MIN_SHARD_ELEMENTS = 1024  # leaves smaller than this stay replicated
+STEPS = 3  # training steps each form runs before it is compared with replicated DP
+GPU_TARGETS = ("h200", "l4")  # GPUs to compile for without a GPU (section 6); () skips it
+
+# %%
+from dpcourse.session import start_lesson
+
+lesson = start_lesson("10_sharded", PROFILE, N_CPU_DEVICES, min_devices=2)
+cfg, dataset = lesson.cfg, lesson.dataset
+
+# %%
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from IPython.display import display
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpcourse import (
+    census,
+    collectives,
+    costs,
+    data,
+    deviceless,
+    gpu_targets,
+    memory,
+    model,
+    results,
+    sharded,
+    sharded_steps,
+    train,
+)
+from dpcourse import display as show
+
+devs = lesson.devices.devices
+n, backend = len(devs), devs[0].platform
+global_batch = cfg.global_batch(n)
+mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 and 05
+optimizer = train.make_optimizer(cfg)
+init_host = model.init_params(cfg)
+n_params = model.param_count(cfg)
+x_host, y_host = data.stacked_batches(dataset, cfg.n_batches, global_batch)
+rep = NamedSharding(mesh, P())
+x_sh, y_sh = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P("data"))
+batches = [
+    (jax.device_put(x_host[i], x_sh), jax.device_put(y_host[i], y_sh)) for i in range(cfg.n_batches)
+]
+params = jax.device_put(init_host, rep)
+opt_state = optimizer.init(params)
+print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_batch}")
+
+# %% [markdown]
+# Section 6 compiles this lesson's steps for GPUs this machine does not
+# have, in a separate process that takes a while; it starts now, in the
+# background, and section 6 collects what it found.
+
+# %%
+gpu_n = n if n in (2, 4, 8) else 8  # the GPU descriptions come in 2, 4 and 8 devices
+gpu_jobs = [deviceless.Job("gpu", t, gpu_n, cfg.profile) for t in GPU_TARGETS]
+gpu_compile = deviceless.start_jobs(gpu_jobs, steps=sharded_steps.STEPS) if gpu_jobs else None
+
+# %% [markdown]
+# ## 1. Memory first: what each device holds
+#
+# In replicated data parallelism every device holds, in float32:
+#
+# | what | bytes per parameter | lives |
+# |---|---|---|
+# | parameters | 4 | between steps (an argument of the step) |
+# | gradients | 4 | during the step (temporary) |
+# | AdamW's two moments, `mu` and `nu` | 4 + 4 = 8 | between steps |
+# | activations | depend on the batch, not on the parameter count | during the step |
+#
+# 4 + 4 + 8 = 16 bytes per parameter before a single activation. The
+# arrays say what they hold: `addressable_shards` lists each device's piece
+# of an array, with its bytes.
+
+
+# %%
+def bytes_on(tree, device):
+    """Bytes of the arrays of `tree` that live on `device` (its shards only)."""
+    leaves = jax.tree.leaves(tree)
+    return sum(s.data.nbytes for a in leaves for s in a.addressable_shards if s.device == device)
+
+
+dev0 = devs[0]
+held = {"parameters": bytes_on(params, dev0), "AdamW state": bytes_on(opt_state, dev0)}
+formula = sharded.state_bytes_formula(n_params, n, "replicated")
+display(
+    show.table(
+        [
+            {"what": "parameters", "measured": held["parameters"], "formula": formula["params"]},
+            {"what": "AdamW state", "measured": held["AdamW state"], "formula": formula["adam"]},
+        ],
+        caption=f"Bytes on device 0 of {n}, replicated (formula: 4 and 8 bytes per parameter)",
+    )
+)
+assert held["parameters"] == sharded.per_device_bytes(params, dev0) == formula["params"]
+# AdamW's state also holds its step count (one int32): 4 bytes over the formula.
+assert (
+    held["AdamW state"] - formula["adam"]
+    == sharded.per_device_bytes(opt_state, dev0) - formula["adam"]
+    == 4
+)
+
+# %% [markdown]
+# The gradients and the activations exist only while the step runs. The
+# compiled step says how much memory it needs per device:
+# `memory_analysis()` gives its arguments (parameters, optimizer state and
+# the batch shard) and its temporary buffers (gradients, activations, and
+# anything the compiler gathers).
+
+# %%
+train_step = train.make_train_step(cfg, optimizer)  # notebook 02's step, unchanged
+p_rep, s_rep = jax.tree.map(lambda _: rep, params), jax.tree.map(lambda _: rep, opt_state)
+replicated_step = jax.jit(
+    train_step, in_shardings=(p_rep, s_rep, x_sh, y_sh), out_shardings=(p_rep, s_rep, rep)
+)
+compiled = {"replicated DP": replicated_step.lower(params, opt_state, *batches[0]).compile()}
+mem = {"replicated DP": census.memory_figures(compiled["replicated DP"])}
+batch_bytes = batches[0][0].nbytes // n + batches[0][1].nbytes // n
+print(
+    f"argument bytes {mem['replicated DP']['argument_bytes']:,} = parameters "
+    f"{held['parameters']:,} + AdamW state {held['AdamW state']:,} + batch shard {batch_bytes:,}; "
+    f"temporary bytes {mem['replicated DP']['temp_bytes']:,}"
+)
+
+# %% [markdown]
+# **How large a model fits?** At 16 bytes per parameter, and before any
+# activation, the memory figures of NVIDIA's datasheets give (L4: 24 GB
+# GDDR6; H200 SXM: 141 GB HBM3e; the usable memory is less, by the CUDA
+# context and XLA's workspace):
+
+# %%
+DATASHEET_MEMORY = {"NVIDIA L4": 24e9, "NVIDIA H200 SXM": 141e9}  # bytes, datasheet figures
+rows = []
+for name, mem_bytes in DATASHEET_MEMORY.items():
+    row = {"device (datasheet memory)": f"{name} ({mem_bytes / 1e9:.0f} GB)"}
+    for form in ("replicated", "zero1", "fsdp"):
+        row[f"{form}, 8 devices"] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
+    rows.append(row)
+display(show.table(rows, caption="Parameters whose float32 state fits (no activations)"))
+
+# %% [markdown]
+# Replicated DP fits 1.5 billion parameters on an L4 however many L4s there
+# are. ZeRO-1 (9 bytes per parameter on 8 devices: 4 + 4 + 8 / 8) and FSDP
+# (16 / 8 = 2 bytes) raise that ceiling by sharding what replication
+# copies. This course's model is tiny (1.9 million parameters at full
+# size), so nothing here runs out of memory: the lesson measures the bytes
+# and the communication, which scale the same way for a model that would.
+#
+# ## 2. ZeRO-1: shard the optimizer state
+#
+# Each AdamW moment is used only element by element (the update of weight
+# `i` needs `mu[i]`, `nu[i]` and `grad[i]`), so device `d` can keep one
+# slice of each moment and update only the matching slice of the
+# parameters; the updated slices are then gathered so that every device
+# has all the parameters for the next forward pass. The rule for the
+# slices: cut each array on its **largest dimension that divides by the
+# device count**, and keep small arrays whole (a collective per tiny array
+# costs its latency and saves almost nothing).
+
+
+# %%
+def spec_for(shape, n_devices, min_elements=MIN_SHARD_ELEMENTS):
+    """Shard the largest dimension that divides by n_devices; small or indivisible: P()."""
+    if math.prod(shape) < min_elements:
+        return P()
+    dims = [i for i, d in enumerate(shape) if d % n_devices == 0]
+    if not dims:
+        return P()
+    best = max(dims, key=lambda i: shape[i])
+    return P(*["data" if i == best else None for i in range(len(shape))])
+
+
+param_specs = jax.tree.map(lambda a: spec_for(a.shape, n), params)
+state_specs = jax.tree.map(lambda a: spec_for(a.shape, n), opt_state)
+plan = sharded.shard_specs(params, n, min_elements=MIN_SHARD_ELEMENTS)
+display(
+    show.table(
+        [
+            {
+                "leaf": k,
+                "shape": tuple(v.shape),
+                "spec": str(param_specs[k]),
+                "package": str(plan.specs[k]),
+            }
+            for k, v in params.items()
+        ],
+        caption=f"Specs on {n} devices (this cell's spec_for, and dpcourse.sharded.shard_specs)",
+    )
+)
+print(plan.describe())
+differ = [k for k in params if param_specs[k] != plan.specs[k]]
+assert not differ, f"spec_for differs from the package for {differ}"
+assert state_specs == sharded.shard_specs(opt_state, n, min_elements=MIN_SHARD_ELEMENTS).specs
+
+# %% [markdown]
+# On 3 devices no dimension of this model divides (784, the widths and 10
+# are not multiples of 3), so every leaf stays replicated and the line
+# above names them: sharding would need padding, which the course does not
+# do. The step itself is notebook 02's; only the shardings of its inputs
+# and outputs change, and `jit` makes the compiler keep the state sharded:
+
+
+# %%
+def on_mesh(specs):
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
+
+
+state_sh = on_mesh(state_specs)
+zero1_step = jax.jit(
+    train_step, in_shardings=(p_rep, state_sh, x_sh, y_sh), out_shardings=(p_rep, state_sh, rep)
+)
+opt_state_z1 = jax.device_put(opt_state, state_sh)
+compiled["ZeRO-1"] = zero1_step.lower(params, opt_state_z1, *batches[0]).compile()
+print("mu['w_in'] on device 0:", opt_state_z1[0].mu["w_in"].addressable_shards[0].data.shape)
+
+# %% [markdown]
+# ## 3. FSDP: shard the parameters too
+#
+# Fully sharded data parallelism (ZeRO-3) keeps only a slice of each
+# parameter on each device, with the same specs. A device needs a whole
+# weight to use it, so the step must **all-gather** it first, and each
+# device then needs only its slice of the gradient: a **reduce-scatter**
+# (sum over devices, keep a slice) instead of an all-reduce. First with
+# shardings on the inputs and outputs only, as for ZeRO-1:
+
+# %%
+param_sh = on_mesh(param_specs)
+fsdp_naive_step = jax.jit(
+    train_step,
+    in_shardings=(param_sh, state_sh, x_sh, y_sh),
+    out_shardings=(param_sh, state_sh, rep),
+)
+params_fsdp = jax.device_put(params, param_sh)
+compiled["FSDP, naive"] = fsdp_naive_step.lower(params_fsdp, opt_state_z1, *batches[0]).compile()
+
+# %% [markdown]
+# Where the gathers go is then the compiler's choice. The shared block's
+# weight is used in every iteration of the forward loop and again in every
+# iteration of the backward loop; section 6 shows that XLA's GPU compiler
+# gathers it **in each of those iterations** (2 x BLOCK_REPEATS
+# all-gathers per step), because a weight that is sharded on the way in is
+# kept sharded wherever nothing says otherwise. Saying otherwise is one
+# constraint: gather every parameter once at the start of the loss, and
+# constrain the gradients to the sharded specs (the compiler turns "sum
+# over devices, keep my slice" into a reduce-scatter):
+
+
+# %%
+def fsdp_gathered_step(params, opt_state, x, y):
+    def loss(p):
+        p = jax.lax.with_sharding_constraint(p, p_rep)  # one all-gather per leaf
+        return model.loss_and_metrics(p, x, y, cfg)
+
+    (_, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    grads = jax.lax.with_sharding_constraint(grads, param_sh)  # one reduce-scatter per leaf
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+fsdp_step = jax.jit(
+    fsdp_gathered_step,
+    in_shardings=(param_sh, state_sh, x_sh, y_sh),
+    out_shardings=(param_sh, state_sh, rep),
+)
+compiled["FSDP, gathered once"] = fsdp_step.lower(params_fsdp, opt_state_z1, *batches[0]).compile()
+
+# %% [markdown]
+# Gathering once holds the whole parameter set during the step, as
+# temporary memory: the right trade for this model, whose one block is
+# reused 2 x BLOCK_REPEATS times. A model of many different layers would
+# gather layer by layer instead (and free each after use), so that only
+# one layer is ever whole; the constraint then goes inside the layer loop.
+#
+# What each device holds now, measured, against the formula:
+
+# %%
+state_rows = []
+for form, p, s in [
+    ("replicated DP", params, opt_state),
+    ("ZeRO-1", params, opt_state_z1),
+    ("FSDP", params_fsdp, opt_state_z1),
+]:
+    key = {"replicated DP": "replicated", "ZeRO-1": "zero1", "FSDP": "fsdp"}[form]
+    f = sharded.state_bytes_formula(n_params, n, key)
+    held_form = bytes_on(p, dev0) + bytes_on(s, dev0)
+    state_rows.append(
+        {
+            "form": form,
+            "parameters": bytes_on(p, dev0),
+            "AdamW state": bytes_on(s, dev0),
+            "formula (params + AdamW)": int(f["params"] + f["adam"]),
+            "replicated / this": f"{(held['parameters'] + held['AdamW state']) / held_form:.2f}",
+        }
+    )
+display(
+    show.table(
+        state_rows, caption=f"Bytes per device (device 0 of {n}), measured with addressable_shards"
+    )
+)
+
+# %% [markdown]
+# The ratio is about N where every large leaf divides, a little less for
+# the small leaves left whole, and 1 on 3 devices. (The formula counts
+# every leaf as sharded.)
+#
+# ## 4. Gradient accumulation: the batch as K microbatches
+#
+# When the **batch** does not fit (activations grow with it), split the
+# global batch into K microbatches, run forward and backward on each in a
+# `lax.scan`, sum the gradients, divide by K, and update once. The mean of
+# K equal-sized microbatch means is the global mean, so the update is the
+# full-batch update, up to float rounding. Two shapes must divide: the
+# global batch by K, and each microbatch by the device count.
+
+# %%
+micro = sharded.check_accumulation(global_batch, ACCUM_K, n)
+for bad_k, bad_batch in [(ACCUM_K + 1, global_batch), (ACCUM_K, global_batch + ACCUM_K)]:
+    try:
+        sharded.check_accumulation(bad_batch, bad_k, n)
+    except ValueError as err:
+        print(f"K = {bad_k}, global batch {bad_batch}:", err)
+print(f"K = {ACCUM_K}: microbatches of {micro} examples, {micro // n} per device")
+
+
+# %%
+def split_k(a, k):
+    """[B, ...] -> [k, B // k, ...]; microbatch j: rows j, j + k, ... (no row changes device)."""
+    return jnp.swapaxes(a.reshape((a.shape[0] // k, k) + a.shape[1:]), 0, 1)
+
+
+def per_example(logits, y):
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    return losses.mean(), (losses, (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32))
+
+
+def loss_auto(p, x, y):
+    logits = model.forward(
+        p, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, cfg.compute_dtype
+    )
+    return per_example(logits, y)
+
+
+def accum_step(params, opt_state, x, y):
+    xs = jax.lax.with_sharding_constraint(
+        split_k(x, ACCUM_K), NamedSharding(mesh, P(None, "data", None))
+    )
+    ys = jax.lax.with_sharding_constraint(split_k(y, ACCUM_K), NamedSharding(mesh, P(None, "data")))
+
+    def body(acc, xy):
+        (_, per), g = jax.value_and_grad(loss_auto, has_aux=True)(params, *xy)
+        return jax.tree.map(jnp.add, acc, g), per  # per-example losses leave the loop as they are
+
+    acc, (losses, correct) = jax.lax.scan(body, jax.tree.map(jnp.zeros_like, params), (xs, ys))
+    grads = jax.tree.map(lambda g: g / ACCUM_K, acc)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    metrics = {"loss": losses.mean(), "accuracy": correct.mean()}
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+accum_jit = jax.jit(accum_step)
+compiled["accumulation, scan"] = accum_jit.lower(params, opt_state, *batches[0]).compile()
+
+# %% [markdown]
+# Written like this, every microbatch's gradient is a sum over the devices'
+# shards, and the compiler reduces it **inside** the microbatch loop: K
+# all-reduces per step or more (section 6 counts them). The gradient only
+# needs reducing once, after the loop. JAX's `reduced` and `unreduced`
+# shardings, on a mesh with **Explicit** axes, say exactly that:
+#
+# - `jax.reshard(params, P(reduced={'data'}))`: replicated parameters whose
+#   gradient is not reduced over `data` (the transpose of "reduced" is
+#   "unreduced");
+# - the accumulator `P(unreduced={'data'})`: each device holds its own
+#   partial sum, no communication;
+# - one `jax.reshard(acc, P())` after the loop: the one all-reduce.
+#
+# One detail: a plain bias add `h + b` with a reduced `b` is refused
+# (`ShardingTypeError: Inputs cannot be sharded/varying on the same axes
+# that another input is reduced on`); broadcasting `b` to the activation's
+# sharding first works, so the forward pass is written again with that
+# broadcast, and checked against the model's.
+
+# %%
+REDUCED_OK = sharded.has_reduced_shardings()
+emesh = Mesh(np.array(devs), ("data",), axis_types=(AxisType.Explicit,))
+if not REDUCED_OK:
+    print(f"JAX {jax.__version__} lacks them: this part needs {sharded.REDUCED_NEEDS}. Skipped.")
+
+
+# %%
+def bias(b, h):
+    return jax.lax.broadcast_in_dim(
+        b, h.shape, (h.ndim - 1,), out_sharding=jax.typeof(h).sharding.spec
+    )
+
+
+def forward_explicit(p, x):
+    h = x @ p["w_in"]
+    h = jax.nn.gelu(h + bias(p["b_in"], h))
+
+    def block(h, _):
+        z = h @ p["w_block"]
+        return (1.0 - cfg.block_mix) * h + cfg.block_mix * jax.nn.gelu(
+            z + bias(p["b_block"], z)
+        ), None
+
+    h, _ = jax.lax.scan(block, h, None, length=cfg.block_repeats)
+    z = h @ p["w_out"]
+    return z + bias(p["b_out"], z)
+
+
+def accum_reduced_step(params, opt_state, x, y):
+    xs, ys = split_k(x, ACCUM_K), split_k(y, ACCUM_K)
+    reduced = jax.tree.map(lambda a: jax.reshard(a, P(reduced={"data"})), params)
+    zeros = jax.tree.map(lambda a: jnp.zeros_like(a, out_sharding=P(unreduced={"data"})), params)
+
+    def body(acc, xy):
+        (_, per), g = jax.value_and_grad(
+            lambda p, x, y: per_example(forward_explicit(p, x), y), has_aux=True
+        )(reduced, *xy)
+        return jax.tree.map(jnp.add, acc, g), per  # g is unreduced: no communication
+
+    acc, (losses, correct) = jax.lax.scan(body, zeros, (xs, ys))
+    grads = jax.tree.map(lambda g: jax.reshard(g, P()) / ACCUM_K, acc)  # the one all-reduce
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    metrics = {"loss": losses.mean(), "accuracy": correct.mean()}
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+if REDUCED_OK:
+    e_rep = NamedSharding(emesh, P())
+    e_x, e_y = NamedSharding(emesh, P("data", None)), NamedSharding(emesh, P("data"))
+    e_batches = [
+        (jax.device_put(x_host[i], e_x), jax.device_put(y_host[i], e_y))
+        for i in range(cfg.n_batches)
+    ]
+    params_e = jax.device_put(init_host, e_rep)
+    opt_state_e = optimizer.init(params_e)
+    with jax.set_mesh(emesh):
+        accum_reduced_jit = jax.jit(accum_reduced_step)
+        compiled["accumulation, reduced"] = accum_reduced_jit.lower(
+            params_e, opt_state_e, *e_batches[0]
+        ).compile()
+        logits_e = jax.jit(forward_explicit)(params_e, e_batches[0][0])
+        print(
+            "gradient accumulator type:",
+            jax.typeof(
+                jax.jit(lambda a: jax.reshard(a, P(unreduced={"data"})))(
+                    jax.device_put(np.zeros(4, np.float32), e_rep)
+                )
+            ),
+        )
+    logits_ref = jax.jit(lambda p, x: model.forward(p, x, cfg.block_repeats, cfg.block_mix))(
+        params, batches[0][0]
+    )
+    print("max |forward_explicit - model.forward|:", train.max_abs_diff(logits_e, logits_ref))
+    assert train.max_abs_diff(logits_e, logits_ref) < 1e-5
+
+# %% [markdown]
+# **The memory it saves.** Activations scale with the batch a device
+# processes at once: the microbatch, not the global batch. The compiled
+# programs' temporary bytes per device:
+
+# %%
+for form, c in compiled.items():
+    mem[form] = census.memory_figures(c)
+temp_full, temp_acc = mem["replicated DP"]["temp_bytes"], mem["accumulation, scan"]["temp_bytes"]
+print(
+    f"temporary bytes per device: full batch {temp_full:,}, "
+    f"K = {ACCUM_K} microbatches {temp_acc:,} "
+    f"({temp_full / temp_acc:.2f}x less)"
+)
+
+# %% [markdown]
+# The saving is at most about K, less where the gradients and the
+# compiler's workspace weigh as much as the activations; at the full size
+# this lesson's prototype measured 2,714 MB -> 696 MB (K = 4, 8 devices).
+# **When to use it:** when the global batch you want (for the optimizer's
+# sake) does not fit in the devices' memory at once. It costs time: K
+# smaller passes use a device less fully than one large one, and nothing is
+# gained when the batch fits.
+#
+# ## 5. Every form is still the same training
+#
+# Each form runs `STEPS` steps from the same start on the same batches;
+# the parameters are compared with replicated data parallelism's.
+
+
+# %%
+def run(step, p, s, batch_list):
+    for i in range(STEPS):
+        p, s, m = step(p, s, *batch_list[i % len(batch_list)])
+    return p, s, m
+
+
+final = {}
+final["replicated DP"] = run(compiled["replicated DP"], params, opt_state, batches)
+final["ZeRO-1"] = run(compiled["ZeRO-1"], params, opt_state_z1, batches)
+final["FSDP, naive"] = run(compiled["FSDP, naive"], params_fsdp, opt_state_z1, batches)
+final["FSDP, gathered once"] = run(
+    compiled["FSDP, gathered once"], params_fsdp, opt_state_z1, batches
+)
+final["accumulation, scan"] = run(compiled["accumulation, scan"], params, opt_state, batches)
+if REDUCED_OK:
+    with jax.set_mesh(emesh):
+        final["accumulation, reduced"] = run(
+            compiled["accumulation, reduced"], params_e, opt_state_e, e_batches
+        )
+# Same reasons as notebooks 04-06 (train.equivalence_tolerances): float32 sums in another order.
+EQUIV_TOL, _ = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=STEPS)
+# ZeRO and FSDP do the same arithmetic, only placed differently: bitwise on the CPU.
+SAME_ARITHMETIC = ("ZeRO-1", "FSDP, naive", "FSDP, gathered once")
+BITWISE = SAME_ARITHMETIC if backend == "cpu" else ()
+diffs, rows = {}, []
+for form, (p, _, m) in final.items():
+    diffs[form] = train.max_abs_diff(final["replicated DP"][0], p)
+    rows.append(
+        {
+            "form": form,
+            "max |diff| vs replicated": diffs[form],
+            "required": "0 (bitwise)" if form in BITWISE else f"< {EQUIV_TOL:g}",
+            "loss before the last step": float(m["loss"]),
+        }
+    )
+display(show.table(rows, caption=f"Parameters after {STEPS} steps, each form vs replicated DP"))
+for form, d in diffs.items():
+    assert d == 0.0 if form in BITWISE else d < EQUIV_TOL, (form, d)
+
+# %% [markdown]
+# ZeRO and FSDP do the same arithmetic as replicated DP, only placed
+# differently: on the CPU the parameters come out **bitwise** equal. (On a
+# GPU a reduce-scatter may sum in another order than an all-reduce, so
+# there the written tolerance of notebooks 04-06 applies.) Accumulation
+# sums the gradient in another order (per microbatch, then over
+# microbatches), so it matches within the tolerance, not bitwise.
+#
+# The package keeps the reusable version of each form
+# (`dpcourse.sharded`, compiled by `make placement` through
+# `dpcourse.sharded_steps`). Your cells above against it, same start, same
+# batches (edit a cell above and this says which form now differs):
+
+# %%
+pkg = {
+    "ZeRO-1": sharded_steps.zero1,
+    "FSDP, naive": sharded_steps.fsdp_naive,
+    "FSDP, gathered once": sharded_steps.fsdp_gathered,
+    "accumulation, scan": sharded_steps.accum_scan,
+}
+package_diff = {}
+for form, build in pkg.items():
+    step, args = build(cfg, mesh)
+    p0 = jax.device_put(init_host, jax.tree.map(lambda a: a.sharding, args[0]))
+    s0 = jax.device_put(optimizer.init(params), jax.tree.map(lambda a: a.sharding, args[1]))
+    package_diff[form] = train.max_abs_diff(final[form][0], run(step, p0, s0, batches)[0])
+display(show.table([{"form": k, "max |your cell - package|": v} for k, v in package_diff.items()]))
+for form, d in package_diff.items():
+    assert d < EQUIV_TOL, f"{form}: your cell's parameters differ from dpcourse.sharded's by {d:g}"
+
+# %% [markdown]
+# ## 6. Counted in the compiled program
+#
+# Per form and per kind of collective: instructions (how many inside a
+# loop) and runs per step, from the optimised program (`as_text()`), with
+# the bytes per step per device. First on this run's backend:
+
+# %%
+reports = {form: collectives.parse_hlo(c.as_text()) for form, c in compiled.items()}
+display(
+    show.table(
+        [census.census_row(form, r) for form, r in reports.items()],
+        caption=f"Collectives per step, {devs[0].platform}, {n} devices, JAX {jax.__version__}",
+    )
+)
+if backend == "cpu":
+    print(
+        "The CPU compiler never emits a reduce-scatter (it all-reduces and keeps a slice),\n"
+        "keeps collectives synchronous, and leaves the shared block's gradient all-reduce\n"
+        "inside the backward loop: the ZeRO and FSDP pattern shows in a GPU compile, below."
+    )
+
+# %% [markdown]
+# **For GPUs, without a GPU.** The same six steps compiled for N x H200 and
+# N x L4 (the L4 description is approximate, made from its datasheet) by
+# XLA's GPU compiler on this machine, through `dpcourse.deviceless` (the
+# optional extra, `make gpu-compile`): the background process started at
+# the top of the lesson, one for all targets, a second or two per step
+# (on 3 devices it compiles for 8 GPUs, the nearest description).
+
+# %%
+gpu_results = []
+if GPU_TARGETS and gpu_targets.extra_missing():
+    print(f"GPU compile without a GPU is not available here: {gpu_targets.extra_missing()}")
+elif gpu_compile is not None:
+    waited = time.perf_counter()
+    gpu_results = gpu_compile.results()  # waits only for what is not done yet
+    print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
+for res in gpu_results:
+    if res.error:
+        print(f"{res.label}: {res.error}")
+        continue
+    gpu_rows = [
+        census.census_row(sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives))
+        for name, s in res.steps.items()
+    ]
+    display(
+        show.table(gpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
+    )
+
+# %% [markdown]
+# What the GPU compiler did (the tests in `tests/test_sharded_gpu.py` hold
+# it to this, so a JAX or XLA change that moves a collective fails CI):
+#
+# - replicated DP, and accumulation with `reduced`/`unreduced`: one
+#   all-reduce per step, after the loops;
+# - FSDP gathered once: one all-gather and one reduce-scatter, outside the
+#   loops (plus a small all-reduce of the two metrics, loss and accuracy);
+# - FSDP naive: the shared block's weight all-gathered inside the forward
+#   and the backward loop, 2 x BLOCK_REPEATS + 1 gathers per step (at the
+#   full size, 257 per step and about 1 GB, by this lesson's prototype),
+#   and, as in ZeRO-1 below, the block's gradient reduce-scattered in the
+#   backward loop;
+# - ZeRO-1: the shared block's gradient is **reduce-scattered inside the
+#   backward loop**, once per repeat. The pass that moves the plain step's
+#   all-reduce out of that loop (`while-loop-all-reduce-code-motion`,
+#   notebook 04) is for all-reduces; a reduce-scatter stays where it is;
+# - accumulation with a scan: the gradient all-reduced in every microbatch,
+#   K per step.
+
+# %% [markdown]
+# ## 7. The cost model: communication per step, predicted
+#
+# The ring collectives of `dpcourse.costs` (bytes each device sends, and
+# the bandwidth term of the time over a datasheet link, no latency):
+# all-reduce `2 (N - 1) / N x bytes`, reduce-scatter and all-gather
+# `(N - 1) / N x bytes` each. An all-reduce is a reduce-scatter followed
+# by an all-gather, so ZeRO and FSDP move **the same bytes** as replicated
+# DP when each parameter is gathered once; the naive FSDP step multiplies
+# the shared block's gather by the uses; the naive accumulation multiplies
+# the all-reduce by K.
+
+# %%
+grad_bytes = costs.gradient_bytes(cfg)
+block_bytes = params["w_block"].nbytes
+pred = census.predict_communication(grad_bytes, block_bytes, n, ACCUM_K, cfg.block_repeats)
+links = {
+    "H200 NVLink4": costs.find_peak("NVIDIA H200"),
+    "L4 PCIe Gen4": costs.find_peak("NVIDIA L4"),
+}
+pred_rows = []
+for form, p in pred.items():
+    row = {
+        "form": form,
+        **{k: p[k] for k in census.KINDS},
+        "sent per device": int(p["wire_bytes"]),
+    }
+    for label, peak in links.items():
+        row[f"us on {label}"] = f"{census.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
+    pred_rows.append(row)
+display(
+    show.table(pred_rows, caption=f"Predicted collectives per step, {n} devices, K = {ACCUM_K}")
+)
+
+# %% [markdown]
+# Set against the GPU census (the cell below prints both where it ran):
+# the prediction holds for replicated DP, FSDP gathered once, both
+# accumulations and the naive FSDP's all-gathers, once the metrics' small
+# all-reduce is allowed for; in ZeRO-1 and the naive FSDP the
+# reduce-scatter runs BLOCK_REPEATS + 1 times instead of once (the shared
+# block's gradient in each backward iteration). The CPU census differs wherever the CPU
+# compiler keeps a reduction inside a loop or all-reduces instead of reduce-scattering.
+
+# %%
+for res in gpu_results:
+    if res.error:
+        continue
+    for name, s in res.steps.items():
+        got = census.census(census.report_from_rows(s.collectives))
+        want = pred[sharded_steps.FORM_LABELS[name]]
+        runs = [f"{k} {got[k].runs_per_step} (predicted {want[k]})" for k in census.KINDS]
+        print(f"{res.label}, {sharded_steps.FORM_LABELS[name]}: " + ", ".join(runs))
+
+# %% [markdown]
+# ## Records
+
+# %%
+state_by_form = {
+    "replicated DP": (params, opt_state),
+    "ZeRO-1": (params, opt_state_z1),
+    "FSDP, naive": (params_fsdp, opt_state_z1),
+    "FSDP, gathered once": (params_fsdp, opt_state_z1),
+    "accumulation, scan": (params, opt_state),
+}
+if REDUCED_OK:
+    state_by_form["accumulation, reduced"] = (params_e, opt_state_e)
+for form, (p, s) in state_by_form.items():
+    key = sharded_steps.FORM_KEYS[form]
+    results.record(
+        f"state_bytes_per_device_{key}", bytes_on(p, dev0) + bytes_on(s, devs[0]), "bytes"
+    )
+    results.record(f"argument_bytes_{key}", mem[form]["argument_bytes"], "bytes")
+    results.record(f"temp_bytes_{key}", mem[form]["temp_bytes"], "bytes")
+    results.record(f"collectives_per_step_{key}", reports[form].runs_per_step, "count")
+    results.record(f"collective_bytes_per_step_{key}", reports[form].bytes_per_step, "bytes")
+    if form != "replicated DP":
+        results.record(f"max_abs_param_diff_vs_replicated_{key}", diffs[form], "abs")
+        results.record(
+            f"max_abs_param_diff_vs_replicated_{key}_tolerance",
+            0.0 if form in BITWISE else EQUIV_TOL,
+            "abs",
+        )
+for res in gpu_results:
+    for name, s in [] if res.error else res.steps.items():
+        results.record(
+            f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}",
+            s.runs_per_step,
+            "count",
+        )
+        results.record(
+            f"collective_bytes_per_step_{name}_gpu_{res.target}_{res.n_devices}",
+            s.bytes_per_step,
+            "bytes",
+        )
+_ = results.record("reduced_shardings_available", int(REDUCED_OK), "bool")
+
+# %%
+before, after = memory.free(
+    globals(),
+    *("params", "opt_state", "opt_state_z1", "params_fsdp", "params_e", "opt_state_e"),
+    *("batches", "e_batches", "final", "state_by_form", "logits_e", "logits_ref", "p0", "s0"),
+    *("p", "s", "m", "args", "step"),
+)
+print("freed:", before, "->", after)
+
+# %% [markdown]
+# ## What you learned
+#
+# - Replicated data parallelism costs 16 bytes per parameter on every
+#   device (4 parameters, 4 gradients, 8 AdamW) plus activations;
+#   `addressable_shards` and `memory_analysis()` measure it.
+# - ZeRO-1 shards the optimizer state, FSDP the parameters too, over the
+#   same `data` axis: per-device state falls by about N, leaves that do not
+#   divide (or are too small to be worth it) stay replicated.
+# - FSDP trades the all-reduce for an all-gather and a reduce-scatter of
+#   the same total bytes, if each parameter is gathered once: left to
+#   itself, XLA's GPU compiler gathers the shared block at every use.
+# - Gradient accumulation over K microbatches gives the full-batch update
+#   (within rounding) with the activations of one microbatch; `reduced` and
+#   `unreduced` shardings keep it to one all-reduce per step.
+# - The compiled program, not the Python, says what communicates: count it
+#   per backend, and hold it to the cost model.
+#
+# **Next:** this is the last lesson. The seed's closing question, "what if
+# the model does not fit", now has two answers here; splitting one layer's
+# matmuls over devices (tensor parallelism) is the next one.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell tagged `exercise`: replace its `...` with your
+# answer and run it, then run the check below it, which says in a sentence
+# or two what is right, or what is wrong and why. An exercise left at `...`
+# reports "not attempted yet"; nothing here stops the notebook. Worked
+# solutions are in the repository's `solutions/` folder: try first.
+
+# %%
+from dpcourse.exercises import lesson10 as check
+
+# %% [markdown]
+# **10.1 · Bytes per device under ZeRO-1.** The full-size model has
+# 1,863,690 parameters. Trained with AdamW in float32 on 4 devices with
+# ZeRO-1, how many bytes of parameters plus AdamW state does each device
+# hold between steps (no gradients, no activations; count every leaf as
+# sharded)?
+
+# %% tags=["exercise", "ex10_1"]
+zero1_bytes = ...  # a number of bytes
+
+# %%
+check.zero1_bytes_per_device(zero1_bytes)
+
+# %% [markdown]
+# **10.2 · How many microbatches?** You want a global batch of 49,152
+# examples on 8 GPUs, and one GPU fits the activations of at most 1,024
+# examples at once. What is the smallest accumulation count K that works
+# (the global batch must divide by K, and each microbatch by the 8 GPUs)?
+
+# %% tags=["exercise", "ex10_2"]
+accum_k = ...  # a whole number
+
+# %%
+check.microbatch_count(accum_k)
