@@ -271,6 +271,7 @@ def test_a_course_update_pulls_cleanly_and_keeps_the_learners_work(tmp_path):
     origin.mkdir()
     shutil.copytree(ROOT / "notebooks", origin / "notebooks", ignore=shutil.ignore_patterns(".*"))
     shutil.copytree(ROOT / "dpcourse", origin / "dpcourse", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "coursetools", origin / "coursetools", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".gitignore", origin / ".gitignore")
     git("init", "-q", "-b", "main", cwd=origin)
     git("add", "-A", cwd=origin)
