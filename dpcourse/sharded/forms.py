@@ -11,7 +11,8 @@ replicated data parallelism, and that ``make placement`` compiles:
 - :func:`per_device_bytes`: bytes each device holds, from ``addressable_shards``.
 - :func:`state_bytes_formula`: the 4 + 4 + 8 bytes per parameter of float32
   parameters, gradients and AdamW's two moments, per form.
-- Step builders: :func:`make_zero1_step`, :func:`make_fsdp_step` (naive or
+- Step builders: :func:`make_zero1_step` (naive, or with the gradient
+  all-reduced first), :func:`make_fsdp_step` (naive or
   gathered once), :func:`make_accumulation_step` (a ``lax.scan`` over
   microbatches on an Auto mesh) and :func:`make_reduced_accumulation_step`
   (``reduced``/``unreduced`` shardings on an Explicit mesh: one all-reduce per
@@ -380,6 +381,9 @@ def make_reduced_accumulation_step(cfg: Config, optimizer: optax.GradientTransfo
 
 
 def _train_step(cfg: Config, optimizer, gather=None, scatter=None):
+    # gather: shardings the parameters are constrained to at the start of the loss (FSDP gathered once).
+    # scatter: shardings the gradients are constrained to right after value_and_grad (FSDP: the sharded
+    # specs, a reduce-scatter; ZeRO-1 with the all-reduce first: P(), one all-reduce).
     def loss(p, x, y):
         if gather is not None:  # FSDP, gathered once: every parameter replicated for the whole pass
             p = jax.lax.with_sharding_constraint(p, gather)
@@ -388,7 +392,7 @@ def _train_step(cfg: Config, optimizer, gather=None, scatter=None):
 
     def step(params, opt_state, x, y):
         (_, per), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
-        if scatter is not None:  # each device keeps the sum of its own slice: a reduce-scatter
+        if scatter is not None:  # the gradients' placement, said before the optimizer pulls its own
             grads = jax.lax.with_sharding_constraint(grads, scatter)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, _metrics(*per)
@@ -408,9 +412,27 @@ def make_replicated_step(cfg: Config, optimizer, mesh: Mesh, params, opt_state, 
 
 
 def make_zero1_step(
-    cfg: Config, optimizer, mesh: Mesh, params, opt_state, axis="data", min_elements=MIN_SHARD_ELEMENTS
+    cfg: Config,
+    optimizer,
+    mesh: Mesh,
+    params,
+    opt_state,
+    axis="data",
+    min_elements=MIN_SHARD_ELEMENTS,
+    allreduce_first: bool = False,
 ):
     """ZeRO-1, jitted: parameters replicated, AdamW state sharded by :func:`shard_specs`.
+
+    Args:
+        allreduce_first: False (the naive form): shardings on the step's
+            inputs and outputs only. Sharding propagation then carries the
+            sharded optimizer state's specs back into the gradient, and XLA's
+            GPU compiler reduce-scatters the shared block's gradient in every
+            iteration of the backward loop (lesson 10 counts it). True: the
+            gradients are constrained to ``P()`` right after
+            ``value_and_grad``, so the compiler all-reduces them once after the
+            loops, each device updates its slice, and one all-gather
+            re-replicates the parameters.
 
     Returns:
         ``(step, state_plan)``; place ``opt_state`` with
@@ -421,7 +443,7 @@ def make_zero1_step(
     plan = shard_specs(opt_state, n, axis, min_elements)
     p_sh, s_sh = jax.tree.map(lambda _: rep, params), plan.shardings(mesh)
     step = jax.jit(
-        _train_step(cfg, optimizer),
+        _train_step(cfg, optimizer, scatter=p_sh if allreduce_first else None),
         in_shardings=(p_sh, s_sh, NamedSharding(mesh, P(axis, None)), NamedSharding(mesh, P(axis))),
         out_shardings=(p_sh, s_sh, rep),
     )
