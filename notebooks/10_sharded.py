@@ -10,8 +10,8 @@
 # # 10 · When the model or the batch does not fit: ZeRO, FSDP, gradient accumulation
 #
 # **Goal.** Replicated data parallelism keeps the whole model and the whole
-# AdamW state on every device, and caps the global batch at what one
-# device's memory holds. Measure what each device holds, then shard the
+# AdamW state on every device, and caps the per-device batch at what one
+# device's memory holds beside them. Measure what each device holds, then shard the
 # optimizer state (ZeRO-1), then the parameters too (FSDP), over the same
 # `data` axis, and split the batch into microbatches (gradient
 # accumulation). Every form must still be the same training: the lesson
@@ -87,8 +87,7 @@ print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_ba
 # background, and section 6 collects what it found.
 
 # %%
-gpu_n = n if n in (2, 4, 8) else 8  # the GPU descriptions come in 2, 4 and 8 devices
-gpu_jobs = [deviceless.Job("gpu", t, gpu_n, cfg.profile) for t in GPU_TARGETS]
+gpu_jobs = [deviceless.Job("gpu", t, n, cfg.profile) for t in GPU_TARGETS]  # N GPUs, as here
 gpu_compile = deviceless.start_jobs(gpu_jobs, steps=sharded_steps.STEPS) if gpu_jobs else None
 
 # %% [markdown]
@@ -177,7 +176,10 @@ display(show.table(rows, caption="Parameters whose float32 state fits (no activa
 # Replicated DP fits 1.5 billion parameters on an L4 however many L4s there
 # are. ZeRO-1 (9 bytes per parameter on 8 devices: 4 + 4 + 8 / 8) and FSDP
 # (16 / 8 = 2 bytes) raise that ceiling by sharding what replication
-# copies. This course's model is tiny (1.9 million parameters at full
+# copies. FSDP's 2 bytes assume it gathers **one layer at a time** and
+# frees it after use; the FSDP step of section 3 gathers every parameter
+# once for the whole step, so during the step it holds whole parameters
+# and gradients again (section 3 measures its bytes per parameter). This course's model is tiny (1.9 million parameters at full
 # size), so nothing here runs out of memory: the lesson measures the bytes
 # and the communication, which scale the same way for a model that would.
 #
@@ -247,6 +249,49 @@ zero1_step = jax.jit(
 opt_state_z1 = jax.device_put(opt_state, state_sh)
 compiled["ZeRO-1"] = zero1_step.lower(params, opt_state_z1, *batches[0]).compile()
 print("mu['w_in'] on device 0:", opt_state_z1[0].mu["w_in"].addressable_shards[0].data.shape)
+
+# %% [markdown]
+# This is ZeRO-1 in its **naive** form: only the step's inputs and outputs
+# say where things live, and the compiler places the rest by **sharding
+# propagation**. The AdamW update is element by element, so a sharded
+# `mu` and `nu` ask for a sharded gradient; that request travels back
+# through the update into the backward loop, where the shared block's
+# gradient is summed over its BLOCK_REPEATS uses. The loop's gradient
+# buffer becomes a slice, so the partitioner reduces and slices the
+# block's gradient **in every backward iteration**, and XLA's GPU compiler
+# turns each reduce-and-slice into a reduce-scatter inside the loop
+# (section 6 counts them, and the bytes they send). The pass that moves
+# the plain step's all-reduce out of that loop
+# (`while-loop-all-reduce-code-motion`, notebook 04) has a mode for
+# reduce-scatters, behind `--xla_gpu_enable_while_loop_reduce_scatter_code_motion`;
+# it is off by default (moving a reduce-scatter out of a loop can raise
+# memory use), and turning it on leaves this one where it is.
+#
+# The fix is to say where the gradient goes: constrain it to `P()` right
+# after `value_and_grad`. The gradient is then all-reduced once, after the
+# loops, as in replicated DP; each device updates its own slice of the
+# parameters with its slice of `mu` and `nu`; and one all-gather after the
+# update makes the parameters whole again for the next step:
+
+
+# %%
+def zero1_allreduce_first_step(params, opt_state, x, y):
+    (_, metrics), grads = jax.value_and_grad(model.loss_and_metrics, has_aux=True)(
+        params, x, y, cfg
+    )
+    grads = jax.lax.with_sharding_constraint(grads, p_rep)  # one all-reduce, after the loops
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+zero1_ar_step = jax.jit(
+    zero1_allreduce_first_step,
+    in_shardings=(p_rep, state_sh, x_sh, y_sh),
+    out_shardings=(p_rep, state_sh, rep),
+)
+compiled["ZeRO-1, all-reduce first"] = zero1_ar_step.lower(
+    params, opt_state_z1, *batches[0]
+).compile()
 
 # %% [markdown]
 # ## 3. FSDP: shard the parameters too
