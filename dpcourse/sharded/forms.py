@@ -172,6 +172,22 @@ def state_bytes_formula(n_params: int, n_devices: int, form: str) -> dict[str, f
     return out
 
 
+def state_ratio_formula(n_devices: int, form: str) -> float:
+    """Replicated DP's bytes per device between steps over ``form``'s, by the formula (parameters + AdamW).
+
+    12 bytes per parameter (4 parameters, 8 AdamW) replicated; ZeRO-1 keeps
+    4 + 8 / N, so the ratio is ``12 / (4 + 8 / N)`` (2.4 on 8 devices, under
+    3 for any N); FSDP keeps 12 / N, ratio ``N``. Lesson 10 prints it beside
+    the measured ratio.
+
+    Raises:
+        ValueError: as :func:`state_bytes_formula`.
+    """
+    ref = state_bytes_formula(1, n_devices, "replicated")
+    this = state_bytes_formula(1, n_devices, form)
+    return (ref["params"] + ref["adam"]) / (this["params"] + this["adam"])
+
+
 def params_that_fit(memory_bytes: float, n_devices: int = 1, form: str = "replicated", reserve: float = 0.0) -> int:
     """The largest parameter count whose state fits ``memory_bytes`` per device (no activations).
 
