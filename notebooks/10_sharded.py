@@ -852,7 +852,11 @@ display(
 # what the count does not. Where the program is placed as the prediction
 # assumes, the bytes agree (the metrics and the replicated leaves' few
 # bytes aside); in naive ZeRO-1 and naive FSDP the reduce-scatter runs
-# BLOCK_REPEATS + 1 times instead of once. The CPU census differs wherever
+# BLOCK_REPEATS + 1 times instead of once, and what that adds grows with
+# the shared block's share of the parameters and with BLOCK_REPEATS: at
+# the `smoke` size (a 32 x 32 block, 2 repeats) it hides inside 10%, at
+# `cpu` and `full` it is a multiple of replicated DP's bytes (section 6's
+# cell prints this run's). The CPU census differs wherever
 # the CPU compiler keeps a reduction inside a loop or all-reduces instead
 # of reduce-scattering.
 

@@ -168,7 +168,10 @@ def predict_communication(
     - FSDP naive, if every use of the shared block gathers it: the block's
       weight gathered ``2 x block_repeats`` times (forward and backward
       loops), the rest once, one reduce-scatter;
-    - accumulation with a scan: ``k`` all-reduces; with reduced/unreduced: one.
+    - accumulation with a scan, if the whole gradient were reduced in every
+      microbatch: ``k`` all-reduces (XLA's GPU compiler reduces only the
+      shared block's share ``k`` times, and sends less); with
+      reduced/unreduced: one.
 
     Args:
         grad_bytes: bytes of the full gradient (= the parameters, float32).

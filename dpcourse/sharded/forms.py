@@ -281,8 +281,12 @@ def make_accumulation_step(cfg: Config, optimizer: optax.GradientTransformation,
     microbatch gradients, so the update equals the full-batch step's (up to
     float rounding). Metrics (loss, accuracy over the global batch, before
     the update) come from per-example values stacked by the scan.
-    Each microbatch's gradient is reduced over the devices inside the loop:
-    ``k`` all-reduces per step (the naive form).
+    Nothing says where the gradient is reduced (the naive form), so the
+    compiler decides: XLA's GPU compiler all-reduces the shared block's
+    weight and bias in every microbatch (``k`` times per step) and the rest
+    of the gradient once after the loop; the CPU compiler reduces every
+    microbatch's gradient, the block's in every backward iteration
+    (lesson 10 counts both).
 
     Raises:
         ValueError: (when called) see :func:`check_accumulation`.
