@@ -164,11 +164,16 @@ print(
 
 # %%
 DATASHEET_MEMORY = {"NVIDIA L4": 24e9, "NVIDIA H200 SXM": 141e9}  # bytes, datasheet figures
+FIT_COLUMNS = {
+    "replicated": "replicated, 8 devices",
+    "zero1": "ZeRO-1, 8 devices",
+    "fsdp": "FSDP gathered per layer, 8 devices",
+}
 rows = []
 for name, mem_bytes in DATASHEET_MEMORY.items():
     row = {"device (datasheet memory)": f"{name} ({mem_bytes / 1e9:.0f} GB)"}
-    for form in ("replicated", "zero1", "fsdp"):
-        row[f"{form}, 8 devices"] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
+    for form, label in FIT_COLUMNS.items():
+        row[label] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
     rows.append(row)
 display(show.table(rows, caption="Parameters whose float32 state fits (no activations)"))
 

@@ -191,6 +191,12 @@ def state_ratio_formula(n_devices: int, form: str) -> float:
 def params_that_fit(memory_bytes: float, n_devices: int = 1, form: str = "replicated", reserve: float = 0.0) -> int:
     """The largest parameter count whose state fits ``memory_bytes`` per device (no activations).
 
+    Uses :func:`state_bytes_formula`, which for ``"fsdp"`` counts 16 / N
+    bytes per parameter: a model gathered one layer at a time, each layer
+    freed after use. An FSDP step that gathers every parameter at once
+    (lesson 10's "gathered once") holds whole parameters and gradients
+    while it runs, and fits far less.
+
     Args:
         memory_bytes: device memory, bytes (e.g. a datasheet figure).
         reserve: fraction of the memory kept for activations and workspace.
