@@ -302,11 +302,20 @@ class Prediction:
     not a bound; each term errs in a known direction. ``allreduce_s`` uses
     the datasheet link and, unless ``latency_s`` is given, no per-step
     latency: a lower bound on the communication. The sum assumes no overlap
-    of communication with compute, which is the default to expect: the
-    gradients and metrics go in one all-reduce after the backward pass, and
-    XLA's latency-hiding scheduler is off by default on GPU
-    (``xla/debug_options_flags.cc``); a schedule that does overlap makes the
-    sum too high (a profiler trace shows what overlapped). ``compute_s``
+    of communication with compute, which is what to expect of the course's
+    data-parallel step: the gradients and metrics go in one all-reduce after
+    the backward pass, and the update needs its result, so nothing is left
+    to overlap it with. That holds whether or not XLA's latency-hiding
+    scheduler runs: its flag (``xla_gpu_enable_latency_hiding_scheduler``)
+    defaults to false, but the GPU compiler also runs it where its
+    speed-of-light latency estimator supports the module, Hopper and
+    Blackwell GPUs (``xla/service/gpu/gpu_hlo_schedule.cc``,
+    ``xla/service/gpu/model/sol_latency_estimator.cc`` in openxla/xla);
+    compiled without a GPU with jaxlib 0.10.2, pass dumps show it
+    rescheduling the H100 SXM and H200 programs and not running for the
+    L4's, and in both the all-reduce waits for nothing but a scalar step
+    count. A schedule that does overlap makes the sum too high (a profiler
+    trace shows what overlapped). ``compute_s``
     scales a measured time per example, valid while the per-device batch
     keeps the device as busy. ``efficiency = single_step_s / step_s`` at the
     same per-device batch (weak scaling).

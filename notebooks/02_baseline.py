@@ -300,11 +300,14 @@ display(
 # - the all-reduce term uses the datasheet link with no latency per ring
 #   step (notebook 07 measures both), so it is a *lower* bound on the
 #   communication;
-# - adding the two terms assumes no overlap, which is what to expect by
-#   default: gradients and metrics go in one all-reduce after the backward
-#   pass, and XLA's latency-hiding scheduler is off by default on GPU
-#   (`xla/debug_options_flags.cc`); an overlapping schedule would make the
-#   sum too high;
+# - adding the two terms assumes no overlap, which is what to expect for
+#   this step: gradients and metrics go in one all-reduce after the backward
+#   pass, and the update needs its result, so nothing is left to run while
+#   it travels. (XLA's latency-hiding scheduler does run for some GPUs: its
+#   flag defaults to false, but the compiler turns it on for Hopper-class
+#   targets; compiled without a GPU, it reorders the H100 and H200
+#   programs, not the L4's, and in this step finds nothing to overlap.) A
+#   step that does overlap would make the sum too high;
 # - the compute term scales this run's measured time per example, which
 #   holds while the per-device batch keeps the device as busy as here.
 #

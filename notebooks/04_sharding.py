@@ -207,8 +207,11 @@ if backend == "cpu":
 #   XLA's GPU pipeline has a pass the CPU pipeline lacks,
 #   `while-loop-all-reduce-code-motion`: it moves an all-reduce whose result
 #   is only accumulated in a loop out of the loop (the sum of the reduced
-#   contributions is the reduction of their sum). Then `all-reduce-combiner`
-#   merges it with the other gradients' all-reduces into one instruction.
+#   contributions is the reduction of their sum). Then
+#   `gpu-all-reduce-combiner` merges it with the other gradients'
+#   all-reduces into one instruction (switching off that pass leaves one
+#   all-reduce per gradient leaf and metric; switching off the generic
+#   `all-reduce-combiner` changes nothing: the GPU pipeline runs its own).
 #
 # The line printed under the table above is measured on this run's backend.
 # The next cell asks XLA's GPU compiler itself, in a fresh process: JAX can
@@ -478,8 +481,10 @@ _ = record.save_figure(fig, "throughput")
 # is all-reduced. The cost model below adds compute time and all-reduce time
 # as if nothing overlapped: an **estimate**, not a bound. Its all-reduce term
 # uses the datasheet link with no latency (too low); no overlap is what to
-# expect by default (one all-reduce after the backward pass; XLA's
-# latency-hiding scheduler is off by default on GPU), and where a schedule
+# expect from this step: its one all-reduce comes after the backward pass,
+# and the update needs its result. (XLA's latency-hiding scheduler is not
+# the reason: compiled without a GPU, it runs for the H100 and H200 targets,
+# not for the L4's, and finds nothing here to overlap.) Where a schedule
 # does overlap, the sum is too high. A profiler trace shows what actually
 # overlapped (notebook 09). If compute dominates (large per-device batch,
 # many block repeats) the ratio approaches N; if the all-reduce dominates
@@ -597,8 +602,9 @@ print("freed:", before, "->", after)
 # - The compiler adds the all-reduce; the compiled program tells you where,
 #   how often and how many bytes. Where it lands is the backend compiler's
 #   decision: the CPU compiler leaves the shared block's reduction inside
-#   the backward loop; XLA's GPU pipeline has a pass meant to move it out
-#   (compile for mocked GPUs on a machine with an NVIDIA GPU to see it).
+#   the backward loop; XLA's GPU pipeline has a pass that moves it out,
+#   shown by compiling for GPUs on this machine, no GPU needed (the
+#   optional `make gpu-compile` extra).
 #   Per-device gradients via `vmap` give one reduction per step on any
 #   backend.
 # - A `lax` collective needs a mapped axis: under plain `jit` it is an

@@ -215,7 +215,7 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 # decision (notebook 04), and the two tables show it: the CPU compiler
 # reduces the shared block's gradient inside the loop, once per repeat;
 # XLA's GPU compiler (measured with JAX 0.10.2 and 0.12.0.1) moves it out
-# with `while-loop-all-reduce-code-motion` and `all-reduce-combiner` joins
+# with `while-loop-all-reduce-code-motion` and `gpu-all-reduce-combiner` joins
 # it to the rest, so on GPUs plain `jit` also reduces once per step. The
 # `shard_map` step does not depend on that pass: it says where the reduction
 # goes, on every backend.
@@ -476,7 +476,8 @@ print("freed:", before, "->", after)
 #   sums its gradient over the axis.
 # - Written by hand, the all-reduce is where you put it, after the loop;
 #   section 3 counts it in the program compiled for this run's backend
-#   (and for mocked GPUs, where an NVIDIA GPU is present). Plain `jit`
+#   and for GPUs, compiled on this machine without one (the optional
+#   `make gpu-compile` extra). Plain `jit`
 #   leaves that placement to the backend's compiler.
 # - The compile column of the benchmark says `warm`: both steps ran before
 #   it, and a recompile in the same process is not a cold compile.

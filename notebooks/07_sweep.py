@@ -313,9 +313,11 @@ if fit is not None:
 # float32 for the update) halve the all-reduce bytes and so its bandwidth
 # term; the latency term stays. **No overlap is an estimate, not a
 # bound**: the model adds the all-reduce after the compute, which is what
-# this step does by default (gradients and metrics go in one all-reduce
-# after the backward pass; XLA's latency-hiding scheduler is off by default
-# on GPU), so the sum is the expected case; a datasheet link with no
+# this step does (gradients and metrics go in one all-reduce after the
+# backward pass, and the update needs its result: nothing is left to
+# overlap it with, whether or not XLA's latency-hiding scheduler runs, which
+# it does for Hopper-class targets such as the H200), so the sum is the
+# expected case; a datasheet link with no
 # latency makes its all-reduce term err low, and a step that does overlap
 # would be shorter. A profiler trace (`jax.profiler`) shows what happened.
 # **Measured beats datasheet**: a ring can fall short of the

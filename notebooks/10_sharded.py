@@ -10,8 +10,8 @@
 # # 10 · When the model or the batch does not fit: ZeRO, FSDP, gradient accumulation
 #
 # **Goal.** Replicated data parallelism keeps the whole model and the whole
-# AdamW state on every device, and caps the global batch at what one
-# device's memory holds. Measure what each device holds, then shard the
+# AdamW state on every device, and caps the per-device batch at what one
+# device's memory holds beside them. Measure what each device holds, then shard the
 # optimizer state (ZeRO-1), then the parameters too (FSDP), over the same
 # `data` axis, and split the batch into microbatches (gradient
 # accumulation). Every form must still be the same training: the lesson
@@ -87,8 +87,7 @@ print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_ba
 # background, and section 6 collects what it found.
 
 # %%
-gpu_n = n if n in (2, 4, 8) else 8  # the GPU descriptions come in 2, 4 and 8 devices
-gpu_jobs = [deviceless.Job("gpu", t, gpu_n, cfg.profile) for t in GPU_TARGETS]
+gpu_jobs = [deviceless.Job("gpu", t, n, cfg.profile) for t in GPU_TARGETS]  # N GPUs, as here
 gpu_compile = deviceless.start_jobs(gpu_jobs, steps=sharded_steps.STEPS) if gpu_jobs else None
 
 # %% [markdown]
@@ -165,11 +164,16 @@ print(
 
 # %%
 DATASHEET_MEMORY = {"NVIDIA L4": 24e9, "NVIDIA H200 SXM": 141e9}  # bytes, datasheet figures
+FIT_COLUMNS = {
+    "replicated": "replicated, 8 devices",
+    "zero1": "ZeRO-1, 8 devices",
+    "fsdp": "FSDP gathered per layer, 8 devices",
+}
 rows = []
 for name, mem_bytes in DATASHEET_MEMORY.items():
     row = {"device (datasheet memory)": f"{name} ({mem_bytes / 1e9:.0f} GB)"}
-    for form in ("replicated", "zero1", "fsdp"):
-        row[f"{form}, 8 devices"] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
+    for form, label in FIT_COLUMNS.items():
+        row[label] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
     rows.append(row)
 display(show.table(rows, caption="Parameters whose float32 state fits (no activations)"))
 
@@ -177,9 +181,14 @@ display(show.table(rows, caption="Parameters whose float32 state fits (no activa
 # Replicated DP fits 1.5 billion parameters on an L4 however many L4s there
 # are. ZeRO-1 (9 bytes per parameter on 8 devices: 4 + 4 + 8 / 8) and FSDP
 # (16 / 8 = 2 bytes) raise that ceiling by sharding what replication
-# copies. This course's model is tiny (1.9 million parameters at full
-# size), so nothing here runs out of memory: the lesson measures the bytes
-# and the communication, which scale the same way for a model that would.
+# copies. FSDP's 2 bytes assume it gathers **one layer at a time** and
+# frees it after use; the FSDP step of section 3 gathers every parameter
+# once for the whole step, so during the step it holds whole parameters
+# and gradients again (section 3 measures its bytes per parameter).
+#
+# This course's model is tiny (1.9 million parameters at full size), so
+# nothing here runs out of memory: the lesson measures the bytes and the
+# communication, which scale the same way for a model that would.
 #
 # ## 2. ZeRO-1: shard the optimizer state
 #
@@ -249,6 +258,49 @@ compiled["ZeRO-1"] = zero1_step.lower(params, opt_state_z1, *batches[0]).compile
 print("mu['w_in'] on device 0:", opt_state_z1[0].mu["w_in"].addressable_shards[0].data.shape)
 
 # %% [markdown]
+# This is ZeRO-1 in its **naive** form: only the step's inputs and outputs
+# say where things live, and the compiler places the rest by **sharding
+# propagation**. The AdamW update is element by element, so a sharded
+# `mu` and `nu` ask for a sharded gradient; that request travels back
+# through the update into the backward loop, where the shared block's
+# gradient is summed over its BLOCK_REPEATS uses. The loop's gradient
+# buffer becomes a slice, so the partitioner reduces and slices the
+# block's gradient **in every backward iteration**, and XLA's GPU compiler
+# turns each reduce-and-slice into a reduce-scatter inside the loop
+# (section 6 counts them, and the bytes they send). The pass that moves
+# the plain step's all-reduce out of that loop
+# (`while-loop-all-reduce-code-motion`, notebook 04) has a mode for
+# reduce-scatters, behind `--xla_gpu_enable_while_loop_reduce_scatter_code_motion`;
+# it is off by default (moving a reduce-scatter out of a loop can raise
+# memory use), and turning it on leaves this one where it is.
+#
+# The fix is to say where the gradient goes: constrain it to `P()` right
+# after `value_and_grad`. The gradient is then all-reduced once, after the
+# loops, as in replicated DP; each device updates its own slice of the
+# parameters with its slice of `mu` and `nu`; and one all-gather after the
+# update makes the parameters whole again for the next step:
+
+
+# %%
+def zero1_allreduce_first_step(params, opt_state, x, y):
+    (_, metrics), grads = jax.value_and_grad(model.loss_and_metrics, has_aux=True)(
+        params, x, y, cfg
+    )
+    grads = jax.lax.with_sharding_constraint(grads, p_rep)  # one all-reduce, after the loops
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+zero1_ar_step = jax.jit(
+    zero1_allreduce_first_step,
+    in_shardings=(p_rep, state_sh, x_sh, y_sh),
+    out_shardings=(p_rep, state_sh, rep),
+)
+compiled["ZeRO-1, all-reduce first"] = zero1_ar_step.lower(
+    params, opt_state_z1, *batches[0]
+).compile()
+
+# %% [markdown]
 # ## 3. FSDP: shard the parameters too
 #
 # Fully sharded data parallelism (ZeRO-3) keeps only a slice of each
@@ -271,13 +323,17 @@ compiled["FSDP, naive"] = fsdp_naive_step.lower(params_fsdp, opt_state_z1, *batc
 # %% [markdown]
 # Where the gathers go is then the compiler's choice. The shared block's
 # weight is used in every iteration of the forward loop and again in every
-# iteration of the backward loop; section 6 shows that XLA's GPU compiler
-# gathers it **in each of those iterations** (2 x BLOCK_REPEATS
-# all-gathers per step), because a weight that is sharded on the way in is
-# kept sharded wherever nothing says otherwise. Saying otherwise is one
-# constraint: gather every parameter once at the start of the loss, and
-# constrain the gradients to the sharded specs (the compiler turns "sum
-# over devices, keep my slice" into a reduce-scatter):
+# iteration of the backward loop. A weight that arrives sharded stays
+# sharded wherever nothing says otherwise, so XLA's SPMD partitioner, on
+# both backends, places an all-gather **at each use**: inside the forward
+# and the backward loop body. What happens next differs. The CPU
+# compiler's loop-invariant code motion sees that the gathered weight does
+# not change from one iteration to the next and hoists each gather out of
+# its loop (one per loop, per step); XLA's GPU compiler leaves them inside,
+# 2 x BLOCK_REPEATS all-gathers per step (section 6 counts both). Saying
+# otherwise is one constraint: gather every parameter once at the start of
+# the loss, and constrain the gradients to the sharded specs (the compiler
+# turns "sum over devices, keep my slice" into a reduce-scatter):
 
 
 # %%
@@ -325,6 +381,7 @@ for form, p, s in [
             "AdamW state": bytes_on(s, dev0),
             "formula (params + AdamW)": int(f["params"] + f["adam"]),
             "replicated / this": f"{(held['parameters'] + held['AdamW state']) / held_form:.2f}",
+            "formula ratio": f"{sharded.state_ratio_formula(n, key):.2f}",
         }
     )
 display(
@@ -334,9 +391,45 @@ display(
 )
 
 # %% [markdown]
-# The ratio is about N where every large leaf divides, a little less for
-# the small leaves left whole, and 1 on 3 devices. (The formula counts
-# every leaf as sharded.)
+# Between steps a device holds 4 + 8 = 12 bytes per parameter under
+# replicated DP, 4 + 8 / N under ZeRO-1 (whole parameters, a slice of each
+# moment) and 12 / N under FSDP. So the ratio is **12 / (4 + 8 / N)** for
+# ZeRO-1, under 3 however many devices there are, and **N** only for FSDP;
+# the measured column falls a little short of the formula where small
+# leaves stay whole, and is 1 on 3 devices. (The formula counts every leaf
+# as sharded.)
+#
+# During the step the compiled program needs more: its arguments (the
+# state above and the batch shard) and its temporary buffers (gradients,
+# activations, whatever it gathers). Per parameter, measured by
+# `memory_analysis()`:
+
+# %%
+step_rows = []
+for form in (
+    "replicated DP",
+    "ZeRO-1",
+    "ZeRO-1, all-reduce first",
+    "FSDP, naive",
+    "FSDP, gathered once",
+):
+    f = census.memory_figures(compiled[form])
+    step_rows.append(
+        {
+            "form": form,
+            "argument bytes": f["argument_bytes"],
+            "temporary bytes": f["temp_bytes"],
+            "bytes per parameter": f"{(f['argument_bytes'] + f['temp_bytes']) / n_params:.1f}",
+        }
+    )
+display(show.table(step_rows, caption=f"Memory per device during the step, {n} devices"))
+
+# %% [markdown]
+# FSDP gathered once holds whole parameters and whole gradients while the
+# step runs, so its bytes per parameter come out far above the 2 of
+# section 1's table, which counts a model gathered layer by layer. (The
+# batch and the activations are in these figures too: at the `smoke` and
+# `cpu` sizes they weigh as much as the model.)
 #
 # ## 4. Gradient accumulation: the batch as K microbatches
 #
@@ -397,8 +490,17 @@ compiled["accumulation, scan"] = accum_jit.lower(params, opt_state, *batches[0])
 
 # %% [markdown]
 # Written like this, every microbatch's gradient is a sum over the devices'
-# shards, and the compiler reduces it **inside** the microbatch loop: K
-# all-reduces per step or more (section 6 counts them). The gradient only
+# shards, and the compiler decides which part to reduce **inside** the
+# microbatch loop. XLA's GPU compiler moves most of it out (the same
+# `while-loop-all-reduce-code-motion` as notebook 04: the loop only adds
+# the reduced gradient to an accumulator), but not all of it: the shared
+# block's weight and bias, whose gradients are summed in the inner
+# backward loop, get their all-reduce moved out of that inner loop only,
+# into the microbatch loop, and are all-reduced once per microbatch, K
+# times per step; the rest once after the loop. The CPU compiler reduces every
+# microbatch's whole gradient, and the block's in every backward
+# iteration. Section 6 measures which share of the gradient travels K
+# times, and what that costs against replicated DP. The gradient only
 # needs reducing once, after the loop. JAX's `reduced` and `unreduced`
 # shardings, on a mesh with **Explicit** axes, say exactly that:
 #
@@ -508,8 +610,9 @@ print(
 
 # %% [markdown]
 # The saving is at most about K, less where the gradients and the
-# compiler's workspace weigh as much as the activations; at the full size
-# this lesson's prototype measured 2,714 MB -> 696 MB (K = 4, 8 devices).
+# compiler's workspace weigh as much as the activations: the line above is
+# this run's, at this profile's size (run the `full` profile for the
+# lesson's full-size model).
 # **When to use it:** when the global batch you want (for the optimizer's
 # sake) does not fit in the devices' memory at once. It costs time: K
 # smaller passes use a device less fully than one large one, and nothing is
@@ -531,6 +634,9 @@ def run(step, p, s, batch_list):
 final = {}
 final["replicated DP"] = run(compiled["replicated DP"], params, opt_state, batches)
 final["ZeRO-1"] = run(compiled["ZeRO-1"], params, opt_state_z1, batches)
+final["ZeRO-1, all-reduce first"] = run(
+    compiled["ZeRO-1, all-reduce first"], params, opt_state_z1, batches
+)
 final["FSDP, naive"] = run(compiled["FSDP, naive"], params_fsdp, opt_state_z1, batches)
 final["FSDP, gathered once"] = run(
     compiled["FSDP, gathered once"], params_fsdp, opt_state_z1, batches
@@ -544,7 +650,7 @@ if REDUCED_OK:
 # Same reasons as notebooks 04-06 (train.equivalence_tolerances): float32 sums in another order.
 EQUIV_TOL, _ = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=STEPS)
 # ZeRO and FSDP do the same arithmetic, only placed differently: bitwise on the CPU.
-SAME_ARITHMETIC = ("ZeRO-1", "FSDP, naive", "FSDP, gathered once")
+SAME_ARITHMETIC = ("ZeRO-1", "ZeRO-1, all-reduce first", "FSDP, naive", "FSDP, gathered once")
 BITWISE = SAME_ARITHMETIC if backend == "cpu" else ()
 diffs, rows = {}, []
 for form, (p, _, m) in final.items():
@@ -577,6 +683,7 @@ for form, d in diffs.items():
 # %%
 pkg = {
     "ZeRO-1": sharded_steps.zero1,
+    "ZeRO-1, all-reduce first": sharded_steps.zero1_allreduce_first,
     "FSDP, naive": sharded_steps.fsdp_naive,
     "FSDP, gathered once": sharded_steps.fsdp_gathered,
     "accumulation, scan": sharded_steps.accum_scan,
@@ -595,14 +702,21 @@ for form, d in package_diff.items():
 # ## 6. Counted in the compiled program
 #
 # Per form and per kind of collective: instructions (how many inside a
-# loop) and runs per step, from the optimised program (`as_text()`), with
-# the bytes per step per device. First on this run's backend:
+# loop) and runs per step, from the optimised program (`as_text()`). Two
+# byte columns, per device and per step: the collectives' **result**
+# bytes, as the program states them (an all-reduce's and an all-gather's
+# result is the whole array, a reduce-scatter's only the `1 / N` slice it
+# keeps), and the bytes each device **sends** in a ring, from the formulas
+# of section 7 (an all-reduce sends `2 (N - 1) / N` of its result, an
+# all-gather `(N - 1) / N`, a reduce-scatter `N - 1` times its slice).
+# What a link's bandwidth divides is the second. First on this run's
+# backend:
 
 # %%
 reports = {form: collectives.parse_hlo(c.as_text()) for form, c in compiled.items()}
 display(
     show.table(
-        [census.census_row(form, r) for form, r in reports.items()],
+        [census.census_row(form, r, n) for form, r in reports.items()],
         caption=f"Collectives per step, {devs[0].platform}, {n} devices, JAX {jax.__version__}",
     )
 )
@@ -614,12 +728,12 @@ if backend == "cpu":
     )
 
 # %% [markdown]
-# **For GPUs, without a GPU.** The same six steps compiled for N x H200 and
-# N x L4 (the L4 description is approximate, made from its datasheet) by
-# XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile` (the
-# optional extra, `make gpu-compile`): the background process started at
-# the top of the lesson, one for all targets, a second or two per step
-# (on 3 devices it compiles for 8 GPUs, the nearest description).
+# **For GPUs, without a GPU.** The package's twins of this lesson's seven
+# steps compiled for N x H200 and N x L4, N as many GPUs as this run has
+# devices (the L4 description is approximate, made from its datasheet), by
+# XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile`
+# (the optional extra, `make gpu-compile`): the background process started
+# at the top of the lesson, one for all targets, a second or two per step.
 
 # %%
 gpu_results = []
@@ -634,7 +748,9 @@ for res in gpu_results:
         print(f"{res.label}: {res.error}")
         continue
     gpu_rows = [
-        census.census_row(sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives))
+        census.census_row(
+            sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives), res.n_devices
+        )
         for name, s in res.steps.items()
     ]
     display(
@@ -643,23 +759,59 @@ for res in gpu_results:
 
 # %% [markdown]
 # What the GPU compiler did (the tests in `tests/lib/gpu_compile/test_sharded_steps.py` hold
-# it to this, so a JAX or XLA change that moves a collective fails CI):
+# it to this on 8 x H200, so a JAX or XLA change that moves a collective
+# fails CI), on 2, 4 or 8 devices:
 #
 # - replicated DP, and accumulation with `reduced`/`unreduced`: one
-#   all-reduce per step, after the loops;
-# - FSDP gathered once: one all-gather and one reduce-scatter, outside the
-#   loops (plus a small all-reduce of the two metrics, loss and accuracy);
+#   all-reduce per step, after the loops, of the gradient and the two
+#   metrics;
+# - ZeRO-1, naive: the shared block's gradient **reduce-scattered inside
+#   the backward loop**, once per repeat, and the other sharded leaves'
+#   once after it; a small all-reduce; one all-gather of the updated
+#   parameters (section 2 says why the reduce-scatter sits in the loop);
+# - ZeRO-1, all-reduce first: one all-reduce of the whole gradient and the
+#   metrics and one all-gather of the sharded parameters, both outside the
+#   loops;
 # - FSDP naive: the shared block's weight all-gathered inside the forward
-#   and the backward loop, 2 x BLOCK_REPEATS + 1 gathers per step (at the
-#   full size, 257 per step and about 1 GB, by this lesson's prototype),
-#   and, as in ZeRO-1 below, the block's gradient reduce-scattered in the
-#   backward loop;
-# - ZeRO-1: the shared block's gradient is **reduce-scattered inside the
-#   backward loop**, once per repeat. The pass that moves the plain step's
-#   all-reduce out of that loop (`while-loop-all-reduce-code-motion`,
-#   notebook 04) is for all-reduces; a reduce-scatter stays where it is;
-# - accumulation with a scan: the gradient all-reduced in every microbatch,
-#   K per step.
+#   and the backward loop, 2 x BLOCK_REPEATS gathers per step, plus one of
+#   the other sharded weights, and, as in naive ZeRO-1, the block's
+#   gradient reduce-scattered in the backward loop;
+# - FSDP gathered once: one all-gather and one reduce-scatter, outside the
+#   loops;
+# - accumulation with a scan: the shared block's weight and bias
+#   all-reduced in every microbatch, K per step, the rest of the gradient
+#   once after the loop.
+#
+# The "small all-reduce" of ZeRO-1 and FSDP is not only the two metrics:
+# the leaves left replicated (the biases, below `MIN_SHARD_ELEMENTS`) are
+# reduced whole, and travel with them. The cell below reads these figures
+# from the GPU programs: which share of the gradient each all-reduce
+# carries, and what each form sends against replicated DP.
+
+# %%
+grad_bytes = costs.gradient_bytes(cfg)  # float32 gradient, bytes (= the parameters')
+block_bytes = params["w_block"].nbytes
+replicated_leaf_bytes = sum(params[k].nbytes for k in params if plan.specs[k] == P())
+for res in gpu_results:
+    if res.error or any(s.error for s in res.steps.values()):
+        continue
+    got = {name: census.report_from_rows(s.collectives) for name, s in res.steps.items()}
+    sent = {name: census.sent_bytes_per_step(r, res.n_devices) for name, r in got.items()}
+    in_loop = sum(c.bytes for c in got["accum_scan"].of_kind("all-reduce") if c.in_loop)
+    block_and_bias = block_bytes + params["b_block"].nbytes
+    small = [c.bytes for c in got["fsdp_gathered"].of_kind("all-reduce")]
+    print(f"{res.label}:")
+    print(f"  accumulation, scan: {in_loop:,} bytes all-reduced in each of {ACCUM_K} microbatches,")
+    print(
+        f"    {in_loop / grad_bytes:.0%} of the gradient (w_block and b_block: {block_and_bias:,});"
+    )
+    print(f"    the other {1 - in_loop / grad_bytes:.0%} once after the loop;")
+    print(f"    sends {sent['accum_scan'] / sent['dp_replicated']:.2f} x replicated DP's bytes")
+    naive, ar_first = (sent[k] / sent["dp_replicated"] for k in ("zero1", "zero1_allreduce_first"))
+    print(f"  ZeRO-1, naive: sends {naive:.2f} x replicated DP's bytes")
+    print(f"  ZeRO-1, all-reduce first: sends {ar_first:.2f} x replicated DP's bytes")
+    print(f"  FSDP gathered once: all-reduce of {small} bytes = the replicated leaves'")
+    print(f"    gradients {replicated_leaf_bytes:,} + the two metrics 8")
 
 # %% [markdown]
 # ## 7. The cost model: communication per step, predicted
@@ -667,15 +819,16 @@ for res in gpu_results:
 # The ring collectives of `dpcourse.costs` (bytes each device sends, and
 # the bandwidth term of the time over a datasheet link, no latency):
 # all-reduce `2 (N - 1) / N x bytes`, reduce-scatter and all-gather
-# `(N - 1) / N x bytes` each. An all-reduce is a reduce-scatter followed
-# by an all-gather, so ZeRO and FSDP move **the same bytes** as replicated
-# DP when each parameter is gathered once; the naive FSDP step multiplies
-# the shared block's gather by the uses; the naive accumulation multiplies
-# the all-reduce by K.
+# `(N - 1) / N x bytes` each, for an array of `bytes` in all. An
+# all-reduce is a reduce-scatter followed by an all-gather, so ZeRO and
+# FSDP move **the same bytes** as replicated DP when each gradient is
+# reduce-scattered once and each parameter gathered once (the `ZeRO-1`
+# and `FSDP, gathered once` rows); ZeRO-1 with the all-reduce first sends
+# 1.5 x, an all-reduce and an all-gather; the naive FSDP step multiplies
+# the shared block's gather by its uses; the scan row assumes the whole
+# gradient all-reduced in every microbatch, K x.
 
 # %%
-grad_bytes = costs.gradient_bytes(cfg)
-block_bytes = params["w_block"].nbytes
 pred = census.predict_communication(grad_bytes, block_bytes, n, ACCUM_K, cfg.block_repeats)
 links = {
     "H200 NVLink4": costs.find_peak("NVIDIA H200"),
@@ -696,23 +849,36 @@ display(
 )
 
 # %% [markdown]
-# Set against the GPU census (the cell below prints both where it ran):
-# the prediction holds for replicated DP, FSDP gathered once, both
-# accumulations and the naive FSDP's all-gathers, once the metrics' small
-# all-reduce is allowed for; in ZeRO-1 and the naive FSDP the
-# reduce-scatter runs BLOCK_REPEATS + 1 times instead of once (the shared
-# block's gradient in each backward iteration). The CPU census differs wherever the CPU
-# compiler keeps a reduction inside a loop or all-reduces instead of reduce-scattering.
+# Set against the GPU census, counts **and** bytes sent (the cell below
+# prints both where it ran; "within 10%" compares the bytes). Counts alone
+# mislead: in the scan accumulation K + 1 all-reduces is the prediction's
+# K plus the metrics, but the measured ones carry other bytes (only the
+# shared block's share travels K times, the rest once), so the bytes say
+# what the count does not. Where the program is placed as the prediction
+# assumes, the bytes agree (the metrics and the replicated leaves' few
+# bytes aside); in naive ZeRO-1 and naive FSDP the reduce-scatter runs
+# BLOCK_REPEATS + 1 times instead of once, and what that adds grows with
+# the shared block's share of the parameters and with BLOCK_REPEATS: at
+# the `smoke` size (a 32 x 32 block, 2 repeats) it hides inside 10%, at
+# `cpu` and `full` it is a multiple of replicated DP's bytes (section 6's
+# cell prints this run's). The CPU census differs wherever
+# the CPU compiler keeps a reduction inside a loop or all-reduces instead
+# of reduce-scattering.
 
 # %%
 for res in gpu_results:
     if res.error:
         continue
     for name, s in res.steps.items():
-        got = census.census(census.report_from_rows(s.collectives))
-        want = pred[sharded_steps.FORM_LABELS[name]]
-        runs = [f"{k} {got[k].runs_per_step} (predicted {want[k]})" for k in census.KINDS]
-        print(f"{res.label}, {sharded_steps.FORM_LABELS[name]}: " + ", ".join(runs))
+        report = census.report_from_rows(s.collectives)
+        got, want = census.census(report), pred[sharded_steps.FORM_LABELS[name]]
+        runs = [f"{k} {got[k].runs_per_step} ({want[k]})" for k in census.KINDS]
+        sent = census.sent_bytes_per_step(report, res.n_devices)
+        ratio = sent / want["wire_bytes"]
+        close = "within 10%" if abs(ratio - 1) <= 0.10 else "not within 10%"
+        print(f"{res.label}, {sharded_steps.FORM_LABELS[name]}:")
+        print("    runs (predicted): " + ", ".join(runs))
+        print(f"    sent {sent:,.0f} B, predicted {want['wire_bytes']:,.0f}: {ratio:.2f}x, {close}")
 
 # %% [markdown]
 # ## Records
@@ -721,6 +887,7 @@ for res in gpu_results:
 state_by_form = {
     "replicated DP": (params, opt_state),
     "ZeRO-1": (params, opt_state_z1),
+    "ZeRO-1, all-reduce first": (params, opt_state_z1),
     "FSDP, naive": (params_fsdp, opt_state_z1),
     "FSDP, gathered once": (params_fsdp, opt_state_z1),
     "accumulation, scan": (params, opt_state),
@@ -773,19 +940,28 @@ print("freed:", before, "->", after)
 #   device (4 parameters, 4 gradients, 8 AdamW) plus activations;
 #   `addressable_shards` and `memory_analysis()` measure it.
 # - ZeRO-1 shards the optimizer state, FSDP the parameters too, over the
-#   same `data` axis: per-device state falls by about N, leaves that do not
+#   same `data` axis. State between steps falls from 12 bytes per
+#   parameter to 4 + 8 / N under ZeRO-1 (a ratio of 12 / (4 + 8 / N), under
+#   3 for any N) and to 12 / N under FSDP (a ratio of N); leaves that do not
 #   divide (or are too small to be worth it) stay replicated.
+# - Shardings on a step's inputs and outputs leave the rest to sharding
+#   propagation: naive ZeRO-1's sharded state pulls a reduce-scatter into
+#   the backward loop, once per repeat. Constraining the gradient to `P()`
+#   after `value_and_grad` gives one all-reduce and one all-gather, outside
+#   the loops.
 # - FSDP trades the all-reduce for an all-gather and a reduce-scatter of
 #   the same total bytes, if each parameter is gathered once: left to
-#   itself, XLA's GPU compiler gathers the shared block at every use.
+#   itself, the partitioner gathers the shared block at every use, and
+#   only the CPU compiler hoists those gathers out of the loops.
 # - Gradient accumulation over K microbatches gives the full-batch update
-#   (within rounding) with the activations of one microbatch; `reduced` and
-#   `unreduced` shardings keep it to one all-reduce per step.
+#   (within rounding) with the activations of one microbatch; a plain scan
+#   leaves part of the gradient reduced in every microbatch, and `reduced`
+#   and `unreduced` shardings keep it to one all-reduce per step.
 # - The compiled program, not the Python, says what communicates: count it
-#   per backend, and hold it to the cost model.
+#   per backend, in runs and in bytes sent, and hold it to the cost model.
 #
-# **Next:** this is the last lesson. The seed's closing question, "what if
-# the model does not fit", now has two answers here; splitting one layer's
+# **Next:** this is the last lesson. The question "what if the model does
+# not fit" now has two answers here; splitting one layer's
 # matmuls over devices (tensor parallelism) is the next one.
 
 # %% [markdown]

@@ -5,6 +5,12 @@ gradient accumulation), the all-reduces, reduce-scatters and all-gathers of
 the compiled step: how many, how many inside loops, runs and bytes per step
 (read with :mod:`dpcourse.compiled.collectives`), and holds them to the ring-collective
 byte counts of :mod:`dpcourse.costs`.
+
+Two byte counts, not to be confused: a collective's **result bytes** (what
+the program text states: an all-reduce's and an all-gather's full array, a
+reduce-scatter's ``1 / N`` slice) and the **bytes each device sends** in a
+ring (:func:`sent_bytes`), the quantity the cost model predicts and a link's
+bandwidth divides.
 """
 
 from __future__ import annotations
@@ -26,20 +32,50 @@ class KindCensus:
         in_loop: how many of them sit inside a loop body.
         runs_per_step: executions per step (None: a loop's trip count unknown).
         bytes_per_step: result bytes per device per step, summed over runs.
+        sent_bytes_per_step: bytes each device sends per step in ring
+            collectives (:func:`sent_bytes`); None when the device count was
+            not given or a trip count is unknown.
     """
 
     count: int
     in_loop: int
     runs_per_step: int | None
     bytes_per_step: int | None
+    sent_bytes_per_step: float | None = None
 
 
-def census(report: collectives.CollectiveReport) -> dict[str, KindCensus]:
+def sent_bytes(kind: str, result_bytes: float, n_devices: int) -> float:
+    """Bytes each device sends in one ring collective whose result is ``result_bytes`` per device.
+
+    From the ring formulas of :mod:`dpcourse.costs`, over a group of
+    ``n_devices``: an all-reduce sends ``2 (N - 1) / N`` of its (full) result,
+    an all-gather ``(N - 1) / N`` of its (full) result, and a reduce-scatter,
+    whose result is the ``1 / N`` slice, ``(N - 1)`` times its result (the
+    ``(N - 1) / N`` of the full array). Other kinds (collective-permute,
+    all-to-all): their result bytes.
+
+    Raises:
+        ValueError: ``n_devices`` < 1 or negative bytes.
+    """
+    if n_devices < 1 or result_bytes < 0:
+        raise ValueError(f"Need n_devices >= 1 and result_bytes >= 0, got {n_devices} and {result_bytes}.")
+    if kind == "all-reduce":
+        return 2 * (n_devices - 1) / n_devices * result_bytes
+    if kind == "all-gather":
+        return costs.all_gather_bytes(result_bytes, n_devices)
+    if kind == "reduce-scatter":
+        return costs.reduce_scatter_bytes(result_bytes * n_devices, n_devices)
+    return float(result_bytes)
+
+
+def census(report: collectives.CollectiveReport, n_devices: int | None = None) -> dict[str, KindCensus]:
     """Per kind (all-reduce, reduce-scatter, all-gather, and any other present): a :class:`KindCensus`.
 
     ``bytes_per_step`` are result sizes as in :mod:`dpcourse.compiled.collectives`: an
     all-reduce's and an all-gather's result is the full array, a
-    reduce-scatter's the ``1 / N`` slice each device keeps.
+    reduce-scatter's the ``1 / N`` slice each device keeps. With
+    ``n_devices`` (every collective over all of them, as on lesson 10's 1-D
+    mesh), ``sent_bytes_per_step`` too.
     """
     kinds = list(KINDS) + sorted({c.kind for c in report.collectives} - set(KINDS))
     out = {}
@@ -47,23 +83,42 @@ def census(report: collectives.CollectiveReport) -> dict[str, KindCensus]:
         found = report.of_kind(kind)
         runs = [c.runs_per_step for c in found]
         per = [c.bytes_per_step for c in found]
+        sent = None
+        if n_devices is not None and None not in per:
+            sent = sum(sent_bytes(kind, b, n_devices) for b in per)
         out[kind] = KindCensus(
             len(found),
             sum(c.in_loop for c in found),
             None if None in runs else sum(runs),
             None if None in per else sum(per),
+            sent,
         )
     return out
 
 
-def census_row(label: str, report: collectives.CollectiveReport) -> dict:
-    """One table row: per kind ``count (in loop) x runs per step`` and the step's collective bytes."""
+def sent_bytes_per_step(report: collectives.CollectiveReport, n_devices: int) -> float | None:
+    """Bytes each device sends per step over all collectives of ``report`` (None: a trip count unknown)."""
+    per_kind = [c.sent_bytes_per_step for c in census(report, n_devices).values()]
+    return None if None in per_kind else float(sum(per_kind))
+
+
+def census_row(label: str, report: collectives.CollectiveReport, n_devices: int | None = None) -> dict:
+    """One table row: per kind ``count (in loop) x runs per step``, result bytes, and (with ``n_devices``) sent bytes.
+
+    ``"result bytes per step"``: the collectives' result sizes per device,
+    summed over runs; ``"sent per device"``: what each device sends in ring
+    collectives (:func:`sent_bytes`), the quantity
+    :func:`predict_communication` predicts.
+    """
     row = {"form": label}
     for kind, c in census(report).items():
         if kind in KINDS or c.count:
             runs = "?" if c.runs_per_step is None else c.runs_per_step
             row[kind] = f"{c.count} ({c.in_loop} in loop), {runs}/step" if c.count else "0"
-    row["bytes per step"] = report.bytes_per_step
+    row["result bytes per step"] = report.bytes_per_step
+    if n_devices is not None:
+        sent = sent_bytes_per_step(report, n_devices)
+        row["sent per device"] = None if sent is None else int(round(sent))
     return row
 
 
@@ -108,10 +163,15 @@ def predict_communication(
     - replicated DP: one all-reduce of the gradient;
     - ZeRO-1 and FSDP gathered once: one reduce-scatter of the gradient and
       one all-gather of the parameters: the same wire bytes as the all-reduce;
+    - ZeRO-1 with the gradient all-reduced first (constrained to ``P()``):
+      one all-reduce and one all-gather, 1.5 x replicated DP's wire bytes;
     - FSDP naive, if every use of the shared block gathers it: the block's
       weight gathered ``2 x block_repeats`` times (forward and backward
       loops), the rest once, one reduce-scatter;
-    - accumulation with a scan: ``k`` all-reduces; with reduced/unreduced: one.
+    - accumulation with a scan, if the whole gradient were reduced in every
+      microbatch: ``k`` all-reduces (XLA's GPU compiler reduces only the
+      shared block's share ``k`` times, and sends less); with
+      reduced/unreduced: one.
 
     Args:
         grad_bytes: bytes of the full gradient (= the parameters, float32).
@@ -129,6 +189,7 @@ def predict_communication(
     plans = {
         "replicated DP": {"all-reduce": (1, g)},
         "ZeRO-1": {"reduce-scatter": (1, g), "all-gather": (1, g)},
+        "ZeRO-1, all-reduce first": {"all-reduce": (1, g), "all-gather": (1, g)},
         "FSDP, naive": {"reduce-scatter": (1, g), "all-gather": (uses + 1, uses * block_bytes + g - block_bytes)},
         "FSDP, gathered once": {"reduce-scatter": (1, g), "all-gather": (1, g)},
         "accumulation, scan": {"all-reduce": (k, k * g)},

@@ -24,6 +24,7 @@ ACCUM_K = 4
 STEPS: dict[str, str] = {
     "dp_replicated": "dpcourse.gpu_compile.sharded_steps:replicated",
     "zero1": "dpcourse.gpu_compile.sharded_steps:zero1",
+    "zero1_allreduce_first": "dpcourse.gpu_compile.sharded_steps:zero1_allreduce_first",
     "fsdp_naive": "dpcourse.gpu_compile.sharded_steps:fsdp_naive",
     "fsdp_gathered": "dpcourse.gpu_compile.sharded_steps:fsdp_gathered",
     "accum_scan": "dpcourse.gpu_compile.sharded_steps:accum_scan",
@@ -61,13 +62,22 @@ def replicated(cfg, mesh):
     )
 
 
-def zero1(cfg, mesh):
-    """ZeRO-1: AdamW state sharded, parameters replicated."""
+def _zero1(cfg, mesh, allreduce_first):
     optimizer, params, state = _shapes(cfg)
-    step, plan = sharded.make_zero1_step(cfg, optimizer, mesh, params, state)
+    step, plan = sharded.make_zero1_step(cfg, optimizer, mesh, params, state, allreduce_first=allreduce_first)
     return step, (_abstract(params, _replicated(params, mesh)), _abstract(state, plan.shardings(mesh))) + _batch(
         cfg, mesh
     )
+
+
+def zero1(cfg, mesh):
+    """ZeRO-1, naive: AdamW state sharded, parameters replicated, shardings on inputs and outputs only."""
+    return _zero1(cfg, mesh, allreduce_first=False)
+
+
+def zero1_allreduce_first(cfg, mesh):
+    """ZeRO-1 with the gradients constrained to ``P()`` after ``value_and_grad``: one all-reduce, one all-gather."""
+    return _zero1(cfg, mesh, allreduce_first=True)
 
 
 def _fsdp(cfg, mesh, gather_once):
@@ -135,6 +145,7 @@ def accum_reduced(cfg, mesh):
 FORM_KEYS: dict[str, str] = {
     "replicated DP": "dp_replicated",
     "ZeRO-1": "zero1",
+    "ZeRO-1, all-reduce first": "zero1_allreduce_first",
     "FSDP, naive": "fsdp_naive",
     "FSDP, gathered once": "fsdp_gathered",
     "accumulation, scan": "accum_scan",

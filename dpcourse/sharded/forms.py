@@ -11,7 +11,8 @@ replicated data parallelism, and that ``make placement`` compiles:
 - :func:`per_device_bytes`: bytes each device holds, from ``addressable_shards``.
 - :func:`state_bytes_formula`: the 4 + 4 + 8 bytes per parameter of float32
   parameters, gradients and AdamW's two moments, per form.
-- Step builders: :func:`make_zero1_step`, :func:`make_fsdp_step` (naive or
+- Step builders: :func:`make_zero1_step` (naive, or with the gradient
+  all-reduced first), :func:`make_fsdp_step` (naive or
   gathered once), :func:`make_accumulation_step` (a ``lax.scan`` over
   microbatches on an Auto mesh) and :func:`make_reduced_accumulation_step`
   (``reduced``/``unreduced`` shardings on an Explicit mesh: one all-reduce per
@@ -171,8 +172,30 @@ def state_bytes_formula(n_params: int, n_devices: int, form: str) -> dict[str, f
     return out
 
 
+def state_ratio_formula(n_devices: int, form: str) -> float:
+    """Replicated DP's bytes per device between steps over ``form``'s, by the formula (parameters + AdamW).
+
+    12 bytes per parameter (4 parameters, 8 AdamW) replicated; ZeRO-1 keeps
+    4 + 8 / N, so the ratio is ``12 / (4 + 8 / N)`` (2.4 on 8 devices, under
+    3 for any N); FSDP keeps 12 / N, ratio ``N``. Lesson 10 prints it beside
+    the measured ratio.
+
+    Raises:
+        ValueError: as :func:`state_bytes_formula`.
+    """
+    ref = state_bytes_formula(1, n_devices, "replicated")
+    this = state_bytes_formula(1, n_devices, form)
+    return (ref["params"] + ref["adam"]) / (this["params"] + this["adam"])
+
+
 def params_that_fit(memory_bytes: float, n_devices: int = 1, form: str = "replicated", reserve: float = 0.0) -> int:
     """The largest parameter count whose state fits ``memory_bytes`` per device (no activations).
+
+    Uses :func:`state_bytes_formula`, which for ``"fsdp"`` counts 16 / N
+    bytes per parameter: a model gathered one layer at a time, each layer
+    freed after use. An FSDP step that gathers every parameter at once
+    (lesson 10's "gathered once") holds whole parameters and gradients
+    while it runs, and fits far less.
 
     Args:
         memory_bytes: device memory, bytes (e.g. a datasheet figure).
@@ -264,8 +287,12 @@ def make_accumulation_step(cfg: Config, optimizer: optax.GradientTransformation,
     microbatch gradients, so the update equals the full-batch step's (up to
     float rounding). Metrics (loss, accuracy over the global batch, before
     the update) come from per-example values stacked by the scan.
-    Each microbatch's gradient is reduced over the devices inside the loop:
-    ``k`` all-reduces per step (the naive form).
+    Nothing says where the gradient is reduced (the naive form), so the
+    compiler decides: XLA's GPU compiler all-reduces the shared block's
+    weight and bias in every microbatch (``k`` times per step) and the rest
+    of the gradient once after the loop; the CPU compiler reduces every
+    microbatch's gradient, the block's in every backward iteration
+    (lesson 10 counts both).
 
     Raises:
         ValueError: (when called) see :func:`check_accumulation`.
@@ -380,6 +407,9 @@ def make_reduced_accumulation_step(cfg: Config, optimizer: optax.GradientTransfo
 
 
 def _train_step(cfg: Config, optimizer, gather=None, scatter=None):
+    # gather: shardings the parameters are constrained to at the start of the loss (FSDP gathered once).
+    # scatter: shardings the gradients are constrained to right after value_and_grad (FSDP: the sharded
+    # specs, a reduce-scatter; ZeRO-1 with the all-reduce first: P(), one all-reduce).
     def loss(p, x, y):
         if gather is not None:  # FSDP, gathered once: every parameter replicated for the whole pass
             p = jax.lax.with_sharding_constraint(p, gather)
@@ -388,7 +418,7 @@ def _train_step(cfg: Config, optimizer, gather=None, scatter=None):
 
     def step(params, opt_state, x, y):
         (_, per), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
-        if scatter is not None:  # each device keeps the sum of its own slice: a reduce-scatter
+        if scatter is not None:  # the gradients' placement, said before the optimizer pulls its own
             grads = jax.lax.with_sharding_constraint(grads, scatter)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, _metrics(*per)
@@ -408,9 +438,27 @@ def make_replicated_step(cfg: Config, optimizer, mesh: Mesh, params, opt_state, 
 
 
 def make_zero1_step(
-    cfg: Config, optimizer, mesh: Mesh, params, opt_state, axis="data", min_elements=MIN_SHARD_ELEMENTS
+    cfg: Config,
+    optimizer,
+    mesh: Mesh,
+    params,
+    opt_state,
+    axis="data",
+    min_elements=MIN_SHARD_ELEMENTS,
+    allreduce_first: bool = False,
 ):
     """ZeRO-1, jitted: parameters replicated, AdamW state sharded by :func:`shard_specs`.
+
+    Args:
+        allreduce_first: False (the naive form): shardings on the step's
+            inputs and outputs only. Sharding propagation then carries the
+            sharded optimizer state's specs back into the gradient, and XLA's
+            GPU compiler reduce-scatters the shared block's gradient in every
+            iteration of the backward loop (lesson 10 counts it). True: the
+            gradients are constrained to ``P()`` right after
+            ``value_and_grad``, so the compiler all-reduces them once after the
+            loops, each device updates its slice, and one all-gather
+            re-replicates the parameters.
 
     Returns:
         ``(step, state_plan)``; place ``opt_state`` with
@@ -421,7 +469,7 @@ def make_zero1_step(
     plan = shard_specs(opt_state, n, axis, min_elements)
     p_sh, s_sh = jax.tree.map(lambda _: rep, params), plan.shardings(mesh)
     step = jax.jit(
-        _train_step(cfg, optimizer),
+        _train_step(cfg, optimizer, scatter=p_sh if allreduce_first else None),
         in_shardings=(p_sh, s_sh, NamedSharding(mesh, P(axis, None)), NamedSharding(mesh, P(axis))),
         out_shardings=(p_sh, s_sh, rep),
     )

@@ -32,4 +32,39 @@ def test_report_from_rows_round_trip():
     assert c["all-reduce"] == census.KindCensus(1, 0, 1, 3)
     assert c["reduce-scatter"] == census.KindCensus(0, 0, 0, 0)
     row = census.census_row("x", census.report_from_rows(rows))
-    assert row["all-gather"] == "1 (1 in loop), 4/step" and row["bytes per step"] == 43
+    assert row["all-gather"] == "1 (1 in loop), 4/step" and row["result bytes per step"] == 43
+    assert "sent per device" not in row
+    with_n = census.census_row("x", census.report_from_rows(rows), 8)
+    assert with_n["sent per device"] == round(7 / 8 * 40 + 2 * 7 / 8 * 3)
+
+
+def test_bytes_sent_follow_the_ring_formulas_of_each_kind():
+    # A reduce-scatter's result is the 1/N slice: it sends N - 1 slices, (N - 1) / N of the full array.
+    assert census.sent_bytes("reduce-scatter", 100, 8) == pytest.approx(700)
+    assert census.sent_bytes("all-gather", 800, 8) == pytest.approx(700)
+    assert census.sent_bytes("all-reduce", 800, 8) == pytest.approx(1400)
+    assert census.sent_bytes("collective-permute", 64, 8) == 64
+    assert census.sent_bytes("all-reduce", 800, 1) == 0
+    with pytest.raises(ValueError, match="n_devices >= 1"):
+        census.sent_bytes("all-reduce", 8, 0)
+
+
+def test_census_gives_bytes_sent_only_when_told_the_device_count():
+    rows = [
+        {"kind": "reduce-scatter", "name": "rs", "bytes": 32, "in_loop": True, "runs_per_step": 16},
+        {"kind": "all-reduce", "name": "ar", "bytes": 8, "in_loop": False, "runs_per_step": 1},
+    ]
+    report = census.report_from_rows(rows)
+    assert census.census(report)["reduce-scatter"].sent_bytes_per_step is None
+    c = census.census(report, 8)
+    assert c["reduce-scatter"].sent_bytes_per_step == pytest.approx(16 * 7 * 32)
+    assert census.sent_bytes_per_step(report, 8) == pytest.approx(16 * 7 * 32 + 2 * 7 / 8 * 8)
+    unknown = census.report_from_rows([{**rows[0], "runs_per_step": None}])
+    assert census.sent_bytes_per_step(unknown, 8) is None
+
+
+def test_zero1_with_the_all_reduce_first_is_predicted_at_one_and_a_half_times_replicated_dp():
+    pred = census.predict_communication(1_000, 100, 8, 4, 2)
+    row = pred["ZeRO-1, all-reduce first"]
+    assert (row["all-reduce"], row["all-gather"], row["reduce-scatter"]) == (1, 1, 0)
+    assert row["wire_bytes"] == pytest.approx(1.5 * pred["replicated DP"]["wire_bytes"])

@@ -76,6 +76,14 @@ def test_state_bytes_formula_and_what_fits():
     f = sharded.state_bytes_formula(1_000, 4, "replicated")
     assert (f["params"], f["grads"], f["adam"], f["total"]) == (4_000, 4_000, 8_000, 16_000)
     assert sharded.state_bytes_formula(1_000, 4, "zero1")["total"] == 4_000 + 4_000 + 2_000
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+def test_zero1_state_ratio_is_12_over_4_plus_8_over_n_and_fsdp_is_n(n):
+    assert sharded.state_ratio_formula(n, "zero1") == pytest.approx(12 / (4 + 8 / n))
+    assert sharded.state_ratio_formula(n, "zero1") < 3
+    assert sharded.state_ratio_formula(n, "fsdp") == pytest.approx(n)
+    assert sharded.state_ratio_formula(n, "replicated") == 1
     assert sharded.state_bytes_formula(1_000, 4, "fsdp")["total"] == 4_000
     assert sharded.params_that_fit(24e9) == 1_500_000_000  # an L4's datasheet 24 GB at 16 bytes per parameter
     assert sharded.params_that_fit(141e9, 8, "fsdp") == 70_500_000_000
@@ -126,7 +134,7 @@ def test_every_form_equals_replicated_data_parallelism(cpu_devices, n):
     ref_step, ref_args = sharded_steps.replicated(CFG, mesh)
     ref, ref_m = _run(ref_step, ref_args, batches)
     tol, _ = train.equivalence_tolerances("cpu", CFG.learning_rate, steps=2)
-    for name in ("zero1", "fsdp_naive", "fsdp_gathered", "accum_scan", "accum_reduced"):
+    for name in ("zero1", "zero1_allreduce_first", "fsdp_naive", "fsdp_gathered", "accum_scan", "accum_reduced"):
         if name == "accum_reduced" and not sharded.has_reduced_shardings():
             continue
         step, args = getattr(sharded_steps, name)(CFG, mesh)
