@@ -147,26 +147,47 @@ def _run_text(run: dict) -> str:
     return f"commit {run['commit']}, JAX {jax}, {_machine_text(run['machine'])}"
 
 
-def time_line(notebook: str, record: dict) -> str:
-    """The ``# **Time** ...`` paragraph of ``notebook`` (a stem such as ``05_shard_map``) from ``record``.
+# A lesson's Time line gives a bucket, not the seconds, so that timing the course
+# again changes baselines/timings.json and the README only, unless a lesson moves
+# to another bucket. (upper bound in seconds, words)
+TIME_BUCKETS = ((30, "under 30 s"), (60, "under 1 min"), (120, "1-2 min"), (300, "2-5 min"), (600, "5-10 min"))
 
-    Wrapped at 100 characters (``# `` lines), so it fits a 1280 px screen.
+
+def time_bucket(seconds: float) -> str:
+    """The words for ``seconds`` of wall time in a lesson's Time line (``"under 30 s"`` ... ``"over 10 min"``)."""
+    for bound, words in TIME_BUCKETS:
+        if seconds < bound:
+            return words
+    return "over 10 min"
+
+
+def _machine_words(machine: dict) -> str:
+    gpus = machine.get("gpus") or []
+    if gpus:
+        return f"{len(gpus)} x {gpus[0]}"
+    cores = machine.get("cores")
+    return f"a {cores}-core CPU" if cores else "a CPU"
+
+
+def time_line(notebook: str, record: dict) -> str:
+    """The ``# **Time** ...`` line of ``notebook`` (a stem such as ``05_shard_map``) from ``record``.
+
+    One line a learner can use: the bucket of each profile's measured wall
+    time (:func:`time_bucket`) and the kind of machine; the commit, CPU model
+    and load stay in ``baselines/timings.json``. Wrapped at 100 characters.
     """
-    parts, details = [], []
+    parts, machines = [], []
     for run in record["runs"]:
         nb = run["notebooks"].get(notebook)
         if nb is None:
             continue
         failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
-        parts.append(f"`{run['profile']}` {nb['wall_s']:.0f} s{failed}")
-        details.append(_run_text(run))
+        parts.append(f"{time_bucket(nb['wall_s'])} with `{run['profile']}`{failed}")
+        machines.append(_machine_words(run["machine"]))
     if not parts:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
-    if len(set(details)) == 1:
-        text = f"**Time** (headless run): {', '.join(parts)}; {details[0]}."
-    else:
-        text = "**Time** (headless run): " + "; ".join(f"{p} ({d})" for p, d in zip(parts, details)) + "."
-    text += " From `baselines/timings.json`; a load average above the core count means a busy machine."
+    where = machines[0] if len(set(machines)) == 1 else " / ".join(dict.fromkeys(machines))
+    text = f"**Time**: {', '.join(parts)}, on {where} (measured; the run's details are in `baselines/timings.json`)."
     return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
 
 

@@ -135,18 +135,37 @@ def compile_step(step, *args):
     return compiled, seconds, kind
 
 
+def batch_layout(batches: Sequence[tuple[Any, Any]]) -> tuple[int, int]:
+    """``(n_devices, global_batch)`` of placed batches, read from the first batch's labels.
+
+    The labels hold one entry per example, so their size is the global batch
+    whether they are ``[global]`` (``jit`` and ``shard_map``) or
+    ``[n_devices, per_device]`` (``pmap``); their sharding names the devices.
+
+    Raises:
+        ValueError: no batches.
+    """
+    if not batches:
+        raise ValueError("benchmark needs at least one batch.")
+    y = batches[0][1]
+    sharding = getattr(y, "sharding", None)
+    n_devices = len(sharding.device_set) if sharding is not None else 1
+    return n_devices, int(y.size)
+
+
 def benchmark(
     step,
     params,
     opt_state,
     batches: Sequence[tuple[Any, Any]],
+    cfg: Any = None,
     *,
-    warmup_steps: int,
-    repeats: int,
-    steps: int,
-    label: str,
-    n_devices: int,
-    global_batch: int,
+    label: str | None = None,
+    warmup_steps: int | None = None,
+    repeats: int | None = None,
+    steps: int | None = None,
+    n_devices: int | None = None,
+    global_batch: int | None = None,
 ) -> tuple[BenchResult, Any, Any]:
     """Time ``step(params, opt_state, x, y) -> (params, opt_state, metrics)``.
 
@@ -158,15 +177,31 @@ def benchmark(
     Args:
         step: a ``jax.jit``/``jax.pmap`` training step.
         batches: ``(x, y)`` pairs placed as ``step`` expects.
+        cfg: a :class:`dpcourse.config.Config`; its ``warmup_steps``,
+            ``repeats`` and ``steps`` are the defaults of the three below.
+        label: what is measured, for tables (default ``"N device(s)"``).
         warmup_steps, repeats, steps: see the module docstring (repeats and
-            steps >= 1, warm-up >= 0).
+            steps >= 1, warm-up >= 0); each overrides ``cfg``'s.
+        n_devices, global_batch: default: read from the batches
+            (:func:`batch_layout`).
 
     Returns:
         ``(result, params, opt_state)`` after the last step.
 
     Raises:
-        ValueError: no batches, or repeats/steps < 1, or warm-up < 0.
+        ValueError: no batches, or repeats/steps < 1, or warm-up < 0, or
+            neither ``cfg`` nor all three counts given.
     """
+    warmup_steps = warmup_steps if warmup_steps is not None else getattr(cfg, "warmup_steps", None)
+    repeats = repeats if repeats is not None else getattr(cfg, "repeats", None)
+    steps = steps if steps is not None else getattr(cfg, "steps", None)
+    if None in (warmup_steps, repeats, steps):
+        raise ValueError("benchmark needs the config (cfg) or warmup_steps, repeats and steps.")
+    found_devices, found_batch = batch_layout(batches)
+    n_devices = found_devices if n_devices is None else n_devices
+    global_batch = found_batch if global_batch is None else global_batch
+    if label is None:
+        label = f"{n_devices} device{'s' if n_devices != 1 else ''}"
     if not batches:
         raise ValueError("benchmark needs at least one batch.")
     if repeats < 1 or steps < 1 or warmup_steps < 0:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 PROFILE_ENV = "DPCOURSE_PROFILE"
 
 # How the block repeats are written (notebook 09): an int k >= 1 is
-# ``lax.scan(..., unroll=k)`` (1 is the seed's plain scan); "full" is a Python
+# ``lax.scan(..., unroll=k)`` (1 is the default plain scan); "full" is a Python
 # loop over the repeats (one copy of the block per repeat in the program).
 FULL_UNROLL = "full"
 # Dtype of the matmul inputs and activations; parameters, optimizer state and
@@ -47,7 +47,7 @@ class Config:
             60,000 of Fashion-MNIST).
         seed: seed of the parameter initialisation and of the data shuffle.
         block_unroll: how the repeats are compiled: an int ``k >= 1`` for
-            ``lax.scan(..., unroll=k)`` (1: the seed's scan, the default of
+            ``lax.scan(..., unroll=k)`` (1: the default scan, the default of
             every profile) or ``"full"`` for a Python loop over the repeats.
         compute_dtype: ``"float32"`` (default of every profile) or
             ``"bfloat16"``: matmuls and activations in bfloat16 with float32

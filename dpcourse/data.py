@@ -227,8 +227,8 @@ class Dataset:
 def synthetic_images(n: int = N_TRAIN, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A learnable stand-in with Fashion-MNIST's shapes and dtypes.
 
-    Each class has a smooth random 28x28 prototype; an image is its class's
-    prototype, shifted by up to 2 pixels, plus noise, clipped to uint8. The
+    Each class has a smooth random 28x28 template; an image is its class's
+    template, shifted by up to 2 pixels, plus noise, clipped to uint8. The
     classes overlap enough that accuracy climbs over many steps rather than
     at once.
 
@@ -237,7 +237,7 @@ def synthetic_images(n: int = N_TRAIN, seed: int = 0) -> tuple[np.ndarray, np.nd
     """
     rng = np.random.default_rng(seed)
     coarse = rng.uniform(0, 1, size=(N_CLASSES, 7, 7))
-    prototypes = np.kron(coarse, np.ones((4, 4)))  # [10, 28, 28], blocky shapes
+    templates = np.kron(coarse, np.ones((4, 4)))  # [10, 28, 28], blocky shapes
     labels = np.arange(n) % N_CLASSES
     rng.shuffle(labels)
     shifts = rng.integers(-2, 3, size=(n, 2))
@@ -247,7 +247,7 @@ def synthetic_images(n: int = N_TRAIN, seed: int = 0) -> tuple[np.ndarray, np.nd
         for dy in range(-2, 3):
             for dx in range(-2, 3):
                 sel = idx[(shifts[idx, 0] == dy) & (shifts[idx, 1] == dx)]
-                images[sel] = np.roll(prototypes[c], (dy, dx), axis=(0, 1))
+                images[sel] = np.roll(templates[c], (dy, dx), axis=(0, 1))
     images = 0.55 * images + rng.normal(0.0, 0.35, size=images.shape).astype(np.float32)
     images = np.clip(images * 255.0, 0, 255).astype(np.uint8)
     return images, labels.astype(np.uint8)

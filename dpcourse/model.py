@@ -62,7 +62,7 @@ def forward(
         params: see :func:`init_params` (float32 master weights).
         x: float32 ``[batch, 784]`` (any batch: global under ``jit``,
             per-device inside ``shard_map``/``pmap``).
-        block_unroll: 1 (the seed's ``lax.scan``), an int ``k > 1`` for
+        block_unroll: 1 (the default ``lax.scan``), an int ``k > 1`` for
             ``lax.scan(..., unroll=k)`` (k copies of the block per loop
             iteration), or ``"full"`` for a Python loop (no loop left in the
             compiled program). All compute the same values.

@@ -1,6 +1,6 @@
 """Record a notebook's key figures for ``results.json``.
 
-Every notebook calls :func:`record`. Under the headless runner
+Every notebook records its key figures in a call or two (:func:`figures`, :func:`bench`). Under the headless runner
 (``python -m coursetools run``), ``DPCOURSE_RESULTS`` names a JSON-lines file
 and each record is appended to it; the runner merges them into
 ``results.json``. Run interactively, recording is a no-op unless you call
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,49 @@ def record(metric: str, value: Any, unit: str, **overrides: Any) -> Record | Non
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(rec)) + "\n")
     return rec
+
+
+def figures(values: Mapping[str, tuple[Any, str]], **overrides: Any) -> list[Record]:
+    """Record several figures at once: ``{metric: (value, unit)}``, in order; returns the records (empty when off).
+
+    A value of None is left out (a figure this run could not measure), so a
+    lesson can build the whole dict and record it in one call. ``overrides``
+    apply to every figure, as in :func:`record`.
+
+    Raises:
+        RuntimeError: recording is on but :func:`set_context` was not called.
+        ValueError: an entry is not a ``(value, unit)`` pair (the metric is named).
+    """
+    out = []
+    for metric, pair in values.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], str)):
+            raise ValueError(f"record.figures: {metric!r} must map to (value, unit), got {pair!r}.")
+        if pair[0] is None:
+            continue
+        rec = record(metric, pair[0], pair[1], **overrides)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def bench(result: Any, suffix: str = "", *, accuracy: bool = True, **overrides: Any) -> list[Record]:
+    """Record a :class:`dpcourse.bench.BenchResult` in one call: throughput, ms_per_step, compile_time, final loss.
+
+    The metrics are ``throughput{suffix}`` (examples/s), ``ms_per_step{suffix}``
+    (ms), ``compile_time{suffix}`` (s), ``final_loss{suffix}`` and, with
+    ``accuracy``, ``final_accuracy{suffix}`` (fraction): the names
+    ``results.json`` and the baselines in ``baselines/`` use.
+    """
+    return figures(
+        {
+            f"throughput{suffix}": (result.examples_per_s, "examples/s"),
+            f"ms_per_step{suffix}": (result.ms_per_step, "ms"),
+            f"compile_time{suffix}": (result.compile_s, "s"),
+            f"final_loss{suffix}": (result.final_loss, "loss"),
+            f"final_accuracy{suffix}": (result.final_accuracy if accuracy else None, "fraction"),
+        },
+        **overrides,
+    )
 
 
 def save_figure(fig, name: str) -> Path | None:

@@ -41,8 +41,7 @@ def check_mesh_context(x) -> None:
     the array types, and JAX needs the mesh in context (``jax.set_mesh``)
     to type the step's operations; without it JAX 0.11 and later fail deep
     inside the step (a ``ShardingTypeError`` about a scatter's
-    ``out_sharding``, or ``Resource axis: data ... not found in mesh: ()``;
-    issue 9, item D9), while JAX 0.10.2 ran it. This check makes every JAX
+    ``out_sharding``, or ``Resource axis: data ... not found in mesh: ()``), while JAX 0.10.2 ran it. This check makes every JAX
     the course admits answer the same, early and with the fix. Auto axes and
     single-device arrays pass.
 

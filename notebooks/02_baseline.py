@@ -15,11 +15,8 @@
 #
 # **Assumes.** Notebook 01 (devices are configured before JAX starts).
 #
-# **Time** (headless run): `smoke` 9 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 11 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -249,16 +246,7 @@ print(f"loss before training: {float(loss0):.4f} (ln 10 = {np.log(10):.4f} for a
 
 # %%
 result, params, opt_state = bench.benchmark(
-    train_step,
-    params,
-    opt_state,
-    batches,
-    warmup_steps=cfg.warmup_steps,
-    repeats=cfg.repeats,
-    steps=cfg.steps,
-    label=f"1 x {device.device_kind}",
-    n_devices=1,
-    global_batch=global_batch,
+    train_step, params, opt_state, batches, cfg, label=f"1 x {device.device_kind}"
 )
 display(show.records_table([result], dataset.source))
 
@@ -346,14 +334,18 @@ display(
 # share the same cores, and notebook 04 measures what actually happens.
 
 # %%
-record.record("ms_per_step", result.ms_per_step, "ms", device_count=1)
-record.record("throughput", result.examples_per_s, "examples/s", device_count=1)
-record.record("compile_time", result.compile_s, "s", device_count=1)
-record.record("final_loss", result.final_loss, "loss", device_count=1)
-record.record("final_accuracy", result.final_accuracy, "fraction", device_count=1)
-record.record("achieved_flops", achieved, "FLOP/s", device_count=1)
-if utilisation is not None:
-    record.record("mfu", utilisation, "fraction", device_count=1)
+record.figures(
+    {
+        "ms_per_step": (result.ms_per_step, "ms"),
+        "throughput": (result.examples_per_s, "examples/s"),
+        "compile_time": (result.compile_s, "s"),
+        "final_loss": (result.final_loss, "loss"),
+        "final_accuracy": (result.final_accuracy, "fraction"),
+        "achieved_flops": (achieved, "FLOP/s"),
+        "mfu": (utilisation, "fraction"),
+    },
+    device_count=1,
+)
 assert result.final_loss < float(loss0), "training should lower the loss"
 
 # %% [markdown]

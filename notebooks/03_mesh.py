@@ -17,11 +17,8 @@
 #
 # **Assumes.** Notebook 01. At least 2 devices (GPUs or simulated CPU devices).
 #
-# **Time** (headless run): `smoke` 4 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 4 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -225,9 +222,13 @@ print(
 )
 
 # %%
-record.record("mesh_devices", n, "devices")
-record.record("mesh_axis_types_make_mesh", str(made_mesh.axis_types), "text")
-_ = record.record("make_mesh_order_of_reversed_ids", str(reversed_ids), "text")
+record.figures(
+    {
+        "mesh_devices": (n, "devices"),
+        "mesh_axis_types_make_mesh": (str(made_mesh.axis_types), "text"),
+        "make_mesh_order_of_reversed_ids": (str(reversed_ids), "text"),
+    }
+)
 
 # %% [markdown]
 # ## What you learned

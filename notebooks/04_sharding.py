@@ -20,11 +20,8 @@
 # **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
 # least 2 devices.
 #
-# **Time** (headless run): `smoke` 24 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 33 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 1 min with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -394,9 +391,14 @@ if devs[0].platform != "cpu":
         f"(tolerance {TIGHT_GRAD_REL_TOL * grad_scale_hi:.3g}, the float32 one)"
     )
     assert grad_diff_hi < TIGHT_GRAD_REL_TOL * grad_scale_hi
-    record.record("max_abs_grad_diff_vs_1_device_highest", grad_diff_hi, "abs")
-    record.record(
-        "max_abs_grad_diff_vs_1_device_highest_tolerance", TIGHT_GRAD_REL_TOL * grad_scale_hi, "abs"
+    record.figures(
+        {
+            "max_abs_grad_diff_vs_1_device_highest": (grad_diff_hi, "abs"),
+            "max_abs_grad_diff_vs_1_device_highest_tolerance": (
+                TIGHT_GRAD_REL_TOL * grad_scale_hi,
+                "abs",
+            ),
+        }
     )
 else:
     print("On CPUs the default float32 matmul is full float32: the check above is the tight one.")
@@ -416,40 +418,11 @@ else:
 with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
     one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
     res_1, *_ = bench.benchmark(
-        train_step,
-        one.params,
-        one.opt_state,
-        one.batches,
-        warmup_steps=cfg.warmup_steps,
-        repeats=cfg.repeats,
-        steps=cfg.steps,
-        label=f"1 x {single.device_kind}",
-        n_devices=1,
-        global_batch=global_batch,
+        train_step, one.params, one.opt_state, one.batches, cfg, label=f"1 x {single.device_kind}"
     )
-res_n, *_ = bench.benchmark(
-    train_step,
-    params,
-    opt_state,
-    batches,
-    warmup_steps=cfg.warmup_steps,
-    repeats=cfg.repeats,
-    steps=cfg.steps,
-    label=f"{n} devices, jit",
-    n_devices=n,
-    global_batch=global_batch,
-)
+res_n, *_ = bench.benchmark(train_step, params, opt_state, batches, cfg, label=f"{n} devices, jit")
 res_fix, *_ = bench.benchmark(
-    device_axis_step,
-    params,
-    opt_state,
-    batches,
-    warmup_steps=cfg.warmup_steps,
-    repeats=cfg.repeats,
-    steps=cfg.steps,
-    label=f"{n} devices, device-axis jit",
-    n_devices=n,
-    global_batch=global_batch,
+    device_axis_step, params, opt_state, batches, cfg, label=f"{n} devices, device-axis jit"
 )
 display(show.records_table([res_1, res_n, res_fix], dataset.source))
 ratio = res_n.examples_per_s / res_1.examples_per_s
@@ -543,22 +516,31 @@ display(
 )
 
 # %%
-record.record("throughput_1_device", res_1.examples_per_s, "examples/s", device_count=1)
-record.record("throughput", res_n.examples_per_s, "examples/s")
-record.record("throughput_device_axis", res_fix.examples_per_s, "examples/s")
-record.record("ms_per_step", res_n.ms_per_step, "ms")
-record.record("ratio_n_vs_1", ratio, "ratio")
-record.record("final_loss", res_n.final_loss, "loss")
-record.record("final_accuracy", res_n.final_accuracy, "fraction")
-record.record("max_abs_param_diff_vs_1_device", equiv, "abs")
-record.record("max_abs_param_diff_vs_1_device_tolerance", EQUIV_TOL, "abs")
-record.record("max_abs_grad_diff_vs_1_device", grad_diff, "abs")
-record.record("max_abs_grad_diff_vs_1_device_tolerance", GRAD_TOL, "abs")
-record.record("collectives_per_step_jit", report.runs_per_step, "count")
-record.record("collective_bytes_per_step_jit", report.bytes_per_step, "bytes")
-record.record("collectives_in_loop_jit", report.in_loop_count, "count")
-record.record("collectives_per_step_device_axis", report_fixed.runs_per_step, "count")
-_ = record.record("collective_bytes_per_step_device_axis", report_fixed.bytes_per_step, "bytes")
+record.figures(
+    {
+        "throughput_1_device": (res_1.examples_per_s, "examples/s"),
+    },
+    device_count=1,
+)
+record.figures(
+    {
+        "throughput": (res_n.examples_per_s, "examples/s"),
+        "throughput_device_axis": (res_fix.examples_per_s, "examples/s"),
+        "ms_per_step": (res_n.ms_per_step, "ms"),
+        "ratio_n_vs_1": (ratio, "ratio"),
+        "final_loss": (res_n.final_loss, "loss"),
+        "final_accuracy": (res_n.final_accuracy, "fraction"),
+        "max_abs_param_diff_vs_1_device": (equiv, "abs"),
+        "max_abs_param_diff_vs_1_device_tolerance": (EQUIV_TOL, "abs"),
+        "max_abs_grad_diff_vs_1_device": (grad_diff, "abs"),
+        "max_abs_grad_diff_vs_1_device_tolerance": (GRAD_TOL, "abs"),
+        "collectives_per_step_jit": (report.runs_per_step, "count"),
+        "collective_bytes_per_step_jit": (report.bytes_per_step, "bytes"),
+        "collectives_in_loop_jit": (report.in_loop_count, "count"),
+        "collectives_per_step_device_axis": (report_fixed.runs_per_step, "count"),
+        "collective_bytes_per_step_device_axis": (report_fixed.bytes_per_step, "bytes"),
+    }
+)
 
 # %% [markdown]
 # ## 6. A batch that does not divide by the device count

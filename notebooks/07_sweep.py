@@ -19,24 +19,21 @@
 # **Assumes.** Notebooks 04 and 05 (the data-parallel steps). At least 2
 # devices.
 #
-# **Time** (headless run): `smoke` 11 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 37 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 1 min with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 8  # simulated CPU devices for multi-device lessons
-BLOCK_UNROLL = 1  # 1: lax.scan (the seed's); k: scan(unroll=k); "full": Python loop (see 09)
+BLOCK_UNROLL = 1  # 1: lax.scan (the default); k: scan(unroll=k); "full": Python loop (see 09)
 COMPUTE_DTYPE = "float32"  # "bfloat16": mixed precision with float32 master weights (notebook 09)
 
 # %%
 from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("07_sweep", PROFILE, N_CPU_DEVICES, min_devices=2)
-# The step's form comes from the parameters cell: the defaults are the seed's
-# step; notebook 09's faster rungs are one change away.
+# The step's form comes from the parameters cell: the defaults give the
+# course's step; notebook 09's faster rungs are one change away.
 cfg = lesson.cfg.with_overrides(block_unroll=BLOCK_UNROLL, compute_dtype=COMPUTE_DTYPE)
 dataset = lesson.dataset
 
@@ -93,12 +90,8 @@ def run_one(global_batch):
         placed.params,
         placed.opt_state,
         placed.batches,
-        warmup_steps=cfg.warmup_steps,
-        repeats=cfg.repeats,
-        steps=cfg.steps,
+        cfg,
         label=f"global batch {global_batch}",
-        n_devices=n,
-        global_batch=global_batch,
     )
     return result
 
@@ -325,29 +318,27 @@ if fit is not None:
 # (`nvidia-smi topo -m`, notebook 01) sets the real figure.
 
 # %%
+figs = {
+    "allreduce_full_profile_gradient": (link_points[-1].seconds * 1e6, "us"),
+    "sizes_ok": (len(ok), "count"),
+    "sizes_skipped": (sum(pt.status == "skipped" for pt in points), "count"),
+    "sizes_failed": (sum(pt.status == "failed" for pt in points), "count"),
+}
 if link is not None:
-    record.record("allreduce_latency_per_step", link.latency_s * 1e6, "us")
-    record.record("allreduce_bus_bandwidth", link.bus_bytes_per_s / costs.GB, "GB/s")
-record.record("allreduce_full_profile_gradient", link_points[-1].seconds * 1e6, "us")
-for pt in points:
-    if pt.status == "ok":
-        record.record(
-            f"throughput_global_batch_{pt.global_batch}",
-            pt.result.examples_per_s,
-            "examples/s",
-        )
-        record.record(f"ms_per_step_global_batch_{pt.global_batch}", pt.result.ms_per_step, "ms")
-record.record("sizes_ok", len(ok), "count")
-record.record("sizes_skipped", sum(pt.status == "skipped" for pt in points), "count")
-record.record("sizes_failed", sum(pt.status == "failed" for pt in points), "count")
+    figs["allreduce_latency_per_step"] = (link.latency_s * 1e6, "us")
+    figs["allreduce_bus_bandwidth"] = (link.bus_bytes_per_s / costs.GB, "GB/s")
+for pt in ok:
+    figs[f"throughput_global_batch_{pt.global_batch}"] = (pt.result.examples_per_s, "examples/s")
+    figs[f"ms_per_step_global_batch_{pt.global_batch}"] = (pt.result.ms_per_step, "ms")
 if fit is not None:
-    record.record("fit_overhead", fit.overhead_s * 1e3, "ms")
-    record.record("fit_per_example", fit.per_example_s * 1e6, "us")
+    figs["fit_overhead"] = (fit.overhead_s * 1e3, "ms")
+    figs["fit_per_example"] = (fit.per_example_s * 1e6, "us")
 if ok:
     best = max(ok, key=lambda pt: pt.result.examples_per_s)
-    record.record("throughput", best.result.examples_per_s, "examples/s")
-    record.record("final_loss", best.result.final_loss, "loss")
-    record.record("final_accuracy", best.result.final_accuracy, "fraction")
+    figs["throughput"] = (best.result.examples_per_s, "examples/s")
+    figs["final_loss"] = (best.result.final_loss, "loss")
+    figs["final_accuracy"] = (best.result.final_accuracy, "fraction")
+record.figures(figs)
 
 # %% [markdown]
 # ## 4. Try it yourself
@@ -494,16 +485,17 @@ if widgets is not None:
 
 # %%
 comparison = show_comparison(compare_devices(cfg.block_repeats, cfg.per_device_batch))
-record.record("scaling_efficiency", comparison.efficiency, "ratio")
-record.record(
-    "per_device_throughput_1",
-    comparison.one_examples_per_s,
-    "examples/s",
-    device_count=1,
+record.figures(
+    {
+        "scaling_efficiency": (comparison.efficiency, "ratio"),
+        "per_device_throughput_n": (comparison.per_device_examples_per_s, "examples/s"),
+        "scaling_verdict": (comparison.verdict or "scales", "text"),
+        "jax_threefry_partitionable": (bool(jax.config.jax_threefry_partitionable), "flag"),
+    }
 )
-record.record("per_device_throughput_n", comparison.per_device_examples_per_s, "examples/s")
-record.record("scaling_verdict", comparison.verdict or "scales", "text")
-record.record("jax_threefry_partitionable", bool(jax.config.jax_threefry_partitionable), "flag")
+record.figures(
+    {"per_device_throughput_1": (comparison.one_examples_per_s, "examples/s")}, device_count=1
+)
 print(
     f"scaling efficiency {comparison.efficiency:.3f} "
     f"({comparison.verdict or 'real devices, faster than one'})"

@@ -20,11 +20,8 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time** (headless run): `smoke` 23 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 34 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 1 min with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
@@ -187,7 +184,7 @@ print(
 # The model's forward pass takes the two settings the ladder changes, from
 # the config. Here it is, written out with what each rung changes (the
 # ladder below runs the package's `model.forward`, the same code, which
-# every other notebook uses with the defaults: the seed's step):
+# every other notebook uses with the defaults: the course's step):
 
 
 # %% tags=["lesson_forward"]
@@ -296,7 +293,7 @@ if over:
 # global batch (and the last at a larger one). Here the fastest rung at
 # that batch runs over a few batch sizes on the same single device (the GPU
 # on a one-GPU machine): throughput grows with the batch until the device
-# is busy, then flattens. Notebook 07 sweeps the seed's step over N
+# is busy, then flattens. Notebook 07 sweeps the course's step over N
 # devices; setting its `BLOCK_UNROLL` and `COMPUTE_DTYPE` repeats that sweep
 # with this step.
 
@@ -322,19 +319,17 @@ else:
     display(
         show.table(sweep_rows, caption=f"{fastest.rung.label} over the batch, on {single.label}"),
     )
-    for p in points:
-        if p.result:
-            record.record(
-                f"fast_step_examples_per_s_batch{p.global_batch}",
+    record.figures(
+        {
+            f"fast_step_examples_per_s_batch{p.global_batch}": (
                 p.result.examples_per_s,
                 "examples/s",
             )
-        else:
-            record.record(
-                f"fast_step_status_batch{p.global_batch}",
-                f"{p.status}: {p.reason}",
-                "status",
-            )
+            if p.result
+            else (f"{p.status}: {p.reason}", "status")
+            for p in points
+        }
+    )
 
 # %% [markdown]
 # **What is left to win?** The course's target for a GPU is half of the
@@ -519,7 +514,7 @@ if bf16_diff is not None:
 # `jax.profiler.trace` records what the device did during a few steps of
 # the fastest rung. The trace lands in the `results/` folder beside this
 # notebook (in the lab: your workspace's `results/09_performance_trace/`,
-# in the file browser; under the runner: beside `record.json`). To open
+# in the file browser; under the runner: beside `results.json`). To open
 # it with **XProf**, the profiler behind TensorBoard's profile tab (an
 # optional extra, pinned in `requirements-xprof.txt`):
 #
@@ -784,57 +779,46 @@ if gpu_fast and gpu_fast[0].steps["fast"].cost:
 # %% [markdown]
 # ## 7. Record the figures
 #
-# Every rung's figures go to `record.json` (`python -m coursetools compare`
+# Every rung's figures go to `results.json` (`python -m coursetools compare`
 # flags a rung that ran before and fails now, or a throughput that fell on
 # the same hardware), with the ceilings, the checks and their tolerances,
 # and the fractions of the measured ceilings that the course's speed targets
 # are about (`..._target` records: 50 % of the measured rate on a GPU).
 
 # %%
+figs = {}
 for name, c in measured.items():
     key = name.replace(" ", "_")
-    record.record(
-        f"ceiling_{key}_status",
+    figs[f"ceiling_{key}_status"] = (
         c.status if c.status == "ok" else f"failed: {c.reason}",
         "status",
     )
-    if c.rate is not None:
-        record.record(
-            f"ceiling_{key}",
-            c.rate,
-            "bytes/s" if name == "memory bandwidth" else "FLOP/s",
-        )
+    figs[f"ceiling_{key}"] = (c.rate, "bytes/s" if name == "memory bandwidth" else "FLOP/s")
 for r, row in zip(runs, ladder_rows):
     n = r.rung.name
-    record.record(
-        f"rung_{n}_status",
-        r.status if r.status == "ok" else f"failed: {r.reason}",
-        "status",
-    )
-    if r.status != "ok":
-        continue
-    record.record(f"rung_{n}_throughput", r.result.examples_per_s, "examples/s")
-    record.record(f"rung_{n}_ms_per_step", r.result.ms_per_step, "ms")
-    record.record(f"rung_{n}_compile_time", r.result.compile_s, "s")
-    for metric, value in (
-        ("mfu_datasheet", row["MFU (datasheet)"]),
-        ("fraction_of_measured_ceiling", row["of measured ceiling"]),
-    ):
-        if value is not None:
-            record.record(f"rung_{n}_{metric}", value, "fraction")
-    for metric, value in (("program_bytes", r.program_bytes), ("device_peak_bytes", r.peak_bytes)):
-        if value is not None:
-            record.record(f"rung_{n}_{metric}", value, "bytes")
-    record.record(f"rung_{n}_final_loss", r.result.final_loss, "loss")
+    figs[f"rung_{n}_status"] = (r.status if r.status == "ok" else f"failed: {r.reason}", "status")
+    if r.status == "ok":
+        figs |= {
+            f"rung_{n}_throughput": (r.result.examples_per_s, "examples/s"),
+            f"rung_{n}_ms_per_step": (r.result.ms_per_step, "ms"),
+            f"rung_{n}_compile_time": (r.result.compile_s, "s"),
+            f"rung_{n}_mfu_datasheet": (row["MFU (datasheet)"], "fraction"),
+            f"rung_{n}_fraction_of_measured_ceiling": (row["of measured ceiling"], "fraction"),
+            f"rung_{n}_program_bytes": (r.program_bytes, "bytes"),
+            f"rung_{n}_device_peak_bytes": (r.peak_bytes, "bytes"),
+            f"rung_{n}_final_loss": (r.result.final_loss, "loss"),
+        }
 for name, (p, g) in checks.items():
-    record.record(f"max_abs_param_diff_{name}_vs_scan", p, "abs")
-    record.record(f"max_abs_param_diff_{name}_vs_scan_tolerance", param_tol, "abs")
-    record.record(f"max_abs_grad_rel_diff_{name}_vs_scan", g, "relative")
-    record.record(f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance", grad_tol, "relative")
+    figs |= {
+        f"max_abs_param_diff_{name}_vs_scan": (p, "abs"),
+        f"max_abs_param_diff_{name}_vs_scan_tolerance": (param_tol, "abs"),
+        f"max_abs_grad_rel_diff_{name}_vs_scan": (g, "relative"),
+        f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance": (grad_tol, "relative"),
+    }
 if bf16_diff is not None:
-    record.record("max_abs_loss_diff_bf16_vs_f32", bf16_diff, "loss")
-    record.record("max_abs_loss_diff_bf16_vs_f32_tolerance", bf16_tol, "loss")
-for dtype in ("float32", "bfloat16"):
+    figs["max_abs_loss_diff_bf16_vs_f32"] = (bf16_diff, "loss")
+    figs["max_abs_loss_diff_bf16_vs_f32_tolerance"] = (bf16_tol, "loss")
+for dtype, key in (("float32", "f32"), ("bfloat16", "bf16")):
     fractions = [
         r.fraction_of_ceiling(cfg, measured)
         for r in ok_runs
@@ -842,28 +826,26 @@ for dtype in ("float32", "bfloat16"):
     ]
     fractions = [f for f in fractions if f is not None]
     if fractions:
-        key = "bf16" if dtype == "bfloat16" else "f32"
-        record.record(f"best_{key}_fraction_of_measured_ceiling", max(fractions), "fraction")
-        record.record(f"best_{key}_fraction_of_measured_ceiling_target", 0.5, "fraction")
-multi_context = dict(
+        figs[f"best_{key}_fraction_of_measured_ceiling"] = (max(fractions), "fraction")
+        figs[f"best_{key}_fraction_of_measured_ceiling_target"] = (0.5, "fraction")
+if best is not None:
+    figs["throughput"] = (best.result.examples_per_s, "examples/s")
+    figs["best_rung"] = (best.rung.name, "name")
+record.figures(figs)
+
+# The collectives were counted on the multi-device run's devices: its own context.
+multi_figs = {"bf16_pmean_written_all_reduce_bytes": (sum(b for _, b in written), "bytes")}
+for k, r in reports.items():
+    key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
+    multi_figs[f"collectives_per_step_{key}"] = (r.runs_per_step, "count")
+    multi_figs[f"collective_bytes_per_step_{key}"] = (r.bytes_per_step, "bytes")
+record.figures(
+    multi_figs,
     backend=multi.devices[0].platform,
     device_kind=multi.devices[0].device_kind,
     device_count=n_dev,
     profile=multi_cfg.profile,
 )
-for k, r in reports.items():
-    key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
-    record.record(f"collectives_per_step_{key}", r.runs_per_step, "count", **multi_context)
-    record.record(f"collective_bytes_per_step_{key}", r.bytes_per_step, "bytes", **multi_context)
-record.record(
-    "bf16_pmean_written_all_reduce_bytes",
-    sum(b for _, b in written),
-    "bytes",
-    **multi_context,
-)
-if best is not None:
-    record.record("throughput", best.result.examples_per_s, "examples/s")
-    record.record("best_rung", best.rung.name, "name")
 
 # %% [markdown]
 # Last, free what this notebook put on the device: the ladder's runs (their
@@ -898,7 +880,7 @@ print("still held by name:", held or "none")
 # - The same math compiles to very different programs: `lax.scan` keeps a
 #   loop, a Python loop unrolls it, bfloat16 halves the bytes and, on GPUs,
 #   raises the matmul ceiling (measure it: not every device does). Each
-#   rung is checked against the seed's step, with
+#   rung is checked against the course's step, with
 #   a tolerance whose reason is written down.
 # - A profiler trace and the compiled HLO show where the time and the
 #   kernels go; read them before guessing.

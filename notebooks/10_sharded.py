@@ -25,11 +25,8 @@
 # At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
 # (section 2 says which leaves stay replicated then).
 #
-# **Time** (headless run): `smoke` 20 s (commit 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with
-# the GPU-compile extra; load average 0.26 at the start, 2.02 at the end); `cpu` 22 s (commit
-# 60d8087, JAX 0.10.2, 2-core AMD EPYC, 23.5 GiB, with the GPU-compile extra; load average 1.94 at
-# the start, 2.87 at the end). From `baselines/timings.json`; a load average above the core count
-# means a busy machine.
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -896,33 +893,44 @@ if REDUCED_OK:
     state_by_form["accumulation, reduced"] = (params_e, opt_state_e)
 for form, (p, s) in state_by_form.items():
     key = sharded_steps.FORM_KEYS[form]
-    record.record(
-        f"state_bytes_per_device_{key}", bytes_on(p, dev0) + bytes_on(s, devs[0]), "bytes"
+    record.figures(
+        {
+            f"state_bytes_per_device_{key}": (bytes_on(p, dev0) + bytes_on(s, devs[0]), "bytes"),
+            f"argument_bytes_{key}": (mem[form]["argument_bytes"], "bytes"),
+            f"temp_bytes_{key}": (mem[form]["temp_bytes"], "bytes"),
+            f"collectives_per_step_{key}": (reports[form].runs_per_step, "count"),
+            f"collective_bytes_per_step_{key}": (reports[form].bytes_per_step, "bytes"),
+        }
     )
-    record.record(f"argument_bytes_{key}", mem[form]["argument_bytes"], "bytes")
-    record.record(f"temp_bytes_{key}", mem[form]["temp_bytes"], "bytes")
-    record.record(f"collectives_per_step_{key}", reports[form].runs_per_step, "count")
-    record.record(f"collective_bytes_per_step_{key}", reports[form].bytes_per_step, "bytes")
     if form != "replicated DP":
-        record.record(f"max_abs_param_diff_vs_replicated_{key}", diffs[form], "abs")
-        record.record(
-            f"max_abs_param_diff_vs_replicated_{key}_tolerance",
-            0.0 if form in BITWISE else EQUIV_TOL,
-            "abs",
+        record.figures(
+            {
+                f"max_abs_param_diff_vs_replicated_{key}": (diffs[form], "abs"),
+                f"max_abs_param_diff_vs_replicated_{key}_tolerance": (
+                    0.0 if form in BITWISE else EQUIV_TOL,
+                    "abs",
+                ),
+            }
         )
 for res in gpu_results:
     for name, s in [] if res.error else res.steps.items():
-        record.record(
-            f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}",
-            s.runs_per_step,
-            "count",
+        record.figures(
+            {
+                f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}": (
+                    s.runs_per_step,
+                    "count",
+                ),
+                f"collective_bytes_per_step_{name}_gpu_{res.target}_{res.n_devices}": (
+                    s.bytes_per_step,
+                    "bytes",
+                ),
+            }
         )
-        record.record(
-            f"collective_bytes_per_step_{name}_gpu_{res.target}_{res.n_devices}",
-            s.bytes_per_step,
-            "bytes",
-        )
-_ = record.record("reduced_shardings_available", int(REDUCED_OK), "bool")
+record.figures(
+    {
+        "reduced_shardings_available": (int(REDUCED_OK), "bool"),
+    }
+)
 
 # %%
 before, after = memory.free(

@@ -46,7 +46,7 @@ def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
     b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
     k = max(1, min(scan_unroll, cfg.block_repeats))
     return [
-        Rung("scan_f32", "lax.scan, float32 (the seed's step)", 1, "float32", b),
+        Rung("scan_f32", "lax.scan, float32 (the course's step)", 1, "float32", b),
         Rung(f"scan_unroll{k}_f32", f"lax.scan(unroll={k}), float32", k, "float32", b),
         Rung("unrolled_f32", "Python loop (fully unrolled), float32", "full", "float32", b),
         Rung("scan_bf16", "lax.scan, bfloat16 compute, float32 master weights", 1, "bfloat16", b),

@@ -510,7 +510,7 @@ def test_gpu_workflow_command_on_the_h200_baseline(python_exe, tmp_path):
 
 
 def test_the_comparison_prints_without_rich(write, capsys, monkeypatch):
-    """Issue 18 item 2's kind: the course's own reporting works with the minimum install."""
+    """the course's own reporting works with the minimum install."""
     import sys
 
     for name in ("rich", "rich.console", "rich.markup", "rich.table"):

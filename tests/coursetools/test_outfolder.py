@@ -1,4 +1,4 @@
-"""Tests of coursetools.outfolder and the runner's use of it: results never mixed, half-written or lost (issue 18 item 4)."""
+"""Tests of coursetools.outfolder and the runner's use of it: results never mixed, half-written or lost."""
 
 from __future__ import annotations
 

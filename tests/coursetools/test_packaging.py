@@ -54,7 +54,7 @@ def course_sources() -> list[Path]:
 
 
 def test_every_imported_distribution_is_in_the_package_metadata():
-    # Issue 9, B6: ipywidgets and ipykernel were missing, so `pip install .` gave a course
+    # ipywidgets and ipykernel were missing, so `pip install .` gave a course
     # whose 07 failed and whose kernels could not start.
     to_distribution = metadata.packages_distributions()
     needed: dict[str, set[str]] = {}

@@ -1,4 +1,4 @@
-"""Tests of coursetools.pairs: `make sync` never loses an edit (issue 9, G17), on temp copies of a pair."""
+"""Tests of coursetools.pairs: `make sync` never loses an edit, on temp copies of a pair."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def test_print_summary_shows_status_and_records(tmp_path, capsys):
 
 
 def test_the_summary_needs_no_optional_package(tmp_path, monkeypatch, capsys):
-    """Issue 18 item 2: without rich the runner died in its own summary (No module named 'rich')."""
+    """without rich the runner died in its own summary (No module named 'rich')."""
     for name in ("rich", "rich.console", "rich.table", "tqdm", "tqdm.auto"):
         monkeypatch.setitem(sys.modules, name, None)  # importing any of them now fails
     payload = {
@@ -323,7 +323,7 @@ def test_ctrl_c_stops_the_run_saves_results_and_leaves_no_kernel(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# The kernels' interpreter (issue 9, B4 and B5)
+# The kernels' interpreter
 
 
 @pytest.mark.slow
@@ -441,7 +441,7 @@ def test_cli_refuses_a_cell_timeout_that_is_not_positive(course_dir, capsys, val
 
 
 # --------------------------------------------------------------------------
-# why a kernel died (issue 18 item 1: "out of memory?" only when it was memory)
+# why a kernel died
 
 
 def test_a_dead_kernel_says_out_of_memory_only_for_a_kill():

@@ -97,7 +97,7 @@ def test_short_project_quota_of_a_new_project(gcloud):
 
 
 def test_spot_without_preemptible_quota_uses_the_standard_quota_and_passes(gcloud):
-    # Issue 18 item 5: no PREEMPTIBLE_NVIDIA_L4_GPUS listed, 8 standard L4 free.
+    # no PREEMPTIBLE_NVIDIA_L4_GPUS listed, 8 standard L4 free.
     folder, env = gcloud
     result = run(folder, env, BASE + "spot = true\n")
     assert result.returncode == 0, result.stderr

@@ -1,6 +1,6 @@
 """What a learner reads in a lesson's cells fits the screen and starts where the cell starts.
 
-Found in the new-user trial (issue 22): at 1280 px with the file browser open,
+Found in the new-user trial: at 1280 px with the file browser open,
 an output line of about 118 characters wraps, mid-word ("the backen / d's");
 a code cell that opens with a blank line shows an empty first row.
 """

@@ -1,4 +1,4 @@
-"""The course's steps on both kinds of mesh (issue 9, item D9), 8 simulated CPU devices.
+"""The course's steps on both kinds of mesh, 8 simulated CPU devices.
 
 ``jax.make_mesh`` builds Explicit axes by default; ``Mesh(...)`` builds
 Auto axes. On every JAX the package admits (tested: 0.10.2 and 0.12.0.1):

@@ -13,7 +13,7 @@ from coursetools import runner
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "single = measurement_device(PROFILE)\n"
-# Injected right after the notebook picks its device: the seed's rung (the
+# Injected right after the notebook picks its device: the default rung (the
 # reference of the correctness checks), a bfloat16 rung and the large-batch
 # rung fail as an out-of-memory would, and the bfloat16 ceiling fails as on
 # a backend without bfloat16 matmuls.

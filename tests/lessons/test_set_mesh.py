@@ -1,4 +1,4 @@
-"""The one-device baseline under a global ``jax.set_mesh(mesh)`` (issue 18 item 3, package side)."""
+"""The one-device baseline under a global ``jax.set_mesh(mesh)``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Notebook 07's controls cell without ipywidgets (issue 9, C7): skipped with a note, the rest runs.
+"""Notebook 07's controls cell without ipywidgets: skipped with a note, the rest runs.
 
 The cell is read from ``notebooks/07_sweep.py`` and executed as it is, with
 ``ipywidgets`` hidden, so a change to the notebook is what gets tested.

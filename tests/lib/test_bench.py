@@ -137,7 +137,7 @@ def test_first_compile_in_the_process_is_cold_and_a_recompile_is_warm():
 
 
 def test_a_step_that_already_ran_compiles_warm():
-    # Issue 13, item 2: jax.clear_caches() does not make a recompile cold.
+    # jax.clear_caches() does not make a recompile cold.
     step = fresh_program(2.3456)
     step(*ARGS)
     compiled, seconds, kind = compile_step(step, *ARGS)
@@ -264,7 +264,7 @@ def test_sweep_sizes_are_rounded_to_the_device_count():
 
 
 def test_sweep_runs_without_tqdm(monkeypatch):
-    """Issue 18 item 2's kind: an optional package (the progress bar) missing does not stop the lesson."""
+    """an optional package (the progress bar) missing does not stop the lesson."""
     import sys
 
     monkeypatch.setitem(sys.modules, "tqdm", None)

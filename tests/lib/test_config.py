@@ -124,7 +124,7 @@ def test_automatic_profile_asks_jax_when_no_backend_given(cpu_devices):
 
 @pytest.mark.parametrize("name", ["full", "cpu", "smoke"])
 def test_every_profile_defaults_to_the_seeds_step(name):
-    # Notebooks 04 to 08 run the seed's step: lax.scan, float32.
+    # Notebooks 04 to 08 run the course's step: lax.scan, float32.
     cfg = make_config(name)
     assert cfg.block_unroll == 1
     assert cfg.compute_dtype == "float32"

@@ -146,7 +146,7 @@ def test_too_few_devices_without_setup_gives_the_simulated_devices_hint(python_e
 
 @slow
 def test_jax_platforms_set_after_import_is_refused_by_name(python_exe):
-    # Issue 9, A1: JAX reads JAX_PLATFORMS at import; setting it later did nothing, silently.
+    # JAX reads JAX_PLATFORMS at import; setting it later did nothing, silently.
     result = run_fresh(
         python_exe,
         """
@@ -186,7 +186,7 @@ def test_jax_platforms_set_before_import_is_accepted(python_exe):
 def test_a_platform_the_machine_lacks_names_jax_platforms_not_a_bare_assert(python_exe):
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has an NVIDIA GPU: JAX_PLATFORMS=cuda may well start")
-    # Issue 9, A2: JAX_PLATFORMS=cuda without a visible GPU ended in "AssertionError:" with no text,
+    # JAX_PLATFORMS=cuda without a visible GPU ended in "AssertionError:" with no text,
     # both in dpcourse's own calls and in the learner's first JAX operation.
     result = run_fresh(
         python_exe,
@@ -212,7 +212,7 @@ def test_a_platform_the_machine_lacks_names_jax_platforms_not_a_bare_assert(pyth
 
 
 def test_a_bare_assertion_from_the_backend_becomes_a_clear_error(monkeypatch):
-    # Issue 9, A2, as JAX fails with JAX_PLATFORMS=cuda on a machine without a GPU:
+    # As JAX fails with JAX_PLATFORMS=cuda on a machine without a GPU:
     # xla_bridge.backends() ends in `assert _default_backend is not None`.
     import jax
 
@@ -237,7 +237,7 @@ def test_a_backend_failure_without_jax_platforms_says_how_to_skip_a_plugin(monke
 
 @slow
 def test_only_changes_after_the_backend_started_are_reported(python_exe):
-    # Issue 9, A3: a change after setup_devices but before the first JAX operation takes
+    # a change after setup_devices but before the first JAX operation takes
     # effect and must not be reported; one after the first operation must be.
     result = run_fresh(
         python_exe,
@@ -422,7 +422,7 @@ def test_setup_rejects_a_count_that_is_not_an_int(bad):
 
 
 def test_on_a_one_gpu_host_lessons_get_the_cpu_devices_explicitly(cpu_devices, monkeypatch):
-    # Issue 9, I21: a stand-in for a host whose default backend is one GPU.
+    # a stand-in for a host whose default backend is one GPU.
     import jax
 
     class FakeGpu:

@@ -13,7 +13,7 @@ def plain_notes(lesson: session.Lesson) -> list[str]:
 
 
 def test_every_lesson_warns_about_a_backend_setting_changed_after_start(cpu_devices, monkeypatch):
-    # Issue 9, A3: the late-change check ran only in notebook 01; every lesson runs it now.
+    # the late-change check ran only in notebook 01; every lesson runs it now.
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     lesson = session.start_lesson("99_test", profile="smoke", load_data=False, show=False)
     warnings = [n for n in plain_notes(lesson) if "XLA_PYTHON_CLIENT_ALLOCATOR" in n]
@@ -39,7 +39,7 @@ def test_the_preallocation_note_shows_on_a_gpu_when_the_course_switched_it_off(
 
 
 def test_the_start_banners_say_once_that_simulated_devices_share_the_cores():
-    """Issue 22: the device note repeated itself ("(share the same cores): ... share the same CPU cores")."""
+    """the device note repeated itself ("(share the same cores): ... share the same CPU cores")."""
     lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
     if not lesson.devices.simulated:
         pytest.skip("real devices: no simulated-device note")
@@ -49,7 +49,7 @@ def test_the_start_banners_say_once_that_simulated_devices_share_the_cores():
 
 
 def test_a_lesson_opens_with_one_box_whatever_it_has_to_say(monkeypatch):
-    """Issue 22: a lesson started with two banners (devices, data); now one box, a line for each."""
+    """a lesson started with two banners (devices, data); now one box, a line for each."""
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, show=True)

@@ -74,7 +74,7 @@ def test_replicated_arrays_count_once_per_device(cpu_devices):
 
 
 def test_arrays_on_the_simulated_cpu_devices_count_when_a_gpu_is_the_default(cpu_devices, monkeypatch):
-    # Issue 9, I21: on a GPU host jax.live_arrays() lists only the GPU's arrays, so the
+    # on a GPU host jax.live_arrays() lists only the GPU's arrays, so the
     # simulated CPU devices a lesson runs on were missed. Stand in for that host: the
     # default backend is "gpu" and holds none of these arrays.
     real_live_arrays = jax.live_arrays

@@ -98,7 +98,7 @@ def test_forward_applies_the_block_residually():
     params = model.init_params(SMOKE)
     x = np.random.default_rng(0).uniform(size=(3, 784)).astype(np.float32)
     # Full float32 matmuls on every platform: a GPU's default is TF32 (10-bit
-    # mantissa), whose rounding differs between the two computations (issue 9, I21).
+    # mantissa), whose rounding differs between the two computations.
     with jax.default_matmul_precision("highest"):
         h = jax.nn.gelu(x @ params["w_in"] + params["b_in"])
         expected = h @ params["w_out"] + params["b_out"]

@@ -159,7 +159,7 @@ def test_figure_saves_the_png_beside_the_records_and_shows_it(tmp_path, monkeypa
 
 
 def test_optional_widgets_without_ipywidgets_is_none_with_a_note(monkeypatch, capsys):
-    # Issue 9, C7: None in sys.modules makes `import ipywidgets` raise ImportError.
+    # None in sys.modules makes `import ipywidgets` raise ImportError.
     monkeypatch.setitem(__import__("sys").modules, "ipywidgets", None)
     assert display.optional_widgets() is None
     out = capsys.readouterr().out
@@ -182,7 +182,7 @@ CHART_CELLS = [
 
 @pytest.mark.parametrize("backend", ["Agg", None])
 def test_an_executed_notebook_shows_every_chart_once_whatever_the_backend(tmp_path, monkeypatch, backend):
-    # Issue 9, C8: with MPLBACKEND=Agg the executed notebook had no chart.
+    # with MPLBACKEND=Agg the executed notebook had no chart.
     import nbformat
     from nbclient import NotebookClient
 
@@ -215,7 +215,7 @@ def _sharded(cpu_devices, shape=(8, 4)):
 
 
 def test_sharding_without_rich_falls_back_to_per_device_shapes_with_one_install_line(cpu_devices, monkeypatch, capsys):
-    """Issue 18 item 2: lessons 03 and 04 crashed with "visualize_sharding requires rich"."""
+    """lessons 03 and 04 crashed with "visualize_sharding requires rich"."""
     import importlib.util
 
     real = importlib.util.find_spec
@@ -244,7 +244,7 @@ def test_sharding_of_rank_three_is_a_table(cpu_devices, capsys):
 
 
 def test_inside_shard_map_each_device_prints_its_index_and_local_shape(cpu_devices, capsys):
-    """Issue 18 item 2: visualize_array_sharding drew one replicated-looking box; shard_table raised."""
+    """visualize_array_sharding drew one replicated-looking box; shard_table raised."""
     import jax
     from jax.sharding import PartitionSpec as P
 

@@ -84,7 +84,7 @@ def _on_the_cpu_devices(cpu_devices):
     The meshes and the pmap devices are CPU devices (``jax.devices("cpu")``);
     anything not placed explicitly (the one-device references) goes to CPU 0
     too, so that both sides of a comparison are float32 on the same platform
-    (a GPU's default TF32 matmuls would differ by ~1e-3: issue 9, I21).
+    (a GPU's default TF32 matmuls would differ by ~1e-3).
     """
     with jax.default_device(cpu_devices[0]):
         yield
@@ -370,7 +370,7 @@ def test_check_pmap_leading_axis_rejects_a_scalar():
 
 
 def test_check_pmap_leading_axis_wants_one_typed_key_per_device():
-    # Issue 9, E11: split(key, (4, 2)) has leading axis 4 but two keys per device.
+    # split(key, (4, 2)) has leading axis 4 but two keys per device.
     keys = jax.random.split(jax.random.key(0), (4, 2))
     with pytest.raises(ValueError) as err:
         train.check_pmap_leading_axis(keys, 4)

@@ -1,4 +1,4 @@
-"""Tests of dpcourse.backend.health: the all-reduce probe with a hard timeout (issue 9, H18)."""
+"""Tests of dpcourse.backend.health: the all-reduce probe with a hard timeout."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_the_command_line_refuses_a_zero_timeout_instead_of_reporting_a_hang(cap
 
 
 def test_a_slow_start_is_not_reported_as_a_hang():
-    """Issue 18 item 7: --timeout counted JAX's start and compile, then blamed the collective."""
+    """--timeout counted JAX's start and compile, then blamed the collective."""
     slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # never gets to the all-reduce
     with pytest.raises(health.CollectiveCheckError) as err:
         health.check_collectives(timeout_s=0.3, command=slow, start_limit_s=1)

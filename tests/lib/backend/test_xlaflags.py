@@ -1,4 +1,4 @@
-"""Tests of dpcourse.backend.xlaflags and of every path that checks XLA_FLAGS (issue 18 item 1)."""
+"""Tests of dpcourse.backend.xlaflags and of every path that checks XLA_FLAGS."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_the_launcher_refuses_a_malformed_token_before_starting_workers(monkeypa
 
 @pytest.mark.slow
 def test_jax_platforms_cuda_without_a_profile_is_one_line_not_a_traceback(tmp_path):
-    """Issue 18 item 1: the `make course` path ended in a bare AssertionError."""
+    """the `make course` path ended in a bare AssertionError."""
     env = dict(os.environ, JAX_PLATFORMS="cuda")
     env.pop("DPCOURSE_PROFILE", None)
     out = subprocess.run(

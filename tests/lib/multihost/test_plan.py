@@ -11,7 +11,7 @@ from dpcourse.multihost.plan import choose_split
     [(8, (2, 4)), (16, (2, 4)), (6, (2, 3)), (4, (2, 2)), (3, (3, 1)), (2, (2, 1)), (5, (2, 2)), (7, (2, 3))],
 )
 def test_split_chosen_from_the_devices_available(available, split):
-    # Issue 9, E15: with 3 devices in the kernel, 3 x 1 instead of a fixed 2 x 4.
+    # with 3 devices in the kernel, 3 x 1 instead of a fixed 2 x 4.
     assert choose_split(available) == split
     p, d = split
     assert p >= 2 and p * d <= available
