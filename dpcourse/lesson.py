@@ -120,6 +120,9 @@ def start_lesson(
         device_kind=chosen.devices[0].device_kind,
         device_count=chosen.count,
     )
+    from dpcourse import progress
+
+    progress.record_lesson_start(notebook, progress.lesson_exercises(notebook))
     shown = _display.banner_group(notes)  # one box at the lesson's start, a line per note
     if show and shown is not None:
         try:

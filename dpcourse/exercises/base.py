@@ -50,11 +50,14 @@ class Feedback:
         status: one of "correct", "wrong", "not attempted yet", "bad input",
             "cannot check here".
         message: one or two sentences: what is right, or what is wrong and why.
+        mistake: for a wrong answer, the named mistake's short id (``"whole-array"``;
+            :func:`mistake_id` names one a checker did not); ``""`` otherwise.
     """
 
     exercise: str
     status: str
     message: str
+    mistake: str = ""
 
     @property
     def correct(self) -> bool:
@@ -96,15 +99,36 @@ def render_inline(text: str) -> str:
 class Reject(Exception):  # noqa: N818 - a control-flow signal inside checkers, never seen by a learner
     """Raised inside a checker to end it with a given feedback status and message."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: str, message: str, mistake: str = ""):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.mistake = mistake
 
 
-def wrong(message: str) -> Reject:
-    """End the check: the answer is wrong, and ``message`` says why."""
-    return Reject(WRONG, message)
+def wrong(message: str, mistake: str = "") -> Reject:
+    """End the check: the answer is wrong, and ``message`` says why.
+
+    ``mistake``: a short id naming the mistake (``"whole-array"``), which the
+    learner's progress record and the instructor's board count; without one,
+    :func:`mistake_id` names it from the message.
+    """
+    return Reject(WRONG, message, mistake or mistake_id(message))
+
+
+_VARYING = re.compile(r"\([^()]*\)|\[[^\]]*\]|`[^`]*`|'[^']*'|\d+(\.\d+)?(e[+-]?\d+)?")
+_SMALL_WORDS = {"the", "a", "an", "of", "to", "is", "in", "on", "by", "so", "and", "it", "you", "your", "that", "this"}
+
+
+def mistake_id(message: str) -> str:
+    """A short id for a wrong answer's message: its first words, without the figures that vary.
+
+    ``"Under P('data', None) you gave the whole array: ..."`` and the same
+    sentence for another spec or device count both give ``"under-gave-whole-array"``.
+    """
+    text = _VARYING.sub(" ", message.split(":")[0].split(";")[0].lower())
+    words = [w for w in re.findall(r"[a-z]{2,}", text) if w not in _SMALL_WORDS]
+    return "-".join(words[:4]) or "wrong"
 
 
 def bad_input(message: str) -> Reject:
@@ -151,13 +175,19 @@ def checker(exercise: str, expects: str) -> Callable:
                 try:
                     feedback = Feedback(exercise, CORRECT, fn(answer, *context, **kwargs))
                 except Reject as stop:
-                    feedback = Feedback(exercise, stop.status, stop.message)
+                    feedback = Feedback(exercise, stop.status, stop.message, stop.mistake)
                 except Exception as err:  # noqa: BLE001 - a learner sees a sentence, never a traceback
                     feedback = Feedback(
                         exercise,
                         BAD_INPUT,
                         f"Expected {expects}; using your answer raised {type(err).__name__}: {first_sentence(err)}",
+                        f"raised-{type(err).__name__}",
                     )
+            if feedback.status == BAD_INPUT and not feedback.mistake:
+                feedback = Feedback(exercise, BAD_INPUT, feedback.message, "bad-input")
+            from dpcourse import progress
+
+            progress.record_check(exercise, feedback.status, feedback.mistake, feedback.message)
             if strict() and feedback.status not in (CORRECT, UNAVAILABLE):
                 raise ExerciseFailed(str(feedback))
             return feedback

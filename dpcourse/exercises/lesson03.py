@@ -38,22 +38,28 @@ def shard_shapes(answer, mesh: Mesh) -> str:
         if ref is None:
             dim = SHAPE_03_1[list(spec).index("data")]
             raise wrong(
-                f"Under {spec}: {dim} does not divide by {n} devices, so JAX refuses the placement; answer None."
+                f"Under {spec}: {dim} does not divide by {n} devices, so JAX refuses the placement; answer None.",
+                "refused-placement",
             )
         if got is None:
-            raise wrong(f"Under {spec} the placement works: the split dimension divides by {n}; give its shard shape.")
+            raise wrong(
+                f"Under {spec} the placement works: the split dimension divides by {n}; give its shard shape.",
+                "none-where-it-divides",
+            )
         if got == SHAPE_03_1 and spec != P():
             raise wrong(
-                f"Under {spec} you gave the whole array: naming 'data' divides that dimension by the {n} devices."
+                f"Under {spec} you gave the whole array: naming 'data' divides that dimension by the {n} devices.",
+                "whole-array",
             )
         if spec == P():
-            raise wrong("P() replicates: every device holds the whole [48, 784] array.")
+            raise wrong("P() replicates: every device holds the whole [48, 784] array.", "replicated-split")
         other = P(*reversed(tuple(spec)))
         if got == shard_shape_or_none(mesh, other, SHAPE_03_1):
             raise wrong(
-                f"Under {spec} you split the other dimension: the position of 'data' in the spec picks the dimension."
+                f"Under {spec} you split the other dimension: the position of 'data' in the spec picks the dimension.",
+                "other-dimension",
             )
-        raise wrong(f"Under {spec} each device holds {ref}, not {got}.")
+        raise wrong(f"Under {spec} each device holds {ref}, not {got}.", "shard-shape")
     return f"Right: {', '.join(f'{s} -> {r}' for s, r in zip(SPECS_03_1, items))} on {n} devices."
 
 
