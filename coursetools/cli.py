@@ -126,13 +126,17 @@ def _check_collectives(args: argparse.Namespace) -> int:
 def _workspace(args: argparse.Namespace) -> int:
     from coursetools import workspace as ws
 
+    if args.room:
+        return _room(args)
     root = Path(args.dir).expanduser() if args.dir else ws.default_dir()
     space = ws.Workspace(root)
     try:
         if args.action == "status":
             actions = space.status(args.lessons)
-        elif args.action == "reset":
-            actions = space.reset(args.lessons, all_lessons=args.all)
+        elif args.action in ("reset", "catchup"):
+            if args.action == "catchup" and (args.all or not args.lessons):
+                raise ws.WorkspaceError("Say which lessons to catch up (e.g. `catchup 04`); --all is for reset.")
+            actions = space.reset(args.lessons, all_lessons=args.all, solved=args.action == "catchup")
         elif args.all:
             print(
                 "error: --all is for reset; init and update take every lesson unless some are named.", file=sys.stderr
@@ -152,6 +156,25 @@ def _workspace(args: argparse.Namespace) -> int:
         for action in actions:
             print(f"  {action.message}")
     return 0
+
+
+def _room(args: argparse.Namespace) -> int:
+    """The same workspace command for every learner's workspace under ``--room`` (make hub's .hub/users)."""
+    users = Path(args.room).expanduser()
+    folders = sorted(p for p in users.glob("*/workspace") if p.is_dir())
+    if args.dir or not folders:
+        why = "give --room or --dir, not both" if args.dir else f"no learner's workspace under {users} (*/workspace)"
+        print(f"error: {why}.", file=sys.stderr)
+        return 2
+    if args.action == "catchup" and not args.lessons:
+        print("error: Say which lessons to catch up (e.g. `catchup 04`).", file=sys.stderr)
+        return 2
+    status = 0
+    for folder in folders:
+        args.room, args.dir = None, str(folder)
+        print(f"{folder.parent.name}:")
+        status = max(status, _workspace(args))
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,12 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     health_.set_defaults(func=_check_collectives)
     work = sub.add_parser(
         "workspace",
-        help="the learner's own copy of the lessons (workspace/): init, update, reset, status",
+        help="the learner's own copy of the lessons (workspace/): init, update, reset, catchup, status",
         description="init/update: copy new lessons in, replace unchanged ones the course changed, and put the "
         "course's new version of a lesson you edited into updates/DATE/; never overwrite your work. "
-        "reset: move your copy to old/TIMESTAMP/ and lay a fresh one. status: one line per lesson.",
+        "reset: move your copy to old/TIMESTAMP/ and lay a fresh one. catchup: the same with the solutions "
+        "filled in. status: one line per lesson.",
     )
-    work.add_argument("action", choices=["init", "update", "reset", "status"])
+    work.add_argument("action", choices=["init", "update", "reset", "catchup", "status"])
+    work.add_argument(
+        "--room",
+        metavar="USERS",
+        help="every learner's workspace, USERS/*/workspace (make hub: .hub/users), one after another",
+    )
     work.add_argument("lessons", nargs="*", metavar="LESSON", help="lessons by number or name (e.g. 05 09_performance)")
     work.add_argument(
         "--dir", help="the workspace folder (default: $DPCOURSE_WORKSPACE, else workspace/ in the repository)"

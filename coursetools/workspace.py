@@ -17,6 +17,8 @@ What the commands do (each write goes through a temporary file and
   ``updates/YYYY-MM-DD/NN_name.ipynb``: the learner's file is never overwritten.
 - ``reset``: moves the learner's copy to ``old/<timestamp>/NN_name.ipynb``,
   then lays a fresh copy of the course's version.
+- ``catchup``: the same, with the exercises' solutions filled in (an
+  instructor bringing a learner who fell behind to a lesson).
 
 Dates go into folder names, not file names, so every name stays short enough
 for the lab's file browser at 1280 px.
@@ -59,7 +61,7 @@ class Action:
     """What a command did (or found) for one lesson: ``kind`` and a sentence for the learner."""
 
     lesson: str
-    kind: str  # copied, replaced, offered, restored, reset, unchanged, edited, waiting, missing, new, unreadable
+    kind: str  # copied, replaced, offered, restored, reset, caught up, unchanged, edited, waiting, missing, new, unreadable
     message: str
 
 
@@ -315,17 +317,23 @@ class Workspace:
             name = f"{UPDATES}/{_stamp()}/{lesson}.ipynb"
         return name
 
-    def reset(self, names: list[str] | None = None, all_lessons: bool = False) -> list[Action]:
+    def reset(self, names: list[str] | None = None, all_lessons: bool = False, solved: bool = False) -> list[Action]:
         """Move each named lesson's copy to ``old/`` (with a timestamp) and lay a fresh one.
 
+        ``solved``: lay the course's version with the exercises' solutions
+        filled in (catching a learner up), see :func:`solved_copy`.
+
         Raises:
-            WorkspaceError: no lesson named and ``all_lessons`` not set, or an unknown lesson.
+            WorkspaceError: no lesson named and ``all_lessons`` not set, an unknown lesson,
+                or (``solved``) a lesson whose solutions do not match its exercises.
         """
         if not names and not all_lessons:
             raise WorkspaceError("Say which lesson to reset (e.g. `reset 05`), or `reset --all` for every lesson.")
         lessons = course_lessons(self.source)
         chosen = self.select(names, lessons)
         fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}
+        if solved:
+            fresh = {lesson: solved_copy(lesson, text) for lesson, text in fresh.items()}
         self.ensure()
         manifest = self.load()
         stamp = _stamp()
@@ -346,7 +354,10 @@ class Workspace:
             manifest["lessons"][lesson] = {"course_hash": content_hash(json.loads(fresh[lesson])), "copied": stamp}
             self.save(manifest)
             where = f"; the old copy is {' and '.join(kept)}" if kept else ""
-            actions.append(Action(lesson, "reset", f"{lesson}: fresh copy of the course's version{where}."))
+            what = (
+                "the course's version with the solutions filled in" if solved else "fresh copy of the course's version"
+            )
+            actions.append(Action(lesson, "caught up" if solved else "reset", f"{lesson}: {what}{where}."))
         return actions
 
     def status(self, names: list[str] | None = None) -> list[Action]:
@@ -409,6 +420,32 @@ class Workspace:
         return out
 
 
+def solved_copy(lesson: str, text: str, solutions: Path | None = None) -> str:
+    """``text`` (a learner's copy of ``lesson``) with each exercise cell's source replaced by its solution.
+
+    The solutions are ``solutions/NN_name.py`` (dpcourse.exercises.solutions);
+    a lesson without exercises comes back unchanged.
+
+    Raises:
+        WorkspaceError: an exercise without a solution or a solution without its exercise.
+    """
+    from coursetools import solutions as sol
+
+    nb = json.loads(text)
+    cells = {sol.cell_id(cell): cell for cell in nb["cells"] if cell["cell_type"] == "code" and sol.cell_id(cell)}
+    if not cells:
+        return text
+    found = sol.read_solutions(lesson, solutions)
+    if set(found) != set(cells):
+        raise WorkspaceError(
+            f"{lesson}: the solutions in {sol.solution_path(lesson, solutions)} do not match the lesson's exercises "
+            f"({sorted(cells)} in the lesson, {sorted(found)} solved); nothing was changed."
+        )
+    for ident, cell in cells.items():
+        cell["source"] = found[ident]
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def _stamp() -> str:
     """Local time, as it goes into file names: 2026-12-01T20-31-05."""
     return time.strftime("%Y-%m-%dT%H-%M-%S")
@@ -444,6 +481,11 @@ def reset(
 ) -> list[Action]:
     """Fresh copies of the named lessons (or all); the old copies go to ``old/<timestamp>/``."""
     return Workspace(dir, source).reset(lessons, all_lessons=all_lessons)
+
+
+def catch_up(dir: Path, lessons: list[str], source: Path | None = None) -> list[Action]:
+    """The named lessons with the solutions filled in; the learner's copies go to ``old/<timestamp>/``."""
+    return Workspace(dir, source).reset(lessons, solved=True)
 
 
 def summary(root: Path, actions: list[Action]) -> list[str]:

@@ -18,6 +18,8 @@ Settings come from the environment (hub/launch.py fills them in; docs/instructor
 - ``HUB_PROFILE``: ``DPCOURSE_PROFILE`` for every learner's kernels (for example ``smoke``)
 - ``HUB_SERVER_ARGS``: extra command-line options for every learner's server (space-separated)
 - ``HUB_GPUS``: GPU ids to hand out round-robin (default: every GPU ``nvidia-smi -L`` lists)
+- ``HUB_BOARD_REFRESH_S``: seconds between the instructor's board refreshes (default 2); the
+  board (hub/board.py, /services/board/) listens on 127.0.0.1 at HUB_PORT+3
 """
 
 # ruff: noqa: F821  (`c` is the config object JupyterHub passes in)
@@ -190,4 +192,32 @@ c.JupyterHub.load_roles = [
         "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
         "services": ["idle-culler"],
     }
+]
+
+# -- The instructor's board (hub/board.py): a service only the instructor may open -------
+# It reads each learner's progress.json through the proxy, from their running server's
+# contents API, with its own token; the role board-viewer lets the instructor past its OAuth.
+BOARD_HOST = "127.0.0.1" if IP in ("0.0.0.0", "::", "localhost") else IP
+c.JupyterHub.services.append(
+    {
+        "name": "board",
+        "url": f"http://127.0.0.1:{PORT + 3}",
+        "command": [sys.executable, str(ROOT / "hub" / "board.py")],
+        "environment": {
+            "BOARD_SERVERS_URL": f"http{'s' if os.environ.get('HUB_SSL_CERT') else ''}://{BOARD_HOST}:{PORT}",
+            # With HUB_SSL_CERT the certificate names the room's host, not the address the board uses.
+            "BOARD_VERIFY_TLS": "0" if os.environ.get("HUB_SSL_CERT") else "1",
+            "BOARD_REFRESH_S": os.environ.get("HUB_BOARD_REFRESH_S", "2"),
+        },
+        "oauth_no_confirm": True,
+        "display": True,
+    }
+)
+c.JupyterHub.load_roles += [
+    {
+        "name": "board",
+        "scopes": ["list:users", "read:users", "read:users:activity", "read:servers", "access:servers"],
+        "services": ["board"],
+    },
+    {"name": "board-viewer", "scopes": ["access:services!service=board"], "users": [ADMIN]},
 ]

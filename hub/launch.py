@@ -100,11 +100,11 @@ def prepare(environ: dict[str, str] | None = None) -> tuple[dict[str, str], list
             "TLS proxy on this machine (docs/instructor.md, 'TLS in front'), or, only when such a proxy "
             "runs elsewhere, set HUB_PLAIN_HTTP=1."
         )
-    for number, role in ((port, "learners' address"), (port + 1, "proxy API"), (port + 2, "hub")):
+    for number, role in ((port, "learners' address"), (port + 1, "proxy API"), (port + 2, "hub"), (port + 3, "board")):
         if not _port_free(number):
             raise LaunchError(
                 f"port {number} ({role}) is in use: stop what listens there (ss -ltnp 'sport = :{number}') "
-                "or choose another HUB_PORT (the hub uses HUB_PORT, +1 and +2)."
+                "or choose another HUB_PORT (the hub uses HUB_PORT, +1, +2 and +3)."
             )
     given = bool(env.get("HUB_PASSWORD"))
     password, made = _secret("HUB_PASSWORD", hub_dir / "password", 12, 8)

@@ -16,9 +16,9 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "hub" / "launch.py"
-# Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub), learners' servers after.
+# Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub, +3 board), learners' servers after.
 BASE_PORT = 8900
-SERVER_PORTS = "8903-8910"
+SERVER_PORTS = "8904-8911"
 PASSWORD = "room-test-password"
 ADMIN_PASSWORD = "instructor-test-password-0123456789"
 # About 3 s on a quiet machine; importing JupyterHub alone took over 60 s on a
@@ -40,7 +40,7 @@ STOP_GRACE_S = 10.0
 def ports_in_use() -> list[int]:
     """The hub tests' ports that something listens on."""
     first, last = (int(p) for p in SERVER_PORTS.split("-"))
-    return [p for p in (BASE_PORT, BASE_PORT + 1, BASE_PORT + 2, *range(first, last + 1)) if listening(p)]
+    return [p for p in (BASE_PORT, BASE_PORT + 1, BASE_PORT + 2, BASE_PORT + 3, *range(first, last + 1)) if listening(p)]
 
 
 def descendants(pid: int) -> list[int]:

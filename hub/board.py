@@ -1,0 +1,356 @@
+"""The instructor's live board: a JupyterHub service showing each learner's lesson, exercises and mistakes.
+
+Run by the hub as a managed service (hub/jupyterhub_config.py on `make hub`;
+deploy/hub/config.yaml on GKE), at ``/services/board/``. Only a user with
+the scope ``access:services!service=board`` (the role ``board-viewer``, the
+instructor's) gets past the hub's OAuth; anyone else gets 403.
+
+What it reads: each learner's own ``progress.json`` (written by the course's
+checkers, see dpcourse/progress.py), fetched through the hub's proxy from
+the learner's running server's contents API with the service's own token
+(scope ``access:servers``), so it works the same whether the workspaces are
+folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
+server's record is shown as last read. Only jupyterhub, tornado and the
+standard library are imported: on GKE this file runs in the hub's own image.
+
+Settings (environment; the hub sets the JUPYTERHUB_* ones):
+
+- ``BOARD_SERVERS_URL``: the proxy's address as the service reaches it
+  (``http://127.0.0.1:8000`` on `make hub`, ``http://proxy-public`` on GKE)
+- ``BOARD_REFRESH_S``: seconds between the page's refreshes (default 2)
+- ``BOARD_VERIFY_TLS``: ``0`` to accept the proxy's certificate for another
+  name (`make hub` with HUB_SSL_CERT, reached on 127.0.0.1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import os
+import time
+from collections import Counter
+from urllib.parse import urlparse
+
+STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.progress.STUCK_TRIES)
+RECORD = "progress.json"
+TOP_MISTAKES = 8
+
+# ---- the room, from the records (pure: tested without a hub) ----------------------
+
+
+def exercise_state(entry: dict | None) -> str:
+    """One of correct, stuck, wrong, bad, none for a learner's entry of one exercise."""
+    if not entry or entry.get("verdict") in (None, "not attempted yet", "cannot check here"):
+        return "none"
+    if entry["verdict"] == "correct":
+        return "correct"
+    if entry.get("wrong_tries", 0) >= STUCK_TRIES:
+        return "stuck"
+    return "bad" if entry["verdict"] == "bad input" else "wrong"
+
+
+def current_lesson(record: dict) -> str:
+    """The lesson last started or last checked (``"03_mesh"`` or ``"03"``); ``""`` for an empty record."""
+    times = [(v.get("last_start") or v.get("started") or 0, name) for name, v in record.get("lessons", {}).items()]
+    checked = [(v.get("last") or 0, v.get("lesson", "")) for v in record.get("exercises", {}).values()]
+    latest = max([*times, *checked], default=(0, ""))
+    if latest in checked:  # a check after the last start: name the lesson by its full name where known
+        return next((name for name in record.get("lessons", {}) if name[:2] == latest[1]), latest[1])
+    return latest[1]
+
+
+def summarise(learners: dict[str, dict], now: float) -> dict:
+    """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None}}``.
+
+    Returns a dict: ``exercises`` (ids in course order), ``rows`` (one per
+    learner, sorted by name), ``counts`` (per exercise: correct, stuck, not
+    attempted), ``mistakes`` (the most common named mistakes, with how many
+    learners made each and one message).
+    """
+    exercises: set[str] = set()
+    for info in learners.values():
+        record = info.get("record") or {}
+        for lesson in record.get("lessons", {}).values():
+            exercises.update(lesson.get("exercises") or [])
+        exercises.update(record.get("exercises", {}))
+    order = sorted(exercises)
+    rows, counts = [], {e: Counter() for e in order}
+    made: dict[tuple[str, str], set[str]] = {}
+    example: dict[tuple[str, str], str] = {}
+    for name in sorted(learners):
+        info = learners[name]
+        record = info.get("record") or {}
+        entries = record.get("exercises", {})
+        states = {e: exercise_state(entries.get(e)) for e in order}
+        for e, state in states.items():
+            counts[e]["correct" if state == "correct" else "stuck" if state == "stuck" else state] += 1
+            entry = entries.get(e) or {}
+            if entry.get("mistake") and state != "correct":
+                key = (e, entry["mistake"])
+                made.setdefault(key, set()).add(name)
+                example.setdefault(key, entry.get("message", ""))
+        last = max(entries.items(), key=lambda kv: kv[1].get("last") or 0, default=(None, {}))
+        activity = max(filter(None, [record.get("updated"), info.get("activity")]), default=None)
+        rows.append(
+            {
+                "name": name,
+                "lesson": current_lesson(record),
+                "server": info.get("server", ""),
+                "activity_ago_s": None if activity is None else max(0.0, now - activity),
+                "last": {"exercise": last[0], **{k: last[1].get(k) for k in ("verdict", "mistake", "message")}},
+                "states": states,
+                "entries": {e: entries.get(e) or {} for e in order},
+            }
+        )
+    mistakes = sorted(made.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:TOP_MISTAKES]
+    return {
+        "exercises": order,
+        "rows": rows,
+        "counts": {
+            e: {"correct": c["correct"], "stuck": c["stuck"], "not attempted": c["none"]} for e, c in counts.items()
+        },
+        "mistakes": [
+            {"exercise": e, "mistake": m, "learners": len(who), "message": example[(e, m)]} for (e, m), who in mistakes
+        ],
+    }
+
+
+def ago(seconds: float | None) -> str:
+    """``"12 s"``, ``"4 min"``, ``"2 h"``; ``"-"`` for never."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.0f} h"
+
+
+SYMBOL = {"correct": "✓", "wrong": "✗", "stuck": "!", "bad": "?", "none": "·"}
+
+
+def label(exercise: str) -> str:
+    """``"ex03_1"`` -> ``"03.1"``."""
+    return exercise[2:].replace("_", ".") if exercise.startswith("ex") else exercise
+
+
+def render_room(summary: dict) -> str:
+    """The board's live part (a table and the mistakes), as an HTML fragment; every value escaped."""
+    e = html.escape
+    order = summary["exercises"]
+    lessons = Counter(x[2:4] for x in order)
+    head1 = "".join(f'<th colspan="{n}" class="lesson">{e(lesson)}</th>' for lesson, n in sorted(lessons.items()))
+    head2 = "".join(f'<th class="ex">{e(label(x).split(".")[1])}</th>' for x in order)
+    body = []
+    for row in summary["rows"]:
+        cells = []
+        for x in order:
+            state, entry = row["states"][x], row["entries"][x]
+            tip = f"{label(x)}: {entry.get('verdict', 'not attempted')}"
+            if entry.get("attempts"):
+                tip += f", {entry['attempts']} tries"
+            if entry.get("mistake") and state != "correct":
+                tip += f" - {entry['mistake']}: {entry.get('message', '')}"
+            cells.append(f'<td class="s {state}" title="{e(tip)}">{SYMBOL[state]}</td>')
+        last = row["last"]
+        said = ""
+        if last["exercise"]:
+            said = f"{label(last['exercise'])} {last['verdict']}"
+            if last.get("mistake") and last["verdict"] != "correct":
+                said += f": {last['mistake']}"
+        body.append(
+            f'<tr data-learner="{e(row["name"])}"><td class="who">{e(row["name"])}</td>'
+            f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{e(ago(row["activity_ago_s"]))}'
+            f"{'' if row['server'] == 'running' else ' <i>' + e(row['server'] or 'no server') + '</i>'}</td>"
+            f'<td class="lastck" title="{e(last.get("message") or "")}">{e(said)}</td>{"".join(cells)}</tr>'
+        )
+    foot = []
+    for what, css in (("correct", "correct"), ("stuck", "stuck"), ("not attempted", "none")):
+        numbers = "".join(f'<td class="n {css}">{summary["counts"][x][what]}</td>' for x in order)
+        foot.append(f'<tr class="count"><td colspan="4" class="what">{what}</td>{numbers}</tr>')
+    mistakes = "".join(
+        f'<li><b>{e(label(m["exercise"]))} {e(m["mistake"])}</b> · {m["learners"]} '
+        f'learner{"s" if m["learners"] != 1 else ""}<br><span>{e(m["message"][:140])}</span></li>'
+        for m in summary["mistakes"]
+    )
+    return (
+        f'<div class="room"><table><thead><tr><th rowspan="2">learner</th><th rowspan="2">lesson</th>'
+        f'<th rowspan="2">active</th><th rowspan="2">last check</th>{head1}</tr><tr>{head2}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody><tfoot>{''.join(foot)}</tfoot></table>"
+        f'<aside><h2>Most common mistakes</h2><ol id="mistakes">{mistakes or "<li>none yet</li>"}</ol></aside></div>'
+    )
+
+
+STYLE = """
+body{font:12px/1.3 system-ui,sans-serif;margin:6px 10px;color:#222}
+h1{font-size:15px;margin:0 0 4px}h2{font-size:13px;margin:0 0 4px}
+.room{display:flex;gap:12px;align-items:flex-start}
+table{border-collapse:collapse}th,td{padding:1px 4px;border-bottom:1px solid #eee;white-space:nowrap}
+th{font-weight:600;text-align:left;background:#fafafa}th.lesson{text-align:center;border-left:2px solid #ddd}
+th.ex,td.s,td.n{text-align:center;width:16px;padding:1px 2px}
+td.who{max-width:110px;overflow:hidden;text-overflow:ellipsis}
+td.lastck{max-width:190px;overflow:hidden;text-overflow:ellipsis}
+td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
+.correct{color:#1b7a2f}.s.correct{background:#e7f5e9}.wrong{color:#a31515}.s.wrong{background:#fdecea}
+.stuck{color:#fff}.s.stuck{background:#a31515;font-weight:700}.n.stuck{color:#a31515}
+.bad{color:#8a5300}.s.bad{background:#fff4e0}.none{color:#999}
+tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
+aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
+aside span{color:#555;font-size:11px}#status{color:#888;font-size:11px}
+"""
+
+
+def render_page(prefix: str, refresh_s: float) -> str:
+    """The board's page: a header and the live part, fetched again every ``refresh_s`` seconds."""
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>Room board</title>
+<style>{STYLE}</style></head><body>
+<h1>Room board <span id="status">loading</span></h1><div id="board"></div>
+<script>
+const url = {json.dumps(prefix + "room")};
+async function refresh() {{
+  try {{
+    const answer = await fetch(url, {{credentials: "same-origin", cache: "no-store"}});
+    if (!answer.ok) throw new Error(answer.status);
+    document.getElementById("board").innerHTML = await answer.text();
+    document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString();
+  }} catch (err) {{
+    document.getElementById("status").textContent = "could not refresh (" + err.message + "); retrying";
+  }}
+  setTimeout(refresh, {refresh_s * 1000:.0f});
+}}
+refresh();
+</script></body></html>"""
+
+
+# ---- reading the room through the hub ---------------------------------------------
+
+
+class Room:
+    """The learners as the hub lists them and their records, read with the service's token."""
+
+    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.servers_url = servers_url.rstrip("/")
+        self.verify_tls = verify_tls
+        self.records: dict[str, dict] = {}  # last record read per learner (kept while a server is stopped)
+        self.read_at = 0.0
+        self.cached: dict | None = None
+        self.lock = asyncio.Lock()
+
+    async def _get(self, url: str):
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        try:
+            answer = await AsyncHTTPClient().fetch(
+                url,
+                headers={"Authorization": f"token {self.token}"},
+                request_timeout=10,
+                validate_cert=self.verify_tls,
+            )
+        except HTTPClientError as err:
+            return err.code, None
+        return answer.code, json.loads(answer.body)
+
+    async def learners(self) -> dict[str, dict]:
+        """``{name: {"record", "server", "activity"}}`` for every user but admins; records of running servers read now."""
+        code, users = await self._get(f"{self.api_url}/users")
+        if code != 200 and users is None:
+            raise RuntimeError(f"the hub's API answered {code} to GET /users: check the board role's scopes")
+        found = {}
+
+        async def one(user: dict) -> None:
+            name = user["name"]
+            server = (user.get("servers") or {}).get("", {})
+            state = "running" if server.get("ready") else ("starting" if server.get("pending") else "stopped")
+            if state == "running":
+                code, model = await self._get(
+                    f"{self.servers_url}{server['url'].rstrip('/')}/api/contents/{RECORD}?content=1&format=text&type=file"
+                )
+                if code == 200 and model and model.get("content"):
+                    try:
+                        self.records[name] = json.loads(model["content"])
+                    except ValueError:
+                        pass  # a half-written file cannot be read: writes are atomic; keep the last one
+                elif code == 404:
+                    self.records.pop(name, None)  # the learner deleted it, or has not checked anything yet
+            activity = user.get("last_activity")
+            found[name] = {"record": self.records.get(name), "server": state, "activity": iso_seconds(activity)}
+
+        await asyncio.gather(*(one(u) for u in users if not u.get("admin") and u.get("kind", "user") == "user"))
+        return found
+
+    async def summary(self, max_age_s: float = 1.0) -> dict:
+        """The room's summary, read again when older than ``max_age_s`` (several open boards share one read)."""
+        async with self.lock:
+            if self.cached is None or time.monotonic() - self.read_at > max_age_s:
+                self.cached = summarise(await self.learners(), time.time())
+                self.read_at = time.monotonic()
+            return self.cached
+
+
+def iso_seconds(stamp: str | None) -> float | None:
+    """The hub's ISO 8601 times (``2026-12-03T11:50:00.123456Z``) as seconds since the epoch."""
+    if not stamp:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def make_app():
+    """The tornado application behind /services/board/ (the hub's OAuth in front of every page)."""
+    from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+    from tornado import web
+
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/board/")
+    room = Room(
+        os.environ["JUPYTERHUB_API_URL"],
+        os.environ["JUPYTERHUB_API_TOKEN"],
+        os.environ["BOARD_SERVERS_URL"],
+        os.environ.get("BOARD_VERIFY_TLS", "1") != "0",
+    )
+    refresh_s = float(os.environ.get("BOARD_REFRESH_S", "2"))
+
+    class Page(HubOAuthenticated, web.RequestHandler):
+        @web.authenticated
+        def get(self):
+            self.set_header("Cache-Control", "no-store")
+            self.write(render_page(prefix, refresh_s))
+
+    class Fragment(HubOAuthenticated, web.RequestHandler):
+        @web.authenticated
+        async def get(self):
+            self.set_header("Cache-Control", "no-store")
+            self.write(render_room(await room.summary()))
+
+    class Data(HubOAuthenticated, web.RequestHandler):
+        @web.authenticated
+        async def get(self):
+            self.set_header("Content-Type", "application/json")
+            self.write(json.dumps(await room.summary()))
+
+    return web.Application(
+        [
+            (prefix, Page),
+            (prefix + "room", Fragment),
+            (prefix + "room.json", Data),
+            (prefix + "oauth_callback", HubOAuthCallbackHandler),
+            (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
+        ],
+        cookie_secret=os.urandom(32),
+    )
+
+
+def main() -> None:
+    """Serve the board where the hub says (``JUPYTERHUB_SERVICE_URL``)."""
+    from tornado.ioloop import IOLoop
+
+    where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
+    make_app().listen(where.port, os.environ.get("BOARD_BIND", where.hostname))
+    print(f"board: serving {os.environ.get('JUPYTERHUB_SERVICE_PREFIX')} on {where.hostname}:{where.port}", flush=True)
+    IOLoop.current().start()
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,87 @@
+"""Catching a learner up (a lesson with the solutions filled in) and room-wide workspace commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coursetools import solutions as sol
+from coursetools import workspace as ws
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def exercise_sources(path: Path) -> dict[str, str]:
+    nb = json.loads(path.read_text())
+    return {sol.cell_id(c): "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code" and sol.cell_id(c)}
+
+
+def test_catching_up_fills_the_solutions_in_and_keeps_the_old_copy(tmp_path):
+    root = tmp_path / "ws"
+    ws.init(root)
+    mine = root / "04_sharding.ipynb"
+    mine.write_text(mine.read_text().replace('"source": [', '"source": ["# mine\\n", ', 1))
+    edited = mine.read_text()
+    (action,) = ws.catch_up(root, ["04"])
+    assert action.kind == "caught up" and "solutions filled in" in action.message
+    kept = list((root / "old").glob("*/04_sharding.ipynb"))
+    assert len(kept) == 1 and kept[0].read_text() == edited
+    assert exercise_sources(mine) == sol.read_solutions("04_sharding")
+    course = exercise_sources(ROOT / "notebooks" / "04_sharding.ipynb")
+    assert course and all(exercise_sources(mine)[k] != course[k] for k in course)
+
+
+def test_a_lesson_without_exercises_is_caught_up_as_the_course_has_it(tmp_path):
+    root = tmp_path / "ws"
+    ws.init(root)
+    ws.catch_up(root, ["01"])
+    assert (root / "01_setup.ipynb").read_text() == ws.learner_copy(ROOT / "notebooks" / "01_setup.ipynb")
+
+
+def test_solutions_that_do_not_match_the_exercises_change_nothing(tmp_path):
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    (solutions / "04_sharding.py").write_text("# %% tags=['exercise', 'ex04_1']\nx = 1\n")
+    text = ws.learner_copy(ROOT / "notebooks" / "04_sharding.ipynb")
+    with pytest.raises(ws.WorkspaceError, match="do not match the lesson's exercises"):
+        ws.solved_copy("04_sharding", text, solutions)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "coursetools", "workspace", *args],
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_room_wide_commands_reach_every_learners_workspace(tmp_path):
+    users = tmp_path / "users"
+    for name in ("ann", "ben"):
+        ws.init(users / name / "workspace")
+    (users / "ben" / "workspace" / "05_shard_map.ipynb").write_text(
+        (users / "ben" / "workspace" / "05_shard_map.ipynb").read_text().replace("parameters", "parameters ", 1)
+    )
+    done = _cli("reset", "05", "--room", str(users))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "ann:" and "ben:" in done.stdout
+    for name in ("ann", "ben"):
+        assert len(list((users / name / "workspace" / "old").glob("*/05_shard_map.ipynb"))) == 1
+    assert "parameters " in next((users / "ben" / "workspace" / "old").glob("*/05_shard_map.ipynb")).read_text()
+    done = _cli("catchup", "04", "--room", str(users))
+    assert done.returncode == 0 and done.stdout.count("solutions filled in") == 2, done.stderr
+
+
+def test_room_commands_refuse_unclear_requests(tmp_path):
+    done = _cli("catchup", "--room", str(tmp_path))
+    assert done.returncode == 2 and "no learner's workspace" in done.stderr
+    ws.init(tmp_path / "ann" / "workspace")
+    done = _cli("catchup", "--room", str(tmp_path))
+    assert done.returncode == 2 and "Say which lessons" in done.stderr and done.stderr.count("error") == 1
