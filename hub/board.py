@@ -32,6 +32,10 @@ import time
 from collections import Counter
 from urllib.parse import urlparse
 
+# The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
+# hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
+SERVICE_SCOPES = ["list:users", "read:users", "read:users:activity", "read:servers", "access:servers"]
+VIEWER_SCOPES = ["access:services!service=board"]
 STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.progress.STUCK_TRIES)
 RECORD = "progress.json"
 TOP_MISTAKES = 8
@@ -195,20 +199,28 @@ td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 .bad{color:#8a5300}.s.bad{background:#fff4e0}.none{color:#999}
 tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
 aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
-aside span{color:#555;font-size:11px}#status{color:#888;font-size:11px}
+aside span{color:#555;font-size:11px}#status{color:#888;font-size:11px}.legend{margin:0 0 4px;font-size:11px}
 """
 
 
-def render_page(prefix: str, refresh_s: float) -> str:
-    """The board's page: a header and the live part, fetched again every ``refresh_s`` seconds."""
+def render_page(prefix: str, refresh_s: float, xsrf: str = "") -> str:
+    """The board's page: a header and the live part, fetched again every ``refresh_s`` seconds.
+
+    ``xsrf``: the page's XSRF token, sent with each refresh (the hub's OAuth
+    accepts its cookie on a script's request only with it).
+    """
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Room board</title>
 <style>{STYLE}</style></head><body>
-<h1>Room board <span id="status">loading</span></h1><div id="board"></div>
+<h1>Room board <span id="status">loading</span></h1>
+<p class="legend"><span class="correct">✓ correct</span> · <span class="wrong">✗ wrong</span> ·
+<b class="wrong">!</b> stuck ({STUCK_TRIES}+ wrong tries) · <span class="bad">? cannot check the answer</span> ·
+<span class="none">· not attempted</span> · hover a cell for the mistake</p><div id="board"></div>
 <script>
 const url = {json.dumps(prefix + "room")};
 async function refresh() {{
   try {{
-    const answer = await fetch(url, {{credentials: "same-origin", cache: "no-store"}});
+    const answer = await fetch(url, {{credentials: "same-origin", cache: "no-store", redirect: "error",
+                                      headers: {{"X-XSRFToken": {json.dumps(xsrf)}}}}});
     if (!answer.ok) throw new Error(answer.status);
     document.getElementById("board").innerHTML = await answer.text();
     document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString();
@@ -315,7 +327,7 @@ def make_app():
         @web.authenticated
         def get(self):
             self.set_header("Cache-Control", "no-store")
-            self.write(render_page(prefix, refresh_s))
+            self.write(render_page(prefix, refresh_s, self.xsrf_token.decode()))
 
     class Fragment(HubOAuthenticated, web.RequestHandler):
         @web.authenticated

@@ -197,6 +197,9 @@ c.JupyterHub.load_roles = [
 # -- The instructor's board (hub/board.py): a service only the instructor may open -------
 # It reads each learner's progress.json through the proxy, from their running server's
 # contents API, with its own token; the role board-viewer lets the instructor past its OAuth.
+sys.path.insert(0, str(ROOT / "hub"))
+import board  # noqa: E402 - hub/board.py: the service's scopes
+
 BOARD_HOST = "127.0.0.1" if IP in ("0.0.0.0", "::", "localhost") else IP
 c.JupyterHub.services.append(
     {
@@ -214,10 +217,6 @@ c.JupyterHub.services.append(
     }
 )
 c.JupyterHub.load_roles += [
-    {
-        "name": "board",
-        "scopes": ["list:users", "read:users", "read:users:activity", "read:servers", "access:servers"],
-        "services": ["board"],
-    },
-    {"name": "board-viewer", "scopes": ["access:services!service=board"], "users": [ADMIN]},
+    {"name": "board", "scopes": board.SERVICE_SCOPES, "services": ["board"]},
+    {"name": "board-viewer", "scopes": board.VIEWER_SCOPES, "users": [ADMIN]},
 ]

@@ -40,7 +40,9 @@ STOP_GRACE_S = 10.0
 def ports_in_use() -> list[int]:
     """The hub tests' ports that something listens on."""
     first, last = (int(p) for p in SERVER_PORTS.split("-"))
-    return [p for p in (BASE_PORT, BASE_PORT + 1, BASE_PORT + 2, BASE_PORT + 3, *range(first, last + 1)) if listening(p)]
+    return [
+        p for p in (BASE_PORT, BASE_PORT + 1, BASE_PORT + 2, BASE_PORT + 3, *range(first, last + 1)) if listening(p)
+    ]
 
 
 def descendants(pid: int) -> list[int]:

@@ -53,6 +53,12 @@ def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def installed(path: Path = CONFIG) -> dict:
+    """The values helm installs: the file, plus the board's source that the install command sets (--set-file)."""
+    board = {"hub": {"extraFiles": {"board": {"stringData": (ROOT / "hub" / "board.py").read_text()}}}}
+    return deep_merge(load(path), board)
+
+
 def validate(values: dict) -> list[str]:
     schema = load(chart_file("values.schema.yaml"))
     validator = jsonschema.Draft7Validator(schema)
@@ -61,8 +67,10 @@ def validate(values: dict) -> list[str]:
 
 def test_config_validates_against_the_chart_schema_merged_over_its_defaults():
     defaults = load(chart_file("values.yaml"))
-    assert validate(deep_merge(defaults, load(CONFIG))) == []
-    assert validate(deep_merge(deep_merge(defaults, load(CONFIG)), load(HTTPS))) == []
+    assert validate(deep_merge(defaults, installed())) == []
+    assert validate(deep_merge(deep_merge(defaults, installed()), load(HTTPS))) == []
+    # Without the board's source (an install command missing --set-file) helm refuses the values.
+    assert any(e.startswith("hub.extraFiles.board") for e in validate(deep_merge(defaults, load(CONFIG))))
 
 
 def test_the_schema_check_can_fail():
@@ -160,7 +168,7 @@ def pod_for(profile: str | None, values: dict):
 
 @pytest.fixture(scope="module")
 def pods(fake_kubeconfig):
-    values = deep_merge(load(chart_file("values.yaml")), load(CONFIG))
+    values = deep_merge(load(chart_file("values.yaml")), installed())
     return {slug: pod_for(slug, values) for slug in PROFILES} | {None: pod_for(None, values)}
 
 
@@ -239,7 +247,7 @@ def test_two_l4_profile_asks_the_whole_gpu_node(pods):
 
 
 def test_an_unknown_profile_is_refused(fake_kubeconfig):
-    values = deep_merge(load(chart_file("values.yaml")), load(CONFIG))
+    values = deep_merge(load(chart_file("values.yaml")), installed())
     with pytest.raises(ValueError):
         pod_for("eight-h100", values)
 
@@ -249,3 +257,52 @@ def test_node_pools_named_in_the_config_exist_in_terraform():
     text = CONFIG.read_text()
     for pool in set(re.findall(r"cloud.google.com/gke-nodepool: ([\w-]+)", text)):
         assert f'name               = "{pool}"' in main or f'name       = "{pool}"' in main, pool
+
+
+def board_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("board", ROOT / "hub" / "board.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_board_service_runs_the_mounted_file_on_the_port_the_proxy_may_reach():
+    hub = load(CONFIG)["hub"]
+    service = hub["services"]["board"]
+    assert service["command"][-1] == hub["extraFiles"]["board"]["mountPath"]
+    port = int(service["url"].rsplit(":", 1)[1])
+    assert service["url"].startswith("http://hub:")
+    assert {"name": "board", "port": port, "targetPort": port} in hub["service"]["extraPorts"]
+    (rule,) = hub["networkPolicy"]["ingress"]
+    assert rule["ports"] == [{"port": port}]
+    assert rule["from"][0]["podSelector"]["matchLabels"]["component"] == "proxy"
+    assert service["environment"]["BOARD_BIND"] == "0.0.0.0"  # the url's host is the Service's address
+    assert "hub/board.py" in CONFIG.read_text()  # the install command mounts it (--set-file)
+
+
+def test_only_the_instructor_holds_the_boards_viewer_role_and_the_scopes_are_make_hubs():
+    board = board_module()
+    hub = load(CONFIG)["hub"]
+    roles = hub["loadRoles"]
+    assert roles["board-viewer"] == {
+        "scopes": board.VIEWER_SCOPES,
+        "users": hub["config"]["Authenticator"]["admin_users"],
+    }
+    assert roles["board"] == {"scopes": board.SERVICE_SCOPES, "services": ["board"]}
+
+
+def test_the_board_reads_records_through_the_proxy_with_and_without_https():
+    plain = load(CONFIG)
+    assert plain["hub"]["services"]["board"]["environment"]["BOARD_SERVERS_URL"] == "http://proxy-public"
+    merged = deep_merge(installed(), load(HTTPS))
+    assert merged["hub"]["services"]["board"]["environment"]["BOARD_SERVERS_URL"] == "http://proxy-http:8000"
+    assert merged["hub"]["services"]["board"]["command"] == plain["hub"]["services"]["board"]["command"]
+    assert not validate(deep_merge(load(chart_file("values.yaml")), merged))
+
+
+def test_learners_record_progress_where_the_board_reads_it():
+    single = load(CONFIG)["singleuser"]
+    workspace = single["lifecycleHooks"]["postStart"]["exec"]["command"][-1]
+    assert single["extraEnv"]["DPCOURSE_WORKSPACE"] == workspace == "/home/jovyan/workspace"
