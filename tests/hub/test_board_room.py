@@ -24,7 +24,7 @@ from test_hub_room import sign_in
 LESSON = "03_mesh.ipynb"
 SEEN_WITHIN_S = 15  # the board refreshes every 2 s; a loaded machine gets more
 START = (
-    "from dpcourse.session import start_lesson\n"
+    "from dpcourse.lesson import start_lesson\n"
     "from dpcourse.exercises import lesson03 as check\n"
     "from jax.sharding import Mesh\n"
     "lesson = start_lesson('03_mesh', 'smoke', 8, min_devices=2, load_data=False, show=False)\n"
@@ -61,7 +61,7 @@ def wait_for_row(page, learner: str, text: str, timeout_s: float) -> float:
 
 def workspace_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dpcourse", "workspace", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "coursetools", "workspace", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
 
 
@@ -116,7 +116,7 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     assert "solutions filled in" in done.stdout and "old/" in done.stdout
     filled = json.loads((users / "bob" / "workspace" / "04_sharding.ipynb").read_text())
     assert len(list((users / "bob" / "workspace" / "old").glob("*/04_sharding.ipynb"))) == 1
-    from dpcourse.exercises import solutions
+    from coursetools import solutions
 
     solved = {solutions.cell_id(c): "".join(c["source"]) for c in filled["cells"] if solutions.cell_id(c)}
     assert solved == solutions.read_solutions("04_sharding")

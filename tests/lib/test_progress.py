@@ -53,7 +53,7 @@ def test_the_progress_variable_names_the_file_or_switches_recording_off(workspac
 
 
 def test_the_workspace_manifest_name_is_the_workspace_modules():
-    from dpcourse import workspace
+    from coursetools import workspace
 
     assert progress.MANIFEST == workspace.MANIFEST
     assert progress.WORKSPACE_ENV == workspace.WORKSPACE_ENV
