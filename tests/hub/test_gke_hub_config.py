@@ -306,3 +306,12 @@ def test_learners_record_progress_where_the_board_reads_it():
     single = load(CONFIG)["singleuser"]
     workspace = single["lifecycleHooks"]["postStart"]["exec"]["command"][-1]
     assert single["extraEnv"]["DPCOURSE_WORKSPACE"] == workspace == "/home/jovyan/workspace"
+
+
+def test_the_plan_and_the_example_settings_share_the_hubs_gpu_sharing():
+    strategy, clients = tfvar_default("gpu_sharing_strategy"), tfvar_default("max_shared_clients_per_gpu")
+    example = (ROOT / "terraform" / "terraform.tfvars.example").read_text()
+    assert re.search(rf'^gpu_sharing_strategy\s*=\s*"{strategy}"$', example, re.M)
+    assert re.search(rf"^max_shared_clients_per_gpu\s*=\s*{clients}$", example, re.M)
+    plan = (ROOT / "tools" / "plan_workshop.py").read_text()
+    assert re.search(rf"^CLIENTS_PER_GPU = {clients}\b", plan, re.M)

@@ -77,8 +77,21 @@ def test_config_never_open_and_culler_scoped(monkeypatch, tmp_path):
     assert c.JupyterHub.authenticator_class == "shared-password"
     assert c.SharedPasswordAuthenticator.user_password == "long-enough-1"
     assert c.Authenticator.admin_users == {"instructor"}
-    (role,) = c.JupyterHub.load_roles
-    assert sorted(role["scopes"]) == sorted(["list:users", "read:users:activity", "read:servers", "delete:servers"])
+    roles = {role["name"]: role for role in c.JupyterHub.load_roles}
+    assert sorted(roles) == ["board", "board-viewer", "idle-culler"]
+    culler = roles["idle-culler"]
+    assert sorted(culler["scopes"]) == sorted(["list:users", "read:users:activity", "read:servers", "delete:servers"])
+    # The board reads records but can stop nothing; only the instructor may open it.
+    assert "delete:servers" not in roles["board"]["scopes"] and roles["board"]["services"] == ["board"]
+    assert roles["board-viewer"] == {
+        "name": "board-viewer",
+        "scopes": ["access:services!service=board"],
+        "users": ["instructor"],
+    }
+    board = next(s for s in c.JupyterHub.services if s["name"] == "board")
+    assert (
+        board["url"] == "http://127.0.0.1:8003" and board["environment"]["BOARD_SERVERS_URL"] == "http://127.0.0.1:8000"
+    )
     assert c.ConfigurableHTTPProxy.command[0].endswith("tools/hub/node_modules/.bin/configurable-http-proxy")
 
 
