@@ -49,6 +49,9 @@ class NotebookRun:
     error_code_cell: int | None = None  # 1-based number among code cells, as a learner counts
     error: str | None = None
     output: str | None = None  # executed notebook, relative to the output folder
+    # Peaks over the run (coursetools/memwatch.py): the kernel and its children's RSS; GPU memory via nvidia-smi.
+    peak_rss_bytes: int | None = None
+    peak_gpu_bytes: int | None = None
 
 
 def find_notebooks(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
@@ -223,11 +226,16 @@ def run_notebook(
 
         fill_solutions(nb, path.stem)
     current = {"index": None, "process": None}
+    from coursetools.memwatch import PeakMemory
+
+    memory = PeakMemory()
 
     def started(cell, cell_index, **_):
         current["index"] = cell_index
         if current["process"] is None:  # the kernel's Popen, to read its exit status if it dies
             current["process"] = getattr(getattr(client.km, "provisioner", None), "process", None)
+            if current["process"] is not None:
+                memory.watch(current["process"].pid)
         if on_cell is not None:
             on_cell(path.stem, cell_index, len(nb.cells))
 
@@ -283,6 +291,7 @@ def run_notebook(
             status, interrupted = "interrupted", True
             error = "KeyboardInterrupt: run stopped (SIGINT or SIGTERM)"
         kernel_stderr.close()
+        peaks = memory.stop()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -302,6 +311,7 @@ def run_notebook(
         error=error,
         output=out_path.name,
         error_code_cell=code_cell,
+        **peaks,
     )
     if interrupted:
         raise RunInterrupted(run)

@@ -119,6 +119,8 @@ def test_run_notebook_passing(tmp_path):
     run = runner.run_notebook(nb, out, out / "records.jsonl", profile="smoke", cell_timeout_s=60)
     assert (run.notebook, run.status, run.error_cell, run.error) == ("01_ok", "passed", None, None)
     assert run.output == "01_ok.ipynb" and run.wall_s > 0
+    # The kernel's peak resident memory is measured (an IPython kernel holds tens of MiB at least).
+    assert run.peak_rss_bytes is not None and run.peak_rss_bytes > 20 * 1024 * 1024
     executed = nbformat.read(out / "01_ok.ipynb", as_version=4)
     assert executed.cells[1].outputs[0]["text"] == "42\n"
     assert (src / "ran_here.txt").exists()  # the kernel runs in the notebook's folder
