@@ -4,10 +4,11 @@
 #                  settings HUB_* in hub/jupyterhub_config.py, docs/instructor.md)
 #   hub-test       the room test in Chromium and the GKE hub config checked offline (tests/hub)
 #   plan-workshop  nodes, GPUs and cost for LEARNERS (tools/plan_workshop.py)
+#   room-card      a printable page for each table: the hub's address, password, what to do (hub/card.py)
 #   wheelhouse     the pinned requirements for Linux, macOS and Windows in wheelhouse/
 #   wheelhouse-test  download three platforms, install offline into a fresh venv, import the course
 
-.PHONY: hub hub-install hub-test plan-workshop wheelhouse wheelhouse-test
+.PHONY: hub hub-install hub-test room-card plan-workshop wheelhouse wheelhouse-test
 
 HUB_REQUIREMENTS ?= requirements-hub.txt
 
@@ -28,6 +29,9 @@ hub: hub-install
 # --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
 hub-test: hub-install $(VENV)/.dev-installed
 	$(PY) -m pytest tests/hub --confcutdir=tests/hub -p no:cacheprovider -s
+
+room-card: $(VENV)/.installed
+	$(PY) hub/card.py
 
 LEARNERS ?= 24
 MIX ?= cpu=0.5,shared-l4=0.5

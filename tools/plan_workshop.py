@@ -27,6 +27,7 @@ others nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -50,7 +51,75 @@ MACHINES = {
 POOLS = {"cpu": "e2-standard-8", "shared-l4": "g2-standard-24", "two-l4": "g2-standard-24"}
 SYSTEM_PODS = (0.4, 1.0)  # vCPU, GiB per node for GKE's daemon sets and the pre-puller: an estimate
 HUB_PODS = (1.0, 2.0)  # vCPU, GiB for hub, proxy and user scheduler on the CPU pool: an estimate
+FORCED = "two-l4 (gpu_node_count >= 1)"  # the GPU node terraform makes whatever the mix
 CLIENTS_PER_GPU = 4  # terraform's max_shared_clients_per_gpu default (deploy/hub/config.yaml selects it)
+
+
+BASELINES = ROOT / "baselines"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The largest peak of one kind over a run's lessons, and where it comes from."""
+
+    gib: float
+    notebook: str
+    source: str  # the baseline file, relative to the repository
+
+
+def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> Measured | None:
+    """The largest ``peak_rss_bytes`` or ``peak_gpu_bytes`` (``kind``) of any passed lesson in a baseline run.
+
+    Reads every ``baselines/*.json`` that is a course run (``results.json``:
+    ``profile`` and a list of ``notebooks``) of ``profile``; the newest
+    (``created``) with the figure wins. None when no baseline has it.
+    """
+    best = None
+    for path in sorted(folder.glob("*.json")):
+        try:
+            run = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if not isinstance(run, dict) or run.get("profile") != profile or not isinstance(run.get("notebooks"), list):
+            continue
+        peaks = [(n.get(kind), n["notebook"]) for n in run["notebooks"] if n.get(kind) and n.get("status") == "passed"]
+        if peaks and (best is None or run.get("created", "") > best[0]):
+            value, notebook = max(peaks)
+            best = (run.get("created", ""), Measured(value / GIB, notebook, _shown(path)))
+    return best[1] if best else None
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it is inside it."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def memory_notes(found: dict[str, Profile], folder: Path = BASELINES) -> list[str]:
+    """What the memory requests rest on: the measured peaks where a baseline has them, else 'an estimate'."""
+    rss = measured_peak("peak_rss_bytes", "cpu", folder)
+    gpu = measured_peak("peak_gpu_bytes", "full", folder)
+    cpu_request = found["cpu"].memory_gib
+    if rss is None:
+        lines = [
+            f"Memory: the cpu profile's {cpu_request:g} GiB request is an estimate: no baseline records a lesson's "
+            "peak memory (python -m coursetools run --profile cpu writes it; copy its results.json to baselines/)."
+        ]
+    else:
+        lines = [
+            f"Memory: the largest lesson's peak on the cpu profile, measured: {rss.gib:.2f} GiB ({rss.notebook}, "
+            f"kernel and children, {rss.source}); the cpu profile requests {cpu_request:g} GiB."
+        ]
+    if gpu is None:
+        lines.append(
+            "GPU memory per learner: not measured (no GPU baseline records it); 24 GB per L4 shared by "
+            f"{CLIENTS_PER_GPU} is an estimate."
+        )
+    else:
+        lines.append(
+            f"GPU memory: the largest lesson's peak, measured: {gpu.gib:.2f} GiB ({gpu.notebook}, "
+            f"{gpu.source}); an L4 shared by {CLIENTS_PER_GPU} gives each about {24 / CLIENTS_PER_GPU:g} GB."
+        )
+    return lines
 
 
 def allocatable(vcpus: int, memory_gib: float) -> tuple[float, float]:
@@ -146,6 +215,12 @@ def plan(learners: int, mix: dict[str, float], found: dict[str, Profile] | None 
         rows.append(Row(slug, count, machine, fit, nodes, nodes * MACHINES[machine][2]))
     if "cpu" not in counts:  # the hub still needs its CPU node
         rows.append(Row("cpu", 0, POOLS["cpu"], per_node(found["cpu"], POOLS["cpu"]), 1, 0))
+    # terraform's GPU pool has a fixed size of gpu_node_count >= 1 (terraform/variables.tf): its node
+    # runs and costs even with no two-L4 learner.
+    if not any(r.slug == "two-l4" and r.nodes for r in rows):
+        rows = [r for r in rows if r.slug != "two-l4"]
+        machine = POOLS["two-l4"]
+        rows.append(Row(FORCED, 0, machine, per_node(found["two-l4"], machine), 1, MACHINES[machine][2]))
     return rows
 
 
@@ -190,9 +265,15 @@ def table(rows: list[Row], prices: dict[str, float], price_date: str | None) -> 
             "Prices: none given. Pass --price MACHINE=USD_PER_HOUR for each machine, from "
             "cloud.google.com/compute/vm-instance-pricing, with --price-date."
         )
+    notes += memory_notes(profiles())
+    if any(r.slug == FORCED for r in rows):
+        notes.append(
+            "The GPU pool (two-l4) has a fixed size and terraform requires gpu_node_count >= 1: its one node "
+            "with 2 L4 runs and is paid for even with no two-L4 learner."
+        )
     notes.append(
-        "terraform.tfvars: set cpu_max_node_count, shared_gpu_max_node_count and gpu_node_count "
-        "to at least the nodes above; make preflight checks the quotas."
+        "terraform.tfvars: set cpu_max_node_count and shared_gpu_max_node_count to at least the nodes above, "
+        "and gpu_node_count to the two-l4 nodes (at least 1); make preflight checks the quotas."
     )
     return "\n".join(lines + notes)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,10 @@ def test_24_learners_half_cpu_half_shared():
     assert rows["shared-l4"].per_node == 8  # 2 L4 x 4 clients, and CPU and memory allow it
     assert rows["shared-l4"].nodes == 2 and rows["shared-l4"].gpus == 4
     assert rows["cpu"].nodes == 4 and rows["cpu"].gpus == 0
+    # terraform's fixed GPU pool (gpu_node_count >= 1) adds a node with 2 L4 even without two-L4 learners.
+    forced = rows[plan_workshop.FORCED]
+    assert (forced.learners, forced.nodes, forced.gpus) == (0, 1, 2)
+    assert sum(r.nodes for r in rows.values()) == 7 and sum(r.gpus for r in rows.values()) == 6
 
 
 def test_two_l4_learners_get_a_node_each_and_the_hub_keeps_a_cpu_node():
@@ -67,7 +72,8 @@ def test_given_prices_are_used_and_labelled_as_the_instructors():
         "--learners", "24", "--price", "e2-standard-8=0.5", "--price", "g2-standard-24=2", "--price-date", "2026-12-01"
     )
     assert result.returncode == 0, result.stderr
-    assert "| total | 24 | | | 6 | 4 | 6.00 |" in result.stdout  # 4 x 0.5 + 2 x 2
+    assert "| total | 24 | | | 7 | 6 | 8.00 |" in result.stdout  # 4 x 0.5 + 2 x 2 + the forced GPU node x 2
+    assert "gpu_node_count >= 1" in result.stdout
     assert "instructor's input, dated 2026-12-01" in result.stdout
 
 
@@ -76,3 +82,36 @@ def test_the_guides_table_is_the_tools_output():
     table = [line for line in result.stdout.splitlines() if line.startswith("|")]
     guide = (ROOT / "docs" / "instructor.md").read_text()
     assert "\n".join(table) in guide, "docs/instructor.md: paste the table of `make plan-workshop LEARNERS=24` again"
+
+
+def fake_run(folder, name, profile, created, peaks, kind="peak_rss_bytes"):
+    notebooks = [{"notebook": nb, "status": "passed", kind: int(gib * 2**30)} for nb, gib in peaks.items()]
+    (folder / name).write_text(
+        json.dumps({"schema": 1, "created": created, "profile": profile, "notebooks": notebooks})
+    )
+
+
+def test_memory_comes_from_the_newest_baseline_that_measured_it(tmp_path):
+    fake_run(tmp_path, "old.json", "cpu", "2026-11-01", {"02_baseline": 9.0})
+    fake_run(tmp_path, "new.json", "cpu", "2026-12-01", {"02_baseline": 1.5, "09_performance": 2.25})
+    fake_run(tmp_path, "smoke.json", "smoke", "2026-12-02", {"02_baseline": 0.5})
+    (tmp_path / "timings.json").write_text('{"runs": []}')
+    peak = plan_workshop.measured_peak("peak_rss_bytes", "cpu", tmp_path)
+    assert (peak.gib, peak.notebook, peak.source) == (2.25, "09_performance", str(tmp_path / "new.json"))
+    notes = plan_workshop.memory_notes(plan_workshop.profiles(), tmp_path)
+    assert "measured: 2.25 GiB (09_performance" in notes[0]
+    assert notes[1].startswith("GPU memory per learner: not measured")
+
+
+def test_without_a_measured_figure_the_plan_says_its_memory_is_an_estimate(tmp_path):
+    assert plan_workshop.measured_peak("peak_rss_bytes", "cpu", tmp_path) is None
+    assert "is an estimate" in plan_workshop.memory_notes(plan_workshop.profiles(), tmp_path)[0]
+
+
+def test_the_hubs_memory_requests_hold_the_largest_measured_lesson():
+    peak = plan_workshop.measured_peak("peak_rss_bytes", "cpu")
+    assert peak is not None, "baselines/ has no cpu run with peak memory: run the cpu profile and copy results.json"
+    for slug, profile in plan_workshop.profiles().items():
+        assert profile.memory_gib >= peak.gib, (
+            f"{slug} requests {profile.memory_gib} GiB; {peak.notebook} peaked at {peak.gib:.2f}"
+        )
