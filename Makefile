@@ -35,6 +35,7 @@ $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
+	$(if $(wildcard $(WHEELHOUSE)/fashion-mnist/*.gz),$(PY) tools/wheelhouse_data.py unpack --src $(WHEELHOUSE),)
 	touch $@
 
 $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed

@@ -43,6 +43,7 @@ plan-workshop: $(VENV)/.installed
 
 wheelhouse: $(PY)
 	$(PY) tools/wheelhouse.py --dest $(WHEELHOUSE)
+	$(if $(wildcard $(VENV)/.installed),$(PY) tools/wheelhouse_data.py pack --dest $(WHEELHOUSE),@echo "wheelhouse: the Fashion-MNIST files are added once the course is installed here (make course, then make wheelhouse)")
 
 # About 600 MB of downloads and an offline install (a few minutes); part of make test
 # (test-pinned), skipped with the reason where the package registry cannot be reached; -s shows
