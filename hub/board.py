@@ -18,6 +18,9 @@ Settings (environment; the hub sets the JUPYTERHUB_* ones):
 - ``BOARD_SERVERS_URL``: the proxy's address as the service reaches it
   (``http://127.0.0.1:8000`` on `make hub`, ``http://proxy-public`` on GKE)
 - ``BOARD_REFRESH_S``: seconds between the page's refreshes (default 2)
+- ``BOARD_WORKSPACES``: the folder of the learners' homes (``.hub/users`` on `make hub`):
+  the board then offers catch-up and a fresh copy of a lesson (coursetools' workspace
+  command, run here); unset on GKE, where the guide's kubectl commands do it
 - ``BOARD_VERIFY_TLS``: ``0`` to accept the proxy's certificate for another
   name (`make hub` with HUB_SSL_CERT, reached on 127.0.0.1)
 """
@@ -28,8 +31,11 @@ import asyncio
 import html
 import json
 import os
+import re
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from urllib.parse import urlparse
 
 # The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
@@ -199,28 +205,52 @@ td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 .bad{color:#8a5300}.s.bad{background:#fff4e0}.none{color:#999}
 tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
 aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
+#act{margin:0 0 4px;font-size:11px}#act input,#act button{font-size:11px}#done{color:#1b5e20}
 aside span{color:#555;font-size:11px}#status{color:#888;font-size:11px}.legend{margin:0 0 4px;font-size:11px}
 """
 
 
-def render_page(prefix: str, refresh_s: float, xsrf: str = "") -> str:
+ACTIONS_FORM = """<form id="act" onsubmit="return act(event)">Learner <input name="learner" size="14"
+placeholder="name, or * for all"> lesson <input name="lesson" size="4" placeholder="04">
+<button name="action" value="catchup">Catch up (solutions filled in)</button>
+<button name="action" value="reset">Fresh copy</button> <span id="done"></span>
+<small>the learner's copy is kept in old/</small></form>"""
+
+
+def render_page(prefix: str, refresh_s: float, xsrf: str = "", actions: bool = False) -> str:
     """The board's page: a header and the live part, fetched again every ``refresh_s`` seconds.
 
     ``xsrf``: the page's XSRF token, sent with each refresh (the hub's OAuth
-    accepts its cookie on a script's request only with it).
+    accepts its cookie on a script's request only with it). ``actions``: show
+    the catch-up and fresh-copy form (where the board can reach the workspaces).
     """
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Room board</title>
 <style>{STYLE}</style></head><body>
 <h1>Room board <span id="status">loading</span></h1>
 <p class="legend"><span class="correct">✓ correct</span> · <span class="wrong">✗ wrong</span> ·
 <b class="wrong">!</b> stuck ({STUCK_TRIES}+ wrong tries) · <span class="bad">? cannot check the answer</span> ·
-<span class="none">· not attempted</span> · hover a cell for the mistake</p><div id="board"></div>
+<span class="none">· not attempted</span> · hover a cell for the mistake</p>{ACTIONS_FORM if actions else ""}
+<div id="board"></div>
 <script>
 const url = {json.dumps(prefix + "room")};
+const xsrf = {json.dumps(xsrf)};
+async function act(event) {{
+  event.preventDefault();
+  const form = event.target, done = document.getElementById("done");
+  const body = {{learner: form.learner.value.trim(), lesson: form.lesson.value.trim(),
+                 action: event.submitter.value}};
+  done.textContent = "working...";
+  const answer = await fetch({json.dumps(prefix + "action")}, {{method: "POST", credentials: "same-origin",
+    redirect: "error", headers: {{"X-XSRFToken": xsrf, "Content-Type": "application/json"}},
+    body: JSON.stringify(body)}});
+  const said = answer.ok ? await answer.json() : {{ok: false, output: "HTTP " + answer.status}};
+  done.textContent = (said.ok ? "done: " : "refused: ") + said.output;
+  return false;
+}}
 async function refresh() {{
   try {{
     const answer = await fetch(url, {{credentials: "same-origin", cache: "no-store", redirect: "error",
-                                      headers: {{"X-XSRFToken": {json.dumps(xsrf)}}}}});
+                                      headers: {{"X-XSRFToken": xsrf}}}});
     if (!answer.ok) throw new Error(answer.status);
     document.getElementById("board").innerHTML = await answer.text();
     document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString();
@@ -309,6 +339,29 @@ def iso_seconds(stamp: str | None) -> float | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+LESSON_NAME = re.compile(r"^\d\d(_[A-Za-z0-9_]+)?$")
+
+
+def action_command(body: dict, users: Path, python: str) -> list[str]:
+    """The workspace command for a board action: catch-up or a fresh copy, for one learner or every one (``*``).
+
+    Raises:
+        ValueError: an unknown action, a lesson that is not ``NN`` or ``NN_name``, or no such learner.
+    """
+    action, lesson, learner = body.get("action"), str(body.get("lesson", "")), str(body.get("learner", ""))
+    if action not in ("catchup", "reset"):
+        raise ValueError("the action is catchup or reset")
+    if not LESSON_NAME.match(lesson):
+        raise ValueError(f"give the lesson as its number, e.g. 04 (got {lesson[:20]!r})")
+    command = [python, "-m", "coursetools", "workspace", action, lesson]
+    if learner == "*":
+        return [*command, "--room", str(users)]
+    known = {p.parent.name for p in users.glob("*/workspace") if p.is_dir()}
+    if learner not in known:
+        raise ValueError(f"no learner {learner[:40]!r} with a workspace; * is every learner")
+    return [*command, "--dir", str(users / learner / "workspace")]
+
+
 def make_app():
     """The tornado application behind /services/board/ (the hub's OAuth in front of every page)."""
     from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
@@ -327,13 +380,33 @@ def make_app():
         @web.authenticated
         def get(self):
             self.set_header("Cache-Control", "no-store")
-            self.write(render_page(prefix, refresh_s, self.xsrf_token.decode()))
+            self.write(render_page(prefix, refresh_s, self.xsrf_token.decode(), users is not None))
 
     class Fragment(HubOAuthenticated, web.RequestHandler):
         @web.authenticated
         async def get(self):
             self.set_header("Cache-Control", "no-store")
             self.write(render_room(await room.summary()))
+
+    users = Path(os.environ["BOARD_WORKSPACES"]) if os.environ.get("BOARD_WORKSPACES") else None
+
+    class Action(HubOAuthenticated, web.RequestHandler):
+        @web.authenticated
+        async def post(self):
+            self.set_header("Content-Type", "application/json")
+            if users is None:
+                raise web.HTTPError(404, "this board cannot reach the workspaces: use the commands in the guide")
+            try:
+                command = action_command(json.loads(self.request.body or b"{}"), users, sys.executable)
+            except ValueError as err:
+                self.write(json.dumps({"ok": False, "output": str(err)}))
+                return
+            process = await asyncio.create_subprocess_exec(
+                *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            )
+            output, _ = await process.communicate()
+            text = " ".join(output.decode(errors="replace").split())
+            self.write(json.dumps({"ok": process.returncode == 0, "output": text[-600:]}))
 
     class Data(HubOAuthenticated, web.RequestHandler):
         @web.authenticated
@@ -346,6 +419,7 @@ def make_app():
             (prefix, Page),
             (prefix + "room", Fragment),
             (prefix + "room.json", Data),
+            (prefix + "action", Action),
             (prefix + "oauth_callback", HubOAuthCallbackHandler),
             (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
         ],

@@ -211,6 +211,7 @@ c.JupyterHub.services.append(
             # With HUB_SSL_CERT the certificate names the room's host, not the address the board uses.
             "BOARD_VERIFY_TLS": "0" if os.environ.get("HUB_SSL_CERT") else "1",
             "BOARD_REFRESH_S": os.environ.get("HUB_BOARD_REFRESH_S", "2"),
+            "BOARD_WORKSPACES": str(USERS_DIR),  # catch-up and fresh copies from the board
         },
         "oauth_no_confirm": True,
         "display": True,

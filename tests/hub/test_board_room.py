@@ -5,8 +5,8 @@ profile. Learner alice answers exercise 03.1 in her kernel, wrong then right;
 the instructor's open board shows the mistake and then "correct" within a
 few seconds (the latency goes to results/hub/board.json). Learner bob gets
 403 on the board and on alice's record. The instructor catches bob up to
-lesson 04 and hands the room a fresh lesson 05 with the commands the guide
-gives; the workspaces then hold what the guide says.
+lesson 04 from the board and hands the room a fresh lesson 05 with the command
+the guide gives; the workspaces then hold what the guide says.
 """
 
 from __future__ import annotations
@@ -109,11 +109,15 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     assert bob.request.get(f"{hub.url}/user/alice/api/contents/progress.json").status == 403
     assert alice.request.get(f"{hub.url}/user/alice/api/contents/progress.json").status == 200
 
-    # The instructor catches bob up to lesson 04: the filled lesson, his copy kept.
+    # The instructor catches bob up to lesson 04 from the board: the filled lesson, his copy kept.
     users = hub.folder / "users"
-    done = workspace_command("catchup", "04", "--dir", str(users / "bob" / "workspace"))
-    assert done.returncode == 0, done.stderr
-    assert "solutions filled in" in done.stdout and "old/" in done.stdout
+    instructor.fill("#act input[name=learner]", "bob")
+    instructor.fill("#act input[name=lesson]", "04")
+    instructor.click("#act button[value=catchup]")
+    instructor.wait_for_function("() => /^(done|refused)/.test(document.getElementById('done').textContent)")
+    said = instructor.inner_text("#done")
+    assert said.startswith("done:") and "solutions filled in" in said and "old/" in said, said
+    assert bob.request.post(f"{hub.url}/services/board/action", data='{"action": "reset"}').status == 403
     filled = json.loads((users / "bob" / "workspace" / "04_sharding.ipynb").read_text())
     assert len(list((users / "bob" / "workspace" / "old").glob("*/04_sharding.ipynb"))) == 1
     from coursetools import solutions
