@@ -115,3 +115,13 @@ def test_the_hubs_memory_requests_hold_the_largest_measured_lesson():
         assert profile.memory_gib >= peak.gib, (
             f"{slug} requests {profile.memory_gib} GiB; {peak.notebook} peaked at {peak.gib:.2f}"
         )
+
+
+def test_the_guides_memory_table_is_the_baselines():
+    run = json.loads((ROOT / "baselines" / "cpu-jax0.10.2.json").read_text())
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    for notebook in run["notebooks"]:
+        row = f"| {notebook['notebook']} | {notebook['peak_rss_bytes'] / 2**30:.2f} GiB |"
+        assert row in guide, f"docs/instructor.md: the memory row {row} is missing or differs from the baseline"
+    peak = plan_workshop.measured_peak("peak_rss_bytes", "cpu")
+    assert f"peaked at\n  {peak.gib:.2f} GiB" in guide
