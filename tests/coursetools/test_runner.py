@@ -180,7 +180,10 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
         "error_code_cell": None,
         "error": None,
         "output": "07_rec.ipynb",
+        "peak_rss_bytes": nb_run["peak_rss_bytes"],
+        "peak_gpu_bytes": None,  # no GPU here
     }
+    assert nb_run["peak_rss_bytes"] > 20 * 1024 * 1024  # a kernel's resident memory, measured
     first, second = payload["records"]
     assert first == {
         "notebook": "07_rec",
