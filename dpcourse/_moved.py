@@ -28,6 +28,7 @@ MOVED = {
     "dpcourse.roofline": "dpcourse.perf.roofline",
     "dpcourse.ladder": "dpcourse.perf.ladder",
     "dpcourse.linkbench": "dpcourse.perf.linkbench",
+    "dpcourse.single_device": "dpcourse.perf.single_device",
     "dpcourse.distributed": "dpcourse.multihost.distributed",
     "dpcourse.launcher": "dpcourse.multihost.launcher",
     "dpcourse.worker": "dpcourse.multihost.worker",

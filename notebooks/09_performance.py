@@ -51,7 +51,7 @@ from tqdm import tqdm
 from dpcourse import config, costs, devices, model, placement, record, show, train
 from dpcourse.compiled import hlo
 from dpcourse.perf import ceilings, ladder, roofline
-from dpcourse.single_device import measurement_device, where_banner
+from dpcourse.perf.single_device import measurement_device, where_banner
 
 single = measurement_device(PROFILE)
 device = single.device

@@ -506,3 +506,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# The lessons' GPU cell moved to dpcourse.gpu_compile.notebook; the previous layout called it here.
+_NOTEBOOK_NAMES = ("show_gpu_placement", "show_compilers", "records", "table_rows")
+
+
+def __getattr__(name: str):
+    if name in _NOTEBOOK_NAMES:
+        from dpcourse import _moved
+        from dpcourse.gpu_compile import notebook
+
+        _moved.warn_moved(f"dpcourse.gpu_compile.mocked.{name}", f"dpcourse.gpu_compile.notebook.{name}")
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'dpcourse.gpu_compile.mocked' has no attribute {name!r}")

@@ -280,7 +280,7 @@ def sweep_single_device(
     """A global batch sweep of ``cfg``'s step (its ``block_unroll`` and ``compute_dtype``) on one device.
 
     For a single-device sweep on the GPU of a one-GPU machine (pick the
-    device with :func:`dpcourse.single_device.measurement_device`), beside
+    device with :func:`dpcourse.perf.single_device.measurement_device`), beside
     notebook 07's multi-device sweep. Each size runs as a :class:`Rung`
     through :func:`run_rung`; a size that fails is recorded by
     :func:`dpcourse.bench.sweep` as "failed" with its reason.

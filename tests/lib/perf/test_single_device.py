@@ -1,4 +1,4 @@
-"""Tests of dpcourse.single_device: single-device measurements go to the GPU when there is one."""
+"""Tests of dpcourse.perf.single_device: single-device measurements go to the GPU when there is one."""
 
 from dataclasses import dataclass
 
