@@ -101,13 +101,13 @@ def state_shardings(state, mesh: Mesh, form: str, min_elements: int | None = Non
     """The shardings of ``state`` on ``mesh`` for one form of lesson 10: a tree of ``NamedSharding``.
 
     ``"replicated"``: every leaf ``P()``. ``"fsdp"``: parameters and AdamW
-    state by :func:`dpcourse.sharded.shard_specs` over the mesh's first axis
+    state by :func:`dpcourse.sharded.forms.shard_specs` over the mesh's first axis
     (``"data"``), the step, key and data position ``P()``.
 
     Raises:
         ValueError: an unknown form (the message lists :data:`FORMS`).
     """
-    from dpcourse import sharded
+    from dpcourse.sharded import forms as sharded
 
     if form not in FORMS:
         raise ValueError(f"Unknown form {form!r}: use one of {', '.join(FORMS)}.")

@@ -42,7 +42,8 @@ def build(cfg, mesh, form: str, global_batch: int, dataset, n_batches: int):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from dpcourse import checkpoint, data, model, sharded, train
+    from dpcourse import checkpoint, data, model, train
+    from dpcourse.sharded import forms as sharded
 
     axis = mesh.axis_names[0]
     train.check_global_batch(global_batch, mesh.shape[axis])

@@ -22,7 +22,7 @@
 # (FSDP). 8 devices (4, 2 and 1 are taken from them); with fewer, the
 # restores onto other meshes use what there is.
 #
-# **Time.** Not measured yet: `python -m dpcourse timings --update` writes this line.
+# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -34,7 +34,7 @@ MULTIHOST = True  # section 6: save, kill and resume under the launcher (two mul
 LAUNCH_TIMEOUT_S = 240  # each multi-process run ends (every process) past this
 
 # %%
-from dpcourse.session import start_lesson
+from dpcourse.lesson import start_lesson
 
 lesson = start_lesson("11_checkpoint", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
@@ -54,8 +54,8 @@ import orbax.checkpoint as ocp
 from IPython.display import display
 from jax.sharding import Mesh
 
-from dpcourse import checkpoint, config, launcher, model, results, resume, train, worker
-from dpcourse import display as show
+from dpcourse import checkpoint, config, model, record, resume, show, train
+from dpcourse.multihost import launcher, worker
 
 devs = lesson.devices.devices
 n, backend = len(devs), devs[0].platform
@@ -450,7 +450,7 @@ else:
 #
 # **On GKE** (`deploy/checkpoint-job.yaml`, checked offline by `make
 # infra-test`): an Indexed Job of one pod per GPU node, each running
-# `python -m dpcourse.worker --checkpoint-dir /checkpoints/run --save-every
+# `python -m dpcourse.multihost.worker --checkpoint-dir /checkpoints/run --save-every
 # 100`, with
 #
 # - a **shared volume**: a Filestore `ReadWriteMany` claim mounted in
@@ -572,17 +572,17 @@ assert refusal is not None and "width" in str(refusal)
 
 # %%
 fewer = f"replicated, {n // 2} devices"
-results.record("resume_max_abs_diff_replicated", resume_diffs[f"replicated, {n} devices"], "abs")
-results.record("resume_max_abs_diff_fsdp", resume_diffs[f"fsdp, {n} devices"], "abs")
-results.record("resume_max_abs_diff_fewer_devices", resume_diffs[fewer], "abs")
+record.record("resume_max_abs_diff_replicated", resume_diffs[f"replicated, {n} devices"], "abs")
+record.record("resume_max_abs_diff_fsdp", resume_diffs[f"fsdp, {n} devices"], "abs")
+record.record("resume_max_abs_diff_fewer_devices", resume_diffs[fewer], "abs")
 if multi_rows:
-    results.record("resume_max_abs_diff_other_process_count", multi_diff, "abs")
+    record.record("resume_max_abs_diff_other_process_count", multi_diff, "abs")
 for row in size_rows:
-    results.record(f"checkpoint_bytes_{row['form']}", row["bytes on disk"], "bytes")
-results.record("sync_save_s", sync_save_s, "s")
-results.record("async_save_blocking_s", async_blocked_s, "s")
-results.record("async_save_hidden_s", hidden, "s")
-_ = results.record("restore_s", restore_s, "s")
+    record.record(f"checkpoint_bytes_{row['form']}", row["bytes on disk"], "bytes")
+record.record("sync_save_s", sync_save_s, "s")
+record.record("async_save_blocking_s", async_blocked_s, "s")
+record.record("async_save_hidden_s", hidden, "s")
+_ = record.record("restore_s", restore_s, "s")
 
 # %%
 shutil.rmtree(root)

@@ -1,7 +1,7 @@
 """Several processes save and restore together: a job killed mid-run resumes on another process count.
 
-One bounded multi-process run in two launches (python -m dpcourse.worker
-under dpcourse.launcher, as notebook 11 section 6): 2 processes x 4 CPU
+One bounded multi-process run in two launches (python -m dpcourse.multihost.worker
+under dpcourse.multihost.launcher, as notebook 11 section 6): 2 processes x 4 CPU
 devices save every 2 steps and process 1 dies at step 3; then 4 processes x
 2 devices resume from the latest step and finish. The result must be the
 training of one process on 8 devices that never stopped.
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpcourse import checkpoint, launcher, train, worker
+from dpcourse import checkpoint, train
+from dpcourse.multihost import launcher, worker
 
 PROFILE, SOURCE, STEPS = "smoke", "synthetic", 6
 # As tests/test_launcher.py: float32 sums in another order (gloo between processes vs XLA in one) differ by
