@@ -448,17 +448,19 @@ else:
 # through on 8 devices. Collectives across processes sum in another order
 # than within one, hence the tolerance.)
 #
-# **On GKE** (`deploy/checkpoint-job.yaml`, checked offline by `make
-# infra-test`): an Indexed Job of one pod per GPU node, each running
-# `python -m dpcourse.multihost.worker --checkpoint-dir /checkpoints/run --save-every
-# 100`, with
+# **On GKE.** `deploy/multihost.yaml` (notebook 08) runs this worker as an
+# Indexed Job, one pod per GPU node, and fails the run when one pod fails
+# (`backoffLimit: 0`). A Job that survives a Spot preemption needs three
+# more things:
 #
-# - a **shared volume**: a Filestore `ReadWriteMany` claim mounted in
-#   every pod (or a Cloud Storage bucket through its CSI driver);
-# - `restartPolicy: Never` and a `podFailurePolicy` that does not count a
-#   pod **evicted by a Spot preemption** (`DisruptionTarget`) against
-#   `backoffLimit`: the Job starts a new pod, which resumes from the last
-#   complete step;
+# - a **shared folder**: a `ReadWriteMany` volume (Filestore, through
+#   GKE's Filestore CSI driver) mounted in every pod, or a Cloud Storage
+#   bucket (through its CSI driver), passed as `--checkpoint-dir`;
+# - a **restart that resumes**: `restartPolicy: Never` with a
+#   `podFailurePolicy` that does not count a pod evicted by a preemption
+#   (the `DisruptionTarget` condition) against `backoffLimit`; every
+#   process of the job starts again (a JAX process cannot rejoin the
+#   others' run), and each resumes from the latest complete step;
 # - a grace period under Spot's 30 s notice, so a save in flight is either
 #   committed or left as a temporary folder, never half a step.
 #
