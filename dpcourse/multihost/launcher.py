@@ -271,6 +271,9 @@ def launch_local(
     timeout_s: float = 120.0,
     init_timeout_s: int = 20,
     fail_process: int | None = None,
+    fail_at_step: int | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    save_every: int | None = None,
     process_ids: Sequence[int] | None = None,
     check_port: bool = True,
 ) -> LaunchResult:
@@ -302,7 +305,9 @@ def launch_local(
         init_timeout_s: how long each worker waits for the coordinator and the
             others to join (``initialization_timeout``); below ``timeout_s``.
         fail_process: make this process exit with an error right after it
-            joined (to see how failures are handled).
+            joined (to see how failures are handled), or at ``fail_at_step``.
+        checkpoint_dir, save_every: resume from and save to this folder
+            (notebook 11; see :func:`dpcourse.worker.train_worker`).
         process_ids: ids of the processes to start (default ``0 ..
             n_processes - 1``); leaving out 0 shows an unreachable coordinator.
         check_port: check that the port is free before launching.
@@ -368,6 +373,9 @@ def launch_local(
         ("--data-source", data_source),
         ("--global-batch", global_batch),
         ("--fail-process", fail_process),
+        ("--fail-at-step", fail_at_step),
+        ("--checkpoint-dir", checkpoint_dir),
+        ("--save-every", save_every),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -507,6 +515,8 @@ def _launch_main(args: argparse.Namespace) -> int:
         port=args.port,
         timeout_s=args.timeout_s,
         init_timeout_s=args.init_timeout_s,
+        checkpoint_dir=args.checkpoint_dir,
+        save_every=args.save_every,
     )
     print(output_tail(result.stdout[0]))
     print(f"wall time of the {args.processes}-process run: {result.wall_s:.1f} s")

@@ -81,6 +81,9 @@ def train_worker(
     data_source: str | None = None,
     global_batch: int | None = None,
     out_dir: str | os.PathLike | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    save_every: int | None = None,
+    fail_at_step: int | None = None,
 ) -> dict:
     """Data-parallel training for ``steps`` steps over every device of every process.
 
@@ -100,6 +103,13 @@ def train_worker(
         global_batch: examples per step over all processes (default
             ``per_device_batch x`` global device count).
         out_dir: where process 0 writes its files (None: nowhere).
+        checkpoint_dir: resume from the latest step saved there, if any, and
+            save every ``save_every`` steps and at the end (notebook 11; every
+            process calls save and restore; a shared folder on several machines).
+        save_every: steps between checkpoints (None: only at the end).
+        fail_at_step: this process exits (status 1, no shutdown) when it
+            reaches this step, after the saves before it finished: a process
+            killed mid-run.
 
     Returns:
         The summary (same in every process, except ``process_id``).
@@ -137,13 +147,32 @@ def train_worker(
         f"of each global batch of {global_batch} ({dataset.source} data)"
     )
 
+    # Notebook 11: resume from the latest checkpoint, onto this run's mesh (any process count).
+    start_step, manager = 0, None
+    if checkpoint_dir is not None:
+        from dpcourse import checkpoint
+
+        run = checkpoint.run_description(cfg, global_batch)
+        manager = checkpoint.open_manager(checkpoint_dir)
+        state = checkpoint.make_state(params, opt_state, 0, jax.random.PRNGKey(cfg.seed), 0)
+        shardings = checkpoint.state_shardings(state, mesh, "replicated")
+        if manager.latest_step() is not None:
+            start_step, state = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
+            params, opt_state = state["params"], state["opt_state"]
+            log(f"resumed from step {start_step} of {checkpoint_dir}")
+
     # The step of notebook 05: per-shard gradients, pmean over every device.
     step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
     compile_start = time.perf_counter()
     compiled = step.lower(params, opt_state, x[0], y[0]).compile()
     compile_s = time.perf_counter() - compile_start
-    losses, accuracies, step_s = [], [], []
-    for i in range(steps):
+    losses, accuracies, step_s, first_moment = [], [], [], {}
+    for i in range(start_step, steps):
+        if fail_at_step is not None and i == fail_at_step:
+            if manager is not None:
+                checkpoint.finish(manager)
+            print(f"[process {jax.process_index()}] injected failure at step {i}", file=sys.stderr, flush=True)
+            os._exit(WORKER_FAILURE_EXIT)
         t0 = time.perf_counter()
         params, opt_state, metrics = compiled(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
         jax.block_until_ready(params)
@@ -152,6 +181,12 @@ def train_worker(
             first_moment = {k: np.asarray(v.addressable_data(0)) for k, v in train.adam_first_moment(opt_state).items()}
         losses.append(float(metrics["loss"]))
         accuracies.append(float(metrics["accuracy"]))
+        if manager is not None and (i + 1 == steps or (save_every and (i + 1) % save_every == 0)):
+            key = jax.device_put(jax.random.PRNGKey(cfg.seed), shardings["key"])  # unused by this step
+            checkpoint.save(manager, i + 1, checkpoint.make_state(params, opt_state, i + 1, key, i + 1), run)
+    if manager is not None:
+        checkpoint.finish(manager)
+        manager.close()
 
     # Replicated parameters: every process holds a full copy; they must agree.
     host_params = {k: np.asarray(v.addressable_data(0)) for k, v in params.items()}
@@ -173,6 +208,7 @@ def train_worker(
         "global_batch": global_batch,
         "per_device_batch": per_device_batch,
         "steps": steps,
+        "resumed_from": start_step,
         "losses": losses,
         "accuracies": accuracies,
         "compile_s": compile_s,
@@ -196,7 +232,7 @@ def train_worker(
         (out / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
     print_main(
         f"{summary['num_processes']} processes x {summary['local_devices']} {summary['backend']} devices; "
-        f"global batch {global_batch}; loss {losses[0]:.4f} -> {losses[-1]:.4f} in {steps} steps; "
+        f"global batch {global_batch}; loss {losses[0]:.4f} -> {losses[-1]:.4f} in steps {start_step}..{steps}; "
         f"{summary['ms_per_step']:.1f} ms/step ({summary['examples_per_s']:,.0f} examples/s); params {digest}; "
         f"replicas agree: {'yes' if summary['replicas_agree'] else 'NO'}",
         flush=True,
@@ -268,14 +304,24 @@ def _worker_main(args: argparse.Namespace) -> int:
             init_timeout_s=args.init_timeout_s,
             cpu_devices=args.cpu_devices,
         )
-        if args.fail_process is not None and spec.process_id == args.fail_process:
+        fails_here = args.fail_process is not None and spec.process_id == args.fail_process
+        if fails_here and args.fail_at_step is None:
             print(
                 f"[process {spec.process_id}] injected failure (--fail-process {args.fail_process})",
                 file=sys.stderr,
                 flush=True,
             )
             os._exit(WORKER_FAILURE_EXIT)
-        train_worker(args.profile, args.steps, args.data_source, args.global_batch, args.out)
+        train_worker(
+            args.profile,
+            args.steps,
+            args.data_source,
+            args.global_batch,
+            args.out,
+            args.checkpoint_dir,
+            args.save_every,
+            args.fail_at_step if fails_here else None,
+        )
         shutdown()
     except BaseException:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
         traceback.print_exc()
@@ -301,6 +347,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="examples per step over all devices (default: per-device batch x devices)",
     )
+    parser.add_argument(
+        "--checkpoint-dir", default=None, help="resume from its latest step and save there (a shared folder)"
+    )
+    parser.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (default: at the end)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-devices", type=int, default=None, help="simulated CPU devices in this process")
     parser.add_argument("--out", default=None, help="folder for process 0's result.json and params.npz")
     parser.add_argument("--fail-process", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.profile == "auto":
         args.profile = None

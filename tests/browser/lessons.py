@@ -29,6 +29,8 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "09_performance": ("The ladder on", "Collectives on"),
     # Every form against replicated DP, and the collective census per form.
     "10_sharded": ("each form vs replicated DP", "Collectives per step, "),
+    # The resumed runs against the straight one, and the restores onto other meshes.
+    "11_checkpoint": ("resumed to", "Restored leaves against the saved state"),
 }
 
 

@@ -15,7 +15,7 @@ from dpcourse.exercises import base
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if "02" <= p.stem[:2] <= "10")
+LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if "02" <= p.stem[:2] <= "11")
 
 
 def _nb(stem):
@@ -23,14 +23,14 @@ def _nb(stem):
 
 
 def _exercises(stem):
-    """The lesson and its exercise cells (``{id: cell index}``); every lesson 02-10 has some."""
+    """The lesson and its exercise cells (``{id: cell index}``); every lesson 02-11 has some."""
     nb = _nb(stem)
     cells = solutions.exercise_cells(nb)
     assert cells, f"{stem} has no exercise cells"
     return nb, cells
 
 
-def test_every_lesson_02_to_10_has_exercises():
+def test_every_lesson_02_to_11_has_exercises():
     for stem in LESSONS:
         assert 2 <= len(solutions.exercise_cells(_nb(stem))) <= 3, stem
 
@@ -69,7 +69,7 @@ def test_each_exercise_is_checked_by_its_own_checker(stem):
         assert getattr(module, called.group(1)).exercise == ident
 
 
-@pytest.mark.parametrize("lesson", ["02", "03", "04", "05", "06", "07", "08", "09", "10"])
+@pytest.mark.parametrize("lesson", ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11"])
 def test_every_checker_reports_not_attempted_for_an_untouched_answer(lesson):
     module = importlib.import_module(f"dpcourse.exercises.lesson{lesson}")
     checkers = [f for f in vars(module).values() if callable(f) and hasattr(f, "exercise")]

@@ -24,6 +24,7 @@ EXPECTED = [
     "08_multihost",
     "09_performance",
     "10_sharded",
+    "11_checkpoint",
 ]
 PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 

@@ -1,0 +1,155 @@
+"""A resumable training run: the loop of notebook 11, and the fresh process that resumes it.
+
+Notebook 11 writes the loop in its own cells (a noisy-input step that
+splits the PRNG key each step and reads the batch at the data position);
+:func:`train_until` is the package's version, which the lesson checks its
+cell against, and which the fresh process runs: ``python -m dpcourse.resume
+--dir DIR --until N ...`` restores the latest step of ``DIR`` onto its own
+mesh (any device count that divides the global batch, replicated or FSDP),
+trains to step N, saves it and prints a JSON summary on its last line.
+With ``--kill-at-commit`` it saves once more and is killed (SIGKILL) after
+writing every array and before the commit: the half-written step must
+never be restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+NOISE_STD = 0.05  # standard deviation of the Gaussian noise added to each input pixel (pixels lie in [0, 1])
+
+
+def build(cfg, mesh, form: str, global_batch: int, dataset, n_batches: int):
+    """Everything a run of notebook 11 needs on ``mesh``: ``(step_fn, noisy, x_batches, y_batches, init_state)``.
+
+    ``step_fn(params, opt_state, x, y) -> (params, opt_state, metrics)`` is
+    lesson 10's step of ``form`` (``"replicated"`` or ``"fsdp"``, gathered
+    once); ``noisy(key, x)`` adds :data:`NOISE_STD` Gaussian noise drawn from
+    ``key`` to ``x`` with ``x``'s sharding; the batches are
+    ``[n_batches, global_batch, 784]`` float32 and ``[n_batches, global_batch]``
+    int32, sharded over the batch dimension; ``init_state`` is step 0 (on
+    the form's shardings).
+
+    Raises:
+        ValueError: ``global_batch`` does not divide by the mesh's device count, or an unknown form.
+    """
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from dpcourse import checkpoint, data, model, train
+    from dpcourse.sharded import forms as sharded
+
+    axis = mesh.axis_names[0]
+    train.check_global_batch(global_batch, mesh.shape[axis])
+    optimizer = train.make_optimizer(cfg)
+    params0 = model.init_params(cfg)
+    state0 = checkpoint.make_state(params0, optimizer.init(params0), 0, jax.random.PRNGKey(cfg.seed), 0)
+    shardings = checkpoint.state_shardings(state0, mesh, form)
+    if form == "replicated":
+        step_fn = sharded.make_replicated_step(cfg, optimizer, mesh, params0, state0["opt_state"], axis)
+    else:
+        step_fn, _, _ = sharded.make_fsdp_step(cfg, optimizer, mesh, params0, state0["opt_state"], True, axis)
+    x_host, y_host = data.stacked_batches(dataset, n_batches, global_batch)
+    x_sh = NamedSharding(mesh, P(None, axis, None))
+    xs, ys = jax.device_put(x_host, x_sh), jax.device_put(y_host, NamedSharding(mesh, P(None, axis)))
+    batch_sh = NamedSharding(mesh, P(axis, None))
+    noisy = jax.jit(lambda key, x: x + NOISE_STD * jax.random.normal(key, x.shape, x.dtype), out_shardings=batch_sh)
+    return step_fn, noisy, xs, ys, jax.device_put(state0, shardings)
+
+
+def train_until(state, step_fn, noisy, xs, ys, until: int):
+    """Train from ``state`` to step ``until``: split the key, read the batch at the data position, step.
+
+    Returns:
+        The state at step ``until`` (the same tree as ``state``) and the loss of each step taken.
+    """
+    import jax
+
+    state = dict(state)
+    losses = []
+    while int(state["step"]) < until:
+        key, sub = jax.random.split(state["key"])
+        i = int(state["data_position"]) % xs.shape[0]
+        params, opt_state, metrics = step_fn(state["params"], state["opt_state"], noisy(sub, xs[i]), ys[i])
+        losses.append(float(metrics["loss"]))
+        state.update(
+            params=params,
+            opt_state=opt_state,
+            step=np.int32(int(state["step"]) + 1),
+            key=key,
+            data_position=np.int32(int(state["data_position"]) + 1),
+        )
+    return state, losses
+
+
+def _main(args: argparse.Namespace) -> dict:
+    from dpcourse import devices
+
+    devices.setup_devices(args.devices)
+    import jax
+    from jax.sharding import Mesh
+
+    from dpcourse import checkpoint, config, data
+
+    cfg = config.get_config(args.profile, backend="cpu")
+    dataset = data.load_fashion_mnist(source=args.data_source, limit=cfg.max_train_examples, seed=cfg.seed)
+    mesh = Mesh(np.array(jax.devices()[: args.devices]), ("data",))
+    step_fn, noisy, xs, ys, state0 = build(cfg, mesh, args.form, args.global_batch, dataset, args.n_batches)
+    run = checkpoint.run_description(cfg, args.global_batch)
+    manager = checkpoint.open_manager(args.dir)
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
+    t0 = time.perf_counter()
+    restored_step, state = checkpoint.restore(manager, target, run)
+    restore_s = time.perf_counter() - t0
+    if args.kill_at_commit:
+        with checkpoint.fail_at_commit(kill=True):
+            checkpoint.save(manager, restored_step + 1, state, run)
+            checkpoint.finish(manager)
+        raise AssertionError("the process should have been killed at the commit")
+    state, losses = train_until(state, step_fn, noisy, xs, ys, args.until)
+    checkpoint.save(manager, args.until, state, run)
+    checkpoint.finish(manager)
+    manager.close()
+    return {
+        "restored_step": int(restored_step),
+        "final_step": int(state["step"]),
+        "devices": args.devices,
+        "form": args.form,
+        "losses": losses,
+        "restore_s": restore_s,
+        "jax_version": jax.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpcourse.resume --dir DIR --until N [--devices K] [--form fsdp] ...``."""
+    from dpcourse import checkpoint, config
+
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.resume", description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, help="checkpoint directory (its latest step is resumed)")
+    parser.add_argument("--until", type=int, default=0, help="train to this step, then save it")
+    parser.add_argument("--devices", type=int, default=8, help="simulated CPU devices of this process's mesh")
+    parser.add_argument("--form", choices=checkpoint.FORMS, default="replicated")
+    parser.add_argument("--profile", choices=config.profile_names(), default=None)
+    parser.add_argument("--data-source", choices=["auto", "real", "synthetic"], default=None)
+    parser.add_argument("--global-batch", type=int, required=True)
+    parser.add_argument("--n-batches", type=int, required=True, help="batches in the data stream")
+    parser.add_argument("--kill-at-commit", action="store_true", help="save once more and die before the commit")
+    args = parser.parse_args(argv)
+    try:
+        summary = _main(args)
+    except (checkpoint.CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""dpcourse.checkpoint: restores onto other meshes, failures in one sentence, the last step kept, other runs refused."""
+
+import errno
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpcourse import checkpoint, config, model, train
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return config.make_config("smoke")
+
+
+def _state(cfg, step=3, width=None):
+    cfg = cfg if width is None else cfg.with_overrides(width=width)
+    params = model.init_params(cfg)
+    return checkpoint.make_state(params, train.make_optimizer(cfg).init(params), step, jax.random.PRNGKey(0), step)
+
+
+def _mesh(devs):
+    return Mesh(np.array(devs), ("data",))
+
+
+def _saved(tmp_path, cfg, cpu_devices, form="fsdp"):
+    mesh = _mesh(cpu_devices)
+    state = _state(cfg)
+    placed = jax.device_put(state, checkpoint.state_shardings(state, mesh, form))
+    run = checkpoint.run_description(cfg, 64)
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        checkpoint.save(manager, 3, placed, run)
+        checkpoint.finish(manager)
+    return state, run
+
+
+@pytest.mark.parametrize("form", checkpoint.FORMS)
+def test_a_state_saved_on_8_devices_restores_equal_onto_4_devices_with_the_target_shardings(
+    tmp_path, cfg, cpu_devices, form
+):
+    state, run = _saved(tmp_path, cfg, cpu_devices, form="fsdp" if form == "replicated" else "replicated")
+    mesh4 = _mesh(cpu_devices[:4])
+    shardings = checkpoint.state_shardings(state, mesh4, form)
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        step, got = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
+    assert step == 3 and train.max_abs_diff(state, got) == 0.0
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, s: a.sharding == s, got, shardings)))
+    if form == "fsdp":
+        assert got["params"]["w_block"].sharding.spec == P("data", None)
+
+
+def test_a_save_that_fails_in_the_background_surfaces_at_finish_and_keeps_the_last_step(tmp_path, cfg, cpu_devices):
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        assert checkpoint.save(manager, 4, state, {**run, "loss": np.float32(1.0)})  # returns as if all were well
+        with pytest.raises(checkpoint.CheckpointError, match="not JSON serializable"):
+            checkpoint.finish(manager)
+        assert manager.latest_step() == 3
+
+
+@pytest.mark.parametrize(
+    "code, phrase",
+    [(errno.ENOSPC, "no room left"), (errno.EDQUOT, "no room left"), (errno.EROFS, "cannot be written")],
+)
+def test_a_full_disk_or_a_read_only_folder_during_a_save_is_one_sentence_and_no_corrupt_latest_step(
+    tmp_path, cfg, cpu_devices, code, phrase
+):
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        with checkpoint.fail_at_commit(OSError(code, "simulated")):
+            checkpoint.save(manager, 4, state, run)
+            with pytest.raises(checkpoint.CheckpointError) as caught:
+                checkpoint.finish(manager)
+        assert phrase in str(caught.value) and "\n" not in str(caught.value)
+        assert "last complete step is unchanged" in str(caught.value)
+        assert manager.latest_step() == 3
+    assert checkpoint.half_written(tmp_path / "ckpt") == ["4" + checkpoint.TMP_SUFFIX]
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        mesh = _mesh(cpu_devices)
+        target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, mesh, "fsdp"))
+        assert checkpoint.restore(manager, target, run)[0] == 3
+
+
+def test_a_tensorstore_error_is_read_for_its_operating_system_code():
+    message = checkpoint.explain(ValueError("Error writing 'w/0.0': [os_error_code='28'] No space"), "save step 4")
+    assert message.startswith("Could not save step 4: no room left")
+
+
+def test_a_checkpoint_from_another_profile_or_model_is_refused_naming_the_mismatch(tmp_path, cfg, cpu_devices):
+    state, _ = _saved(tmp_path, cfg, cpu_devices)
+    other = checkpoint.run_description(cfg.with_overrides(width=64), 64)
+    target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, _mesh(cpu_devices), "replicated"))
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        with pytest.raises(checkpoint.CheckpointMismatch, match=r"width 32 \(this run: 64\)"):
+            checkpoint.restore(manager, target, other)
+        with pytest.raises(checkpoint.CheckpointMismatch, match="global_batch 64"):
+            checkpoint.restore(manager, target, checkpoint.run_description(cfg, 32))
+
+
+def test_a_state_of_another_layout_is_refused_in_one_sentence(tmp_path, cfg, cpu_devices):
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    wider = _state(cfg, width=64)
+    target = checkpoint.abstract_target(wider, checkpoint.state_shardings(wider, _mesh(cpu_devices), "replicated"))
+    with (
+        checkpoint.open_manager(tmp_path / "ckpt") as manager,
+        pytest.raises(checkpoint.CheckpointMismatch, match="does not fit the target state"),
+    ):
+        checkpoint.restore(manager, target, run)
+
+
+def test_a_target_without_shardings_is_refused_before_anything_is_read(tmp_path, cfg, cpu_devices):
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    bare = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), state)
+    with (
+        checkpoint.open_manager(tmp_path / "ckpt") as manager,
+        pytest.raises(checkpoint.CheckpointError, match="have no sharding"),
+    ):
+        checkpoint.restore(manager, bare, run)
+
+
+def test_an_empty_directory_says_to_start_from_step_0(tmp_path, cfg, cpu_devices):
+    state = _state(cfg)
+    target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, _mesh(cpu_devices), "replicated"))
+    with (
+        checkpoint.open_manager(tmp_path / "empty") as manager,
+        pytest.raises(checkpoint.CheckpointError, match="No complete checkpoint.*step 0"),
+    ):
+        checkpoint.restore(manager, target, checkpoint.run_description(cfg, 64))
+
+
+def test_a_directory_under_a_file_is_one_sentence(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(checkpoint.CheckpointError, match="Could not open the checkpoint directory"):
+        checkpoint.open_manager(tmp_path / "file" / "ckpt")
+
+
+def test_an_unknown_form_and_a_fault_without_a_kind_are_refused(cfg, cpu_devices):
+    with pytest.raises(ValueError, match="replicated, fsdp"):
+        checkpoint.state_shardings(_state(cfg), _mesh(cpu_devices), "zero3")
+    with pytest.raises(ValueError, match="either an error"), checkpoint.fail_at_commit():
+        pass
+
+
+def test_sizes_count_every_array_once_and_the_files_on_disk(tmp_path, cfg, cpu_devices):
+    state, _ = _saved(tmp_path, cfg, cpu_devices)
+    n_params = model.param_count(cfg)
+    # 12 bytes per parameter, plus AdamW's step count (4), the step, the position (4 each) and the key (8).
+    assert checkpoint.leaf_bytes(state) == 12 * n_params + 4 + 4 + 4 + 8
+    # Orbax compresses each chunk (zstd): random initial weights hardly shrink, AdamW's zero moments vanish.
+    assert 4 * n_params < checkpoint.directory_bytes(tmp_path / "ckpt" / "3") < 12 * n_params
+    placed = jax.device_put(state, NamedSharding(_mesh(cpu_devices), P()))
+    assert checkpoint.leaf_bytes(placed) == checkpoint.leaf_bytes(state)
