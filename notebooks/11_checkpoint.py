@@ -54,7 +54,8 @@ import orbax.checkpoint as ocp
 from IPython.display import display
 from jax.sharding import Mesh
 
-from dpcourse import checkpoint, config, model, record, resume, show, train
+from dpcourse import config, model, record, show, train
+from dpcourse.checkpoints import checkpoint, resume
 from dpcourse.multihost import launcher, worker
 
 devs = lesson.devices.devices
@@ -83,7 +84,7 @@ print(f"checkpoints go to {root}")
 # (one half for this step's input noise, one half carried on), reads the
 # batch at the data position, and runs lesson 10's step. The setup
 # (lesson 10's steps, the batches on the mesh, step 0) comes from
-# `dpcourse.resume.build`; the loop is this cell:
+# `dpcourse.checkpoints.resume.build`; the loop is this cell:
 
 
 # %%
@@ -203,7 +204,7 @@ assert manager.latest_step() == STEPS // 2  # the failed step is not a checkpoin
 # checkpoint. Wait before you trust a step (at the latest before the next
 # save, and at the end), and close the manager.
 #
-# `dpcourse.checkpoint` keeps these calls in `save`, `finish` and
+# `dpcourse.checkpoints.checkpoint` keeps these calls in `save`, `finish` and
 # `restore`, and turns an operating system's error into one sentence.
 # A **full disk** during a save (simulated: the commit fails with
 # `ENOSPC`, as it does when the disk fills up on the last write):
@@ -307,13 +308,13 @@ assert w_in.mesh.size == n  # the saved mesh, silently
 # onto a mesh that was meant to replicate it, or the other way round, puts
 # the wrong bytes on each device, up to running out of memory. The rule:
 # **build the target from this run's mesh and specs, never from the
-# checkpoint.** `dpcourse.checkpoint.restore` refuses a target without one.
+# checkpoint.** `dpcourse.checkpoints.checkpoint.restore` refuses a target without one.
 #
 # ## 4. Resume in a fresh process: the same training
 #
 # The real test of a checkpoint: a **new process**, with nothing in memory
 # but what it reads from disk, restores step N / 2 and trains to step N.
-# `python -m dpcourse.resume` does that (the package's `train_until`, the
+# `python -m dpcourse.checkpoints.resume` does that (the package's `train_until`, the
 # same loop), for replicated DP and for FSDP on all 8 devices, and for
 # replicated DP on half of them, in three processes at once; each works
 # on its own copy of the checkpoint folder.
@@ -325,7 +326,15 @@ procs = {}
 for label, (form, n_dev) in jobs.items():
     folder = root / f"resume {label}"
     shutil.copytree(saved[form][0], folder)
-    command = [sys.executable, "-m", "dpcourse.resume", "--dir", str(folder), "--until", str(STEPS)]
+    command = [
+        sys.executable,
+        "-m",
+        "dpcourse.checkpoints.resume",
+        "--dir",
+        str(folder),
+        "--until",
+        str(STEPS),
+    ]
     command += ["--devices", str(n_dev), "--form", form, "--profile", cfg.profile]
     command += ["--global-batch", str(global_batch), "--n-batches", str(N_BATCHES)]
     command += ["--data-source", dataset.source]
@@ -377,7 +386,14 @@ display(show.table(resume_rows, caption=f"Stopped at {STEPS // 2}, resumed to {S
 # %%
 killed_dir = root / "killed"
 shutil.copytree(directory, killed_dir)
-command = [sys.executable, "-m", "dpcourse.resume", "--dir", str(killed_dir), "--kill-at-commit"]
+command = [
+    sys.executable,
+    "-m",
+    "dpcourse.checkpoints.resume",
+    "--dir",
+    str(killed_dir),
+    "--kill-at-commit",
+]
 command += ["--devices", str(n), "--profile", cfg.profile, "--global-batch", str(global_batch)]
 command += ["--n-batches", str(N_BATCHES), "--data-source", dataset.source]
 killed = subprocess.run(command, capture_output=True, text=True)

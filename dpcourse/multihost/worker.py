@@ -150,7 +150,7 @@ def train_worker(
     # Notebook 11: resume from the latest checkpoint, onto this run's mesh (any process count).
     start_step, manager = 0, None
     if checkpoint_dir is not None:
-        from dpcourse import checkpoint
+        from dpcourse.checkpoints import checkpoint
 
         run = checkpoint.run_description(cfg, global_batch)
         manager = checkpoint.open_manager(checkpoint_dir)

@@ -45,7 +45,6 @@ def test_the_wheel_installs_fresh_and_runs_lessons_02_and_05_outside_the_reposit
             "wheel",
             "--quiet",
             "--no-deps",
-            "--no-build-isolation",
             "-w",
             str(wheels),
             str(ROOT),

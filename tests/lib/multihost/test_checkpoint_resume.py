@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpcourse import checkpoint, train
+from dpcourse import train
+from dpcourse.checkpoints import checkpoint
 from dpcourse.multihost import launcher, worker
 
 PROFILE, SOURCE, STEPS = "smoke", "synthetic", 6

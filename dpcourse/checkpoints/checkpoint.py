@@ -3,7 +3,7 @@
 Notebook 11 teaches the calls (``CheckpointManager``, ``save``,
 ``wait_until_finished``, ``restore`` onto a target built from
 ``jax.ShapeDtypeStruct``) in its own cells; this module is the reusable
-version that the lesson's fresh process (:mod:`dpcourse.resume`), the
+version that the lesson's fresh process (:mod:`dpcourse.checkpoints.resume`), the
 multi-process worker and the tests use. A checkpoint step holds two items:
 ``state`` (the resumable state: parameters, AdamW state, step, PRNG key,
 data position) and ``run`` (a JSON description of the model and profile,

@@ -1,4 +1,4 @@
-"""dpcourse.checkpoint: restores onto other meshes, failures in one sentence, the last step kept, other runs refused."""
+"""dpcourse.checkpoints.checkpoint: restores onto other meshes, failures in one sentence, the last step kept, other runs refused."""
 
 import errno
 
@@ -8,7 +8,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import checkpoint, config, model, train
+from dpcourse import config, model, train
+from dpcourse.checkpoints import checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 Notebook 11 writes the loop in its own cells (a noisy-input step that
 splits the PRNG key each step and reads the batch at the data position);
 :func:`train_until` is the package's version, which the lesson checks its
-cell against, and which the fresh process runs: ``python -m dpcourse.resume
+cell against, and which the fresh process runs: ``python -m dpcourse.checkpoints.resume
 --dir DIR --until N ...`` restores the latest step of ``DIR`` onto its own
 mesh (any device count that divides the global batch, replicated or FSDP),
 trains to step N, saves it and prints a JSON summary on its last line.
@@ -42,7 +42,8 @@ def build(cfg, mesh, form: str, global_batch: int, dataset, n_batches: int):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from dpcourse import checkpoint, data, model, train
+    from dpcourse import data, model, train
+    from dpcourse.checkpoints import checkpoint
     from dpcourse.sharded import forms as sharded
 
     axis = mesh.axis_names[0]
@@ -95,7 +96,8 @@ def _main(args: argparse.Namespace) -> dict:
     import jax
     from jax.sharding import Mesh
 
-    from dpcourse import checkpoint, config, data
+    from dpcourse import config, data
+    from dpcourse.checkpoints import checkpoint
 
     cfg = config.get_config(args.profile, backend="cpu")
     dataset = data.load_fashion_mnist(source=args.data_source, limit=cfg.max_train_examples, seed=cfg.seed)
@@ -128,10 +130,11 @@ def _main(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dpcourse.resume --dir DIR --until N [--devices K] [--form fsdp] ...``."""
-    from dpcourse import checkpoint, config
+    """``python -m dpcourse.checkpoints.resume --dir DIR --until N [--devices K] [--form fsdp] ...``."""
+    from dpcourse import config
+    from dpcourse.checkpoints import checkpoint
 
-    parser = argparse.ArgumentParser(prog="python -m dpcourse.resume", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dpcourse.checkpoints.resume", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="checkpoint directory (its latest step is resumed)")
     parser.add_argument("--until", type=int, default=0, help="train to this step, then save it")
     parser.add_argument("--devices", type=int, default=8, help="simulated CPU devices of this process's mesh")

@@ -1,4 +1,4 @@
-"""dpcourse.resume: a run stopped halfway and resumed from its checkpoint equals one that never stopped."""
+"""dpcourse.checkpoints.resume: a run stopped halfway and resumed from its checkpoint equals one that never stopped."""
 
 import json
 import subprocess
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from dpcourse import checkpoint, config, data, resume, train
+from dpcourse import config, data, train
+from dpcourse.checkpoints import checkpoint, resume
 
 STEPS, N_BATCHES = 6, 5
 
@@ -61,7 +62,7 @@ def test_resuming_an_empty_directory_is_one_sentence_and_exit_status_1(tmp_path,
 
 def test_a_process_killed_during_a_save_leaves_the_previous_step_latest_and_whole(tmp_path, setup):
     _, _, half, run, state0 = _half_saved(tmp_path, setup, "replicated")
-    command = [sys.executable, "-m", "dpcourse.resume", *_args(tmp_path, setup, "--kill-at-commit")]
+    command = [sys.executable, "-m", "dpcourse.checkpoints.resume", *_args(tmp_path, setup, "--kill-at-commit")]
     # One fresh process (JAX's import and one save): 120 s bounds a loaded 2-core machine.
     killed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr[-2000:]
