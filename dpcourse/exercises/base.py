@@ -199,14 +199,11 @@ def checker(exercise: str, expects: str) -> Callable:
     return wrap
 
 
-def first_sentence(err: BaseException, limit: int = 240) -> str:
-    """The first sentence of an error's message, cut at a word (never mid-word) within ``limit`` characters."""
-    text = " ".join(str(err).split())
-    match = re.match(r"(.+?[.!?])(\s|$)", text)
-    text = match.group(1) if match else text
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
-    return text
+def first_sentence(err: BaseException, limit: int = 400) -> str:
+    """The start of an error's message, its first sentence whole (:func:`dpcourse.checks.first_sentence`)."""
+    from dpcourse.checks import first_sentence as whole_first_sentence
+
+    return whole_first_sentence(err, limit)
 
 
 def describe(value) -> str:
