@@ -81,7 +81,15 @@ def structure_difference(mine, reference, most: int = 4) -> str:
     return f"a {type(mine).__name__} where the reference has a {type(reference).__name__}, with the same leaves"
 
 
-def compare(mine, reference, what: str, package_name: str, atol: float = 0.0) -> CellCheck:
+def compare(
+    mine,
+    reference,
+    what: str,
+    package_name: str,
+    atol: float = 0.0,
+    start=None,
+    factors: Sequence[Factor] = (),
+) -> CellCheck:
     """Compare the pytree ``mine`` (from the lesson's cell) with ``reference`` (from the package).
 
     Args:
@@ -91,6 +99,10 @@ def compare(mine, reference, what: str, package_name: str, atol: float = 0.0) ->
         package_name: the package function, e.g. ``"train.make_pmap_step"``.
         atol: largest absolute difference still counted as the same
             (0: bit for bit).
+        start: for a step's ``(params, opt_state, metrics)``, the
+            ``(params, opt_state)`` it started from: a difference is then
+            described leaf by leaf in words, with its likely cause
+            (:func:`tree_difference`, constant factors from ``factors``).
 
     Returns:
         A :class:`CellCheck`; it renders as a note (same) or a warning.
@@ -120,6 +132,24 @@ def compare(mine, reference, what: str, package_name: str, atol: float = 0.0) ->
             if diff > worst:
                 worst, worst_name = diff, name
     if worst > atol:
+        described = None
+        if start is not None and isinstance(mine, (tuple, list)) and len(mine) == 3:
+            described = tree_difference(
+                tuple(mine),
+                tuple(reference),
+                roles=("parameters", "state", "value"),
+                starts=(start[0], start[1], None),
+                what=what,
+                rel=0.0,
+                rel_update=0.0,
+                factors=factors,
+            )
+        if described is not None:
+            return CellCheck(
+                False,
+                f"Your cell's {what} differ from {package_name}'s by up to {worst:.3g} (allowed {atol:.3g}): "
+                f"{described}. The lesson below runs your version.",
+            )
         return CellCheck(
             False,
             f"Your cell's {what} differ from {package_name}'s: {worst_name} by up to {worst:.3g} "
@@ -137,7 +167,8 @@ Factor = tuple[float, str, str]
 
 def device_factor(n: int) -> Factor:
     """N devices: a gradient N times too large was summed over the devices instead of averaged."""
-    return (float(n), f"N = {n} devices", "summed instead of averaged?")
+    why = "summed instead of averaged (a psum for a pmean, a sum for a mean, or a pmean on the sum a missing pcast makes)?"
+    return (float(n), f"N = {n} devices", why)
 
 
 def microbatch_factor(k: int) -> Factor:
@@ -238,9 +269,10 @@ def _measure(mine: np.ndarray, ref: np.ndarray, tol: float, elementwise: bool) -
 
 
 def _cause(k: float, factors: Sequence[Factor], otherwise: str) -> str:
-    for value, label, why in factors:
-        if abs(k - value) <= 0.01 * value:
-            return f" ({label}): {why}"
+    matches = [(label, why) for value, label, why in factors if abs(k - value) <= 0.01 * value]
+    if matches:
+        return f" ({' or '.join(m[0] for m in matches)}): {' Or '.join(m[1] for m in matches)}"
+    for value, label, _ in factors:
         if value > 1 and abs(k - 1 / value) <= 0.01 / value:
             return f" (1/{value:g}, {label}): divided by it once too often?"
     if abs(k + 1) <= 0.01:
@@ -438,7 +470,7 @@ def compare_steps(
 
 # --- Error messages ---------------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`'\"(])|\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!e\.g\.)(?<!i\.e\.)\s+|\n\s*\n")
 
 
 def first_sentence(err: BaseException | str, limit: int = 400, cap: int = 1200) -> str:
@@ -462,3 +494,13 @@ def first_sentence(err: BaseException | str, limit: int = 400, cap: int = 1200) 
     if len(out) > max(cap, limit):
         out = out[: max(cap, limit)].rsplit(" ", 1)[0] + " ..."
     return out
+
+
+def beyond(what: str, value: float, tolerance: float, likely: str = "") -> str:
+    """The sentence an ``assert value < tolerance`` shows: what differs, by how much, the tolerance, the likely cause.
+
+    For example ``assert equiv < tol, checks.beyond("the parameters after 3 steps, N devices against one",
+    equiv, tol, "a reduction that sums, or a batch split unevenly")``.
+    """
+    sentence = f"{what[:1].upper()}{what[1:]} differ by {value:.3g}, above the tolerance {tolerance:.3g}"
+    return f"{sentence}: {likely}" if likely else f"{sentence}."

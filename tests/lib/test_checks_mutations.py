@@ -101,7 +101,12 @@ MUTATIONS = {
     "05 learning rate 1.3x": ("05", APPLY, LR_13, ["1.3x", "the learning rate?"]),
     "04 gradient 1.1x": ("04", MEAN_04, MEAN_04.replace("g.mean(axis=0)", "1.1 * g.mean(axis=0)"), ["1.1x"]),
     "04 gradient 1.02x": ("04", MEAN_04, MEAN_04.replace("g.mean(axis=0)", "1.02 * g.mean(axis=0)"), ["1.02x"]),
-    "05 gradient 1.02x": ("05", PMEAN_05, PMEAN_05 + "\n    grads = jax.tree.map(lambda g: 1.02 * g, grads)", ["1.02x"]),
+    "05 gradient 1.02x": (
+        "05",
+        PMEAN_05,
+        PMEAN_05 + "\n    grads = jax.tree.map(lambda g: 1.02 * g, grads)",
+        ["1.02x"],
+    ),
     "04 weight decay sign flipped": ("04", UPDATE, FLIPPED_DECAY, ["weight decay", "flipped sign"]),
     "05 weight decay sign flipped": ("05", UPDATE, FLIPPED_DECAY, ["weight decay", "flipped sign"]),
     "04 sum for mean": ("04", MEAN_04, MEAN_04.replace("g.mean(axis=0)", "g.sum(axis=0)"), ["4x", "N = 4 devices"]),
@@ -125,3 +130,79 @@ def test_a_sum_for_mean_names_the_gradients_and_the_leaf_in_words():
     fb = check_04(plant(SRC_04, MEAN_04, MEAN_04.replace("g.mean(axis=0)", "g.sum(axis=0)")))
     assert "your gradients are 4x the reference's (N = 4 devices): summed instead of averaged?" in fb.message, fb
     assert "the optimizer's first moment" in fb.message and "tolerated" in fb.message, fb
+
+
+def lesson_10_accumulation(source: str, mesh, opt, args):
+    """Run lesson 10's accumulation cell (it also compiles its step on the lesson's first batch)."""
+    from jax.sharding import NamedSharding as Named
+
+    params, opt_state, x, y = args
+    names = dict(ACCUM_K=4, mesh=mesh, NamedSharding=Named, optimizer=opt, compiled={})
+    names.update(params=params, opt_state=opt_state, batches=[(x, y)])
+    return run_cells(source, **names)["accum_step"]
+
+
+@pytest.mark.parametrize("divided", [True, False], ids=["divided by K", "not divided by K"])
+def test_10_accumulation_not_divided_by_k_is_named_and_the_lesson_cell_agrees(divided):
+    """Two devices, so that K = 4 and N = 2 name different causes."""
+    mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
+    opt = train.make_optimizer(CFG)
+    params = jax.device_put(model.init_params(CFG), NamedSharding(mesh, P()))
+    rng = np.random.default_rng(5)
+    rows = 2 * CFG.per_device_batch  # 16 rows: 4 microbatches of 4, 2 per device
+    x = jax.device_put(rng.random((rows, 784), dtype=np.float32), NamedSharding(mesh, P("data", None)))
+    y = jax.device_put(rng.integers(0, 10, rows).astype(np.int32), NamedSharding(mesh, P("data")))
+    args = (params, opt.init(params), x, y)
+    source = lesson_source("10_sharded", "accum_step")
+    if not divided:
+        source = plant(source, "grads = jax.tree.map(lambda g: g / ACCUM_K, acc)", "grads = acc")
+    mine = jax.jit(lesson_10_accumulation(source, mesh, opt, args))(*args)
+    replicated = jax.jit(train.make_train_step(CFG, opt))(*args)
+    factors = [checks.device_factor(2), checks.microbatch_factor(4)]
+    out = checks.compare_steps(mine, replicated, args[:2], "accumulation, scan", "replicated DP", "cpu", factors)
+    if divided:
+        assert out.same, out.message
+        return
+    assert not out.same
+    assert "your gradients are 4x the reference's (K = 4 microbatches): the accumulated gradient not divided by K?" in (
+        out.message
+    ), out.message
+    assert "tolerated" in out.message, out.message
+
+
+def test_a_pmap_style_comparison_with_its_start_names_the_learning_rate():
+    """checks.compare (bit for bit, lesson 06) given the start describes a difference in words too."""
+    params = {"w_block": np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)}
+    grads = {"w_block": np.cos(np.arange(64, dtype=np.float32)).reshape(8, 8)}
+    opt = optax.adamw(1e-3, weight_decay=1e-4)
+    state = opt.init(params)
+
+    def step(lr_factor):
+        updates, new_state = opt.update(grads, state, params)
+        updates = jax.tree.map(lambda u: lr_factor * u, updates)
+        return optax.apply_updates(params, updates), new_state, {"loss": np.float32(1.0)}
+
+    out = checks.compare(step(1.3), step(1.0), "parameters, AdamW state and metrics", "f", start=(params, state))
+    assert not out.same
+    assert "1.3x" in out.message and "the learning rate?" in out.message and "the block weight" in out.message, out
+
+
+def test_a_jax_error_is_shown_with_its_first_sentence_whole():
+    mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
+    try:
+        jax.jit(jax.shard_map(lambda v: v.sum(), mesh=mesh, in_specs=P("data"), out_specs=P()))(jnp.ones(4))
+    except ValueError as err:
+        text = checks.first_sentence(err)
+    else:
+        pytest.fail("a varying value under out_specs=P() should be refused")
+    assert "given the mesh:" in text and not text.endswith(":"), text  # what the colon introduces follows
+    assert "\n" not in text and not text.endswith("..."), text
+    long_sentence = "word " * 100 + "end."  # 505 characters, no sentence end before it
+    assert checks.first_sentence(ValueError(long_sentence + " Next."), limit=90) == long_sentence
+
+
+def test_an_assertion_sentence_says_what_differs_by_how_much_and_the_tolerance():
+    text = checks.beyond("the parameters after 3 steps, 8 devices against one,", 3.2e-5, 1e-5, "a psum?")
+    assert text == (
+        "The parameters after 3 steps, 8 devices against one, differ by 3.2e-05, above the tolerance 1e-05: a psum?"
+    )
