@@ -241,7 +241,11 @@ def _describe(role: str, tokens: list, keystr: str, what: str) -> tuple[str, str
     last = tokens[-1] if tokens else None
     if isinstance(last, str) and last in _VALUE_WORDS:
         return "value", _VALUE_WORDS[last]
-    return "value", f"{what}{keystr}" if keystr else what
+    if not tokens:
+        return "value", what
+    ordinals = ("first", "second", "third", "fourth", "fifth")
+    said = [f"{ordinals[t]} item" if isinstance(t, int) and 0 <= t < len(ordinals) else f"item {t!r}" for t in tokens]
+    return "value", f"{what}'s " + ", ".join(said)
 
 
 @dataclass(frozen=True)
@@ -464,7 +468,11 @@ def compare_steps(
         factors=factors,
     )
     if problem is None:
-        return CellCheck(True, f"{what} agree with {reference_name}'s, each leaf within its tolerance.")
+        return CellCheck(
+            True,
+            f"{what} agree with {reference_name}'s, each leaf within its tolerance (a relative difference "
+            f"of at most {rel:g}, {rel_update:g} for the change to a parameter).",
+        )
     return CellCheck(False, f"{what} differ from {reference_name}'s: {problem}.")
 
 
