@@ -128,7 +128,7 @@ def test_a_planted_mistake_is_not_yet_with_its_cause(name):
 
 def test_a_sum_for_mean_names_the_gradients_and_the_leaf_in_words():
     fb = check_04(plant(SRC_04, MEAN_04, MEAN_04.replace("g.mean(axis=0)", "g.sum(axis=0)")))
-    assert "your gradients are 4x the reference's (N = 4 devices): summed instead of averaged?" in fb.message, fb
+    assert "your gradients are 4x the reference's (N = 4 devices): summed instead of averaged (a psum" in fb.message, fb
     assert "the optimizer's first moment" in fb.message and "tolerated" in fb.message, fb
 
 
@@ -206,3 +206,19 @@ def test_an_assertion_sentence_says_what_differs_by_how_much_and_the_tolerance()
     assert text == (
         "The parameters after 3 steps, 8 devices against one, differ by 3.2e-05, above the tolerance 1e-05: a psum?"
     )
+
+
+def test_05_section_4_with_psum_stops_on_a_sentence_not_a_number():
+    """05's section 4 compares the learner's shard_map step with one device: psum for pmean names N."""
+    mesh, opt, args = setting()
+    mine = run_cells(plant(SRC_05, PMEAN_05, PMEAN_05.replace("pmean", "psum")))["make_shard_map_step"](opt, mesh)
+    ours = jax.jit(mine)(*args)
+    with jax.set_mesh(None):
+        one = jax.device_put(args, jax.devices()[0])
+        single = jax.jit(train.make_train_step(CFG, opt))(*one)
+    out = checks.compare_steps(
+        ours, single, args[:2], "Your step after 1 step", "one device", "cpu", [checks.device_factor(N)]
+    )
+    assert not out.same
+    assert out.message.startswith("Your step after 1 step differ from one device's: your gradients are 4x"), out.message
+    assert "(N = 4 devices): summed instead of averaged" in out.message and "tolerated" in out.message, out.message
