@@ -478,15 +478,16 @@ def compare_steps(
 
 # --- Error messages ---------------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!e\.g\.)(?<!i\.e\.)\s+|\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!e\.g\.)(?<!i\.e\.)\s+|\s*\n\s*")
 
 
 def first_sentence(err: BaseException | str, limit: int = 400, cap: int = 1200) -> str:
     """An error's message from its start: the first sentence whole, then whole sentences within ``limit`` characters.
 
     A sentence that ends with a colon goes on with what it introduces (JAX's
-    ``shard_map`` errors put the explanation after "given the mesh:"). Blank
-    lines count as sentence ends; whitespace is joined to single spaces. A
+    ``shard_map`` errors put the explanation after "given the mesh:"). A
+    line break counts as a sentence end; whitespace is joined to single spaces
+    (``limit=0``: the first sentence only, for a table's one line). A
     first sentence longer than ``limit`` is shown whole; only one longer
     than ``cap`` (a dump, not a sentence) is cut, at a word, with " ...".
     """
