@@ -325,8 +325,9 @@ def sweep(
         try:
             points.append(SweepPoint(size, "ok", result=run_one(size)))
         except Exception as err:  # noqa: BLE001 - a failed size must not stop the sweep
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            points.append(SweepPoint(size, "failed", f"{type(err).__name__}: {message[:300]}"))
+            from dpcourse.checks import first_sentence
+
+            points.append(SweepPoint(size, "failed", f"{type(err).__name__}: {first_sentence(err, 0)}"))
         finally:
             if cleanup is not None:
                 cleanup()

@@ -165,12 +165,14 @@ for name in changed:
             "warning",
         )
     )
-assert MEM_FRACTION in changed
+assert MEM_FRACTION in changed, f"{MEM_FRACTION} changed after JAX started but was not reported"
 if saved is None:
     del os.environ[MEM_FRACTION]
 else:
     os.environ[MEM_FRACTION] = saved
-assert devices.settings_changed_after_start() == []
+assert devices.settings_changed_after_start() == [], (
+    f"still reported as changed after the restore: {devices.settings_changed_after_start()}"
+)
 
 # %% [markdown]
 # ## 4. How are the GPUs connected?

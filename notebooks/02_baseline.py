@@ -370,7 +370,10 @@ before, after = memory.free(
 )
 print("before:", before)
 print("after: ", after)
-assert after.bytes <= before.bytes  # equal when this cell runs a second time
+# equal when this cell runs a second time
+assert after.bytes <= before.bytes, (
+    f"live device memory grew from {before} to {after} while freeing"
+)
 
 # %% [markdown]
 # ## What you learned

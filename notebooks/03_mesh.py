@@ -37,7 +37,7 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import devices, record, show, train
+from dpcourse import checks, devices, record, show, train
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -76,7 +76,7 @@ except (ValueError, KeyError) as err:
     print(
         "P('model', None) on a mesh without 'model':",
         type(err).__name__,
-        str(err).splitlines()[0][:160],
+        checks.first_sentence(err),
     )
 
 # %%
@@ -167,7 +167,7 @@ with jax.set_mesh(mesh):
         jax.jit(jnp.sum)(on_one_device)
         print("Under the context mesh: accepted by this JAX version.")
     except ValueError as err:
-        print("Under the context mesh:", str(err).splitlines()[0][:90], "...")
+        print("Under the context mesh:", checks.first_sentence(err))
 with jax.set_mesh(None):
     print("Under jax.set_mesh(None):", float(jax.jit(jnp.sum)(on_one_device)))
 

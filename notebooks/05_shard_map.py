@@ -39,7 +39,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, costs, memory, model, placement, record, show, train
+from dpcourse import bench, checks, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
 from dpcourse.exercises.cells import check_against
 from dpcourse.gpu_compile import notebook as gpu_placement
@@ -250,11 +250,33 @@ equiv = rows[-1]["max |diff| shard_map vs 1 device"]
 equiv_jit = rows[-1]["max |diff| shard_map vs jit"]
 # Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
 EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
-assert equiv < EQUIV_TOL, equiv
-assert equiv_jit < EQUIV_TOL, equiv_jit  # the explicit and the automatic step agree too
 GRAD_TOL = GRAD_REL_TOL * grad_scale  # relative to the largest gradient element
 print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g})")
-assert grad_diff < GRAD_TOL
+# Your shard_map step (section 2) against one device, each leaf against its own scale: a
+# parameter by the change the 3 steps made, AdamW's moments and the metrics as they are.
+same_training = checks.compare_steps(
+    (ps, ss, ms),
+    (p1, s1, m1),
+    (params, opt_state),
+    "Your shard_map step's parameters, AdamW state and metrics after 3 steps",
+    "one device",
+    backend,
+    [checks.device_factor(n)],
+)
+print(same_training.message)
+assert same_training.same, same_training.message
+assert equiv < EQUIV_TOL, checks.beyond(
+    f"the parameters after 3 steps, shard_map on {n} devices against one device,", equiv, EQUIV_TOL
+)
+assert equiv_jit < EQUIV_TOL, checks.beyond(  # the explicit and the automatic step agree too
+    "the parameters after 3 steps, shard_map against jit,", equiv_jit, EQUIV_TOL
+)
+assert grad_diff < GRAD_TOL, checks.beyond(
+    "the first step's gradients, shard_map against one device,",
+    grad_diff,
+    GRAD_TOL,
+    f"{grad_diff / grad_scale:.2g} of the largest gradient element; a psum for a pmean?",
+)
 
 # %% [markdown]
 # ## 5. Classic mistakes, made on purpose
@@ -280,7 +302,7 @@ try:
     )(params, *batches[0])
     raise AssertionError("check_vma should refuse a varying value under out_specs=P()")
 except ValueError as err:
-    print("Refused:", " ".join(str(err).splitlines()[:2])[:400])
+    print("Refused:", checks.first_sentence(err))
 
 # %% [markdown]
 # With the check switched off the same code runs and returns **one device's**
@@ -313,7 +335,13 @@ print(
     f"returned: {wrong_loss:.6f}   global mean: {true_loss:.6f}   "
     f"device 0's shard: {shard_losses[0]:.6f}"
 )
-assert abs(wrong_loss - shard_losses[0]) < 1e-4 and abs(wrong_loss - true_loss) > 1e-6
+assert abs(wrong_loss - shard_losses[0]) < 1e-4, checks.beyond(
+    "the unchecked loss and device 0's shard loss", abs(wrong_loss - shard_losses[0]), 1e-4
+)
+assert abs(wrong_loss - true_loss) > 1e-6, (
+    f"The unchecked loss {wrong_loss:.6f} equals the global mean {true_loss:.6f}: this JAX "
+    "no longer returns one device's value under check_vma=False"
+)
 
 # %% [markdown]
 # **(b) `psum` where `pmean` was meant** sums the N shards' mean gradients:
@@ -336,7 +364,9 @@ g_mean = grads_with(jax.lax.pmean)(params, *batches[0])
 g_sum = grads_with(jax.lax.psum)(params, *batches[0])
 scale = float(jnp.linalg.norm(g_sum["w_block"]) / jnp.linalg.norm(g_mean["w_block"]))
 print(f"|psum grad| / |pmean grad| = {scale:.3f} (N = {n})")
-assert abs(scale - n) < 1e-3 * n
+assert abs(scale - n) < 1e-3 * n, checks.beyond(
+    f"|psum grad| / |pmean grad| and N = {n}", abs(scale - n), 1e-3 * n
+)
 
 # %% [markdown]
 # **(c) Forgetting the cast to a per-device copy.** With `check_vma=True`,
@@ -363,7 +393,9 @@ print(
     f"|grad without pcast| / |correct grad| = {scale_nc:.3f}; "
     f"collectives inside the loop on {backend}: {rep_nc.in_loop_count}"
 )
-assert abs(scale_nc - n) < 1e-3 * n
+assert abs(scale_nc - n) < 1e-3 * n, checks.beyond(
+    f"|grad without pcast| / |correct grad| and N = {n}", abs(scale_nc - n), 1e-3 * n
+)
 
 # %% [markdown]
 # **(d) A collective outside any mapped axis.** `lax.pmean(x, 'data')` under
@@ -374,7 +406,7 @@ try:
     jax.jit(lambda x: jax.lax.pmean(x, "data"))(jnp.ones(4))
     raise AssertionError("an unbound axis name should be an error")
 except NameError as err:
-    print("NameError:", str(err).splitlines()[0][:200])
+    print("NameError:", checks.first_sentence(err))
 
 # %% [markdown]
 # ## 6. Benchmark: explicit vs automatic

@@ -90,7 +90,9 @@ partial_run = jax.pmap(lambda v: v * 2, backend=platform)(jnp.ones((min(3, n), 4
 local = len(jax.local_devices(backend=platform))
 ran_on = len(partial_run.devices())
 print(f"leading axis {min(3, n)}, no devices=: ran on {ran_on} of {local} local devices")
-assert len(partial_run.devices()) == min(3, n)
+assert ran_on == min(3, n), (
+    f"pmap ran on {ran_on} devices; a leading axis of {min(3, n)} should use that many"
+)
 
 # %% [markdown]
 # Put the batches on the devices once, already split along the leading
@@ -168,8 +170,10 @@ same_key = jnp.stack([jax.random.key(0)] * n)
 masks_bad = dropout_on_devices(same_key, ones)
 print("split keys, distinct masks:", distinct(masks_good), "of", n)
 print("one key copied, distinct masks:", distinct(masks_bad), "of", n)
-assert distinct(masks_good) == n  # one distinct mask per device
-assert distinct(masks_bad) == 1
+assert distinct(masks_good) == n, (
+    f"split keys gave {distinct(masks_good)} distinct masks of {n}, not one per device"
+)
+assert distinct(masks_bad) == 1, f"one copied key gave {distinct(masks_bad)} distinct masks, not 1"
 
 # %% [markdown]
 # A split with the wrong shape passes `pmap`'s own leading-axis check and
@@ -183,7 +187,7 @@ try:
     dropout_on_devices(jax.random.split(jax.random.key(0), (n, 2)), ones)
     raise AssertionError("two keys per device should fail inside the mapped function")
 except (TypeError, ValueError) as err:
-    print(f"inside pmap: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+    print(f"inside pmap: {type(err).__name__}: {checks.first_sentence(err)}")
 
 # %% [markdown]
 # The course's check names the shape and the fix before anything runs:
@@ -208,7 +212,9 @@ except ValueError as err:
 # %%
 split_and_drop = jax.jit(lambda key, x: dropout_on_devices(jax.random.split(key, n), x))
 masks_jit = split_and_drop(jax.random.key(0), ones)
-assert np.array_equal(np.asarray(masks_jit), np.asarray(masks_good))
+assert np.array_equal(np.asarray(masks_jit), np.asarray(masks_good)), (
+    "jit(pmap) with the key split inside gave other masks than the split outside it"
+)
 print("jit(pmap) with the key split inside: same masks as above")
 
 # %% [markdown]
@@ -242,7 +248,14 @@ p_step = jax.pmap(pmap_step, axis_name="data", devices=devs)
 mine = p_step(params_r, state_r, *batches[0])
 package = train.make_pmap_step(cfg, optimizer, devs)(params_r, state_r, *batches[0])
 display(
-    checks.compare(mine, package, "parameters, AdamW state and metrics", "train.make_pmap_step"),
+    checks.compare(
+        mine,
+        package,
+        "parameters, AdamW state and metrics",
+        "train.make_pmap_step",
+        start=(params_r, state_r),
+        factors=[checks.device_factor(n)],
+    ),
 )
 
 # %% [markdown]
@@ -274,7 +287,10 @@ replica_spread = train.max_abs_diff(
     jax.tree.map(lambda a: a[-1], p),
 )
 print(f"largest difference between the first and last replica: {replica_spread:.3g}")
-assert replica_spread == 0.0
+assert replica_spread == 0.0, (
+    f"The first and last replicas differ by {replica_spread:.3g}: each device must apply the same "
+    "all-reduced gradient (a reduction missing from your pmap_step?)"
+)
 
 # %% [markdown]
 # ## 6. Debugging `pmap`
@@ -349,10 +365,17 @@ display(show.table(rows, caption="pmap vs shard_map, same start, same global bat
 equiv = rows[-1]["max |diff| pmap vs shard_map"]
 # Same tolerances and reasons as notebook 04 (train.equivalence_tolerances).
 EQUIV_TOL, GRAD_REL_TOL = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=3)
-assert equiv < EQUIV_TOL, equiv
+assert equiv < EQUIV_TOL, checks.beyond(
+    "the parameters after 3 steps, your pmap step against shard_map,", equiv, EQUIV_TOL
+)
 GRAD_TOL = GRAD_REL_TOL * grad_scale  # relative to the largest gradient element
 print(f"first-step gradients: max |diff| {grad_diff:.3g} (tolerance {GRAD_TOL:.3g})")
-assert grad_diff < GRAD_TOL
+assert grad_diff < GRAD_TOL, checks.beyond(
+    "the first step's gradients, your pmap step against shard_map,",
+    grad_diff,
+    GRAD_TOL,
+    f"{grad_diff / grad_scale:.2g} of the largest gradient element; a psum for a pmean?",
+)
 
 # %% [markdown]
 # ## 8. Benchmark

@@ -370,7 +370,9 @@ print(
     f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
     f"{N_PROCESSES} processes {summary['params_digest']}"
 )
-assert diff < MULTIHOST_TOL, diff
+assert diff < MULTIHOST_TOL, checks.beyond(
+    f"the parameters after {STEPS} steps, {N_PROCESSES} processes against 1,", diff, MULTIHOST_TOL
+)
 # The two digests differ: a digest changes with any bit, and float32 sums in
 # another order change the last bits. The difference above is what counts.
 # The first-step gradients, relative to their largest element: tolerance
@@ -383,7 +385,12 @@ print(
     f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} "
     f"(tolerance {train.GRAD_REL_TOL:g})"
 )
-assert grad_rel_diff < train.GRAD_REL_TOL, grad_rel_diff
+assert grad_rel_diff < train.GRAD_REL_TOL, checks.beyond(
+    "the first-step gradients relative to their largest element, processes against 1,",
+    grad_rel_diff,
+    train.GRAD_REL_TOL,
+    "a pmean over one process's devices only, or a psum for a pmean?",
+)
 
 # %% [markdown]
 # ## 5. When it goes wrong: clear errors, in bounded time
@@ -425,7 +432,10 @@ try:
     raise AssertionError("the run should fail")
 except launcher.WorkerFailed as err:
     print(f"{type(err).__name__}: {err}")
-    assert err.process_id == 1 and all(code is not None for code in err.exit_codes.values())
+    assert err.process_id == 1 and all(code is not None for code in err.exit_codes.values()), (
+        f"expected process 1 to fail and every process to exit; got process {err.process_id}, "
+        f"exit codes {err.exit_codes}"
+    )
 
 # %% [markdown]
 # **(c) A process count that does not match.** Told there is one process

@@ -11,10 +11,13 @@ does a feedback other than "correct" raise :class:`ExerciseFailed`.
 
 from __future__ import annotations
 
+import ast
 import functools
 import html
+import linecache
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -165,7 +168,16 @@ def checker(exercise: str, expects: str) -> Callable:
     def wrap(fn: Callable[..., str]) -> Callable[..., Feedback]:
         @functools.wraps(fn)
         def check(answer=Ellipsis, *context, **kwargs) -> Feedback:
-            if untouched(answer):
+            failed = failed_exercise_cell(answer, sys._getframe(1)) if untouched(answer) else None
+            if failed is not None:
+                name, err = failed
+                feedback = Feedback(
+                    exercise,
+                    BAD_INPUT,
+                    f"Your exercise cell raised {type(err).__name__}: {first_sentence(err)} So `{name}` still "
+                    "holds the `...` it had before: fix that error, run the exercise cell again, then this cell.",
+                )
+            elif untouched(answer):
                 feedback = Feedback(
                     exercise,
                     NOT_ATTEMPTED,
@@ -199,14 +211,57 @@ def checker(exercise: str, expects: str) -> Callable:
     return wrap
 
 
-def first_sentence(err: BaseException, limit: int = 240) -> str:
-    """The first sentence of an error's message, cut at a word (never mid-word) within ``limit`` characters."""
-    text = " ".join(str(err).split())
-    match = re.match(r"(.+?[.!?])(\s|$)", text)
-    text = match.group(1) if match else text
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
-    return text
+def failed_exercise_cell(answer, caller) -> tuple[str, BaseException] | None:
+    """``(name, error)`` when the newest error of this IPython kernel came from a cell that assigns ``answer``'s name.
+
+    An exercise cell that raises never stores its answer, so the name keeps
+    the ``...`` of an earlier run and the check would say "not attempted
+    yet". IPython keeps the newest error of a cell in ``sys.last_value``
+    (and its traceback, whose first frame in a cell is that cell's code,
+    with the cell's source in ``linecache``), and each cell's source in
+    its input history ``In``. ``caller`` is the check cell's frame: the
+    answer's name is a global of it that holds ``answer``. None outside
+    IPython, when no such cell failed, or when the exercise cell ran again
+    after it failed.
+    """
+    err, tb = getattr(sys, "last_value", None), getattr(sys, "last_traceback", None)
+    if err is None or tb is None or caller is None:
+        return None
+    while tb is not None and tb.tb_frame.f_code.co_name != "<module>":
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    source = "".join(linecache.getlines(tb.tb_frame.f_code.co_filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    assigned = {
+        target.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    names = sorted(n for n in assigned if caller.f_globals.get(n, object()) is answer)
+    # IPython's input history ("In"): the newest run of the cell that assigns the name must be the failed one,
+    # not an older error that a later, successful run of the exercise cell left behind.
+    history = caller.f_globals.get("In")
+    if not names or not isinstance(history, list):
+        return None
+    runs = [text for text in history[:-1] if _assigns(text, names[0])]
+    return (names[0], err) if runs and runs[-1].strip() == source.strip() else None
+
+
+def _assigns(text: str, name: str) -> bool:
+    return re.search(rf"^{re.escape(name)}\s*(:[^=]*)?=(?!=)", text, flags=re.M) is not None
+
+
+def first_sentence(err: BaseException, limit: int = 400) -> str:
+    """The start of an error's message, its first sentence whole (:func:`dpcourse.checks.first_sentence`)."""
+    from dpcourse.checks import first_sentence as whole_first_sentence
+
+    return whole_first_sentence(err, limit)
 
 
 def describe(value) -> str:

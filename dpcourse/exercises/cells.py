@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpcourse.checks import structure_difference
+from dpcourse.checks import Factor, device_factor, first_sentence, step_tolerances, tree_difference
 from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
 
 
@@ -39,44 +39,87 @@ def _platform(tree) -> str:
 
 
 def tolerance(platform: str) -> float:
-    """Largest tolerated difference, relative to the reference's largest element.
+    """Largest tolerated relative difference of a value (an output, a gradient) on ``platform``.
 
-    The same reasoning as :func:`dpcourse.train.equivalence_tolerances`:
-    float32 on a CPU (1e-4, far above a few roundings); 1e-2 on a GPU, whose
+    :func:`dpcourse.checks.step_tolerances` gives the reasons: float32
+    on a CPU (1e-4, far above a few roundings); 1e-2 on a GPU, whose
     default float32 matmul runs as TF32.
     """
-    return 1e-4 if platform == "cpu" else 1e-2
+    return step_tolerances(platform)[0]
 
 
 def _is_scalar_float(leaf) -> bool:
     return np.ndim(leaf) == 0 and np.issubdtype(np.asarray(leaf).dtype, np.floating)
 
 
-def compare_trees(reference, mine, what: str, rel: float) -> str | None:
-    """None when ``mine`` matches ``reference`` (structure, shapes, dtypes, values within ``rel``), else a sentence."""
+def _same_layout(tree, other) -> bool:
     import jax
 
-    ref_paths, ref_def = jax.tree_util.tree_flatten_with_path(reference)
-    my_leaves, my_def = jax.tree.flatten(mine)
-    if ref_def != my_def:
-        return f"{what} has another structure than the reference's: {structure_difference(mine, reference)}."
-    leaves = [np.asarray(jax.device_get(leaf)) for _, leaf in ref_paths]
-    scale = max((float(np.max(np.abs(a.astype(np.float64)))) for a in leaves if a.size), default=0.0) or 1.0
-    for (path, _), ref, got in zip(ref_paths, leaves, my_leaves):
-        got = np.asarray(jax.device_get(got))
-        name = f"{what}{jax.tree_util.keystr(path)}"
-        if got.shape != ref.shape:
-            return f"{name} has shape {got.shape}; the reference has {ref.shape}."
-        if got.dtype != ref.dtype:
-            return f"{name} has dtype {got.dtype}; the reference has {ref.dtype}."
-        if ref.size:
-            diff = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
-            if diff > rel * scale:
-                return (
-                    f"{name} differs by up to {diff:.3g}, which is {diff / scale:.2g} times the reference's "
-                    f"largest value ({scale:.3g}); at most {rel:g} times is tolerated."
-                )
-    return None
+    leaves, treedef = jax.tree.flatten(tree)
+    other_leaves, other_def = jax.tree.flatten(other)
+    return (
+        bool(leaves) and treedef == other_def and all(np.shape(a) == np.shape(b) for a, b in zip(leaves, other_leaves))
+    )
+
+
+def step_roles(out, args: tuple) -> tuple[str | tuple[str, ...], object]:
+    """``(roles, starts)`` for :func:`dpcourse.checks.tree_difference` of a function's output.
+
+    An element of a tuple output laid out like ``args[0]`` is the updated
+    parameters (compared by the change from ``args[0]``); one laid out like
+    another argument is state (the optimizer's, compared by its change);
+    anything else is a value. A single output is a value.
+    """
+    if not isinstance(out, (tuple, list)):
+        return "value", None
+    roles, starts = [], []
+    for part in out:
+        match = next((j for j, arg in enumerate(args) if _same_layout(part, arg)), None)
+        roles.append("value" if match is None else "parameters" if match == 0 else "state")
+        starts.append(None if match is None else args[match])
+    return tuple(roles), tuple(starts)
+
+
+def _device_count(tree) -> int:
+    import jax
+
+    counts = [len(leaf.sharding.device_set) for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
+    return max(counts, default=1)
+
+
+def _sentence(problem: str) -> str:
+    return problem if problem.endswith(("?", ".")) else problem + "."
+
+
+def compare_trees(
+    reference,
+    mine,
+    what: str,
+    rel: float,
+    *,
+    roles: str | tuple[str, ...] = "value",
+    starts=None,
+    rel_update: float | None = None,
+    factors: tuple[Factor, ...] = (),
+) -> str | None:
+    """None when ``mine`` matches ``reference`` (structure, shapes, dtypes, each leaf within ``rel`` of its own size).
+
+    Else a sentence: what differs in words, by how much, the tolerance and
+    the likely cause (:func:`dpcourse.checks.tree_difference`, whose
+    ``roles``, ``starts`` and ``factors`` these are); ``rel_update``
+    (default ``10 x rel``) is the tolerance of a parameter's change.
+    """
+    problem = tree_difference(
+        mine,
+        reference,
+        roles=roles,
+        starts=starts,
+        what=what,
+        rel=rel,
+        rel_update=10 * rel if rel_update is None else rel_update,
+        factors=factors,
+    )
+    return None if problem is None else _sentence(problem)
 
 
 def compiled_call(fn: Callable, args: tuple):
@@ -104,22 +147,32 @@ _TRACER_ERRORS = (
 )
 
 
-def check_against(reference: Callable, mine: Callable, *args, rel: float | None = None) -> Feedback:
+def check_against(
+    reference: Callable, mine: Callable, *args, rel: float | None = None, factors: tuple[Factor, ...] = ()
+) -> Feedback:
     """Run ``mine(*args)`` and ``reference(*args)`` (compiled) and compare their outputs (and gradients).
 
-    Outputs must have the same structure, shapes and dtypes, and values
-    within ``rel`` of the reference's largest element (default:
-    :func:`tolerance` for the platform of ``args``). When the first output
-    is a float scalar (a loss) and ``args[0]`` holds float arrays (the
-    parameters), the gradients of that scalar with respect to ``args[0]``
-    are compared too, so a cell that gets the loss right but cuts the
-    gradient (a ``stop_gradient``, say) is caught. Neither function may
-    donate its arguments.
+    Outputs must have the same structure, shapes and dtypes, and each leaf
+    must lie within ``rel`` of the reference leaf's own size (default:
+    :func:`tolerance` for the platform of ``args``): a step's updated
+    parameters by the change from ``args[0]`` (within ``10 x rel`` on that
+    platform's scale, :func:`dpcourse.checks.step_tolerances`), its
+    optimizer state by its change, its loss and metrics as they are
+    (:func:`step_roles`). When the first output is a float scalar (a loss)
+    and ``args[0]`` holds float arrays (the parameters), the gradients of
+    that scalar with respect to ``args[0]`` are compared too, so a cell
+    that gets the loss right but cuts the gradient (a ``stop_gradient``,
+    say) is caught. A constant factor is named with its likely cause: N
+    (the devices ``args`` live on) for a sum instead of a mean, and each of
+    ``factors`` (e.g. :func:`dpcourse.checks.microbatch_factor`).
+    Neither function may donate its arguments.
 
     Returns:
         A :class:`Feedback` (it renders as a box in a notebook): "correct"
-        when everything matches, else "wrong" with a sentence naming the
-        first output that differs and by how much, or what ``mine`` raised.
+        when everything matches, else "wrong" with a sentence naming what
+        differs in words ("the optimizer's first moment of the block
+        weight"), by how much, the tolerance and the likely cause, or what
+        ``mine`` raised (its message's first sentence whole).
 
     Raises:
         ExerciseFailed: in strict mode (``DPCOURSE_EXERCISES_STRICT=1``, the
@@ -128,14 +181,28 @@ def check_against(reference: Callable, mine: Callable, *args, rel: float | None 
     import jax
 
     label = f"{_name(mine)} (your cell) vs {_name(reference)}"
-    rel = tolerance(_platform(args)) if rel is None else rel
+    platform = _platform(args)
+    rel_value, rel_update = step_tolerances(platform)
+    if rel is not None:
+        rel_value, rel_update = rel, 10 * rel
+    n = _device_count(args)
+    factors = tuple(factors) + ((device_factor(n),) if n > 1 else ())
     ref_out = compiled_call(reference, args)
+    roles, starts = step_roles(ref_out, args)
     try:
         my_out = compiled_call(mine, args)
-        problem = compare_trees(ref_out, my_out, "the output", rel)
+        problem = compare_trees(
+            ref_out,
+            my_out,
+            "the output",
+            rel_value,
+            roles=roles,
+            starts=starts,
+            rel_update=rel_update,
+            factors=factors,
+        )
     except Exception as err:  # noqa: BLE001 - the learner reads a sentence
-        first = (str(err).strip().splitlines() or [""])[0]
-        problem = f"your cell raised {type(err).__name__}: {first[:200]}"
+        problem = f"your cell raised {type(err).__name__}: {first_sentence(err)}"
     if problem is None:
         first_ref = jax.tree.leaves(ref_out)[0] if jax.tree.leaves(ref_out) else None
         params_float = all(np.issubdtype(np.asarray(a).dtype, np.floating) for a in jax.tree.leaves(args[0]))
@@ -146,14 +213,20 @@ def check_against(reference: Callable, mine: Callable, *args, rel: float | None 
 
             ref_grad = grad_of(reference)
             try:
-                problem = compare_trees(ref_grad, grad_of(mine), "the gradient", rel)
+                problem = compare_trees(
+                    ref_grad, grad_of(mine), "the gradient", rel_value, roles="gradient", factors=factors
+                )
             except Exception as err:  # noqa: BLE001 - the learner reads a sentence
-                first = (str(err).strip().splitlines() or [""])[0]
-                problem = f"taking the gradient of your cell's loss raised {type(err).__name__}: {first[:200]}"
+                problem = f"taking the gradient of your cell's loss raised {type(err).__name__}: {first_sentence(err)}"
                 if type(err).__name__ in _TRACER_ERRORS:
                     problem += " (jax.grad traces your cell: use jax.numpy, not numpy, float() or int(), on values)"
     if problem is None:
-        feedback = Feedback(label, CORRECT, "Right: same outputs (and gradients) as the package's version, in numbers.")
+        feedback = Feedback(
+            label,
+            CORRECT,
+            "Right: same outputs (and gradients) as the package's version, in numbers: each leaf within "
+            f"{rel_value:g} of its own size, a parameter's change within {rel_update:g}.",
+        )
     else:
         feedback = Feedback(label, WRONG, f"Your cell computes something else: {problem}")
     if strict() and not feedback.correct:

@@ -48,6 +48,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dpcourse.checks import first_sentence
 from dpcourse.gpu_compile import targets as gpu_targets
 
 COURSE_STEPS: dict[str, str] = {
@@ -305,7 +306,7 @@ def compile_step(
         compiled = _compile(fn.lower(*args), compiler_options)
         text = compiled.as_text()
     except Exception as err:  # noqa: BLE001 - reported per step, the others still compile
-        said = (str(err).strip().splitlines() or [""])[0][:400]
+        said = first_sentence(err)
         return StepResult(name, builder, error=f"{type(err).__name__}: {said}")
     elapsed = time.perf_counter() - t0
     if hlo_path:
@@ -369,7 +370,7 @@ def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] =
         try:
             devices = _devices(job)
         except Exception as err:  # noqa: BLE001 - reported per job
-            said = (str(err).strip().splitlines() or [""])[0][:400]
+            said = first_sentence(err)
             yield _failed(job, f"no {job.backend} devices: {type(err).__name__}: {said}", disabled)
             continue
         mesh = Mesh(np.array(devices), ("data",))

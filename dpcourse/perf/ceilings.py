@@ -77,8 +77,9 @@ def time_calls(fn, args: tuple, warmup: int = 2, repeats: int = 3, steps: int = 
 
 
 def _failure(name: str, err: Exception) -> Ceiling:
-    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return Ceiling(name, "failed", reason=f"{type(err).__name__}: {message[:300]}")
+    from dpcourse.checks import first_sentence
+
+    return Ceiling(name, "failed", reason=f"{type(err).__name__}: {first_sentence(err, 0)}")
 
 
 def matmul_rate(n: int, setting: str, device, **timing) -> Ceiling:

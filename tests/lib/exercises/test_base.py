@@ -124,5 +124,44 @@ def test_a_crash_message_is_cut_at_a_sentence_never_mid_word():
     err = ValueError("shard_map applied to the function '_rem_singleton' was given bad specs. " + "word " * 200)
     text = base.first_sentence(err)
     assert text.endswith("bad specs.")
-    long = base.first_sentence(ValueError("word " * 200), limit=50)
-    assert long.endswith(" ...") and all(w == "word" for w in long[:-4].split())
+    whole = base.first_sentence(ValueError("word " * 200), limit=50)  # a first sentence is shown whole
+    assert whole == ("word " * 200).strip()
+    dump = base.first_sentence(ValueError("word " * 400), limit=50)  # 2,000 characters: a dump, cut at a word
+    assert dump.endswith(" ...") and all(w == "word" for w in dump[:-4].split()) and len(dump) <= 1204
+
+
+def _run_as_cells(cells: list[str], namespace: dict) -> None:
+    """Run sources as IPython runs notebook cells: each in linecache, In[] kept, the newest error in sys.last_*."""
+    import linecache
+    import sys
+
+    namespace.setdefault("In", [""])
+    for i, source in enumerate(cells):
+        name = f"<cell {len(namespace['In'])}-{i}>"
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        namespace["In"].append(source)
+        try:
+            exec(compile(source, name, "exec"), namespace)
+        except Exception as err:  # noqa: BLE001 - IPython shows it and keeps it
+            sys.last_type, sys.last_value, sys.last_traceback = type(err), err, err.__traceback__
+
+
+def test_an_exercise_cell_that_raised_is_not_called_not_attempted(monkeypatch):
+    """04.2: a learner's jax.device_put(...) raises, x_mine keeps the `...` of the first run: say so."""
+    import sys
+
+    monkeypatch.setattr(sys, "last_value", None, raising=False)
+    monkeypatch.setattr(sys, "last_traceback", None, raising=False)
+
+    @base.checker("ex04_2", "x_mine: an array")
+    def placed(answer):
+        return "Right."
+
+    ns = {"placed": placed}
+    _run_as_cells(["x_mine = ...", "x_mine = [1, 2][5]", "fb = placed(x_mine)"], ns)
+    assert ns["fb"].status == base.BAD_INPUT, ns["fb"]
+    assert "Your exercise cell raised IndexError: list index out of range" in ns["fb"].message, ns["fb"]
+    assert "`x_mine` still holds the `...`" in ns["fb"].message, ns["fb"]
+    # put back to `...` and run again: the old error no longer speaks for the cell
+    _run_as_cells(["x_mine = ...", "fb = placed(x_mine)"], ns)
+    assert ns["fb"].status == base.NOT_ATTEMPTED, ns["fb"]
