@@ -988,14 +988,15 @@ if overlap_rows:
 plain = scheds.get(("h200", "plain"))
 if plain is not None:
     display(show.table(plain.rows(), caption="Plain jit step, 8 x H200: each collective's window"))
-    (only,) = plain.windows
+    only = max(plain.windows, key=lambda w: w.payload_bytes)  # one, where the combiner merges all
     scalar = [w.name for w in only.work if w.scalar]
     print(
-        f"one {only.kind} of {only.payload_bytes:,} bytes (the whole gradient and the metrics, "
-        f"combined); compute in its window: {len(only.compute)}; scalar work: {scalar or 'none'}"
+        f"{len(plain.windows)} collective(s); the largest: {only.kind} of {only.payload_bytes:,} "
+        f"bytes; compute in its window: {len(only.compute)}; scalar work: {scalar or 'none'}"
     )
     print(
-        f"so the default combine threshold is at least {only.payload_bytes:,} bytes here "
+        f"the combiner merged {only.payload_bytes:,} bytes of gradients into it, so its default "
+        "threshold is at least that "
         "(XLA's source sets 30 MiB + 7 bytes: xla/service/collective_utils.h)"
     )
 
