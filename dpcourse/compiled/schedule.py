@@ -12,7 +12,7 @@ start's ``backend_config`` says whether the collective is issued
 synchronously (``"is_sync":true``: the compiler does not mean to overlap it).
 
 :func:`read_schedule` gives, per collective, its kind, the bytes each device
-sends in a ring (:mod:`dpcourse.costs`), ``is_sync`` and the work in its
+sends in a ring (:func:`dpcourse.compiled.census.sent_bytes`), ``is_sync`` and the work in its
 window (fusions, GEMMs, loops: FLOPs of their matmuls and the bytes at their
 boundaries, counted as XLA's cost analysis counts a fusion: operands plus
 result); and for the whole step the fraction of the bytes sent whose window
@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dpcourse import costs
+from dpcourse.compiled import census
 from dpcourse.compiled.collectives import (
     _CALLED,
     _INSTR,
@@ -85,10 +85,10 @@ class Window:
         payload_bytes: bytes of its result, per device (a reduce-scatter's is
             the ``1 / N`` slice each device keeps).
         group_size: devices taking part (``N``).
-        sent_bytes: bytes each device sends per run in a ring:
-            all-reduce ``2 (N - 1) / N x payload``, all-gather and all-to-all
-            ``(N - 1) / N x payload``, reduce-scatter ``(N - 1) x payload``,
-            collective-permute the payload.
+        sent_bytes: bytes each device sends per run in a ring
+            (:func:`dpcourse.compiled.census.sent_bytes`): all-reduce
+            ``2 (N - 1) / N x payload``, all-gather ``(N - 1) / N x payload``,
+            reduce-scatter ``(N - 1) x payload``, other kinds the payload.
         is_sync: the start's ``"is_sync"`` (None when it states none).
         runs_per_step: executions per step (None: a loop's trip count unknown).
         work: the instructions scheduled strictly between start and done.
@@ -237,25 +237,6 @@ def group_size(line: str, default: int) -> int:
     if listed and listed.group(1):
         return len(listed.group(1).split(","))
     return default
-
-
-def sent_bytes(kind: str, payload_bytes: float, n: int) -> float:
-    """Bytes each device sends in one ring collective of ``kind`` whose result is ``payload_bytes`` (per device).
-
-    Raises:
-        ValueError: an unknown kind.
-    """
-    if n <= 1:
-        return 0.0
-    if kind == "all-reduce":
-        return 2 * costs.reduce_scatter_bytes(payload_bytes, n)
-    if kind in ("all-gather", "all-to-all"):
-        return costs.all_gather_bytes(payload_bytes, n)
-    if kind == "reduce-scatter":
-        return costs.reduce_scatter_bytes(payload_bytes * n, n)
-    if kind == "collective-permute":
-        return float(payload_bytes)
-    raise ValueError(f"Unknown collective kind {kind!r}: use one of {', '.join(KINDS)}.")
 
 
 class _Reader:
@@ -425,7 +406,7 @@ def read_schedule(text: str, n_devices: int = 1) -> Schedule:
                     comp,
                     payload,
                     n,
-                    sent_bytes(kind, payload, n),
+                    census.sent_bytes(kind, payload, n),
                     None if sync is None else sync.group(1) == "true",
                     count,
                     tuple(inside),

@@ -82,10 +82,6 @@ def test_bytes_sent_per_device_follow_the_ring_formulas():
     assert rs.sent_bytes == pytest.approx(7 * 32)  # (N - 1) / N of the full 256 bytes
     assert ag.sent_bytes == pytest.approx(7 / 8 * 256)
     assert sched.overlapped_fraction == pytest.approx(ar.sent_bytes / (ar.sent_bytes + rs.sent_bytes + ag.sent_bytes))
-    assert schedule.sent_bytes("collective-permute", 100, 8) == 100
-    assert schedule.sent_bytes("all-reduce", 100, 1) == 0
-    with pytest.raises(ValueError, match="Unknown collective kind 'send'"):
-        schedule.sent_bytes("send", 100, 8)
 
 
 def test_a_synchronous_collective_is_listed_without_a_window():
