@@ -65,9 +65,11 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target.
+# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target;
+# --overlap the overlap table (coursetools.overlap_report): the fraction of bytes sent inside windows of
+# compute per form and target, which fails the run when it moves.
 placement: $(VENV)/.gpu-compile-installed
-	$(PY) -m coursetools.compile_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
+	$(PY) -m coursetools.compile_report --lesson10 --overlap $(if $(PROFILE),--profile $(PROFILE),)
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)

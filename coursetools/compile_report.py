@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from coursetools import overlap_report
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import targets as gpu_targets
 from dpcourse.gpu_compile.notebook import records, table_rows
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
     parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
+    parser.add_argument("--overlap", action="store_true", help="also the overlap forms (coursetools.overlap_report)")
     parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
     args = parser.parse_args(argv)
     if args.workers < 1:
@@ -208,12 +210,18 @@ def main(argv: list[str] | None = None) -> int:
         from dpcourse.gpu_compile import sharded_steps
 
         results += compile_in_parallel(lesson10_jobs(profiles, targets), sharded_steps.STEPS, args.workers)
+    if args.overlap:
+        results += compile_in_parallel(overlap_report.jobs(profiles, targets), overlap_report.EXTRA_STEPS, args.workers)
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(recs, indent=1) + "\n")
     problems = check(recs) + check_lesson10(recs)
+    if args.overlap:
+        print("\nfraction of bytes sent inside windows of compute (windows with compute/collectives, LHS ran):")
+        print(format_table(overlap_report.table_rows(recs)))
+        problems += overlap_report.check(recs)
     print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")
     for line in problems:
         print(f"placement: FAILED: {line}", file=sys.stderr)

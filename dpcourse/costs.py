@@ -314,8 +314,10 @@ class Prediction:
     compiled without a GPU with jaxlib 0.10.2, pass dumps show it
     rescheduling the H100 SXM and H200 programs and not running for the
     L4's, and in both the all-reduce waits for nothing but a scalar step
-    count. A schedule that does overlap makes the sum too high (a profiler
-    trace shows what overlapped). ``compute_s``
+    count. A schedule that does overlap earns :func:`overlapped_step_s`
+    instead (notebook 09 reads the schedule with
+    :mod:`dpcourse.compiled.schedule`; a profiler trace shows what
+    overlapped on a real run). ``compute_s``
     scales a measured time per example, valid while the per-device batch
     keeps the device as busy. ``efficiency = single_step_s / step_s`` at the
     same per-device batch (weak scaling).
@@ -366,6 +368,58 @@ def predict_step(
     single_s = overhead_s + per_example_s * per_device_batch
     global_batch = per_device_batch * n_devices
     return Prediction(n_devices, global_batch, compute_s, allreduce_s, step_s, global_batch / step_s, single_s / step_s)
+
+
+def overlapped_step_s(
+    compute_s: float, communication_s: float, overlapped_fraction: float, window_compute_s: float | None = None
+) -> float:
+    """Step time when part of the communication runs inside windows of compute: the overlapped bound.
+
+    The communication in windows (``overlapped_fraction`` of its bytes, as
+    :attr:`dpcourse.compiled.schedule.Schedule.overlapped_fraction` reads it
+    from the compiled program) costs ``max(window compute, that communication)``;
+    the rest adds, as in the no-overlap sum::
+
+        step = (compute - window) + max(window, f x comm) + (1 - f) x comm
+
+    With ``overlapped_fraction=0`` this is the sum ``compute + comm``. With
+    ``window_compute_s=None`` all of ``compute_s`` may hide the windows'
+    communication, the most optimistic case: ``max(compute, f x comm) + (1 - f) x comm``.
+    The compiled program says what the compiler *intends* to overlap; a
+    real GPU may overlap less (kernels and transfers share the memory system).
+
+    Args:
+        compute_s: the step's compute time, seconds (>= 0).
+        communication_s: its communication time, seconds (>= 0), for example
+            :func:`ring_allreduce_s` of the gradient.
+        overlapped_fraction: of the bytes sent, the fraction inside windows, in [0, 1].
+        window_compute_s: compute scheduled inside those windows, seconds
+            (0 <= it <= ``compute_s``); None: the whole of ``compute_s``.
+
+    Raises:
+        ValueError: a negative time, a fraction outside [0, 1] or a window
+            compute beyond ``compute_s``.
+    """
+    window = compute_s if window_compute_s is None else window_compute_s
+    if compute_s < 0 or communication_s < 0 or not 0 <= window <= compute_s:
+        raise ValueError(
+            f"Need times >= 0 and 0 <= window compute <= compute, got compute {compute_s}, "
+            f"communication {communication_s}, window compute {window}."
+        )
+    if not 0.0 <= overlapped_fraction <= 1.0:
+        raise ValueError(f"overlapped_fraction is a fraction in [0, 1], got {overlapped_fraction}.")
+    hidden = overlapped_fraction * communication_s
+    return (compute_s - window) + max(window, hidden) + (communication_s - hidden)
+
+
+def bound_for(overlapped_fraction: float | None) -> str:
+    """Which step-time model a compiled step earns: ``"no-overlap sum"`` or ``"overlapped bound"``.
+
+    A step whose collectives have no compute in their windows (fraction 0,
+    or no collectives: None) is modelled by ``compute + communication``;
+    any overlap earns :func:`overlapped_step_s`.
+    """
+    return "overlapped bound" if overlapped_fraction else "no-overlap sum"
 
 
 @dataclass(frozen=True)

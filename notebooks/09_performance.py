@@ -869,6 +869,294 @@ for name, value in list(globals().items()):
 print("still held by name:", held or "none")
 
 # %% [markdown]
+# ## 8. Where communication hides: the GPU compiler's schedule
+#
+# Section 6 counted the collectives. The next question is whether their
+# time is **hidden** behind compute. XLA's GPU compiler answers it in the
+# program it emits: every collective is a start/done pair
+# (`all-reduce-start` ... `all-reduce-done`), the instructions of each
+# computation are listed in the order they will run (`is_scheduled=true`),
+# and whatever sits strictly between a start and its done is what the
+# compiler means to run while the bytes are on the wire: the collective's
+# **window**. The start's `backend_config` also says `"is_sync"`: true means
+# the compiler does not mean to overlap it.
+#
+# **Predict first**, then compile and read:
+#
+# 1. The plain data-parallel step combines all gradients into one
+#    all-reduce. What can run inside its window?
+# 2. `xla_gpu_all_reduce_combine_threshold_bytes` caps how many bytes the
+#    combiner merges into one all-reduce. At 4,096 bytes, how many
+#    all-reduces are there, and which one gets compute in its window?
+# 3. JAX's `optimization_level="O1"` asks the compiler for more effort.
+#    What changes, on which GPU?
+# 4. FSDP gathered once (lesson 10) moves the same bytes as three kinds of
+#    collective; the reduced accumulation reduces once. Where are their
+#    windows?
+#
+# The next cell compiles the smoke-size steps for 8 GPUs of three kinds
+# without a GPU, in two fresh processes (the extra of `make gpu-compile`):
+# the schedule's shape is the lesson, and small programs compile in
+# seconds. Each compile also asks XLA to write out its latency-hiding
+# scheduler's pass, so we can see whether that scheduler ran.
+
+# %%
+import tempfile
+
+from dpcourse.compiled import schedule
+from dpcourse.gpu_compile import compile as gpu_compile
+from dpcourse.gpu_compile import overlap_steps
+from dpcourse.gpu_compile import targets as gpu_targets
+
+OVERLAP_PROFILE = "smoke"
+forms = overlap_steps.STEPS  # plain, small_threshold, o1, fsdp_gathered, accum_reduced
+three = {k: forms[k] for k in ("plain", "small_threshold", "o1")}
+hlo_tmp = tempfile.TemporaryDirectory(prefix="overlap-hlo-")
+missing_extra = gpu_targets.extra_missing()
+pending = []
+if missing_extra:
+    print(f"GPU compile without a GPU is not available here: {missing_extra}")
+else:
+    h200 = gpu_compile.Job("gpu", "h200", 8, OVERLAP_PROFILE)
+    others = [gpu_compile.Job("gpu", t, 8, OVERLAP_PROFILE) for t in ("h100_sxm", "l4")]
+    pending = [
+        gpu_compile.start_jobs([h200], forms, hlo_dir=hlo_tmp.name),
+        gpu_compile.start_jobs(others, three, hlo_dir=hlo_tmp.name),
+    ]
+    print("compiling", len(forms) + 2 * len(three), "programs for H200, H100 SXM and L4 ...")
+
+# %% [markdown]
+# While they compile: the window is read from the compiled text alone.
+# `schedule.read_schedule(text, n_devices)` walks each computation in
+# order, pairs every start with its done, and lists the work in between:
+# fusions and GEMMs with their matmul FLOPs and the bytes at their
+# boundary (operands plus result, as XLA's cost analysis counts a fusion),
+# loops with their body times the trip count. Scalar work (the step
+# counter of Adam's bias correction, a few bytes) is listed but is not
+# compute. The bytes each device sends follow the ring formulas of
+# notebook 04: `2 (N - 1) / N` of an all-reduce's buffer, `(N - 1) / N` of
+# an all-gather's.
+
+# %%
+from pathlib import Path
+
+compiled_overlap = [res for p in pending for res in p.results()]
+scheds, overlap_rows = {}, []
+for res in compiled_overlap:
+    if res.error:
+        print(f"{res.label}: {res.error}")
+        continue
+    for name, step in res.steps.items():
+        if step.error:
+            print(f"{res.label}, {name}: {step.error}")
+            continue
+        path = Path(hlo_tmp.name) / f"gpu_{res.target}_8_{OVERLAP_PROFILE}_{name}.hlo"
+        sched = schedule.read_schedule(path.read_text(), res.n_devices)
+        scheds[res.target, name] = sched
+        overlap_rows.append(
+            {
+                "GPU": res.target_label,
+                "form": overlap_steps.LABELS[name],
+                "collectives": len(sched.windows),
+                "with compute inside": sum(w.has_compute for w in sched.windows),
+                "is_sync": sum(w.is_sync is True for w in sched.windows),
+                "bytes sent / device": round(sched.sent_bytes_per_step),
+                "fraction in windows": round(sched.overlapped_fraction or 0.0, 3),
+                "LHS ran": step.scheduler_ran,
+                "temp bytes": step.memory.get("temp_size_in_bytes"),
+            }
+        )
+jax_compiled = compiled_overlap[0].jax_version if compiled_overlap else "?"
+if overlap_rows:
+    display(
+        show.table(
+            overlap_rows,
+            caption=f"Schedules compiled for 8 GPUs without a GPU, {OVERLAP_PROFILE} profile, "
+            f"JAX {jax_compiled}",
+        )
+    )
+    lhs = {r["GPU"]: r["LHS ran"] for r in overlap_rows if r["form"] == "plain jit step"}
+    print(
+        "latency-hiding scheduler ran (default options):",
+        ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in lhs.items()),
+    )
+
+# %% [markdown]
+# **The plain step.** Read its window on the H200:
+
+# %%
+plain = scheds.get(("h200", "plain"))
+if plain is not None:
+    display(show.table(plain.rows(), caption="Plain jit step, 8 x H200: each collective's window"))
+    only = max(plain.windows, key=lambda w: w.payload_bytes)  # one, where the combiner merges all
+    scalar = [w.name for w in only.work if w.scalar]
+    print(
+        f"{len(plain.windows)} collective(s); the largest: {only.kind} of {only.payload_bytes:,} "
+        f"bytes; compute in its window: {len(only.compute)}; scalar work: {scalar or 'none'}"
+    )
+    print(
+        f"the combiner merged {only.payload_bytes:,} bytes of gradients into it, so its default "
+        "threshold is at least that "
+        "(XLA's source sets 30 MiB + 7 bytes: xla/service/collective_utils.h)"
+    )
+
+# %% [markdown]
+# **Why nothing hides.** The combiner merges every gradient into one
+# all-reduce, so it can only start when the last gradient exists: after
+# both loops of the backward pass. Everything after it, the AdamW update,
+# needs its result. There is nothing left to run during the transfer, so
+# the no-overlap sum of notebooks 02, 04 and 07 is the right model for this
+# program, not only a bound.
+#
+# **A small combine threshold.** Now each large gradient has its own
+# all-reduce. Which ones get compute in their windows?
+
+# %%
+small = scheds.get(("h200", "small_threshold"))
+if small is not None and plain is not None:
+    display(show.table(small.rows(), caption="Combine threshold 4,096 bytes, 8 x H200"))
+    busiest = max(small.windows, key=lambda w: (w.window_flops, w.window_bytes))
+    print(
+        f"{len(small.windows)} collectives instead of {len(plain.windows)}, "
+        f"{small.sent_bytes_per_step:,.0f} bytes sent per device either way; the busiest window: "
+        f"{busiest.name} ({busiest.payload_bytes:,} bytes), holding "
+        + ", ".join(f"{w.name} ({w.what})" for w in busiest.compute)
+    )
+    for target in ("h100_sxm", "l4"):
+        other = scheds.get((target, "small_threshold"))
+        if other is not None:
+            print(
+                f"{gpu_targets.target(target).label}: {len(other.windows)} collectives, "
+                f"{sum(w.has_compute for w in other.windows)} with compute inside, "
+                f"{sum(w.is_sync is True for w in other.windows)} marked is_sync"
+            )
+
+# %% [markdown]
+# **Default against `O1`**, per GPU: the collectives, the windows, whether
+# the latency-hiding scheduler ran, and the peak temporary memory of the
+# program (`memory_analysis()`, per device).
+
+# %%
+o1_rows = []
+for res in compiled_overlap:
+    if res.error or "o1" not in res.steps:
+        continue
+    for name in ("plain", "o1"):
+        step, sched = res.steps[name], scheds.get((res.target, name))
+        if step.error or sched is None:
+            continue
+        o1_rows.append(
+            {
+                "GPU": res.target_label,
+                "compiled": overlap_steps.LABELS[name],
+                "collectives": len(sched.windows),
+                "with compute inside": sum(w.has_compute for w in sched.windows),
+                "LHS ran": step.scheduler_ran,
+                "temp bytes": step.memory.get("temp_size_in_bytes"),
+                "code bytes": step.memory.get("generated_code_size_in_bytes"),
+            }
+        )
+if o1_rows:
+    display(show.table(o1_rows, caption=f"Default against O1, JAX {jax_compiled}"))
+    for gpu in dict.fromkeys(r["GPU"] for r in o1_rows):
+        default, higher = [r for r in o1_rows if r["GPU"] == gpu][:2]
+        changed = [k for k in default if k not in ("GPU", "compiled") and default[k] != higher[k]]
+        print(f"{gpu}: O1 changes {', '.join(changed) if changed else 'nothing in this table'}")
+
+# %% [markdown]
+# **FSDP gathered once and the reduced accumulation**, read the same way:
+
+# %%
+for name in ("fsdp_gathered", "accum_reduced"):
+    sched = scheds.get(("h200", name))
+    if sched is not None:
+        display(show.table(sched.rows(), caption=f"{overlap_steps.LABELS[name]}, 8 x H200"))
+        print(
+            f"{overlap_steps.LABELS[name]}: {sched.sent_bytes_per_step:,.0f} bytes sent per "
+            f"device, {sched.overlapped_fraction or 0:.0%} of them inside windows of compute"
+        )
+
+# %% [markdown]
+# **Which bound does the step earn?** The cost model now has two:
+# `compute + communication` when nothing overlaps, and the overlapped bound
+# `costs.overlapped_step_s`: for the fraction `f` of the bytes sent inside
+# windows, `max(window compute, f x communication)`; the rest adds. Below,
+# per form on the H200, the compute is XLA's FLOPs at the datasheet TF32
+# peak (a lower bound) and the communication the ring at the NVLink
+# datasheet rate.
+
+# %%
+h200_peak = costs.find_peak("NVIDIA H200")
+bound_rows = []
+steps_by_key = {(r.target, k): s for r in compiled_overlap for k, s in r.steps.items()}
+for (target, name), sched in scheds.items():
+    res_step = steps_by_key[target, name]
+    if target != "h200" or not res_step.cost.get("flops"):
+        continue
+    compute_s = res_step.cost["flops"] / h200_peak.peak("tf32")
+    comm_s = sched.sent_bytes_per_step / h200_peak.link_bytes_per_s
+    window_s = min(compute_s, sum(w.window_flops for w in sched.windows) / h200_peak.peak("tf32"))
+    frac = sched.overlapped_fraction or 0.0
+    hidden_s = costs.overlapped_step_s(compute_s, comm_s, frac, window_s)
+    bound_rows.append(
+        {
+            "form": overlap_steps.LABELS[name],
+            "fraction in windows": round(frac, 3),
+            "earns": costs.bound_for(frac),
+            "sum, us": round((compute_s + comm_s) * 1e6, 3),
+            "overlapped, us": round(hidden_s * 1e6, 3),
+            "best case, us": round(1e6 * costs.overlapped_step_s(compute_s, comm_s, frac), 3),
+        }
+    )
+if bound_rows:
+    display(show.table(bound_rows, caption="Cost model, 8 x H200 datasheet (smoke size)"))
+    earned = {r["form"]: r["earns"] for r in bound_rows}
+    print(f"this course's plain step earns the {earned.get('plain jit step', '?')}")
+
+# %% [markdown]
+# **Reading it.** "overlapped" counts only the compute inside the windows
+# (its matmul FLOPs); "best case" lets the whole step's compute hide the
+# windows' bytes. A window that holds a small GEMM hides little: the bound
+# moves only as far as that GEMM's time. At the smoke size every figure is
+# microseconds; the full profile's step moves 7.45 MB per all-reduce, and
+# the same schedule then decides tens of microseconds per step.
+#
+# **Honest limits.** This is the overlap the compiler *intends*, read from
+# its program, not wall time: on a GPU a transfer and a kernel share memory
+# bandwidth and streaming multiprocessors, and NCCL's kernels take some of
+# them. On a machine with GPUs, the profiler trace of section 5 shows the
+# measured overlap (the NCCL kernels on their own stream beside the
+# fusions). The CPU compiler keeps collectives synchronous, with no start
+# and done to put work between:
+
+# %%
+cpu_key = "device-axis step, scan (04)"
+here = schedule.read_schedule(lowered[cpu_key].compile().as_text(), n_dev)
+print(
+    f"this run's {multi.devices[0].platform} compiler, {cpu_key}: "
+    f"{len(here.windows)} collective(s), scheduled: {here.scheduled}, "
+    f"windows with compute: {sum(w.has_compute for w in here.windows)}"
+)
+for (target, name), sched in scheds.items():
+    frac = sched.overlapped_fraction or 0.0
+    record.record(f"overlap_fraction_{target}_{name}", frac, "fraction")
+hlo_tmp.cleanup()
+
+# %% [markdown]
+# A measured overlap needs real GPUs. On a machine with 8, run this lesson
+# with the full profile and the small threshold, and open the trace:
+#
+# ```
+# XLA_FLAGS=--xla_gpu_all_reduce_combine_threshold_bytes=4096 \
+#   DPCOURSE_PROFILE=full .venv/bin/python -m coursetools run 09_performance
+# ```
+#
+# `make placement` keeps the table of this section for every form and GPU
+# (`results/placement/placement.json`) and fails when a fraction moves;
+# docs/gpu.md gives the table measured with both JAX versions.
+
+
+# %% [markdown]
 # ## What you learned
 #
 # - MFU needs a stated peak: the datasheet's, or the ceiling measured on the
@@ -886,6 +1174,12 @@ print("still held by name:", held or "none")
 #   kernels go; read them before guessing.
 # - How you write the step changes the collectives too: count the
 #   all-reduces and their bytes on the backend you will train on.
+# - Whether communication hides is in the GPU compiler's schedule: the work
+#   between a collective's start and done. The plain step's one combined
+#   all-reduce has none (the optimizer waits for it), so it earns the
+#   no-overlap sum; a small combine threshold opens windows where the
+#   latency-hiding scheduler runs. The compile shows intent; a trace on
+#   real GPUs shows the time.
 #
 # **Next:** apply the fast step to notebook 07's sweep by setting
 # `block_unroll` and `compute_dtype` in its configuration, and compare.
@@ -942,3 +1236,31 @@ rungs_at_target = ...  # a list of rung names from the table, e.g. ["scan_f32"]
 
 # %%
 check.rungs_reaching(rungs_at_target, ceiling_fraction, target_09_2)
+
+# %% [markdown]
+# **09.3 · Which bound, and what would change it?** The table below is the
+# plain step's schedule on 8 x H200, from section 8. Which bound of the
+# cost model does this program earn (one of `check.BOUNDS`), and which of
+# `check.CHANGES` would put compute inside a window on this GPU (the
+# section compiled both)? Answer with the pair.
+
+# %%
+fractions_09_3 = {}
+if plain is not None:
+    display(show.table(plain.rows(), caption="Plain jit step, 8 x H200"))
+    fractions_09_3 = {
+        label: (scheds[("h200", name)].overlapped_fraction or 0.0)
+        for label, name in (
+            ("plain", "plain"),
+            (check.CHANGES[0], "small_threshold"),
+            (check.CHANGES[1], "o1"),
+        )
+        if ("h200", name) in scheds
+    }
+print("bounds:", check.BOUNDS, "\nchanges:", check.CHANGES)
+
+# %% tags=["exercise", "ex09_3"]
+overlap_09_3 = ...  # a pair: (one of check.BOUNDS, one of check.CHANGES)
+
+# %%
+check.overlap_bound(overlap_09_3, fractions_09_3)

@@ -12,3 +12,10 @@ ridge_batch_h200 = math.ceil(2 * ridge * W / (2 * (W - 2 * ridge))) if 2 * ridge
 rungs_at_target = [
     row["rung"] for row in ladder_rows if (row["of measured ceiling"] or 0) >= target_09_2
 ]
+
+# %% tags=["ex09_3"]
+# The only all-reduce's window holds no compute: the sum. A change is right when its compile has
+# more bytes inside windows than the plain step's (the small threshold, where the scheduler runs).
+plain_f = fractions_09_3.get("plain", 0.0)  # {} without the GPU-compile extra: the check says so
+opens = [c for c in check.CHANGES[:2] if fractions_09_3.get(c, 0.0) > plain_f]
+overlap_09_3 = (costs.bound_for(plain_f), opens[0] if opens else "none of these")

@@ -200,3 +200,57 @@ def rungs_reaching(answer, measured: Mapping[str, float | None], target: float, 
             "so either way is right"
         )
     return f"Right: {said}."
+
+
+BOUNDS = ("no-overlap sum", "overlapped bound")  # dpcourse.costs.bound_for's answers
+CHANGES = ("smaller combine threshold", 'optimization_level="O1"', "none of these")
+
+
+@checker("ex09_3", 'a pair (bound, change): one of check.BOUNDS and one of check.CHANGES, e.g. ("...", "...")')
+def overlap_bound(answer, fractions: Mapping[str, float | None]) -> str:
+    """Exercise 09.3: the bound a printed schedule earns, and the change that would put compute in a window.
+
+    ``fractions`` maps ``"plain"`` and the compiled changes of :data:`CHANGES`
+    (``"smaller combine threshold"``, ``'optimization_level="O1"'``) to the
+    fraction of bytes sent inside windows of compute
+    (:attr:`dpcourse.compiled.schedule.Schedule.overlapped_fraction`), as
+    notebook 09 compiled them for one GPU. The bound is
+    :func:`dpcourse.costs.bound_for` of the plain step's fraction; a change is
+    right when its compile has a larger fraction than the plain step's
+    ("none of these" when neither has).
+    """
+    from dpcourse import costs
+
+    plain = fractions.get("plain") if fractions else None
+    if plain is None:
+        raise unavailable("No schedule was compiled here (the GPU-compile extra is missing), so there is no answer.")
+    if isinstance(answer, str) or not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise bad_input(f'Expected a pair such as ("{BOUNDS[0]}", "{CHANGES[0]}"); got {describe(answer)}.')
+    bound, change = answer
+    if bound not in BOUNDS:
+        raise bad_input(f"The bound is one of {list(BOUNDS)}; got {describe(bound)}.")
+    if change not in CHANGES:
+        raise bad_input(f"The change is one of {list(CHANGES)}; got {describe(change)}.")
+    right_bound = costs.bound_for(plain)
+    opens = [c for c in CHANGES[:2] if (fractions.get(c) or 0.0) > plain]
+    if bound != right_bound:
+        if plain:
+            raise wrong(f"{plain:.0%} of the bytes sent have compute in their window: that earns the overlapped bound.")
+        raise wrong(
+            "The only all-reduce's window holds no compute (scalar bookkeeping at most): nothing hides, "
+            "so the step costs compute plus communication."
+        )
+    if change not in (opens or ["none of these"]):
+        if change == "none of these":
+            raise wrong(f"{opens[0]} compiled with compute inside a window here: look at its fraction.")
+        got = fractions.get(change)
+        said = "was not compiled here" if got is None else f"compiled with {got:.0%} in windows, no more than the plain"
+        raise wrong(f"{change} {said} step's {plain:.0%}.")
+    why = (
+        f"{change} gives a gradient its own collective, which the scheduler can start while other work remains"
+        if change == CHANGES[0]
+        else f"{change} compiled with more compute inside windows"
+    )
+    if change == "none of these":
+        why = "neither change put compute inside a window on this GPU"
+    return f"Right: the plain step earns the {right_bound}; {why}."

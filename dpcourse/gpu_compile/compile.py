@@ -113,6 +113,8 @@ class StepResult:
         compile_s: seconds to build, lower and compile (wall clock, in the worker; a GPU
             job's later steps reuse the kernels of its earlier ones, see the module's notes).
         error: why it could not be built or compiled (then the rest is empty).
+        schedule: :meth:`dpcourse.compiled.schedule.Schedule.summary` of the program.
+        scheduler_ran: XLA's latency-hiding scheduler ran (None: not a GPU compile).
     """
 
     step: str
@@ -127,6 +129,8 @@ class StepResult:
     compile_s: float = 0.0
     cost_source: str = ""
     error: str | None = None
+    schedule: dict = field(default_factory=dict)
+    scheduler_ran: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -298,16 +302,20 @@ def compile_step(
     for a GPU job); an option this jaxlib does not know is dropped.
     Errors from the builder or the compiler are returned in ``error``.
     """
-    from dpcourse.compiled import collectives
+    from dpcourse.compiled import collectives, schedule
 
     t0 = time.perf_counter()
-    try:
-        fn, args = load_builder(builder)(cfg, mesh)
-        compiled = _compile(fn.lower(*args), compiler_options)
-        text = compiled.as_text()
-    except Exception as err:  # noqa: BLE001 - reported per step, the others still compile
-        said = first_sentence(err)
-        return StepResult(name, builder, error=f"{type(err).__name__}: {said}")
+    gpu = mesh.devices.flat[0].platform != "cpu"
+    with tempfile.TemporaryDirectory(prefix="dpcourse-passes-") as dump:
+        try:
+            fn, args = load_builder(builder)(cfg, mesh)
+            options = {**(compiler_options or {}), **(schedule.scheduler_dump_options(dump) if gpu else {})}
+            compiled = _compile(fn.lower(*args), options)
+            text = compiled.as_text()
+        except Exception as err:  # noqa: BLE001 - reported per step, the others still compile
+            said = first_sentence(err)
+            return StepResult(name, builder, error=f"{type(err).__name__}: {said}")
+        lhs = schedule.scheduler_ran(dump) if gpu else None
     elapsed = time.perf_counter() - t0
     if hlo_path:
         with open(hlo_path, "w") as f:
@@ -337,6 +345,8 @@ def compile_step(
         cost,
         round(elapsed, 3),
         source,
+        schedule=schedule.read_schedule(text, mesh.size).summary(),
+        scheduler_ran=lhs,
     )
 
 

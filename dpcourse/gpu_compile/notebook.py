@@ -10,6 +10,9 @@ from dpcourse.gpu_compile.mocked import CPU_ONLY_CAVEAT, PASS_NAME
 __all__ = ["CPU_ONLY_CAVEAT", "PASS_NAME", "records", "show_compilers", "show_gpu_placement", "table_rows"]
 
 
+OVERLAP_FIELDS = ("overlapped_fraction", "windows_with_compute", "sync_collectives")
+
+
 def records(results: list[deviceless.CompileResult]) -> list[dict]:
     """One flat record per result and step (the rows of placement.json).
 
@@ -19,7 +22,10 @@ def records(results: list[deviceless.CompileResult]) -> list[dict]:
     sent_bytes_per_step (bytes each device sends in ring collectives,
     :func:`dpcourse.compiled.census.sent_bytes`; None where a trip count is
     unknown), compile_s, flops, bytes_accessed (cost_analysis), temp_bytes
-    (memory_analysis), disabled_passes, jax_version, jaxlib_version, error.
+    (memory_analysis), overlapped_fraction, windows_with_compute,
+    sync_collectives (the GPU schedule, :mod:`dpcourse.compiled.schedule`;
+    None on the CPU), scheduler_ran, disabled_passes, jax_version,
+    jaxlib_version, error.
     """
     from dpcourse.compiled import census
 
@@ -59,6 +65,8 @@ def records(results: list[deviceless.CompileResult]) -> list[dict]:
                     "flops": s.cost.get("flops"),
                     "bytes_accessed": s.cost.get("bytes accessed"),
                     "temp_bytes": s.memory.get("temp_size_in_bytes"),
+                    **{k: (s.schedule if res.backend == "gpu" else {}).get(k) for k in OVERLAP_FIELDS},
+                    "scheduler_ran": s.scheduler_ran,
                     **tail,
                     "error": s.error,
                 }

@@ -271,3 +271,29 @@ def test_simulated_devices_are_never_judged():
 def test_scaling_rejects_bad_input(args):
     with pytest.raises(ValueError):
         costs.scaling(*args, simulated=False)
+
+
+def test_the_overlapped_bound_hides_only_the_bytes_inside_windows():
+    # 10 ms of compute, 4 ms of communication.
+    assert costs.overlapped_step_s(0.010, 0.004, 0.0) == pytest.approx(0.014)  # the no-overlap sum
+    assert costs.overlapped_step_s(0.010, 0.004, 1.0) == pytest.approx(0.010)  # all hidden by compute
+    assert costs.overlapped_step_s(0.010, 0.004, 0.5) == pytest.approx(0.012)  # half hidden, half added
+    # Only 1 ms of compute inside the windows: 2 ms in windows cost max(1, 2), the rest adds.
+    assert costs.overlapped_step_s(0.010, 0.004, 0.5, 0.001) == pytest.approx(0.009 + 0.002 + 0.002)
+    # Communication longer than compute: the bound is the communication.
+    assert costs.overlapped_step_s(0.001, 0.004, 1.0) == pytest.approx(0.004)
+
+
+def test_the_overlapped_bound_refuses_impossible_inputs():
+    with pytest.raises(ValueError, match="fraction in"):
+        costs.overlapped_step_s(0.01, 0.004, 1.5)
+    with pytest.raises(ValueError, match="window compute <= compute"):
+        costs.overlapped_step_s(0.01, 0.004, 0.5, 0.02)
+    with pytest.raises(ValueError, match="times >= 0"):
+        costs.overlapped_step_s(-0.01, 0.004, 0.5)
+
+
+def test_a_step_with_compute_in_a_window_earns_the_overlapped_bound():
+    assert costs.bound_for(0.0) == "no-overlap sum"
+    assert costs.bound_for(None) == "no-overlap sum"
+    assert costs.bound_for(0.25) == "overlapped bound"

@@ -177,3 +177,27 @@ def test_09_2_a_rung_near_the_target_is_not_said_to_pass_it():
     target, why = lesson09.exercise_target({"a": 0.45, "b": 0.7, "c": 2.0})
     assert 0.7 < target < 2.0 and "No rung is clearly below the course's 50%" in why
     assert "Every rung" not in why
+
+
+def test_09_3_the_plain_step_earns_the_sum_and_a_small_threshold_opens_windows():
+    # Fractions as notebook 09 compiles them for 8 x H200 (JAX 0.10.2: 0.9879 with the small threshold).
+    h200 = {"plain": 0.0, "smaller combine threshold": 0.9879, 'optimization_level="O1"': 0.0}
+    expect(lesson09.overlap_bound(("no-overlap sum", "smaller combine threshold"), h200), CORRECT, "no-overlap sum")
+    expect(lesson09.overlap_bound(("overlapped bound", "smaller combine threshold"), h200), WRONG, "holds no compute")
+    expect(lesson09.overlap_bound(("no-overlap sum", 'optimization_level="O1"'), h200), WRONG, "no more than")
+    expect(lesson09.overlap_bound(("no-overlap sum", "none of these"), h200), WRONG, "smaller combine threshold")
+    expect(lesson09.overlap_bound("no-overlap sum", h200), BAD_INPUT, "a pair")
+    expect(lesson09.overlap_bound(("sum", "none of these"), h200), BAD_INPUT, "The bound is one of")
+    expect(lesson09.overlap_bound(("no-overlap sum", "bfloat16"), h200), BAD_INPUT, "The change is one of")
+    expect(lesson09.overlap_bound(..., h200), NOT_ATTEMPTED)
+    expect(lesson09.overlap_bound(("no-overlap sum", "none of these"), {}), UNAVAILABLE)
+
+
+def test_09_3_where_no_change_opens_a_window_none_of_these_is_right():
+    l4 = {"plain": 0.0, "smaller combine threshold": 0.0, 'optimization_level="O1"': 0.0}
+    expect(lesson09.overlap_bound(("no-overlap sum", "none of these"), l4), CORRECT, "neither change")
+    expect(lesson09.overlap_bound(("no-overlap sum", "smaller combine threshold"), l4), WRONG, "no more than")
+    overlapped = {"plain": 0.4, "smaller combine threshold": 0.9}
+    expect(lesson09.overlap_bound(("overlapped bound", "smaller combine threshold"), overlapped), CORRECT)
+    expect(lesson09.overlap_bound(("no-overlap sum", "smaller combine threshold"), overlapped), WRONG, "40%")
+    expect(lesson09.overlap_bound(("overlapped bound", 'optimization_level="O1"'), overlapped), WRONG, "not compiled")

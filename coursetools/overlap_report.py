@@ -1,0 +1,96 @@
+"""Where communication hides, per form and GPU target: the overlap table of ``make placement`` and its check.
+
+``python -m coursetools.compile_report --overlap`` (``make placement``)
+compiles the two steps of :data:`dpcourse.gpu_compile.overlap_steps.STEPS`
+that nothing else compiles (the small combine threshold, ``O1``) on 8 devices
+of every GPU target, and reads the others from the compiles it makes anyway
+(the plain ``jit`` step at 8 GPUs, lesson 10's FSDP gathered once and
+reduced accumulation). Each record of ``placement.json`` carries the
+overlap its program's schedule shows (:mod:`dpcourse.compiled.schedule`);
+:func:`check` fails when a fraction moves from :data:`EXPECTED`, the
+figures notebook 09 teaches, as a moved collective does.
+"""
+
+from __future__ import annotations
+
+from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.gpu_compile import overlap_steps
+
+DEVICES = 8
+# The overlap forms and the record step that holds each: the plain step is make placement's "jit".
+FORMS: dict[str, str] = {
+    "plain": "jit",
+    "small_threshold": "small_threshold",
+    "o1": "o1",
+    "fsdp_gathered": "fsdp_gathered",
+    "accum_reduced": "accum_reduced",
+}
+EXTRA_STEPS: dict[str, str] = {k: overlap_steps.STEPS[k] for k in ("small_threshold", "o1")}
+# Fraction of the bytes sent whose window holds compute, smoke profile, 8 GPUs, compiled without a
+# GPU: measured with JAX 0.10.2 and 0.12.0.1 (make placement; tools/capture_schedule_hlo.py). A key
+# (form, target, JAX minor version) absent here is reported, not checked.
+_TARGETS = ("h100_sxm", "h200", "l4")
+EXPECTED: dict[tuple[str, str, str], float] = {
+    **{(f, t, v): 0.0 for f in ("plain", "o1", "accum_reduced") for t in _TARGETS for v in ("0.10", "0.12")},
+    **{("small_threshold", t, "0.10"): 0.9879 for t in ("h100_sxm", "h200")},
+    **{("small_threshold", t, "0.12"): 1.0 for t in ("h100_sxm", "h200")},
+    **{("small_threshold", "l4", v): 0.0 for v in ("0.10", "0.12")},
+    **{("fsdp_gathered", t, v): 1.0 for t in ("h100_sxm", "h200") for v in ("0.10", "0.12")},
+    **{("fsdp_gathered", "l4", v): 0.0 for v in ("0.10", "0.12")},
+}
+TOLERANCE = 0.001  # the fraction is a ratio of byte counts, printed to 4 places: any real move is larger
+
+
+def jobs(profiles: list[str], targets: list[str]) -> list:
+    """The jobs of ``--overlap``: :data:`DEVICES` GPUs of each target, smoke profile only when asked."""
+    return [deviceless.Job("gpu", t, DEVICES, "smoke") for t in targets if "smoke" in profiles]
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def overlap_records(recs: list[dict]) -> list[dict]:
+    """The records of the overlap forms (GPU, :data:`DEVICES` devices), each with its ``form``."""
+    by_step = {step: form for form, step in FORMS.items()}
+    return [
+        {**r, "form": by_step[r["step"]]}
+        for r in recs
+        if r.get("backend") == "gpu" and r.get("n_devices") == DEVICES and r.get("step") in by_step
+    ]
+
+
+def table_rows(recs: list[dict]) -> list[dict]:
+    """One row per (profile, form), one column per target: ``fraction (windows/collectives, LHS yes/no)``."""
+    rows: dict[tuple[str, str], dict] = {}
+    for r in overlap_records(recs):
+        row = rows.setdefault((r["profile"], r["form"]), {"profile": r["profile"], "form": r["form"]})
+        if r.get("error"):
+            row[r["target_label"]] = "not compiled"
+            continue
+        frac = r.get("overlapped_fraction")
+        lhs = {True: "yes", False: "no"}.get(r.get("scheduler_ran"), "?")
+        shown = "?" if frac is None else f"{frac:.2f}"
+        row[r["target_label"]] = f"{shown} ({r.get('windows_with_compute')}/{r.get('collectives')}, LHS {lhs})"
+    order = list(FORMS)
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order.index(k[1])))]
+
+
+def check(recs: list[dict], expected: dict | None = None) -> list[str]:
+    """What differs from :data:`EXPECTED` (empty: as taught), one sentence per record that moved."""
+    expected = EXPECTED if expected is None else expected
+    problems = []
+    for r in overlap_records(recs):
+        if r["profile"] != "smoke" or r.get("error"):
+            continue
+        key = (r["form"], r["target"], _minor(r.get("jax_version", "")))
+        if key not in expected:
+            continue
+        got, want = r.get("overlapped_fraction"), expected[key]
+        if got is None or abs(got - want) > TOLERANCE:
+            problems.append(
+                f"gpu {r['target']} x{r['n_devices']} smoke {r['form']}: the fraction of bytes sent inside "
+                f"windows of compute moved from {want} to {got} (JAX {r.get('jax_version')}); read notebook 09's "
+                "overlap section again and update coursetools.overlap_report.EXPECTED"
+            )
+    return problems

@@ -1,0 +1,415 @@
+"""Where communication can hide: each collective of a scheduled GPU program and the work inside its window.
+
+Taught in notebook 09 (section 8). XLA's GPU compiler turns every collective
+into a start/done pair (``all-reduce-start``/``all-reduce-done``, an
+``async-start``/``async-done`` around a wrapped reduce-scatter or all-to-all
+in some versions) and orders the instructions of each computation: the
+program text of a scheduled module (``HloModule ..., is_scheduled=true``,
+what ``compiled.as_text()`` returns for a GPU) lists them in that order. The
+instructions placed strictly between a start and its done are what the
+compiler intends to run while the transfer is in flight: its *window*. The
+start's ``backend_config`` says whether the collective is issued
+synchronously (``"is_sync":true``: the compiler does not mean to overlap it).
+
+:func:`read_schedule` gives, per collective, its kind, the bytes each device
+sends in a ring (:func:`dpcourse.compiled.census.sent_bytes`), ``is_sync`` and the work in its
+window (fusions, GEMMs, loops: FLOPs of their matmuls and the bytes at their
+boundaries, counted as XLA's cost analysis counts a fusion: operands plus
+result); and for the whole step the fraction of the bytes sent whose window
+holds compute. Scalar work (a fusion on rank-0 values, such as the step
+counter) is listed but is not compute. This is the compiler's *intended*
+overlap, read without running anything; the time that really overlaps is in
+a profiler trace of a real run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dpcourse.compiled import census
+from dpcourse.compiled.collectives import (
+    _CALLED,
+    _INSTR,
+    _SHAPE,
+    _TRIP,
+    _result_bytes,
+    parse_hlo,
+    shape_bytes,
+    split_computations,
+)
+from dpcourse.compiled.hlo import _is_gemm_call
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+WRAPPING_STARTS = ("async-start", "fusion-start")
+COMPUTE_OPCODES = ("fusion", "custom-call", "dot", "convolution", "while", "conditional", "call")
+_IS_SYNC = re.compile(r'"is_sync":(true|false)')
+_GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_GROUPS_IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=")
+_GROUPS_LIST = re.compile(r"replica_groups=\{\{([\d,]*)\}")
+_LHS_DIMS = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_LHS_DIMS_JSON = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
+_FUSION_KIND = re.compile(r"kind=(k\w+)")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One instruction scheduled inside a window.
+
+    Attributes:
+        name: its name in the HLO text.
+        what: ``"GEMM"``, ``"fusion (kLoop)"``, ``"while (2 iterations)"``, ...
+        flops: FLOPs of the matmuls it runs (2 per multiply-accumulate; a
+            loop's body times its trip count), 0 when it runs none.
+        bytes: bytes it reads and writes at its boundary (operands plus
+            result; a loop: its body's work times the trip count), per device.
+        scalar: every operand and result is a scalar (bookkeeping, not compute).
+    """
+
+    name: str
+    what: str
+    flops: float
+    bytes: int
+    scalar: bool
+
+
+@dataclass(frozen=True)
+class Window:
+    """One collective, from its start to its done.
+
+    Attributes:
+        kind: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ...
+        name: the start instruction's name.
+        computation: the computation holding it (the entry, or a loop body).
+        payload_bytes: bytes of its result, per device (a reduce-scatter's is
+            the ``1 / N`` slice each device keeps).
+        group_size: devices taking part (``N``).
+        sent_bytes: bytes each device sends per run in a ring
+            (:func:`dpcourse.compiled.census.sent_bytes`): all-reduce
+            ``2 (N - 1) / N x payload``, all-gather ``(N - 1) / N x payload``,
+            reduce-scatter ``(N - 1) x payload``, other kinds the payload.
+        is_sync: the start's ``"is_sync"`` (None when it states none).
+        runs_per_step: executions per step (None: a loop's trip count unknown).
+        work: the instructions scheduled strictly between start and done.
+    """
+
+    kind: str
+    name: str
+    computation: str
+    payload_bytes: int
+    group_size: int
+    sent_bytes: float
+    is_sync: bool | None
+    runs_per_step: int | None
+    work: tuple[Work, ...]
+
+    @property
+    def compute(self) -> tuple[Work, ...]:
+        """The work in the window that is not scalar bookkeeping."""
+        return tuple(w for w in self.work if not w.scalar)
+
+    @property
+    def has_compute(self) -> bool:
+        return bool(self.compute)
+
+    @property
+    def window_flops(self) -> float:
+        return sum(w.flops for w in self.compute)
+
+    @property
+    def window_bytes(self) -> int:
+        return sum(w.bytes for w in self.compute)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The collectives of one scheduled program and their windows.
+
+    Attributes:
+        windows: one :class:`Window` per collective, in program order.
+        scheduled: the module says ``is_scheduled=true`` (a GPU program);
+            False (a CPU program, or text without its module line): the
+            order is the text's and the windows mean little.
+    """
+
+    windows: tuple[Window, ...]
+    scheduled: bool
+
+    @property
+    def sent_bytes_per_step(self) -> float | None:
+        """Bytes each device sends per step over all collectives (None: a run count unknown)."""
+        runs = [w.runs_per_step for w in self.windows]
+        return None if None in runs else sum(w.sent_bytes * w.runs_per_step for w in self.windows)
+
+    @property
+    def overlapped_bytes_per_step(self) -> float | None:
+        """Of those, the bytes of collectives whose window holds compute."""
+        runs = [w.runs_per_step for w in self.windows]
+        if None in runs:
+            return None
+        return sum(w.sent_bytes * w.runs_per_step for w in self.windows if w.has_compute)
+
+    @property
+    def overlapped_fraction(self) -> float | None:
+        """``overlapped_bytes_per_step / sent_bytes_per_step``; None without collectives or run counts."""
+        total, inside = self.sent_bytes_per_step, self.overlapped_bytes_per_step
+        return None if not total or inside is None else inside / total
+
+    def rows(self) -> list[dict]:
+        """One dict per collective, for :func:`dpcourse.show.table`."""
+        out = []
+        for w in self.windows:
+            shown = ", ".join(f"{x.name} ({x.what})" for x in w.compute[:4])
+            more = len(w.compute) - 4
+            out.append(
+                {
+                    "collective": f"{w.kind} {w.name}",
+                    "bytes sent per device": round(w.sent_bytes),
+                    "runs per step": "unknown" if w.runs_per_step is None else w.runs_per_step,
+                    "is_sync": "?" if w.is_sync is None else str(w.is_sync).lower(),
+                    "compute in window": (shown + (f", +{more} more" if more > 0 else "")) or "none",
+                    "window FLOPs": round(w.window_flops),
+                    "window bytes": w.window_bytes,
+                    "scalar work": len(w.work) - len(w.compute),
+                }
+            )
+        return out
+
+    def summary(self) -> dict:
+        """The step's figures as one flat dict (what ``placement.json`` records)."""
+        frac = self.overlapped_fraction
+        return {
+            "scheduled": self.scheduled,
+            "collectives": len(self.windows),
+            "sync_collectives": sum(w.is_sync is True for w in self.windows),
+            "windows_with_compute": sum(w.has_compute for w in self.windows),
+            "sent_bytes_per_step": self.sent_bytes_per_step,
+            "overlapped_bytes_per_step": self.overlapped_bytes_per_step,
+            "overlapped_fraction": None if frac is None else round(frac, 4),
+            "in_window": sorted({w.kind for w in self.windows if w.has_compute}),
+        }
+
+
+def _operands(line: str, start: int) -> list[str]:
+    """Names of the operands in the parentheses that open at ``line[start - 1]``."""
+    depth, end = 1, start
+    while end < len(line) and depth:
+        depth += {"(": 1, ")": -1}.get(line[end], 0)
+        end += 1
+    return _OPERAND.findall(line[start : end - 1])
+
+
+def _dims(type_text: str) -> list[int]:
+    found = _SHAPE.search(type_text)
+    return [int(d) for d in found.group(2).split(",") if d] if found else []
+
+
+def _elements(type_text: str) -> int:
+    count = 1
+    for d in _dims(type_text):
+        count *= d
+    return count
+
+
+def _is_scalar(type_text: str) -> bool:
+    shapes = _SHAPE.findall(type_text)
+    return bool(shapes) and all(not dims for _, dims in shapes)
+
+
+def group_size(line: str, default: int) -> int:
+    """Devices in each replica group of a collective's line, or ``default`` where it states none.
+
+    Reads the three forms XLA prints: ``replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}``,
+    ``replica_groups=[1,8]<=[8]`` and ``replica_groups={{0,1,2,3},...}``.
+    """
+    mesh = _GROUPS_MESH.search(line)
+    if mesh:
+        sizes = dict(re.findall(r"'([^']+)'=(\d+)", mesh.group(1)))
+        size = 1
+        for axis in re.findall(r"'([^']+)'", mesh.group(2)):
+            size *= int(sizes.get(axis, 1))
+        return size
+    iota = _GROUPS_IOTA.search(line)
+    if iota:
+        return int(iota.group(2))
+    listed = _GROUPS_LIST.search(line)
+    if listed and listed.group(1):
+        return len(listed.group(1).split(","))
+    return default
+
+
+class _Reader:
+    """The module's computations, instruction types and work figures."""
+
+    def __init__(self, text: str):
+        self.comps, self.entry = split_computations(text)
+        self.types: dict[str, str] = {}
+        self.parsed: dict[str, list[tuple[str, str, str, list[str]]]] = {}
+        for comp, lines in self.comps.items():
+            rows = []
+            for line in lines:
+                m = _INSTR.match(line)
+                if m:
+                    self.types[m.group(2)] = m.group(3)
+                    rows.append((m.group(2), m.group(4), line, _operands(line, m.end())))
+            self.parsed[comp] = rows
+
+    def dot_flops(self, line: str, type_text: str, operands: list[str]) -> float:
+        dims = _LHS_DIMS.search(line) or _LHS_DIMS_JSON.search(line)
+        if not dims or not operands:
+            return 0.0
+        lhs = _dims(self.types.get(operands[0], ""))
+        contract = 1
+        for d in re.findall(r"\d+", dims.group(1)):
+            contract *= lhs[int(d)] if int(d) < len(lhs) else 1
+        return 2.0 * _elements(type_text) * contract
+
+    def flops_in(self, comp: str, depth: int = 0) -> float:
+        """FLOPs of the matmuls of a computation (fusions' bodies included)."""
+        if depth > 8:
+            return 0.0
+        total = 0.0
+        for _name, op, line, operands in self.parsed.get(comp, []):
+            total += self.work_flops(op, line, operands, depth + 1)
+        return total
+
+    def work_flops(self, op: str, line: str, operands: list[str], depth: int = 0) -> float:
+        type_text = _INSTR.match(line).group(3)
+        if op == "dot" or (op == "custom-call" and _is_gemm_call(line)):
+            return self.dot_flops(line, type_text, operands)
+        if op in ("fusion", "call", "while", "conditional"):
+            trip = _TRIP.search(line) if op == "while" else None
+            factor = int(trip.group(1)) if trip else 1
+            body = re.search(r"\bbody=%?([\w.\-]+)", line) if op == "while" else None
+            callees = [body.group(1)] if body else _CALLED.findall(line)
+            return factor * sum(self.flops_in(c, depth) for c in callees)
+        return 0.0
+
+    def work(self, name: str, op: str, line: str, operands: list[str]) -> Work:
+        type_text = _INSTR.match(line).group(3)
+        flops = self.work_flops(op, line, operands)
+        boundary = shape_bytes(type_text) + sum(shape_bytes(self.types.get(o, "")) for o in operands)
+        scalar = _is_scalar(type_text) and all(_is_scalar(self.types.get(o, "f32[]")) for o in operands)
+        if op == "while":
+            trip = _TRIP.search(line)
+            body = re.search(r"\bbody=%?([\w.\-]+)", line)
+            inner = [
+                self.work(n, o, ln, ops)
+                for n, o, ln, ops in self.parsed.get(body.group(1) if body else "", [])
+                if o in COMPUTE_OPCODES
+            ]
+            runs = int(trip.group(1)) if trip else 1
+            what = f"while ({trip.group(1)} iterations)" if trip else "while (trip count unknown)"
+            return Work(name, what, flops, runs * sum(w.bytes for w in inner), scalar)
+        if op == "custom-call" and _is_gemm_call(line):
+            what = "GEMM"
+        elif op == "fusion":
+            kind = _FUSION_KIND.search(line)
+            what = ("GEMM fusion" if flops else "fusion") + (f" ({kind.group(1)})" if kind else "")
+        else:
+            what = op
+        return Work(name, what, flops, boundary, scalar)
+
+
+def _kind_of(reader: _Reader, op: str, line: str) -> tuple[str, str] | None:
+    """``(kind, the line that states it)`` for a collective start, or None for another instruction.
+
+    A start is ``<kind>-start``, or an ``async-start``/``fusion-start`` whose
+    called computation holds the collective (jaxlib 0.12 wraps some
+    all-reduces in a ``fusion-start`` of a ``fused_all-reduce`` computation).
+    """
+    if op.endswith("-start") and op[:-6] in KINDS:
+        return op[:-6], line
+    if op in WRAPPING_STARTS:
+        for callee in _CALLED.findall(line):
+            for _n, inner_op, inner_line, _o in reader.parsed.get(callee, []):
+                if inner_op in KINDS:
+                    return inner_op, inner_line
+    return None
+
+
+SCHEDULER_PASS = "latency-hiding-scheduler"
+
+
+def scheduler_dump_options(folder: str) -> dict[str, str]:
+    """XLA options that make a compile write its latency-hiding scheduler's passes (if it runs them) to ``folder``."""
+    return {"xla_dump_to": folder, "xla_dump_hlo_pass_re": SCHEDULER_PASS}
+
+
+def scheduler_ran(folder: str) -> bool:
+    """Whether a compile with :func:`scheduler_dump_options` ran XLA's latency-hiding scheduler.
+
+    XLA writes a module's text before and after each pass it runs whose name
+    matches ``xla_dump_hlo_pass_re`` (file names holding the pass name); the
+    GPU compiler leaves the pass out of its pipeline where it does not use
+    the scheduler, so no such file appears.
+    """
+    import os
+
+    return any(SCHEDULER_PASS in name for _root, _dirs, files in os.walk(folder) for name in files)
+
+
+def read_schedule(text: str, n_devices: int = 1) -> Schedule:
+    """Read the collectives of optimised HLO text (``compiled.as_text()``) with the work in their windows.
+
+    Synchronous collectives (a CPU program's plain ``all-reduce``) have no
+    window: they are listed with none.
+
+    Args:
+        text: the compiled program's text.
+        n_devices: group size for a collective whose line states none.
+
+    Raises:
+        ValueError: the text holds no HLO computation.
+    """
+    reader = _Reader(text)
+    runs = {c.name: c.runs_per_step for c in parse_hlo(text).collectives}
+    wrapped = {
+        c
+        for rows in reader.parsed.values()
+        for _n, op, ln, _o in rows
+        if op in WRAPPING_STARTS
+        for c in _CALLED.findall(ln)
+    }
+    windows = []
+    for comp, rows in reader.parsed.items():
+        if comp in wrapped:
+            continue
+        for i, (name, op, line, _ops) in enumerate(rows):
+            base = op[:-6] if op.endswith("-start") else op
+            found = _kind_of(reader, op, line) if op.endswith("-start") else None
+            if found is None and base in KINDS and not op.endswith("-done"):
+                found = (base, line)  # a synchronous collective: no window
+                inside: list[Work] = []
+            elif found is None:
+                continue
+            else:
+                end = next(
+                    (j for j in range(i + 1, len(rows)) if name in rows[j][3] and rows[j][1].endswith("done")), i
+                )
+                inside = [reader.work(*rows[j]) for j in range(i + 1, end) if rows[j][1] in COMPUTE_OPCODES]
+            kind, stated = found
+            n = group_size(stated, n_devices)
+            if op in WRAPPING_STARTS:
+                payload = shape_bytes(_INSTR.match(stated).group(3))
+                inner = next((r[0] for r in reader.parsed[_CALLED.findall(line)[0]] if r[1] == kind), name)
+                count = runs.get(inner, runs.get(name, 1))
+            else:
+                payload = _result_bytes(op, _INSTR.match(line).group(3))
+                count = runs.get(name, 1)
+            sync = _IS_SYNC.search(line) or _IS_SYNC.search(stated)
+            windows.append(
+                Window(
+                    kind,
+                    name,
+                    comp,
+                    payload,
+                    n,
+                    census.sent_bytes(kind, payload, n),
+                    None if sync is None else sync.group(1) == "true",
+                    count,
+                    tuple(inside),
+                )
+            )
+    return Schedule(tuple(windows), bool(re.search(r"^HloModule\b[^\n]*is_scheduled=true", text, re.M)))

@@ -1,0 +1,83 @@
+"""The steps notebook 09 reads for overlap, as compile-only builders: ``build(cfg, mesh) -> (jitted, abstract_args)``.
+
+The interface of :mod:`dpcourse.gpu_compile.compile`. Two builders change
+only how the course's plain-``jit`` step (:func:`dpcourse.gpu_compile.steps.jit_step`)
+is compiled: :func:`small_threshold` sets XLA's
+``xla_gpu_all_reduce_combine_threshold_bytes`` (the size up to which the
+all-reduce combiner merges all-reduces) to :data:`SMALL_COMBINE_THRESHOLD_BYTES`,
+and :func:`o1` compiles at JAX's ``optimization_level="O1"``
+(``jax_optimization_level``, an effort XLA's GPU compiler reads, among other
+things, to decide whether to run its latency-hiding scheduler; source:
+``xla/service/gpu/gpu_compiler.cc`` in openxla/xla). :data:`STEPS` names the
+forms ``make placement`` and notebook 09 compare, lesson 10's included.
+"""
+
+from __future__ import annotations
+
+COMBINE_THRESHOLD_OPTION = "xla_gpu_all_reduce_combine_threshold_bytes"
+# The smoke profile's block gradient (32 x 32 x 4 bytes) and input layer's (784 x 32 x 4) then get an
+# all-reduce each; the output layer's (32 x 10 x 4 = 1,280 bytes), the biases and the metrics go together.
+SMALL_COMBINE_THRESHOLD_BYTES = 4096
+STEPS: dict[str, str] = {
+    "plain": "dpcourse.gpu_compile.steps:jit_step",
+    "small_threshold": "dpcourse.gpu_compile.overlap_steps:small_threshold",
+    "o1": "dpcourse.gpu_compile.overlap_steps:o1",
+    "fsdp_gathered": "dpcourse.gpu_compile.sharded_steps:fsdp_gathered",
+    "accum_reduced": "dpcourse.gpu_compile.sharded_steps:accum_reduced",
+}
+LABELS: dict[str, str] = {
+    "plain": "plain jit step",
+    "small_threshold": f"combine threshold {SMALL_COMBINE_THRESHOLD_BYTES:,} bytes",
+    "o1": 'optimization_level="O1"',
+    "fsdp_gathered": "FSDP, gathered once",
+    "accum_reduced": "accumulation, reduced",
+}
+
+
+class _Lowered:
+    """A lowered step whose ``compile`` adds its own XLA options and optimization level."""
+
+    def __init__(self, lowered, options: dict, level: str | None):
+        self.lowered, self.options, self.level = lowered, dict(options), level
+
+    def compile(self, compiler_options: dict | None = None):
+        import jax
+
+        merged = {**(compiler_options or {}), **self.options}
+        if self.level is None:
+            return self.lowered.compile(merged or None)
+        before = jax.config.jax_optimization_level
+        jax.config.update("jax_optimization_level", self.level)
+        try:
+            return self.lowered.compile(merged or None)
+        finally:
+            jax.config.update("jax_optimization_level", before)
+
+    def as_text(self) -> str:
+        return self.lowered.as_text()
+
+
+class CompiledWith:
+    """A jitted step whose ``lower(...)`` gives a :class:`_Lowered` that compiles with ``options`` and ``level``."""
+
+    def __init__(self, jitted, options: dict | None = None, level: str | None = None):
+        self.jitted, self.options, self.level = jitted, dict(options or {}), level
+
+    def lower(self, *args) -> _Lowered:
+        return _Lowered(self.jitted.lower(*args), self.options, self.level)
+
+
+def small_threshold(cfg, mesh):
+    """The plain-``jit`` step compiled with a combine threshold of :data:`SMALL_COMBINE_THRESHOLD_BYTES`."""
+    from dpcourse.gpu_compile import steps
+
+    fn, args = steps.jit_step(cfg, mesh)
+    return CompiledWith(fn, {COMBINE_THRESHOLD_OPTION: SMALL_COMBINE_THRESHOLD_BYTES}), args
+
+
+def o1(cfg, mesh):
+    """The plain-``jit`` step compiled at ``optimization_level="O1"``."""
+    from dpcourse.gpu_compile import steps
+
+    fn, args = steps.jit_step(cfg, mesh)
+    return CompiledWith(fn, level="O1"), args

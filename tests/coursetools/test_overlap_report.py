@@ -1,0 +1,71 @@
+"""Tests of coursetools.overlap_report: the overlap table of make placement and the check that fails when a fraction moves."""
+
+from __future__ import annotations
+
+from coursetools import overlap_report
+from dpcourse.gpu_compile import compile as gpu_compile
+from dpcourse.gpu_compile import notebook
+
+
+def rec(step, target="h200", fraction=0.0, version="0.10.2", **extra):
+    return {
+        "backend": "gpu",
+        "target": target,
+        "target_label": {"h200": "H200", "l4": "L4 (approximate)"}.get(target, target),
+        "n_devices": 8,
+        "profile": "smoke",
+        "step": step,
+        "overlapped_fraction": fraction,
+        "windows_with_compute": 0 if not fraction else 3,
+        "collectives": 1 if step == "jit" else 4,
+        "scheduler_ran": target != "l4",
+        "jax_version": version,
+        "error": None,
+        **extra,
+    }
+
+
+def test_records_carry_the_schedule_of_gpu_compiles_only():
+    summary = {"overlapped_fraction": 0.5, "windows_with_compute": 2, "sync_collectives": 1}
+    step = gpu_compile.StepResult("jit", "b", schedule=summary, scheduler_ran=True)
+    gpu = gpu_compile.CompileResult("gpu", "h200", 8, "smoke", target_label="H200", steps={"jit": step})
+    cpu = gpu_compile.CompileResult("cpu", "cpu", 8, "smoke", target_label="CPU", steps={"jit": step})
+    (g,) = notebook.records([gpu])
+    (c,) = notebook.records([cpu])
+    assert (g["overlapped_fraction"], g["windows_with_compute"], g["scheduler_ran"]) == (0.5, 2, True)
+    assert c["overlapped_fraction"] is None  # the CPU program is not scheduled: no windows to read
+
+
+def test_the_table_has_one_row_per_form_and_a_column_per_gpu():
+    recs = [rec("jit"), rec("jit", "l4"), rec("small_threshold", fraction=0.9879), rec("jit", "h200", n_devices=2)]
+    rows = overlap_report.table_rows(recs)
+    assert [r["form"] for r in rows] == ["plain", "small_threshold"]
+    assert rows[0]["H200"] == "0.00 (0/1, LHS yes)"
+    assert rows[0]["L4 (approximate)"] == "0.00 (0/1, LHS no)"
+    assert rows[1]["H200"] == "0.99 (3/4, LHS yes)"
+
+
+def test_check_passes_as_taught_and_names_a_fraction_that_moved():
+    taught = [
+        rec("jit"),
+        rec("small_threshold", fraction=0.9879),
+        rec("small_threshold", fraction=1.0, version="0.12.0.1"),
+    ]
+    assert overlap_report.check(taught) == []
+    moved = overlap_report.check([rec("jit", fraction=0.4)])
+    assert len(moved) == 1 and "plain" in moved[0] and "from 0.0 to 0.4" in moved[0]
+    assert overlap_report.check([rec("jit", fraction=None)])  # a schedule that could not be read is a change too
+
+
+def test_forms_without_an_expectation_other_profiles_and_failed_compiles_are_not_judged():
+    assert overlap_report.check([rec("jit", version="0.13.0", fraction=0.7)]) == []
+    assert overlap_report.check([rec("jit", fraction=0.7, profile="full")]) == []
+    assert overlap_report.check([rec("jit", fraction=None, error="no devices")]) == []
+    assert overlap_report.check([{**rec("jit", fraction=0.7), "backend": "cpu"}]) == []
+
+
+def test_overlap_jobs_compile_the_two_extra_steps_on_8_gpus_of_each_target():
+    jobs = overlap_report.jobs(["smoke", "full"], ["h200", "l4"])
+    assert [(j.target, j.n_devices, j.profile) for j in jobs] == [("h200", 8, "smoke"), ("l4", 8, "smoke")]
+    assert overlap_report.jobs(["full"], ["h200"]) == []
+    assert set(overlap_report.EXTRA_STEPS) == {"small_threshold", "o1"}

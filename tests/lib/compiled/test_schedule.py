@@ -1,0 +1,203 @@
+"""Tests of dpcourse.compiled.schedule: the work the GPU compiler schedules inside each collective's window.
+
+Two parts: the reader on small hand-written programs (windows, bytes sent,
+``is_sync``, FLOPs, scalar bookkeeping), and the scheduled programs of the
+smoke profile on 8 GPUs, compiled without a GPU by JAX 0.10.2 and 0.12.0.1
+and stored trimmed in ``tests/data/sched_*`` (``tools/capture_schedule_hlo.py``):
+H200 for every form notebook 09 reads, H100 SXM and the approximate L4 for
+the plain and small-threshold steps. If an upgrade changes what they say,
+notebook 09's section on overlap must be read again, not only these numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpcourse.compiled import schedule
+from dpcourse.config import make_config
+from dpcourse.costs import gradient_bytes
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+VERSIONS = ("0.10.2", "0.12.0.1")
+N = 8
+METRIC_BYTES = 8  # loss and accuracy, reduced with the gradient
+# The smoke gradient and metrics in one all-reduce: each device sends 2 (N - 1) / N of them in a ring.
+PLAIN_SENT = 2 * (N - 1) / N * (gradient_bytes(make_config("smoke")) + METRIC_BYTES)
+
+
+def stored(target: str, step: str, version: str) -> schedule.Schedule:
+    return schedule.read_schedule((DATA / f"sched_{target}_{step}_smoke_8_jax{version}.txt").read_text(), N)
+
+
+PROGRAM = """HloModule m, is_scheduled=true
+
+%fused_dot (p0: f32[8,32], p1: f32[32,10]) -> f32[8,10] {
+  %p0 = f32[8,32]{1,0} parameter(0)
+  %p1 = f32[32,10]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,10]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%wrapped_rs (a: f32[64]) -> f32[8] {
+  %a = f32[64]{0} parameter(0)
+  ROOT %rs = f32[8]{0} reduce-scatter(%a), replica_groups=[1,8]<=[8], dimensions={0}, to_apply=%add
+}
+
+ENTRY %main (x: f32[8,32], w: f32[32,10], g: f32[64], s: s32[]) -> f32[8,10] {
+  %x = f32[8,32]{1,0} parameter(0)
+  %w = f32[32,10]{1,0} parameter(1)
+  %g = f32[64]{0} parameter(2)
+  %s = s32[] parameter(3)
+  %ar-start = f32[64]{0} all-reduce-start(%g), replica_groups={{0,1,2,3}}, to_apply=%add, backend_config={"collective_backend_config":{"is_sync":false}}
+  %step = s32[] fusion(%s), kind=kLoop, calls=%fused_select
+  %gemm = f32[8,10]{1,0} fusion(%x, %w), kind=kCustom, calls=%fused_dot
+  %ar-done = f32[64]{0} all-reduce-done(%ar-start)
+  %rs-start = ((f32[64]{0}), f32[8]{0}) async-start(%ar-done), calls=%wrapped_rs
+  %rs-done = f32[8]{0} async-done(%rs-start)
+  %ag-start = (f32[8]{0}, f32[64]{0}) all-gather-start(%rs-done), replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}, dimensions={0}, backend_config={"collective_backend_config":{"is_sync":true}}
+  %only-step = s32[] fusion(%s), kind=kLoop, calls=%fused_select
+  %ag-done = f32[64]{0} all-gather-done(%ag-start)
+  ROOT %out = f32[8,10]{1,0} copy(%gemm)
+}
+"""
+
+
+def test_a_window_holds_the_work_scheduled_between_start_and_done():
+    sched = schedule.read_schedule(PROGRAM, 8)
+    ar, rs, ag = sched.windows
+    assert (ar.kind, ar.group_size, ar.is_sync) == ("all-reduce", 4, False)
+    assert [w.name for w in ar.work] == ["step", "gemm"]
+    assert [w.name for w in ar.compute] == ["gemm"]  # the scalar step counter is bookkeeping
+    assert ar.window_flops == 2 * 8 * 10 * 32  # 2 per multiply-accumulate
+    assert ar.window_bytes == 4 * (8 * 10 + 8 * 32 + 32 * 10)  # result and operands at the boundary
+    assert (rs.kind, rs.group_size, rs.payload_bytes, rs.work) == ("reduce-scatter", 8, 32, ())
+    assert (ag.kind, ag.group_size, ag.is_sync, ag.has_compute) == ("all-gather", 8, True, False)
+
+
+def test_bytes_sent_per_device_follow_the_ring_formulas():
+    sched = schedule.read_schedule(PROGRAM, 8)
+    ar, rs, ag = sched.windows
+    assert ar.sent_bytes == pytest.approx(2 * 3 / 4 * 256)
+    assert rs.sent_bytes == pytest.approx(7 * 32)  # (N - 1) / N of the full 256 bytes
+    assert ag.sent_bytes == pytest.approx(7 / 8 * 256)
+    assert sched.overlapped_fraction == pytest.approx(ar.sent_bytes / (ar.sent_bytes + rs.sent_bytes + ag.sent_bytes))
+
+
+def test_a_synchronous_collective_is_listed_without_a_window():
+    text = """ENTRY %main (g: f32[16]) -> f32[16] {
+  %g = f32[16]{0} parameter(0)
+  ROOT %ar = f32[16]{0} all-reduce(%g), replica_groups={{0,1}}, to_apply=%add
+}
+"""
+    sched = schedule.read_schedule(text, 2)
+    assert not sched.scheduled  # no module line saying is_scheduled=true
+    assert [(w.kind, w.work, w.sent_bytes) for w in sched.windows] == [("all-reduce", (), 64.0)]
+    assert sched.overlapped_fraction == 0
+
+
+def test_a_loop_inside_a_window_counts_its_body_times_its_trip_count():
+    text = """HloModule m, is_scheduled=true
+%body (t: (s32[], f32[4,4])) -> (s32[], f32[4,4]) {
+  %t = (s32[], f32[4,4]{1,0}) parameter(0)
+  %a = f32[4,4]{1,0} get-tuple-element(%t), index=1
+  %d = f32[4,4]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %i = s32[] get-tuple-element(%t), index=0
+  ROOT %r = (s32[], f32[4,4]{1,0}) tuple(%i, %d)
+}
+ENTRY %main (g: f32[16], t: (s32[], f32[4,4])) -> f32[16] {
+  %g = f32[16]{0} parameter(0)
+  %t = (s32[], f32[4,4]{1,0}) parameter(1)
+  %s = f32[16]{0} all-reduce-start(%g), replica_groups={{0,1}}, to_apply=%add
+  %w = (s32[], f32[4,4]{1,0}) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %e = f32[16]{0} all-reduce-done(%s)
+}
+"""
+    (window,) = schedule.read_schedule(text, 2).windows
+    (loop,) = window.work
+    assert (loop.what, loop.flops) == ("while (3 iterations)", 3 * 2 * 4 * 4 * 4)
+    assert window.is_sync is None  # the start states none
+
+
+def test_group_sizes_are_read_in_each_form_xla_prints():
+    assert schedule.group_size("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0','axis_1'}", 1) == 8
+    assert schedule.group_size("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_1'}", 1) == 2
+    assert schedule.group_size("replica_groups=[2,4]<=[8]", 1) == 4
+    assert schedule.group_size("replica_groups={{0,2},{1,3}}", 1) == 2
+    assert schedule.group_size("source_target_pairs={{0,1}}", 8) == 8
+
+
+def test_not_a_program_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="No HLO computation found"):
+        schedule.read_schedule("hello")
+
+
+def test_the_scheduler_pass_is_found_in_a_dump_folder(tmp_path):
+    assert schedule.scheduler_dump_options(str(tmp_path)) == {
+        "xla_dump_to": str(tmp_path),
+        "xla_dump_hlo_pass_re": "latency-hiding-scheduler",
+    }
+    (tmp_path / "module_0001.m.after_optimizations.txt").write_text("")
+    assert not schedule.scheduler_ran(str(tmp_path))
+    (tmp_path / "module_0001.m.0001.latency-hiding-scheduler.after_latency-hiding-scheduler.txt").write_text("")
+    assert schedule.scheduler_ran(str(tmp_path))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("target", ["h100_sxm", "h200", "l4"])
+def test_the_plain_step_has_one_all_reduce_and_nothing_to_overlap_it_with(target, version):
+    sched = stored(target, "plain", version)
+    assert sched.scheduled
+    (window,) = sched.windows
+    assert window.kind == "all-reduce" and window.runs_per_step == 1
+    assert window.sent_bytes == pytest.approx(PLAIN_SENT)
+    assert window.compute == (), f"the optimizer needs the combined gradient; {window.work} in the window"
+    assert sched.overlapped_fraction == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("target", ["h100_sxm", "h200"])
+def test_a_small_combine_threshold_opens_windows_on_the_h100_and_h200(target, version):
+    sched = stored(target, "small_threshold", version)
+    assert len(sched.windows) > 1, "each large gradient gets its own all-reduce"
+    assert sched.sent_bytes_per_step == pytest.approx(PLAIN_SENT)  # the same bytes, split up
+    gemms = [w for w in sched.windows for x in w.compute if x.flops > 0]
+    assert gemms, "a weight gradient's GEMM runs inside some all-reduce's window"
+    assert sched.overlapped_fraction > 0.5
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_l4_keeps_the_split_all_reduces_without_compute_in_their_windows(version):
+    sched = stored("l4", "small_threshold", version)
+    assert len(sched.windows) > 1
+    assert sched.overlapped_fraction == 0
+    assert sum(w.is_sync is True for w in sched.windows) >= 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fsdp_gathered_once_moves_the_same_bytes_in_three_kinds(version):
+    sched = stored("h200", "fsdp_gathered", version)
+    kinds = sorted({w.kind for w in sched.windows})
+    assert kinds == ["all-gather", "all-reduce", "reduce-scatter"]
+    scatter = next(w for w in sched.windows if w.kind == "reduce-scatter")
+    assert scatter.sent_bytes == pytest.approx((N - 1) * scatter.payload_bytes)
+    assert sched.sent_bytes_per_step == pytest.approx(PLAIN_SENT)  # reduce-scatter + all-gather = all-reduce
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_reduced_accumulation_reduces_once_after_the_microbatch_loop(version):
+    sched = stored("h200", "accum_reduced", version)
+    (window,) = sched.windows
+    assert window.kind == "all-reduce" and window.runs_per_step == 1
+    assert sched.overlapped_fraction == 0
+
+
+def test_rows_and_summary_say_what_a_table_and_placement_json_need():
+    sched = stored("h200", "small_threshold", "0.10.2")
+    rows = sched.rows()
+    assert len(rows) == len(sched.windows)
+    assert set(rows[0]) >= {"collective", "bytes sent per device", "is_sync", "compute in window", "window FLOPs"}
+    summary = sched.summary()
+    assert summary["collectives"] == len(sched.windows)
+    assert summary["overlapped_fraction"] == round(sched.overlapped_fraction, 4)
+    assert summary["in_window"] == ["all-reduce"]
