@@ -18,6 +18,7 @@ ANCHOR = "single = measurement_device(PROFILE)\n"
 # rung fail as an out-of-memory would, and the bfloat16 ceiling fails as on
 # a backend without bfloat16 matmuls.
 INJECTED = """
+SCHEDULES = False  # section 8's GPU schedules have tests of their own
 _real_run_rung = ladder.run_rung
 def _failing_run_rung(rung, *args, **kwargs):
     if rung.name == "scan_f32" or rung.name == "scan_bf16" or rung.name.startswith("unrolled_bf16_batch"):
