@@ -915,7 +915,9 @@ three = {k: forms[k] for k in ("plain", "small_threshold", "o1")}
 hlo_tmp = tempfile.TemporaryDirectory(prefix="overlap-hlo-")
 missing_extra = gpu_targets.extra_missing() if SCHEDULES else "skipped (SCHEDULES = False)"
 pending = []
-if missing_extra:
+if not SCHEDULES:
+    print("Section 8's GPU compiles are skipped: SCHEDULES = False in the parameters cell.")
+elif missing_extra:
     print(f"GPU compile without a GPU is not available here: {missing_extra}")
 else:
     h200 = gpu_compile.Job("gpu", "h200", 8, OVERLAP_PROFILE)
