@@ -107,6 +107,10 @@ for name in {list(LESSONS)!r}:
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert done.stdout.split() == ["02_baseline", "ran", "05_shard_map", "ran"]
     where = subprocess.run(
-        [str(python), "-c", "import dpcourse; print(dpcourse.__file__)"], capture_output=True, text=True, env=env
+        [str(python), "-c", "import dpcourse; print(dpcourse.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
     ).stdout
     assert str(env_dir) in where and str(ROOT) not in where
