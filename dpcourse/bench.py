@@ -325,7 +325,7 @@ def sweep(
         try:
             points.append(SweepPoint(size, "ok", result=run_one(size)))
         except Exception as err:  # noqa: BLE001 - a failed size must not stop the sweep
-            from dpcourse.checks import first_sentence
+            from dpcourse.exercises.checks import first_sentence
 
             points.append(SweepPoint(size, "failed", f"{type(err).__name__}: {first_sentence(err, 0)}"))
         finally:

@@ -37,7 +37,8 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import checks, devices, record, show, train
+from dpcourse import devices, record, show, train
+from dpcourse.exercises import checks
 
 devs = lesson.devices.devices
 n = len(devs)

@@ -44,8 +44,9 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, checks, costs, data, memory, model, placement, record, show, train
+from dpcourse import bench, costs, data, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
+from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
 from dpcourse.gpu_compile import notebook as gpu_placement
 
@@ -379,7 +380,7 @@ print(
     f"largest element {grad_scale:.3g})"
 )
 # Each leaf against its own scale as well: a parameter by the change the 3 steps made,
-# AdamW's moments and the metrics as they are (dpcourse.checks.compare_steps).
+# AdamW's moments and the metrics as they are (dpcourse.exercises.checks.compare_steps).
 same_training = checks.compare_steps(
     (params_n, state_n, mn),
     (params_1, state_1, m1),

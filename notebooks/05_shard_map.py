@@ -39,8 +39,9 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, checks, costs, memory, model, placement, record, show, train
+from dpcourse import bench, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
+from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
 from dpcourse.gpu_compile import notebook as gpu_placement
 

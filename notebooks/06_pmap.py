@@ -128,7 +128,7 @@ state_r = replicate(optimizer.init(init_host), devs)
 print("w_block:", params_r["w_block"].shape, params_r["w_block"].sharding.spec)
 
 # %%
-from dpcourse import checks
+from dpcourse.exercises import checks
 
 display(
     checks.compare(params_r, train.replicate(init_host, devs), "replicas", "train.replicate"),

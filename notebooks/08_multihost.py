@@ -310,7 +310,7 @@ else:
 # the package's `worker.load_global_batches`:
 
 # %%
-from dpcourse import checks
+from dpcourse.exercises import checks
 
 optimizer = train.make_optimizer(cfg)
 params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))

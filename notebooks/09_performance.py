@@ -212,7 +212,7 @@ def rung_forward(params, x, block_repeats, block_mix, block_unroll=1, compute_dt
 # few examples (the logits must be the same numbers):
 
 # %%
-from dpcourse import checks
+from dpcourse.exercises import checks
 
 x_few = jnp.asarray(dataset.images[:8])
 rungs = ladder.default_rungs(cfg)

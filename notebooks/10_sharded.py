@@ -54,8 +54,9 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import checks, costs, data, memory, model, record, show, train
+from dpcourse import costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
+from dpcourse.exercises import checks
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import sharded_steps
 from dpcourse.gpu_compile import targets as gpu_targets
@@ -671,7 +672,7 @@ for form, (p, _, m) in final.items():
         }
     )
 display(show.table(rows, caption=f"Parameters after {STEPS} steps, each form vs replicated DP"))
-# Each leaf against its own scale as well (dpcourse.checks.compare_steps): AdamW's normalised
+# Each leaf against its own scale as well (checks.compare_steps): AdamW's normalised
 # update hides a gradient K or N times too large in the parameters, not in its first moment.
 FACTORS = [checks.device_factor(n), checks.microbatch_factor(ACCUM_K)]
 for form, out in final.items():

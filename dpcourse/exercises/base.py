@@ -258,8 +258,8 @@ def _assigns(text: str, name: str) -> bool:
 
 
 def first_sentence(err: BaseException, limit: int = 400) -> str:
-    """The start of an error's message, its first sentence whole (:func:`dpcourse.checks.first_sentence`)."""
-    from dpcourse.checks import first_sentence as whole_first_sentence
+    """The start of an error's message, its first sentence whole (:func:`dpcourse.exercises.checks.first_sentence`)."""
+    from dpcourse.exercises.checks import first_sentence as whole_first_sentence
 
     return whole_first_sentence(err, limit)
 
@@ -364,7 +364,7 @@ def check_tree_like(tree, reference, what: str) -> None:
     leaves, treedef = jax.tree.flatten(tree)
     ref_leaves, ref_def = jax.tree.flatten(reference)
     if treedef != ref_def:
-        from dpcourse.checks import structure_difference
+        from dpcourse.exercises.checks import structure_difference
 
         raise bad_input(
             f"Expected {what} with the parameters' structure (one array per parameter, under the same names); "

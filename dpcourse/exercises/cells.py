@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpcourse.checks import Factor, device_factor, first_sentence, step_tolerances, tree_difference
 from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
+from dpcourse.exercises.checks import Factor, device_factor, first_sentence, step_tolerances, tree_difference
 
 
 def _name(fn: Callable) -> str:
@@ -41,7 +41,7 @@ def _platform(tree) -> str:
 def tolerance(platform: str) -> float:
     """Largest tolerated relative difference of a value (an output, a gradient) on ``platform``.
 
-    :func:`dpcourse.checks.step_tolerances` gives the reasons: float32
+    :func:`dpcourse.exercises.checks.step_tolerances` gives the reasons: float32
     on a CPU (1e-4, far above a few roundings); 1e-2 on a GPU, whose
     default float32 matmul runs as TF32.
     """
@@ -63,7 +63,7 @@ def _same_layout(tree, other) -> bool:
 
 
 def step_roles(out, args: tuple) -> tuple[str | tuple[str, ...], object]:
-    """``(roles, starts)`` for :func:`dpcourse.checks.tree_difference` of a function's output.
+    """``(roles, starts)`` for :func:`dpcourse.exercises.checks.tree_difference` of a function's output.
 
     An element of a tuple output laid out like ``args[0]`` is the updated
     parameters (compared by the change from ``args[0]``); one laid out like
@@ -105,7 +105,7 @@ def compare_trees(
     """None when ``mine`` matches ``reference`` (structure, shapes, dtypes, each leaf within ``rel`` of its own size).
 
     Else a sentence: what differs in words, by how much, the tolerance and
-    the likely cause (:func:`dpcourse.checks.tree_difference`, whose
+    the likely cause (:func:`dpcourse.exercises.checks.tree_difference`, whose
     ``roles``, ``starts`` and ``factors`` these are); ``rel_update``
     (default ``10 x rel``) is the tolerance of a parameter's change.
     """
@@ -156,7 +156,7 @@ def check_against(
     must lie within ``rel`` of the reference leaf's own size (default:
     :func:`tolerance` for the platform of ``args``): a step's updated
     parameters by the change from ``args[0]`` (within ``10 x rel`` on that
-    platform's scale, :func:`dpcourse.checks.step_tolerances`), its
+    platform's scale, :func:`dpcourse.exercises.checks.step_tolerances`), its
     optimizer state by its change, its loss and metrics as they are
     (:func:`step_roles`). When the first output is a float scalar (a loss)
     and ``args[0]`` holds float arrays (the parameters), the gradients of
@@ -164,7 +164,7 @@ def check_against(
     that gets the loss right but cuts the gradient (a ``stop_gradient``,
     say) is caught. A constant factor is named with its likely cause: N
     (the devices ``args`` live on) for a sum instead of a mean, and each of
-    ``factors`` (e.g. :func:`dpcourse.checks.microbatch_factor`).
+    ``factors`` (e.g. :func:`dpcourse.exercises.checks.microbatch_factor`).
     Neither function may donate its arguments.
 
     Returns:

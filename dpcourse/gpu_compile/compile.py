@@ -48,7 +48,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dpcourse.checks import first_sentence
+from dpcourse.exercises.checks import first_sentence
 from dpcourse.gpu_compile import targets as gpu_targets
 
 COURSE_STEPS: dict[str, str] = {

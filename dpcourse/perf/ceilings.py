@@ -77,7 +77,7 @@ def time_calls(fn, args: tuple, warmup: int = 2, repeats: int = 3, steps: int = 
 
 
 def _failure(name: str, err: Exception) -> Ceiling:
-    from dpcourse.checks import first_sentence
+    from dpcourse.exercises.checks import first_sentence
 
     return Ceiling(name, "failed", reason=f"{type(err).__name__}: {first_sentence(err, 0)}")
 

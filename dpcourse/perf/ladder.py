@@ -185,7 +185,7 @@ def run_rung(rung: Rung, cfg: Config, dataset: Dataset, device, init_params: dic
         )
         final = jax.tree.map(np.asarray, jax.device_get(params))
     except Exception as err:  # noqa: BLE001 - a failed rung is recorded and the ladder goes on
-        from dpcourse.checks import first_sentence
+        from dpcourse.exercises.checks import first_sentence
 
         return RungResult(rung, "failed", f"{type(err).__name__}: {first_sentence(err, 0)}")
     return RungResult(

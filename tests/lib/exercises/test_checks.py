@@ -1,4 +1,4 @@
-"""Tests of dpcourse.checks: a lesson cell's result against the package's, in one sentence."""
+"""Tests of dpcourse.exercises.checks: a lesson cell's result against the package's, in one sentence."""
 
 import jax
 import numpy as np

@@ -26,12 +26,13 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import checks, model, train
+from dpcourse import model, train
 from dpcourse.config import make_config
+from dpcourse.exercises import checks
 from dpcourse.exercises.base import CORRECT, WRONG
 from dpcourse.exercises.cells import check_against
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CFG = make_config("smoke")
 N = 4  # simulated devices the steps run on: the cause must name N = 4
 

@@ -11,7 +11,7 @@ by how much, the tolerance, and the likely cause where a ratio says it
 ("your gradients are 8.00x the reference's (N = 8 devices): summed instead
 of averaged?"). The comparison is by numbers, never by source text.
 :func:`first_sentence` shows an error's message with its first sentence whole.
-Tests: tests/lib/test_checks.py and tests/lib/test_checks_mutations.py.
+Tests: tests/lib/exercises/test_checks.py and tests/lib/test_checks_mutations.py.
 """
 
 from __future__ import annotations
