@@ -193,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         help="workload profile (default: $DPCOURSE_PROFILE, else full on GPU, cpu on CPU)",
     )
     run.add_argument(
-        "--notebooks", nargs="+", metavar="NAME", help="only these notebooks, by name or number (e.g. 01 03_mesh)"
+        "--notebooks",
+        nargs="+",
+        metavar="NAME",
+        help="only these notebooks: lessons by name or number (e.g. 01 03_mesh), or paths to .ipynb files",
     )
     run.add_argument("--out", help="output folder (default: results/<profile>/)")
     run.add_argument("--notebook-dir", default=str(paths.NOTEBOOKS), help=argparse.SUPPRESS)
