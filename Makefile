@@ -20,9 +20,12 @@ SMOKE_TIMEOUT ?= 600
 .PHONY: site site-test timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
-# installs use only its files: no network.
+# installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
+# make wheelhouse did not finish (no MANIFEST.json) or that lacks this
+# machine's platform or Python, naming what is missing (tools/wheelhouse.py).
 WHEELHOUSE ?= wheelhouse
-WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE),)
+WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl $(WHEELHOUSE)/MANIFEST.json),--no-index --find-links $(WHEELHOUSE),)
+WHEELHOUSE_CHECK = $(if $(WHEELHOUSE_FLAGS),$(PY) tools/wheelhouse.py --check $(WHEELHOUSE),true)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +35,7 @@ $(PY):
 # The course's toolkit (coursetools/) is not part of the package: a .pth file puts the
 # repository on this environment's path so `python -m coursetools` works from any folder.
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
+	@$(WHEELHOUSE_CHECK)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
