@@ -113,7 +113,7 @@ def test_a_copy_and_the_lesson_of_the_same_file_name_are_refused_together(course
 
 @pytest.mark.slow
 def test_the_cli_runs_the_copy_a_path_names(course_dir, tmp_path, capsys):
-    from dpcourse.__main__ import main
+    from coursetools.cli import main
 
     other = tmp_path / "other"
     other.mkdir()

@@ -270,7 +270,7 @@ def test_a_read_only_workspace_is_one_sentence_naming_the_folder_the_cause_and_t
 
 @pytest.mark.parametrize("command", [["init"], ["reset", "05"]])
 def test_a_read_only_file_system_stops_init_and_reset_with_one_line(tmp_path, monkeypatch, capsys, command):
-    from dpcourse.__main__ import main
+    from coursetools.cli import main
 
     root = tmp_path / "ws"
     ws.init(root)

@@ -100,7 +100,7 @@ def test_a_known_flag_with_a_bad_value_is_found_by_asking_xla_and_not_remembered
 
 @pytest.mark.slow
 def test_the_runner_without_a_profile_names_a_device_count_xla_cannot_read(tmp_path, monkeypatch, capsys):
-    from dpcourse.__main__ import main
+    from coursetools.cli import main
 
     monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=abc")
