@@ -215,7 +215,8 @@ test: test-pinned test-newest
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 LAB_ENV = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
-LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+# port_retries=0: a taken port is refused, never silently swapped for the next one.
+LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) --ServerApp.port_retries=0 $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The learner's workspace (coursetools/workspace.py): a git-ignored copy of the
 # lessons, one NN_name.ipynb each, plus results/. WORKSPACE (or
@@ -226,6 +227,7 @@ WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
 # you edited is never overwritten: the new version goes beside it), then
 # serves it. Kernels run in their notebook's folder, the workspace.
 lab: $(VENV)/.installed
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT)
 	$(PY) -m coursetools workspace init --dir "$(WORKSPACE)"
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
 
@@ -237,6 +239,7 @@ reset: $(VENV)/.installed
 # Maintainers: JupyterLab on the repository root, so jupytext finds
 # jupytext.toml and saving either file of a notebooks/ pair writes both.
 edit: $(VENV)/.installed
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT)
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(LAB_FLAGS)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)

@@ -357,3 +357,27 @@ def test_a_course_update_pulls_cleanly_and_keeps_the_learners_work(tmp_path):
     assert len(beside) == 1 and "New in the course." in beside[0].read_text()
     assert beside[0].relative_to(space).as_posix() in done.stdout
     assert git("status", "--porcelain", cwd=clone) == ""
+
+
+def test_make_lab_on_a_taken_port_refuses_first_with_no_token_url(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        venv = tmp_path / "venv"
+        (venv / "bin").mkdir(parents=True)
+        os.symlink(sys.executable, venv / "bin" / "python")
+        (venv / ".installed").touch()
+        os.utime(venv / ".installed", (2**31, 2**31))  # newer than the requirements: nothing is installed
+        done = subprocess.run(
+            ["make", "-s", f"VENV={venv}", f"WORKSPACE={tmp_path / 'ws'}", f"LAB_PORT={port}", "lab"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    assert f"Port {port} on 127.0.0.1 is already in use" in done.stderr and f"LAB_PORT={port + 1}" in done.stderr
+    assert "token=" not in done.stdout + done.stderr and not (tmp_path / "ws").exists()
