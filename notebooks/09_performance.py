@@ -41,13 +41,10 @@ lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from tqdm import tqdm
 
 from dpcourse import config, costs, devices, model, placement, record, show, train
 from dpcourse.compiled import hlo
@@ -235,7 +232,7 @@ for rung in rungs[:-1]:  # the last rung differs from the one before in its batc
 # %%
 runs = [
     ladder.run_rung(rung, cfg, dataset, device, init_host)
-    for rung in tqdm(rungs, desc="ladder", unit="rung", file=sys.stdout)
+    for rung in show.progress(rungs, desc="ladder", unit="rung")  # a tqdm bar, where installed
 ]
 MB = 1e6
 ladder_rows = []

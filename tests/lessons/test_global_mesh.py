@@ -1,0 +1,63 @@
+"""Every lesson from 04 on runs top to bottom with ``jax.set_mesh(mesh)`` called globally right after its mesh.
+
+Notebook 03 teaches that form (section 4). The variant inserts, after the
+lesson's first ``mesh = ...`` line, either ``jax.set_mesh(mesh)`` on the
+lesson's own (Auto) mesh or the same mesh rebuilt with Explicit axes and
+then set; the lesson must pass as it stands (marker ``lesson``: whole
+lessons, smoke profile).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 4]
+MESH_LINE = re.compile(r"^(?P<indent> *)mesh = .*$", re.M)
+SET = {
+    "Auto": "{i}jax.set_mesh(mesh)  # global, as notebook 03 allows\n",
+    "Explicit": (
+        "{i}mesh = jax.sharding.Mesh(mesh.devices, mesh.axis_names, "
+        "axis_types=(jax.sharding.AxisType.Explicit,) * len(mesh.axis_names))\n"
+        "{i}jax.set_mesh(mesh)  # global, as notebook 03 allows\n"
+    ),
+}
+
+
+def with_global_mesh(source: str, kind: str) -> str:
+    """``source`` (a lesson's py:percent text) with the mesh set globally after its first ``mesh = ...`` line."""
+    match = MESH_LINE.search(source)
+    assert match, "the lesson builds no `mesh = ...`"
+    inserted = SET[kind].format(i=match.group("indent"))
+    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+
+
+def test_the_variant_sets_the_mesh_right_after_it_is_built():
+    text = with_global_mesh("import jax\nmesh = Mesh(devs, ('data',))\nprint(mesh)\n", "Explicit")
+    assert text.splitlines()[2].startswith("mesh = jax.sharding.Mesh(") and text.splitlines()[3].startswith(
+        "jax.set_mesh(mesh)"
+    )
+    assert all(MESH_LINE.search((ROOT / "notebooks" / f"{name}.py").read_text()) for name in LESSONS)
+
+
+@pytest.mark.slow
+@pytest.mark.lesson
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", ["Auto", "Explicit"])
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_lesson_runs_with_a_global_mesh(lesson, kind, tmp_path):
+    import jupytext
+    import nbformat
+
+    from coursetools import runner
+
+    nb = jupytext.reads(with_global_mesh((ROOT / "notebooks" / f"{lesson}.py").read_text(), kind), fmt="py:percent")
+    path = tmp_path / f"{lesson}.ipynb"
+    nbformat.write(nb, path)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600)
+    assert run.status == "passed", f"code cell {run.error_code_cell}: {run.error}"
