@@ -544,7 +544,11 @@ if best is not None:
             cfg, dataset, device, opt, init_host, best.rung.global_batch
         ).batches[:1]
     earlier = set(trace_dir.rglob("*"))  # the runner's folder keeps the traces of earlier runs
-    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+    # record.whole_folder: the trace lands whole in trace_dir, or not at all (a full disk).
+    with (
+        record.whole_folder(trace_dir) as fresh,
+        jax.profiler.trace(str(fresh), create_perfetto_trace=True),
+    ):
         ladder.run_steps(
             best.compiled,
             best.rung.config(cfg),
