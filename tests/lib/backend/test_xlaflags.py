@@ -179,3 +179,16 @@ def test_jax_platforms_cuda_without_a_profile_is_one_line_not_a_traceback(tmp_pa
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "JAX_PLATFORMS='cuda'" in lines[0], out.stderr
     assert "Traceback" not in out.stderr and "AssertionError" not in out.stderr
+
+
+def test_the_launcher_names_a_value_xla_refuses_before_starting_workers(monkeypatch, capsys, tmp_path):
+    from dpcourse.multihost import launcher
+
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=maybe")
+    refusal = xlaflags.refusal_in(BAD_VALUE_STDERR)  # what XLA says, as the probe would read it
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, refusal))
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
+    assert launcher.main(["--processes", "2", "--devices-per-process", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "'maybe'" in err and "--xla_cpu_enable_fast_math=true or" in err
