@@ -43,11 +43,23 @@ def test_the_variant_sets_the_mesh_right_after_it_is_built():
     assert all(MESH_LINE.search((ROOT / "notebooks" / f"{name}.py").read_text()) for name in LESSONS)
 
 
+# Lesson 10 teaches the Auto-mesh forms (with_sharding_constraint), which JAX turns into asserts on an
+# Explicit mesh ("acts as an assert when all axes of mesh are of type Explicit", code cell 11): not
+# yet rewritten for a learner who rebuilt its mesh with Explicit axes. strict: it fails when fixed.
+OPEN = {("10_sharded", "Explicit"): "10's Auto-mesh forms fail on an Explicit global mesh (code cell 11)"}
+CASES = [
+    pytest.param(lesson, kind, marks=[pytest.mark.xfail(strict=True, reason=OPEN[lesson, kind])])
+    if (lesson, kind) in OPEN
+    else pytest.param(lesson, kind)
+    for lesson in LESSONS
+    for kind in ("Auto", "Explicit")
+]
+
+
 @pytest.mark.slow
 @pytest.mark.lesson
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("kind", ["Auto", "Explicit"])
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("lesson, kind", CASES, ids=[f"{c.values[0]}-{c.values[1]}" for c in CASES])
 def test_the_lesson_runs_with_a_global_mesh(lesson, kind, tmp_path):
     import jupytext
     import nbformat
