@@ -255,7 +255,6 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
-
 from jax.experimental.compilation_cache import compilation_cache
 
 before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
