@@ -50,6 +50,8 @@ OPEN = {
     ("10_sharded", "Explicit"): "10's Auto-mesh forms fail on an Explicit global mesh (code cell 11)",
     # Code cell 16 builds its Explicit mesh's arrays while the global Auto mesh is set: "context mesh
     # ... Explicit ... should match the aval mesh ... Auto" for a scalar made under the global mesh.
+    # Its shard_map cell passes the lesson's own Auto mesh while the global mesh is Explicit.
+    ("06_pmap", "Explicit"): "06's shard_map cell meets an Explicit global mesh (code cell 17)",
     ("10_sharded", "Auto"): "10's Explicit-mesh cell meets arrays made under the global Auto mesh (code cell 16)",
 }
 CASES = [
