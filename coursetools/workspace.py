@@ -376,11 +376,11 @@ class Workspace:
         if solved:
             fresh = {lesson: solved_copy(lesson, text) for lesson, text in fresh.items()}
         try:
-            return self._reset(chosen, fresh)
+            return self._reset(chosen, fresh, solved)
         except OSError as err:
             raise file_system_error(err, self.root, "reset lessons in", f" (a copy moved aside is in {OLD}/)") from None
 
-    def _reset(self, chosen: list[str], fresh: dict[str, str]) -> list[Action]:
+    def _reset(self, chosen: list[str], fresh: dict[str, str], solved: bool) -> list[Action]:
         self.ensure()
         manifest = self.load()
         stamp = _stamp()
