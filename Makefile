@@ -20,9 +20,12 @@ SMOKE_TIMEOUT ?= 600
 .PHONY: site site-test timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
-# installs use only its files: no network.
+# installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
+# make wheelhouse did not finish (no MANIFEST.json) or that lacks this
+# machine's platform or Python, naming what is missing (tools/wheelhouse.py).
 WHEELHOUSE ?= wheelhouse
-WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl),--no-index --find-links $(WHEELHOUSE),)
+WHEELHOUSE_FLAGS = $(if $(wildcard $(WHEELHOUSE)/*.whl $(WHEELHOUSE)/MANIFEST.json),--no-index --find-links $(WHEELHOUSE),)
+WHEELHOUSE_CHECK = $(if $(WHEELHOUSE_FLAGS),$(PY) tools/wheelhouse.py --check $(WHEELHOUSE),true)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +35,7 @@ $(PY):
 # The course's toolkit (coursetools/) is not part of the package: a .pth file puts the
 # repository on this environment's path so `python -m coursetools` works from any folder.
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
+	@$(WHEELHOUSE_CHECK)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
@@ -211,7 +215,8 @@ test: test-pinned test-newest
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 LAB_ENV = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
-LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+# port_retries=0: a taken port is refused, never silently swapped for the next one.
+LAB_FLAGS = --ip=$(LAB_IP) --port=$(LAB_PORT) --ServerApp.port_retries=0 $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The learner's workspace (coursetools/workspace.py): a git-ignored copy of the
 # lessons, one NN_name.ipynb each, plus results/. WORKSPACE (or
@@ -222,6 +227,7 @@ WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
 # you edited is never overwritten: the new version goes beside it), then
 # serves it. Kernels run in their notebook's folder, the workspace.
 lab: $(VENV)/.installed
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT)
 	$(PY) -m coursetools workspace init --dir "$(WORKSPACE)"
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
 
@@ -233,6 +239,7 @@ reset: $(VENV)/.installed
 # Maintainers: JupyterLab on the repository root, so jupytext finds
 # jupytext.toml and saving either file of a notebooks/ pair writes both.
 edit: $(VENV)/.installed
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT)
 	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(LAB_FLAGS)
 
 # Each pair from the file that was edited; refuses (exit 1, naming both files)

@@ -177,6 +177,35 @@ def _room(args: argparse.Namespace) -> int:
     return status
 
 
+def port_in_use(ip: str, port: int) -> str | None:
+    """Why JupyterLab could not listen on ``ip:port`` (one sentence), or None when it can; binds as tornado does."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                return f"JupyterLab cannot listen on {ip} port {port} ({err.strerror}): set LAB_IP and LAB_PORT to an address of this machine (make lab LAB_PORT=8889)."
+            return (
+                f"Port {port} on {ip} is already in use, most often by another `make lab` "
+                "(`.venv/bin/jupyter server list` shows its address and token): open that one, stop it "
+                f"(Ctrl-C in its terminal), or start this one on another port: make lab LAB_PORT={port + 1}."
+            )
+    return None
+
+
+def _lab_port(args: argparse.Namespace) -> int:
+    problem = port_in_use(args.ip, args.port)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["timings"]:  # its own options (coursetools/timings.py)
@@ -193,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         help="workload profile (default: $DPCOURSE_PROFILE, else full on GPU, cpu on CPU)",
     )
     run.add_argument(
-        "--notebooks", nargs="+", metavar="NAME", help="only these notebooks, by name or number (e.g. 01 03_mesh)"
+        "--notebooks",
+        nargs="+",
+        metavar="NAME",
+        help="only these notebooks: lessons by name or number (e.g. 01 03_mesh), or paths to .ipynb files",
     )
     run.add_argument("--out", help="output folder (default: results/<profile>/)")
     run.add_argument("--notebook-dir", default=str(paths.NOTEBOOKS), help=argparse.SUPPRESS)
@@ -253,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--all", action="store_true", help="reset: every lesson")
     work.add_argument("-v", "--verbose", action="store_true", help="init/update: one line per lesson")
     work.set_defaults(func=_workspace)
+    lab = sub.add_parser("lab-port", help="refuse a JupyterLab address that is taken (make lab runs it first)")
+    lab.add_argument("--ip", default="127.0.0.1")
+    lab.add_argument("--port", type=int, default=8888)
+    lab.set_defaults(func=_lab_port)
     # Lessons may also follow an option (`workspace reset --dir D 05`), which
     # argparse leaves over once the positionals have been matched.
     args, extra = parser.parse_known_args(argv)

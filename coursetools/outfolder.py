@@ -53,7 +53,8 @@ def disk_full_message(folder: Path) -> str:
     return (
         f"No space left on the disk that holds {folder}: the run stopped. Free some space "
         f"(`df -h {folder}` shows how much is left) or pass --out on another disk, then run again. "
-        "Files already written there are complete; no half-written file was left."
+        "results.json there says which notebook stopped and why; every file the course wrote there is whole "
+        "(one it could not finish was removed)."
     )
 
 

@@ -8,6 +8,7 @@ status 1) when any notebook fails, naming the notebook and the cell.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coursetools import paths
+from coursetools.choose import find_notebooks  # noqa: F401 - the runner's selection, used by the command line
 from coursetools.outfolder import (  # noqa: F401 - the errors are re-exported for the command line
     DiskFullError,
     FolderInUse,
@@ -35,6 +37,8 @@ from dpcourse.record import RESULTS_ENV, read_records
 
 SCHEMA_VERSION = 1
 FIGURES_FILE = "figures.txt"  # the recorded figures as a table, beside results.json
+RESERVE_FILE = ".results-reserve"  # freed on a full disk so that results.json can still be written
+RESERVE_BYTES = 4 * 2**20  # results.json and figures.txt of a full run are well under 1 MB each
 NOTEBOOK_DIR = paths.NOTEBOOKS
 
 
@@ -52,31 +56,6 @@ class NotebookRun:
     # Peaks over the run (coursetools/memwatch.py): the kernel and its children's RSS; GPU memory via nvidia-smi.
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
-
-
-def find_notebooks(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
-    """The numbered ``NN_name.ipynb`` notebooks in order, optionally filtered.
-
-    ``only`` holds names or prefixes (``"03"``, ``"03_mesh"``, ``"03_mesh.ipynb"``).
-
-    Raises:
-        FileNotFoundError: the folder has no numbered notebooks, or a name in
-            ``only`` matches none (the message lists the valid names).
-    """
-    found = sorted(p for p in Path(directory).glob("[0-9][0-9]_*.ipynb"))
-    if not found:
-        raise FileNotFoundError(f"No numbered notebooks (NN_name.ipynb) in {directory}.")
-    if not only:
-        return found
-    chosen = []
-    for name in only:
-        stem = Path(name).stem
-        matches = [p for p in found if p.stem == stem or p.stem.startswith(stem + "_") or p.stem[:2] == stem]
-        if not matches:
-            valid = ", ".join(p.stem for p in found)
-            raise FileNotFoundError(f"No notebook matches {name!r}. Valid names: {valid}.")
-        chosen.extend(m for m in matches if m not in chosen)
-    return sorted(chosen)
 
 
 class KernelSetupError(RuntimeError):
@@ -397,7 +376,21 @@ def run_course(
         def on_cell(name, index, total):
             bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
 
+        # Room kept for the last results.json: on a full disk it is freed, so the run's record
+        # (which notebook stopped, and why) is still written.
+        reserve = out_dir / RESERVE_FILE
+        write_atomic(reserve, b"\0" * RESERVE_BYTES)  # DiskFullError, naming the folder, when even this fails
+
         def save() -> dict:
+            try:
+                return write_payload()
+            except (OSError, DiskFullError) as err:
+                if not is_disk_full(err) and not isinstance(err, DiskFullError) or not reserve.exists():
+                    raise
+                reserve.unlink()
+                return write_payload()
+
+        def write_payload() -> dict:
             payload = {
                 "schema": SCHEMA_VERSION,
                 "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -420,8 +413,11 @@ def run_course(
                 except RunInterrupted as stop:
                     runs.append(stop.run)
                     raise
-                except OSError as err:
-                    if is_disk_full(err):
+                except (OSError, DiskFullError) as err:
+                    if is_disk_full(err) or isinstance(err, DiskFullError):
+                        if not runs or runs[-1].notebook != path.stem:  # its executed copy could not be saved
+                            why = "No space left on device while saving the executed notebook"
+                            runs.append(NotebookRun(path.stem, "failed", 0.0, error=f"DiskFullError: {why}"))
                         raise DiskFullError(disk_full_message(out_dir)) from err
                     raise
                 finally:
@@ -433,6 +429,8 @@ def run_course(
                         raise
         finally:
             bar.close()
+            with contextlib.suppress(FileNotFoundError):
+                reserve.unlink()
     finally:
         release_lock(lock)
     return payload

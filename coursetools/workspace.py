@@ -31,6 +31,7 @@ The command line is ``python -m coursetools workspace init|update|reset|status
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -50,10 +51,38 @@ OLD = "old"
 UPDATES = "updates"
 LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
 MANIFEST_VERSION = 1
+NAMED_AT_MOST = 4  # the start-up line names at most this many lessons of one kind (it must fit one line)
 
 
 class WorkspaceError(RuntimeError):
     """Bad input (unknown lesson, a folder that is a file, an unreadable notebook); nothing was changed."""
+
+
+_CAUSES = {
+    errno.EROFS: ("the file system is read-only", "make it writable or choose another folder"),
+    errno.EACCES: (
+        "you may not write there (permission denied)",
+        "make it writable (chmod u+w) or choose another folder",
+    ),
+    errno.EPERM: ("the operation is not permitted there", "make it writable or choose another folder"),
+    errno.ENOSPC: ("the disk is full", "free some space there, then run the command again"),
+    errno.EDQUOT: ("your disk quota is used up", "free some space there, then run the command again"),
+    errno.ENAMETOOLONG: ("a file name is too long for that file system", "choose a folder with a shorter path"),
+}
+
+
+def file_system_error(err: OSError, root: Path, doing: str, kept: str = "") -> WorkspaceError:
+    """One sentence for ``err`` met while ``doing`` in the workspace ``root``: the folder, the cause, what to do.
+
+    Every file there is whole (each write goes through a temporary file that
+    is removed on failure); ``kept`` adds where moved files are.
+    """
+    cause, fix = _CAUSES.get(err.errno or 0, (err.strerror or type(err).__name__, "fix that, then run it again"))
+    where = f" ({err.filename})" if err.filename and Path(str(err.filename)).parent != Path(root) else ""
+    return WorkspaceError(
+        f"Cannot {doing} the workspace {root}: {cause}{where}. Each file there is whole{kept}; {fix} "
+        f"(--dir DIR or ${WORKSPACE_ENV}=DIR picks another folder)."
+    )
 
 
 @dataclass(frozen=True)
@@ -237,10 +266,21 @@ class Workspace:
     # -- commands --
 
     def update(self, names: list[str] | None = None) -> list[Action]:
-        """Bring the workspace up to the course without overwriting the learner's work (see the module)."""
+        """Bring the workspace up to the course without overwriting the learner's work (see the module).
+
+        Raises:
+            WorkspaceError: an unknown lesson, an unreadable course notebook, or
+                a file system error (:func:`file_system_error`: one sentence).
+        """
         lessons = course_lessons(self.source)
         chosen = self.select(names, lessons)
         fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}  # all read before any write
+        try:
+            return self._update(chosen, fresh)
+        except OSError as err:
+            raise file_system_error(err, self.root, "write in") from None
+
+    def _update(self, chosen: list[str], fresh: dict[str, str]) -> list[Action]:
         self.ensure()
         manifest = self.load()
         actions = [self._update_one(lesson, fresh[lesson], manifest) for lesson in chosen]
@@ -325,7 +365,8 @@ class Workspace:
 
         Raises:
             WorkspaceError: no lesson named and ``all_lessons`` not set, an unknown lesson,
-                or (``solved``) a lesson whose solutions do not match its exercises.
+                (``solved``) a lesson whose solutions do not match its exercises, or a file
+                system error (one sentence; a copy already moved to ``old/`` stays there).
         """
         if not names and not all_lessons:
             raise WorkspaceError("Say which lesson to reset (e.g. `reset 05`), or `reset --all` for every lesson.")
@@ -334,6 +375,12 @@ class Workspace:
         fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}
         if solved:
             fresh = {lesson: solved_copy(lesson, text) for lesson, text in fresh.items()}
+        try:
+            return self._reset(chosen, fresh, solved)
+        except OSError as err:
+            raise file_system_error(err, self.root, "reset lessons in", f" (a copy moved aside is in {OLD}/)") from None
+
+    def _reset(self, chosen: list[str], fresh: dict[str, str], solved: bool) -> list[Action]:
         self.ensure()
         manifest = self.load()
         stamp = _stamp()
@@ -489,22 +536,31 @@ def catch_up(dir: Path, lessons: list[str], source: Path | None = None) -> list[
 
 
 def summary(root: Path, actions: list[Action]) -> list[str]:
-    """One or two lines for ``make lab``'s start: counts, then each lesson that needs the learner's eye."""
-    counts: dict[str, int] = {}
+    """One or two lines for ``make lab``'s start: counts with the lessons they name, then each lesson to look at.
+
+    For example ``workspace W: 10 lessons (1 updated (06_pmap); 1 kept, new
+    version in updates/ (04_sharding); 8 up to date).``
+    """
+    by_kind: dict[str, list[str]] = {}
     for action in actions:
-        counts[action.kind] = counts.get(action.kind, 0) + 1
+        by_kind.setdefault(action.kind, []).append(action.lesson)
     order = ("copied", "replaced", "restored", "offered", "waiting", "edited", "unchanged", "unreadable")
     words = {
         "copied": "copied in",
         "replaced": "updated",
         "restored": "copied in again",
-        "offered": "yours kept, the new version in updates/",
-        "waiting": "yours kept, the new version waiting in updates/",
+        "offered": "kept, new version in updates/",
+        "waiting": "kept, new version waiting in updates/",
         "edited": "yours, edited",
         "unchanged": "up to date",
         "unreadable": "unreadable, left as it is",
     }
-    parts = [f"{counts[k]} {words[k]}" for k in order if counts.get(k)]
-    lines = [f"workspace {root}: {len(actions)} lessons ({', '.join(parts)})."]
+    parts = []
+    for kind in (k for k in order if by_kind.get(k)):
+        names = by_kind[kind]
+        # Name the lessons a learner looks at; not the long lists of a first start or a quiet update.
+        named = kind not in ("unchanged", "edited") and len(names) <= NAMED_AT_MOST
+        parts.append(f"{len(names)} {words[kind]}" + (f" ({', '.join(names)})" if named else ""))
+    lines = [f"workspace {root}: {len(actions)} lessons ({'; '.join(parts)})."]
     lines += [a.message for a in actions if a.kind in ("offered", "waiting", "unreadable", "restored")]
     return lines

@@ -300,18 +300,12 @@ def sweep(
     device buffers) runs after every size that was attempted, whether it
     passed or failed (a skipped size allocates nothing).
     """
-    import sys
-
-    try:
-        from tqdm import tqdm  # a text bar: its last state stays readable in saved notebooks
-    except ImportError:  # optional: without it, no bar
-
-        def tqdm(items, **_):
-            return items
+    from dpcourse.show import progress as progress_bar  # a tqdm text bar; without tqdm, one line says so
 
     points = []
     # stdout: JupyterLab shows stderr in a red box, which reads as an error.
-    for size in tqdm(list(global_batches), desc="sweep", unit="size", disable=not progress, file=sys.stdout):
+    sizes = list(global_batches)
+    for size in progress_bar(sizes, desc="sweep", unit="size") if progress else sizes:
         if size < 1 or size % n_devices:
             lower = max(n_devices, (size // n_devices) * n_devices)
             points.append(

@@ -9,9 +9,11 @@ and each record is appended to it; the runner merges them into
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,7 +122,14 @@ def record(metric: str, value: Any, unit: str, **overrides: Any) -> Record | Non
     rec = Record(metric=metric, value=_clean(value), unit=unit, **fields)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(asdict(rec)) + "\n")
+        start = fh.tell()
+        try:
+            fh.write(json.dumps(asdict(rec)) + "\n")
+            fh.flush()
+        except OSError:  # a full disk: no half line that would spoil the file for every reader
+            with contextlib.suppress(OSError):
+                fh.truncate(start)
+            raise
     return rec
 
 
@@ -179,8 +188,41 @@ def save_figure(fig, name: str) -> Path | None:
         return None
     target = path.parent / f"{_context.get('notebook', 'figure')}_{name}.png"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120, bbox_inches="tight")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:  # whole or absent: a full disk leaves no truncated PNG
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
     return target
+
+
+@contextlib.contextmanager
+def whole_folder(target: str | os.PathLike):
+    """Write a folder of files whole or not at all: yields a new folder beside ``target`` to write into.
+
+    When the block ends without an error, its files move into ``target``
+    (created if needed; each by ``os.replace``, so a name already there is
+    replaced by the new file); on an error (a full disk while a profiler
+    writes its trace) the new folder is removed and the error goes on:
+    ``target`` keeps only files that were complete. Notebook 09 writes its
+    profiler trace through it.
+    """
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    try:
+        yield scratch
+        for path in sorted(scratch.rglob("*")):
+            if path.is_file():
+                dest = target / path.relative_to(scratch)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, dest)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def output_dir(name: str | None = None) -> Path:
@@ -223,6 +265,10 @@ def write_json_atomic(path: str | os.PathLike, payload: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
     return path

@@ -212,6 +212,22 @@ def optional_widgets():
     return ipywidgets
 
 
+def progress(items, desc: str, unit: str = "it"):
+    """A text progress bar (tqdm, on stdout) over ``items``; without tqdm, ``items`` and one line on what it adds.
+
+    tqdm is optional: a lesson runs without it. The bar goes to stdout because
+    JupyterLab shows stderr in a red box, which reads as an error.
+    """
+    import sys
+
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        print(f"{desc}: no progress bar (the optional tqdm package draws one: pip install tqdm).")
+        return items
+    return tqdm(items, desc=desc, unit=unit, file=sys.stdout)
+
+
 def bar_chart(
     labels: Sequence[str], values: Sequence[float], ylabel: str, title: str, note: str = "", show: bool = True
 ):

@@ -59,7 +59,8 @@ def check_mesh_context(x) -> None:
     if explicit and jax.sharding.get_abstract_mesh().empty:
         raise ValueError(
             f"The batch is sharded over a mesh with Explicit axes {explicit} (jax.make_mesh's default), "
-            "but no mesh is set. Either run the step under `with jax.set_mesh(mesh):`, or build the mesh "
+            "but no mesh is in context here (none was set, or a `with jax.set_mesh(None):` block around this "
+            "call cleared it). Either run the step under `with jax.set_mesh(mesh):`, or build the mesh "
             "with Auto axes, as the course does: jax.make_mesh(shape, names, "
             "axis_types=(jax.sharding.AxisType.Auto,) * len(names)) or Mesh(devices, names)."
         )

@@ -255,7 +255,9 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.compilation_cache import compilation_cache
 
+before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
 cache_dir = tempfile.mkdtemp(prefix="jax-cache-")
 jax.config.update("jax_compilation_cache_dir", cache_dir)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # store even this tiny program
@@ -263,8 +265,11 @@ jax.jit(lambda v: jnp.tanh(v) * 2.0)(jnp.ones(4)).block_until_ready()
 entries = sorted(os.listdir(cache_dir))
 print(f"{len(entries)} compiled program(s) stored in {cache_dir}:", *entries[:3], sep="\n  ")
 assert entries, "the persistent cache stored nothing"
-jax.config.update("jax_compilation_cache_dir", None)  # back to no cache for the rest of this kernel
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+# Back to this kernel's own setting (no cache unless you set one). JAX opens the cache once, at
+# the first compile, so it must also be told to drop the scratch folder it opened.
+jax.config.update("jax_compilation_cache_dir", before[0])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+compilation_cache.reset_cache()
 shutil.rmtree(cache_dir)
 
 # %% [markdown]

@@ -81,7 +81,10 @@ except (ValueError, KeyError) as err:
     )
 
 # %%
-jax.debug.visualize_array_sharding(sharded)
+try:
+    jax.debug.visualize_array_sharding(sharded)
+except ValueError:  # JAX draws the picture with the optional rich package
+    show.sharding(sharded, "sharded")  # one line on what rich adds, then the placement as a table
 
 # %% [markdown]
 # ## 3. `jax.make_mesh` or `Mesh(...)`?
@@ -200,7 +203,7 @@ if n % 2 == 0 and n >= 4:
     w = jnp.arange(n * 4 * 2, dtype=jnp.float32).reshape(n, 8)
     w_sharded = jax.device_put(w, NamedSharding(mesh_2d, P("data", "model")))
     print("each device holds a block of shape", w_sharded.addressable_shards[0].data.shape)
-    jax.debug.visualize_array_sharding(w_sharded)
+    show.sharding(w_sharded, "w_sharded")  # visualize_array_sharding's picture, or a table
 else:
     print(f"A 2-D mesh needs an even device count >= 4; this run has {n}.")
 

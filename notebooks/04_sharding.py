@@ -93,14 +93,15 @@ batches = [(x_stack[i], y_stack[i]) for i in range(cfg.n_batches)]
 print("one image batch:", batches[0][0].sharding.spec, " labels:", batches[0][1].sharding.spec)
 
 # %% [markdown]
-# `jax.debug.visualize_array_sharding` draws rank-1 and rank-2 arrays. A
-# batch of images, `[global_batch, 784]`, is cut into N row blocks; the
-# labels into N pieces; the weights are on every device:
+# `jax.debug.visualize_array_sharding` draws rank-1 and rank-2 arrays
+# (`show.sharding` calls it, or prints a table where the optional rich
+# package is missing). A batch of images, `[global_batch, 784]`, is cut into
+# N row blocks; the labels into N pieces; the weights are on every device:
 
 # %%
-jax.debug.visualize_array_sharding(batches[0][0])
-jax.debug.visualize_array_sharding(batches[0][1])
-jax.debug.visualize_array_sharding(params["w_block"])
+show.sharding(batches[0][0], "images")
+show.sharding(batches[0][1], "labels")
+show.sharding(params["w_block"], "w_block")
 
 # %% [markdown]
 # For the rank-3 stack of batches, a table of per-device shard shapes does
@@ -348,14 +349,16 @@ display(
 single = devs[0]
 with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
     one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-    params_1, state_1, batches_1 = one.params, one.opt_state, one.batches
-    params_n, state_n = params, opt_state
-    rows = []
-    for step_index in range(3):
+params_1, state_1, batches_1 = one.params, one.opt_state, one.batches
+params_n, state_n = params, opt_state
+rows = []
+for step_index in range(3):
+    # The N-device step runs as you set things up (under your global mesh, if you set one).
+    params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
+    with jax.set_mesh(None):  # the reference and the comparison, outside any global mesh
         params_1, state_1, m1 = train_step(
             params_1, state_1, *batches_1[step_index % cfg.n_batches]
         )
-        params_n, state_n, mn = train_step(params_n, state_n, *batches[step_index % cfg.n_batches])
         if step_index == 0:  # AdamW hides a scaled gradient: compare the gradients too
             grad_diff, grad_scale = train.first_step_gradient_diff(state_1, state_n)
         rows.append(
@@ -413,13 +416,14 @@ assert grad_diff < GRAD_TOL, checks.beyond(
 
 # %%
 if devs[0].platform != "cpu":
-    with jax.default_matmul_precision("highest"), jax.set_mesh(None):
-        one_hi = placement.place_single_device(
-            cfg, dataset, single, optimizer, init_host, global_batch
-        )
-        _, state_1_hi, _ = train_step(one_hi.params, one_hi.opt_state, *one_hi.batches[0])
-        _, state_n_hi, _ = train_step(params, opt_state, *batches[0])
-        grad_diff_hi, grad_scale_hi = train.first_step_gradient_diff(state_1_hi, state_n_hi)
+    with jax.default_matmul_precision("highest"):
+        _, state_n_hi, _ = train_step(params, opt_state, *batches[0])  # under your mesh, if set
+        with jax.set_mesh(None):  # the one-device side, outside any global mesh
+            one_hi = placement.place_single_device(
+                cfg, dataset, single, optimizer, init_host, global_batch
+            )
+            _, state_1_hi, _ = train_step(one_hi.params, one_hi.opt_state, *one_hi.batches[0])
+            grad_diff_hi, grad_scale_hi = train.first_step_gradient_diff(state_1_hi, state_n_hi)
     _, TIGHT_GRAD_REL_TOL = train.equivalence_tolerances("cpu", cfg.learning_rate, steps=1)
     print(
         f"first-step gradients at 'highest' precision: max |diff| {grad_diff_hi:.3g} "

@@ -228,13 +228,15 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 single = devs[0]
 with jax.set_mesh(None):  # the one-device reference runs outside any global mesh
     one = placement.place_single_device(cfg, dataset, single, optimizer, init_host, global_batch)
-    p1, s1, batches_1 = one.params, one.opt_state, one.batches
-    pa, sa, ps, ss = params, opt_state, params, opt_state
-    rows = []
-    for k in range(3):
+p1, s1, batches_1 = one.params, one.opt_state, one.batches
+pa, sa, ps, ss = params, opt_state, params, opt_state
+rows = []
+for k in range(3):
+    # The N-device steps run as you set things up (under your global mesh, if you set one).
+    pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
+    ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
+    with jax.set_mesh(None):  # the reference and the comparison, outside any global mesh
         p1, s1, m1 = auto_step(p1, s1, *batches_1[k % cfg.n_batches])
-        pa, sa, ma = auto_step(pa, sa, *batches[k % cfg.n_batches])
-        ps, ss, ms = smap_step(ps, ss, *batches[k % cfg.n_batches])
         if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
             grad_diff, grad_scale = train.first_step_gradient_diff(s1, ss)
         rows.append(

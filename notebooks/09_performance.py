@@ -41,13 +41,10 @@ lesson = start_lesson("09_performance", PROFILE, N_CPU_DEVICES, min_devices=1)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from IPython.display import display
-from tqdm import tqdm
 
 from dpcourse import config, costs, devices, model, placement, record, show, train
 from dpcourse.compiled import hlo
@@ -235,7 +232,7 @@ for rung in rungs[:-1]:  # the last rung differs from the one before in its batc
 # %%
 runs = [
     ladder.run_rung(rung, cfg, dataset, device, init_host)
-    for rung in tqdm(rungs, desc="ladder", unit="rung", file=sys.stdout)
+    for rung in show.progress(rungs, desc="ladder", unit="rung")  # a tqdm bar, where installed
 ]
 MB = 1e6
 ladder_rows = []
@@ -547,7 +544,11 @@ if best is not None:
             cfg, dataset, device, opt, init_host, best.rung.global_batch
         ).batches[:1]
     earlier = set(trace_dir.rglob("*"))  # the runner's folder keeps the traces of earlier runs
-    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+    # record.whole_folder: the trace lands whole in trace_dir, or not at all (a full disk).
+    with (
+        record.whole_folder(trace_dir) as fresh,
+        jax.profiler.trace(str(fresh), create_perfetto_trace=True),
+    ):
         ladder.run_steps(
             best.compiled,
             best.rung.config(cfg),

@@ -14,16 +14,26 @@ set: jaxlib publishes no macOS x86-64 wheel after 0.4.38, so the pinned JAX
 cannot be installed there (``--platform macos-x86_64`` says so). pip evaluates environment markers for the machine it
 runs on, not the target, so the packages that other platforms need only by
 marker (colorama and pywinpty on Windows, appnope on macOS) are named here.
-wheelhouse/MANIFEST.json lists each platform's files and size.
+wheelhouse/MANIFEST.json lists each platform's files and size. It is written
+last, in one step: a folder without it is a download that did not finish.
 
-Exit status: 0 done, 1 a download failed (pip's message, and whether the
-registry could be reached), 2 bad arguments.
+    python tools/wheelhouse.py --check wheelhouse
+
+is what the Makefile's installs run before they use the folder: it refuses a
+wheelhouse with no manifest, without this machine's platform or Python, or
+with a listed file missing, naming what is missing and how to finish it.
+
+Exit status: 0 done (or the check passed), 1 a download failed (pip's
+message, and whether the registry could be reached) or the check refused,
+2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform as _platform
 import shutil
 import subprocess
 import sys
@@ -86,6 +96,70 @@ def download(platform: str, dest: Path, requirements: Path, python_version: str)
     return {"files": files, "bytes": size, "download_s": round(seconds, 1)}
 
 
+def this_platform() -> str:
+    """This machine's name in :data:`PLATFORMS` (``linux-x86_64``, ``macos-arm64``, ...), or ``system-machine``."""
+    system = {"linux": "linux", "darwin": "macos", "win32": "windows"}.get(sys.platform, sys.platform)
+    machine = _platform.machine().lower()
+    machine = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}.get(machine, machine)
+    return f"{system}-{machine}"
+
+
+def check(dest: Path, python_version: str | None = None, platform: str | None = None) -> str | None:
+    """Why ``dest`` cannot serve an offline install on this machine (one sentence), or None when it can.
+
+    Args:
+        dest: the wheelhouse folder.
+        python_version: the installing Python, ``"3.11"`` (default: this one).
+        platform: a name of :data:`PLATFORMS` (default: :func:`this_platform`).
+    """
+    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    platform = platform or this_platform()
+    wheels = sorted(dest.glob("*.whl"))
+    finish = (
+        f"finish it with `make wheelhouse` (or `python tools/wheelhouse.py --dest {dest}`) on a machine with network"
+    )
+    away = f"or move {dest} away to install from the package registry"
+    manifest_path = dest / "MANIFEST.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        return (
+            f"The wheelhouse {dest} holds {len(wheels)} wheel(s) but no MANIFEST.json, which make wheelhouse writes "
+            f"last: its download did not finish. {finish[0].upper() + finish[1:]}, {away}."
+        )
+    except (OSError, ValueError) as err:
+        return f"The wheelhouse's {manifest_path} cannot be read ({err}): {finish}, {away}."
+    entry = manifest.get(platform) if isinstance(manifest, dict) else None
+    if not isinstance(entry, dict):
+        have = ", ".join(sorted(manifest)) if isinstance(manifest, dict) and manifest else "none"
+        if platform in PLATFORMS:
+            how = f"add it with `python tools/wheelhouse.py --dest {dest} --platform {platform}`"
+        else:
+            how = "make wheelhouse does not download for this machine, so install from the package registry"
+        return f"The wheelhouse {dest} has no wheels for this machine ({platform}; it has: {have}): {how}, {away}."
+    if entry.get("python") != python_version:
+        return (
+            f"The wheelhouse {dest} was made for Python {entry.get('python')}, and this is Python {python_version}: "
+            f"make it again with `python tools/wheelhouse.py --dest {dest} --python-version {python_version}`, "
+            f"or install with Python {entry.get('python')}."
+        )
+    missing = [name for name in entry.get("files", []) if not (dest / name).exists()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return f"The wheelhouse {dest} lacks {len(missing)} file(s) its manifest lists for {platform} ({shown}): {finish}, {away}."
+    return None
+
+
+def _write_manifest(path: Path, manifest: dict) -> None:
+    """Write ``path`` in one step (a temporary file, then a rename): whole or absent."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dest", type=Path, default=ROOT / "wheelhouse")
@@ -96,10 +170,22 @@ def main(argv: list[str] | None = None) -> int:
         help="the learners' Python (default: this one's)",
     )
     parser.add_argument("--platform", action="append", choices=sorted(PLATFORMS), help=f"default: {', '.join(DEFAULT)}")
+    parser.add_argument("--check", type=Path, metavar="DIR", help="only check that DIR can serve an install here")
     args = parser.parse_args(argv)
+    if args.check is not None:
+        problem = check(args.check, args.python_version)
+        if problem:
+            print(f"wheelhouse: {problem}", file=sys.stderr)
+            return 1
+        return 0
     args.dest.mkdir(parents=True, exist_ok=True)
     manifest_path = args.dest / "MANIFEST.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    try:
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    except ValueError:
+        manifest = {}
+    # Until every platform is in, the folder has no manifest: an install refuses it (check above).
+    manifest_path.unlink(missing_ok=True)
     for platform in args.platform or DEFAULT:
         try:
             entry = download(platform, args.dest, args.requirements, args.python_version)
@@ -117,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             f"wheelhouse: {platform}: {len(entry['files'])} files, {entry['bytes'] / 1e6:.0f} MB "
             f"({entry['download_s']} s)"
         )
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    _write_manifest(manifest_path, manifest)
     total = sum(p.stat().st_size for p in args.dest.glob("*.whl"))
     print(
         f"wheelhouse: {args.dest}: {total / 1e6:.0f} MB in all, for Python {args.python_version}. "

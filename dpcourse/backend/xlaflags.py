@@ -1,19 +1,22 @@
 """Check ``XLA_FLAGS`` before JAX starts: XLA aborts the whole process on a token it does not know.
 
 XLA parses ``XLA_FLAGS`` when its backend starts and, on any token it does
-not recognise, prints ``Unknown flag in XLA_FLAGS: ...`` and ends the
-process (a fatal log line in xla/parse_flags_from_env.cc, exit status 1;
+not recognise, prints ``Unknown flag in XLA_FLAGS: ...`` (on a value it
+cannot read, ``Couldn't interpret value V for flag F`` and its whole flag
+list) and ends the process (a fatal log line in xla/parse_flags_from_env.cc, exit status 1;
 jaxlib 0.10.2): in a notebook the kernel dies without a Python error. :func:`check_xla_flags` finds such
 tokens first and names them with the fix:
 
 * by their form, at no cost: a dash that is not ``-`` (an en dash ``–``
   typed or pasted for ``--``), a word that is not a flag (often a value
   written after a space: ``--xla_force_host_platform_device_count 8``);
-* well-formed names XLA does not know (``--not_a_flag``): by starting XLA
+* well-formed names XLA does not know (``--not_a_flag``) and values it
+  refuses (``--xla_cpu_enable_fast_math=maybe``): by starting XLA
   once in a short subprocess with ``JAX_PLATFORMS=cpu`` (the cost of
   importing JAX: 10 to 13 s measured on the shared, loaded 2-core build machine), only when ``XLA_FLAGS`` holds flags other than
   the course's own device count, and only once per distinct value and
-  jaxlib version (the answer is cached in ``~/.cache/dpcourse``).
+  jaxlib version (a value XLA started with is cached in ``~/.cache/dpcourse``;
+  nothing else is remembered).
 """
 
 from __future__ import annotations
@@ -144,11 +147,62 @@ def unknown_flags_in(stderr: str) -> str | None:
     return None
 
 
-def probe_unknown(flags: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Start XLA's CPU backend once in a subprocess with ``XLA_FLAGS=flags``; the unknown tokens, or None.
+_BAD_VALUE = re.compile(r"Couldn't interpret value (.*) for flag (\w+)")
+_GLOG_PREFIX = re.compile(r"^[EFWI]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+_TYPE_WORDS = {"bool": "true or false", "int32": "a whole number", "int64": "a whole number", "float": "a number"}
 
-    None also when the probe fails for another reason (that is not
-    ``XLA_FLAGS``'s fault: the real start reports it) or cannot run.
+
+def bad_value_in(stderr: str) -> str | None:
+    """A sentence for XLA's ``Couldn't interpret value V for flag F`` in ``stderr`` (a dead process's), or None.
+
+    The sentence names the flag, the value, XLA's own line and the fix; the
+    flag's type and default come from the flag list XLA prints after that
+    line (``--name=default<TAB>type<TAB>help``), so no list of flags is kept
+    here.
+    """
+    lines = stderr.splitlines()
+    for line in lines:
+        match = _BAD_VALUE.search(line)
+        if not match:
+            continue
+        value, name = match.group(1), match.group(2)
+        own = _GLOG_PREFIX.sub("", line).strip()
+        listed = next((x for x in lines if x.strip().startswith(f"--{name}=") and "\t" in x), None)
+        fix = f"give --{name} a value XLA accepts, or remove it"
+        if listed:
+            fields = [f.strip() for f in listed.strip().split("\t") if f.strip()]
+            if len(fields) >= 2:
+                default, kind = fields[0].split("=", 1)[1], fields[1]
+                shown = default or '""'
+                example = f"--{name}=true or --{name}=false" if kind == "bool" else f"--{name}={shown}"
+                accepts = _TYPE_WORDS.get(kind, f"a {kind}")
+                fix = (
+                    f"--{name} takes {accepts} (XLA's default is {shown}): write, for example, {example}, or remove it"
+                )
+        return f"XLA refuses the value {value!r} of --{name} (XLA says: {own!r}); {fix}."
+    return None
+
+
+def refusal_in(stderr: str) -> str | None:
+    """Why XLA refused ``XLA_FLAGS``, from a dead process's ``stderr``: an unknown flag or a bad value; else None."""
+    unknown = unknown_flags_in(stderr)
+    if unknown is not None:
+        return (
+            f"XLA does not know {unknown} (it says 'Unknown flag in XLA_FLAGS'). Check the spelling "
+            "against XLA's flag list (xla/debug_options_flags.cc) or remove it."
+        )
+    return bad_value_in(stderr)
+
+
+def probe_refusal(flags: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[bool, str | None]:
+    """Start XLA's CPU backend once in a subprocess with ``XLA_FLAGS=flags``.
+
+    Returns:
+        ``(started, refusal)``: ``started`` is True only when XLA started
+        (only then may the value be remembered as good); ``refusal`` is the
+        sentence naming what XLA refused (:func:`refusal_in`), or None when
+        it started or failed for a reason that is not ``XLA_FLAGS`` (the real
+        start then reports it) or the probe could not run.
     """
     env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     try:
@@ -160,10 +214,10 @@ def probe_unknown(flags: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
             env=env,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return False, None
     if out.returncode == 0:
-        return None
-    return unknown_flags_in(out.stderr)
+        return True, None
+    return False, refusal_in(out.stderr)
 
 
 def check_xla_flags(flags: str | None = None, probe: bool = True) -> None:
@@ -171,13 +225,15 @@ def check_xla_flags(flags: str | None = None, probe: bool = True) -> None:
 
     Args:
         flags: the value to check (default ``os.environ["XLA_FLAGS"]``).
-        probe: also ask XLA, in a subprocess, whether it knows every
-            well-formed name (skipped when ``flags`` is empty or only the
-            course's device count, and for a value already found good).
+        probe: also ask XLA, in a subprocess, whether it accepts every
+            well-formed flag and its value (skipped when ``flags`` is empty or
+            only the course's device count, and for a value that passed before;
+            only a value XLA started with is remembered).
 
     Raises:
-        XlaFlagsError: a token is malformed or unknown to XLA; the message
-            names the token, says it is in ``XLA_FLAGS``, and gives the fix.
+        XlaFlagsError: a token is malformed, unknown to XLA, or has a value XLA
+            refuses; the message names the token (and the value, with XLA's own
+            line), says it is in ``XLA_FLAGS``, and gives the fix.
     """
     if flags is None:
         flags = os.environ.get("XLA_FLAGS", "")
@@ -189,16 +245,11 @@ def check_xla_flags(flags: str | None = None, probe: bool = True) -> None:
     key = _cache_key(flags)
     if _cached_ok(key):
         return
-    unknown = probe_unknown(flags)
-    if unknown is not None:
-        raise XlaFlagsError(
-            _fix(
-                f"XLA does not know {unknown} (it says 'Unknown flag in XLA_FLAGS'). Check the spelling "
-                "against XLA's flag list (xla/debug_options_flags.cc) or remove it.",
-                flags,
-            )
-        )
-    _remember_ok(key)
+    started, refusal = probe_refusal(flags)
+    if refusal is not None:
+        raise XlaFlagsError(_fix(refusal, flags))
+    if started:
+        _remember_ok(key)
 
 
 def describe_abort(stderr: str) -> str | None:
@@ -206,6 +257,9 @@ def describe_abort(stderr: str) -> str | None:
     unknown = unknown_flags_in(stderr)
     if unknown is not None:
         return _fix(f"XLA does not know {unknown}, and stopped the process.")
+    bad_value = bad_value_in(stderr)
+    if bad_value is not None:
+        return _fix(f"{bad_value[:-1]}; XLA stopped the process.")
     match = next((m for m in map(_NOT_A_FILE.search, stderr.splitlines()) if m), None)
     if match:
         return _fix(

@@ -31,6 +31,7 @@ import numpy as np
 
 from dpcourse import devices as _devices
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
+from dpcourse.multihost import progress
 from dpcourse.multihost.distributed import (
     COORDINATOR_ENV,
     INIT_TIMEOUT_ENV,
@@ -419,6 +420,7 @@ def _run_workers(
         try:
             for i in launched:
                 env = worker_env(i, num_processes, coordinator, init_timeout_s)
+                env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
                 envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
                 out, err = logs[i]
                 procs[i] = subprocess.Popen(
@@ -429,18 +431,23 @@ def _run_workers(
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
+            started, stuck = time.time(), None
             while True:
                 codes = {i: p.poll() for i, p in procs.items()}
+                alive = {i for i, c in codes.items() if c is None}
+                seen = {i: progress.read(folder / f"progress.{i}", i, procs[i].pid, started) for i in procs}
+                stuck = progress.culprit(seen, alive, progress.WATCH_STALE_S)
                 bad = [(i, c) for i, c in codes.items() if c not in (None, 0)]
-                if bad:
-                    failed = bad[0]
+                if bad or (stuck is not None and len(alive) > 1):
+                    failed = bad[0] if bad else None
                     break
                 if all(c == 0 for c in codes.values()):
                     break
                 if time.monotonic() - start > timeout_s:
                     timed_out = True
                     break
-                time.sleep(0.05)
+                time.sleep(0.2)
+            stuck = progress.culprit(seen, alive)  # a victim's failure is blamed on the one it waited for
         finally:
             _end_all(procs)
             wall_s = time.monotonic() - start
@@ -455,6 +462,16 @@ def _run_workers(
         pids = {i: p.pid for i, p in procs.items()}
         tails = {i: output_tail(texts[i][1]) for i in texts}
         details = dict(exit_codes=exit_codes, pids=pids, stderr_tails=tails, wall_s=wall_s)
+        if stuck is not None and (failed is None or failed[0] != stuck.process_id):
+            message = progress.stopped_message(
+                stuck, num_processes, wall_s, pids[stuck.process_id], failed and failed[0]
+            )
+            raise WorkerFailed(
+                f"{message}\n--- stderr of process {stuck.process_id} (last lines) ---\n"
+                f"{tails[stuck.process_id] or '(empty)'}",
+                process_id=stuck.process_id,
+                **details,
+            )
         if failed is not None:
             i, code = failed
             cause = _diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)

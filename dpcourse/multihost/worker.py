@@ -45,6 +45,7 @@ from dpcourse.multihost.distributed import (
     process_rows,
     shutdown,
 )
+from dpcourse.multihost.progress import Heartbeat
 from dpcourse.train import check_global_batch
 
 
@@ -84,8 +85,12 @@ def train_worker(
     checkpoint_dir: str | os.PathLike | None = None,
     save_every: int | None = None,
     fail_at_step: int | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> dict:
     """Data-parallel training for ``steps`` steps over every device of every process.
+
+    ``heartbeat`` (the launcher's progress file, :mod:`dpcourse.multihost.progress`)
+    is told each stage: compiling, then each step.
 
     Call it in every process after :func:`initialize`. Every process builds
     the same global mesh and the same initial parameters (same seed), loads
@@ -163,11 +168,14 @@ def train_worker(
 
     # The step of notebook 05: per-shard gradients, pmean over every device.
     step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
+    heartbeat = heartbeat or Heartbeat(path="")
+    heartbeat.set("compiling the step")
     compile_start = time.perf_counter()
     compiled = step.lower(params, opt_state, x[0], y[0]).compile()
     compile_s = time.perf_counter() - compile_start
     losses, accuracies, step_s, first_moment = [], [], [], {}
     for i in range(start_step, steps):
+        heartbeat.set(f"step {i + 1} of {steps}")
         if fail_at_step is not None and i == fail_at_step:
             if manager is not None:
                 checkpoint.finish(manager)
@@ -296,7 +304,9 @@ def _worker_main(args: argparse.Namespace) -> int:
     that waits (up to 5 minutes) for processes that may be stuck in a
     collective with this one.
     """
+    heartbeat = Heartbeat().start()  # the launcher reads it to name a process that stopped
     try:
+        heartbeat.set("joining the other processes")
         spec = initialize(
             args.coordinator,
             args.num_processes,
@@ -312,6 +322,7 @@ def _worker_main(args: argparse.Namespace) -> int:
                 flush=True,
             )
             os._exit(WORKER_FAILURE_EXIT)
+        heartbeat.set("joined; loading data")
         train_worker(
             args.profile,
             args.steps,
@@ -321,7 +332,9 @@ def _worker_main(args: argparse.Namespace) -> int:
             args.checkpoint_dir,
             args.save_every,
             args.fail_at_step if fails_here else None,
+            heartbeat,
         )
+        heartbeat.set("leaving")
         shutdown()
     except BaseException:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
         traceback.print_exc()

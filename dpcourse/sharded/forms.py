@@ -234,6 +234,15 @@ def check_accumulation(global_batch: int, k: int, n_devices: int) -> int:
     if k < 1 or global_batch < 1 or n_devices < 1:
         raise ValueError(f"Need k >= 1, global_batch >= 1 and n_devices >= 1, got {k}, {global_batch}, {n_devices}.")
     valid_k = [d for d in range(1, global_batch + 1) if global_batch % d == 0 and (global_batch // d) % n_devices == 0]
+    step = k * n_devices
+    lower, upper = max(step, global_batch // step * step), -(-global_batch // step) * step
+    batches = sorted({lower, upper if upper != lower else upper + step})
+    if global_batch % k and not valid_k:
+        raise ValueError(
+            f"K = {k} microbatches do not divide the global batch {global_batch}, and {global_batch} does "
+            f"not divide by {n_devices} devices, so no K works for this batch: use a global batch of "
+            f"{' or '.join(map(str, batches))} (a multiple of K x N = {step})."
+        )
     if global_batch % k:
         raise ValueError(
             f"K = {k} microbatches do not divide the global batch {global_batch}. "
@@ -241,9 +250,6 @@ def check_accumulation(global_batch: int, k: int, n_devices: int) -> int:
         )
     micro = global_batch // k
     if micro % n_devices:
-        step = k * n_devices
-        lower, upper = max(step, global_batch // step * step), -(-global_batch // step) * step
-        batches = sorted({lower, upper if upper != lower else upper + step})
         near = _nearest(valid_k, k)
         lead = (
             f"Nearest valid K for this batch: {near}; or keep"

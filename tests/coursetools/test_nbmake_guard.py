@@ -108,3 +108,18 @@ def test_a_bad_xla_flags_token_stops_nbmake_before_any_kernel_naming_it(tmp_path
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "NBMAKE INTERNAL ERROR" not in text
     assert "XLA_FLAGS" in text and "en dash" in text and "'--xla_force_host_platform_device_count=8'" in text
+
+
+@pytest.mark.slow
+def test_a_known_flag_with_a_bad_value_stops_nbmake_before_any_kernel_naming_it(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("1")]
+    nbformat.write(nb, tmp_path / "01_x.ipynb")
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_enable_fast_math=maybe", DPCOURSE_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "pytest", "-p", "coursetools.nbmake_guard", "--nbmake", "-p", "no:cacheprovider"]
+    out = subprocess.run(
+        [*cmd, "-q", str(tmp_path / "01_x.ipynb")], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "NBMAKE INTERNAL ERROR" not in text and "DeadKernelError" not in text
+    assert "'maybe'" in text and "--xla_cpu_enable_fast_math=true or" in text

@@ -25,7 +25,8 @@ def normalise(name: str) -> str:
 
 def declared() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {normalise(re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0]) for dep in project["dependencies"]}
+    deps = [*project["dependencies"], *project["optional-dependencies"]["display"]]
+    return {normalise(re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0]) for dep in deps}
 
 
 def imported_modules(files: list[Path]) -> dict[str, set[str]]:

@@ -75,6 +75,25 @@ def test_folder_without_notebooks_is_an_error(tmp_path):
         runner.find_notebooks(tmp_path)
 
 
+@pytest.mark.slow
+def test_the_cli_runs_the_copy_a_path_names(course_dir, tmp_path, capsys):
+    from coursetools.cli import main
+
+    other = tmp_path / "other"
+    other.mkdir()
+    marker = tmp_path / "marker.txt"
+    write_notebook(other / "01_setup.ipynb", f"open({str(marker)!r}, 'w').write('the copy ran')")
+    out = tmp_path / "out"
+    code = main(
+        ["run", "--notebook-dir", str(course_dir), "--notebooks", str(other / "01_setup.ipynb")]
+        + ["--profile", "smoke", "--out", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert marker.read_text() == "the copy ran"
+    (run,) = json.loads((out / "results.json").read_text())["notebooks"]
+    assert run["notebook"] == "01_setup" and run["status"] == "passed"
+
+
 def test_cli_unknown_notebook_exits_2_without_starting_kernels(course_dir, capsys):
     from coursetools.cli import main
 
@@ -487,3 +506,40 @@ def test_a_client_that_cannot_be_made_leaves_the_callers_environment_as_it_was(t
     with pytest.raises(RuntimeError, match="no kernel manager here"):
         runner.run_notebook(nb, tmp_path, tmp_path / "records.jsonl", "smoke", 60, solutions=True)
     assert {key: os.environ.get(key) for key in keys} == dict.fromkeys(keys)
+
+
+def test_a_full_disk_in_a_lesson_still_leaves_a_results_json_naming_the_notebook_and_why(tmp_path, monkeypatch):
+    """A small disk: the reserve fits, then a lesson fills it; results.json is written in the reserve's room."""
+    import errno
+
+    from coursetools import outfolder
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "09_performance.ipynb", "pass")
+    out = tmp_path / "out"
+    budget = runner.RESERVE_BYTES + 1000  # the disk: the reserve and a little more
+
+    def used() -> int:
+        return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+    real_write = outfolder._write_file
+
+    def small_disk(path, data):
+        if used() + len(data) > budget:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data)
+
+    def lesson_fills_the_disk(path, out_dir, *args, **kwargs):
+        (out_dir / "09_performance_trace.bin").write_bytes(b"x" * (budget - used()))  # the trace took the rest
+        return runner.NotebookRun(path.stem, "failed", 1.0, error="OSError: [Errno 28] No space left on device")
+
+    monkeypatch.setattr(outfolder, "_write_file", small_disk)
+    monkeypatch.setattr(runner, "run_notebook", lesson_fills_the_disk)
+    monkeypatch.setattr(runner, "check_kernel_interpreter", lambda: sys.executable)
+    with pytest.raises(runner.DiskFullError) as err:
+        runner.run_course("smoke", [nb], out)
+    assert "results.json there says which notebook stopped and why" in str(err.value)
+    (run,) = json.loads((out / "results.json").read_text())["notebooks"]
+    assert run["notebook"] == "09_performance" and "No space left on device" in run["error"]
+    assert not (out / runner.RESERVE_FILE).exists()

@@ -250,6 +250,65 @@ def test_command_line(tmp_path):
     assert done.returncode == 2 and "No lesson '99'" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+@pytest.mark.parametrize("command", [["init"], ["reset", "05"]])
+def test_a_read_only_workspace_is_one_sentence_naming_the_folder_the_cause_and_the_fix(tmp_path, command):
+    root = tmp_path / "ws"
+    assert _cli("init", "--dir", str(root), cwd=tmp_path).returncode == 0
+    ws.Workspace(root).manifest_path.unlink()  # init must write the manifest again
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    root.chmod(0o555)
+    try:
+        done = _cli(*command, "--dir", str(root), cwd=tmp_path)
+    finally:
+        root.chmod(0o755)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert str(root) in lines[0] and "permission denied" in lines[0] and "--dir" in lines[0]
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no temporary file left
+
+
+@pytest.mark.parametrize("command", [["init"], ["reset", "05"]])
+def test_a_read_only_file_system_stops_init_and_reset_with_one_line(tmp_path, monkeypatch, capsys, command):
+    from coursetools.cli import main
+
+    root = tmp_path / "ws"
+    ws.init(root)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, os.strerror(30), str(root / ".course.json.tmp-9444"))
+
+    for name in ("write_text", "mkdir", "touch"):
+        monkeypatch.setattr(Path, name, read_only)
+    monkeypatch.setattr(os, "replace", read_only)
+    assert main(["workspace", *command, "--dir", str(root)]) == 2
+    monkeypatch.undo()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: Cannot ") and str(root) in err, err
+    assert "the file system is read-only" in err and "choose another folder" in err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_read_only_file_system_is_named_as_such(tmp_path):
+    err = OSError(os.strerror(30))
+    err.errno, err.filename = 30, str(tmp_path / ".course.json.tmp-9444")
+    text = str(ws.file_system_error(err, tmp_path, "write in"))
+    assert text.startswith(f"Cannot write in the workspace {tmp_path}: the file system is read-only.")
+    assert "choose another folder" in text and "\n" not in text
+
+
+def test_the_update_line_names_the_lessons_that_changed(course, tmp_path):
+    root = tmp_path / "ws"
+    ws.init(root, source=course)
+    learner_edits(root / "04_sharding.ipynb")
+    course_changes(course, "04_sharding")
+    course_changes(course, "06_pmap")
+    first = ws.summary(root, ws.update(root, source=course))[0]
+    assert "1 updated (06_pmap); 1 kept, new version in updates/ (04_sharding);" in first
+    assert "up to date)." in first and "up to date (" not in first
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_a_course_update_pulls_cleanly_and_keeps_the_learners_work(tmp_path):
     """origin gets a commit that changes 05 and adds a lesson; the learner's clone pulls it."""
@@ -298,3 +357,27 @@ def test_a_course_update_pulls_cleanly_and_keeps_the_learners_work(tmp_path):
     assert len(beside) == 1 and "New in the course." in beside[0].read_text()
     assert beside[0].relative_to(space).as_posix() in done.stdout
     assert git("status", "--porcelain", cwd=clone) == ""
+
+
+def test_make_lab_on_a_taken_port_refuses_first_with_no_token_url(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        venv = tmp_path / "venv"
+        (venv / "bin").mkdir(parents=True)
+        os.symlink(sys.executable, venv / "bin" / "python")
+        (venv / ".installed").touch()
+        os.utime(venv / ".installed", (2**31, 2**31))  # newer than the requirements: nothing is installed
+        done = subprocess.run(
+            ["make", "-s", f"VENV={venv}", f"WORKSPACE={tmp_path / 'ws'}", f"LAB_PORT={port}", "lab"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    assert f"Port {port} on 127.0.0.1 is already in use" in done.stderr and f"LAB_PORT={port + 1}" in done.stderr
+    assert "token=" not in done.stdout + done.stderr and not (tmp_path / "ws").exists()

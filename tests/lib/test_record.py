@@ -158,3 +158,72 @@ def test_output_dir_sits_beside_the_records(tmp_path, monkeypatch):
     results.enable(tmp_path / "records.jsonl")
     folder = results.output_dir("trace")
     assert folder == tmp_path / "09_performance_trace" and folder.is_dir()
+
+
+def test_a_folder_written_through_whole_folder_is_whole_or_absent(tmp_path):
+    import errno
+
+    from dpcourse import record as rec
+
+    target = tmp_path / "09_performance_trace"
+    with rec.whole_folder(target) as fresh:
+        (fresh / "plugins" / "profile").mkdir(parents=True)
+        (fresh / "plugins" / "profile" / "trace.json.gz").write_bytes(b"whole")
+    assert (target / "plugins" / "profile" / "trace.json.gz").read_bytes() == b"whole"
+    with pytest.raises(OSError), rec.whole_folder(target) as fresh:
+        (fresh / "perfetto_trace.json.gz").write_bytes(b"x" * 655360)
+        raise OSError(errno.ENOSPC, "No space left on device")  # the profiler met a full disk
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["09_performance_trace"]  # no scratch folder left
+    assert not (target / "perfetto_trace.json.gz").exists()
+
+
+def test_a_record_that_meets_a_full_disk_leaves_no_half_line(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from dpcourse import record as rec
+
+    path = tmp_path / "records.jsonl"
+    rec.enable(path)
+    rec.set_context(
+        notebook="09_performance",
+        profile="smoke",
+        data_source="synthetic",
+        backend="cpu",
+        device_kind="cpu",
+        device_count=8,
+        jax_version="test",
+    )
+    rec.record("examples_per_s", 1.0, "examples/s")
+    real_open = builtins.open
+
+    class HalfWriter:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def tell(self):
+            return self.fh.tell()
+
+        def truncate(self, size):
+            return self.fh.truncate(size)
+
+        def write(self, text):
+            self.fh.write(text[:7])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            self.fh.flush()
+
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: HalfWriter(real_open(p, *a, **k)))
+    with pytest.raises(OSError):
+        rec.record("final_loss", 0.5, "")
+    monkeypatch.undo()
+    assert [r["metric"] for r in rec.read_records(path)] == ["examples_per_s"]
+    rec.disable()

@@ -292,3 +292,16 @@ def test_banners_are_grouped_into_one_box_a_line_each_with_the_worst_colour():
     assert lines[0].startswith("[NOTE] 8 simulated") and lines[1].startswith("[WARNING] SYNTHETIC DATA")
     assert display.banner_group([note]) is note
     assert display.banner_group([]) is None
+
+
+def test_progress_without_tqdm_gives_the_items_and_one_line_on_what_tqdm_adds(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` now raises ImportError
+    assert list(display.progress([1, 2, 3], desc="ladder", unit="rung")) == [1, 2, 3]
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("ladder: no progress bar") and "pip install tqdm" in line
+
+
+def test_progress_with_tqdm_draws_a_bar_on_stdout(capsys):
+    assert list(display.progress(range(2), desc="sweep", unit="size")) == [0, 1]
+    captured = capsys.readouterr()
+    assert "sweep" in captured.out and "2/2" in captured.out and captured.err == ""

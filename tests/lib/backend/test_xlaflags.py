@@ -45,7 +45,7 @@ def test_the_message_says_it_is_xla_flags_and_how_to_fix_it():
 
 
 def test_only_the_courses_device_count_starts_no_probe(monkeypatch):
-    monkeypatch.setattr(xlaflags, "probe_unknown", lambda flags: pytest.fail("probed"))
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: pytest.fail("probed"))
     check_xla_flags("--xla_force_host_platform_device_count=8")
     check_xla_flags("")
 
@@ -53,10 +53,62 @@ def test_only_the_courses_device_count_starts_no_probe(monkeypatch):
 def test_a_good_value_is_probed_once_then_cached(tmp_path, monkeypatch):
     monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
     calls = []
-    monkeypatch.setattr(xlaflags, "probe_unknown", lambda flags: calls.append(flags))
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: calls.append(flags) or (True, None))
     check_xla_flags("--xla_cpu_enable_fast_math=false")
     check_xla_flags("--xla_cpu_enable_fast_math=false")
     assert calls == ["--xla_cpu_enable_fast_math=false"]
+
+
+def test_a_value_whose_probe_did_not_start_xla_is_not_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    calls = []
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: calls.append(flags) or (False, None))
+    check_xla_flags("--xla_cpu_enable_fast_math=false")
+    check_xla_flags("--xla_cpu_enable_fast_math=false")
+    assert len(calls) == 2 and not (tmp_path / "xla-flags-checked.json").exists()
+
+
+# What XLA printed for XLA_FLAGS=--xla_cpu_enable_fast_math=maybe (jaxlib 0.10.2), shortened: the
+# two fatal lines, then its flag list (about 90 lines), one flag per line.
+BAD_VALUE_STDERR = (
+    "E1203 11:53:36.987102   28915 command_line_flags.cc:93] Couldn't interpret value maybe for flag "
+    "xla_cpu_enable_fast_math.\n"
+    "F1203 11:53:36.987168   28915 parse_flags_from_env.cc:220] Check failed: tsl::Flags::Parse(...) "
+    "Flag parsing failed.\nusage: --xla_cpu_enable_fast_math=maybe\nFlags:\n"
+    "\t--xla_cpu_enable_fast_math=false \tbool\tEnable unsafe fast-math optimizations in the CPU compiler.\n"
+    "\t--xla_force_host_platform_device_count=1\tint32\tForce the host platform to pretend ...\n"
+)
+
+
+def test_a_value_xla_refuses_is_named_with_its_flag_xlas_line_and_the_fix():
+    text = xlaflags.describe_abort(BAD_VALUE_STDERR)
+    assert "'maybe'" in text and "--xla_cpu_enable_fast_math" in text
+    assert "Couldn't interpret value maybe for flag xla_cpu_enable_fast_math." in text
+    assert "--xla_cpu_enable_fast_math=true or --xla_cpu_enable_fast_math=false" in text
+    assert "F1203" not in text and "tsl::Flags" not in text  # XLA's line without its log prefix or the abort
+
+
+@pytest.mark.slow
+def test_a_known_flag_with_a_bad_value_is_found_by_asking_xla_and_not_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    with pytest.raises(XlaFlagsError) as err:
+        check_xla_flags("--xla_cpu_enable_fast_math=maybe")
+    text = str(err.value)
+    assert "'maybe'" in text and "Couldn't interpret value maybe" in text and "true or" in text
+    assert not (tmp_path / "xla-flags-checked.json").exists()
+
+
+@pytest.mark.slow
+def test_the_runner_without_a_profile_names_a_device_count_xla_cannot_read(tmp_path, monkeypatch, capsys):
+    from coursetools.cli import main
+
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=abc")
+    monkeypatch.delenv("DPCOURSE_PROFILE", raising=False)
+    assert main(["run", "--notebooks", "01", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "'abc'" in err and "takes a whole number" in err and "JAX_PLATFORMS" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -127,3 +179,16 @@ def test_jax_platforms_cuda_without_a_profile_is_one_line_not_a_traceback(tmp_pa
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "JAX_PLATFORMS='cuda'" in lines[0], out.stderr
     assert "Traceback" not in out.stderr and "AssertionError" not in out.stderr
+
+
+def test_the_launcher_names_a_value_xla_refuses_before_starting_workers(monkeypatch, capsys, tmp_path):
+    from dpcourse.multihost import launcher
+
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=maybe")
+    refusal = xlaflags.refusal_in(BAD_VALUE_STDERR)  # what XLA says, as the probe would read it
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, refusal))
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
+    assert launcher.main(["--processes", "2", "--devices-per-process", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "'maybe'" in err and "--xla_cpu_enable_fast_math=true or" in err

@@ -10,6 +10,7 @@ test checks that no process the launcher started is still alive.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -345,3 +346,53 @@ def test_output_tail_drops_gloo_notices_even_when_split_across_lines():
     )
     assert launcher.output_tail(text) == "step 1 done\nloss 2.30"
     assert launcher.output_tail("[Gloo] Rank\n4 is connected to 7 peer ranks.\n") == ""
+
+
+def _stop_when(index: int, ready) -> None:
+    """Patch the launcher's Popen so that worker ``index`` gets SIGSTOP once ``ready(folder)`` holds."""
+    import threading
+
+    real = launcher.subprocess.Popen
+
+    def popen(command, *args, **kwargs):
+        proc = real(command, *args, **kwargs)
+        if kwargs.get("env", {}).get(distributed.PROCESS_ID_ENV) == str(index):
+            folder = Path(kwargs["env"][launcher.progress.PROGRESS_ENV]).parent
+
+            def stop():
+                deadline = time.monotonic() + LIMIT_S
+                while not ready(folder) and time.monotonic() < deadline and proc.poll() is None:
+                    time.sleep(0.05)
+                proc.send_signal(signal.SIGSTOP)
+
+            threading.Thread(target=stop, daemon=True).start()
+        return proc
+
+    return popen
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "n, index, when",
+    [(3, 1, "start-up"), (2, 0, "mid-run")],
+)
+def test_a_stopped_process_is_named_not_its_victims(monkeypatch, n, index, when):
+    def ready(folder):
+        if when == "start-up":
+            return True
+        try:
+            return "step" in (folder / f"progress.{index}").read_text()
+        except OSError:
+            return False
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", _stop_when(index, ready))
+    start = time.perf_counter()
+    with pytest.raises(launcher.WorkerFailed) as info:
+        launcher.launch_local(n, 2, profile=PROFILE, steps=500, data_source=SOURCE, timeout_s=LIMIT_S)
+    err = info.value
+    assert time.perf_counter() - start < LIMIT_S - 10  # named by its state, not found by the time limit
+    assert err.process_id == index, str(err)
+    assert str(err).startswith(f"Worker process {index} of {n}") and "is stopped (state T" in str(err)
+    assert "kill -CONT" in str(err)
+    assert_every_process_ended(err)

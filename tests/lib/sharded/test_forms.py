@@ -105,6 +105,15 @@ def test_check_accumulation_valid_and_nearest_values():
         sharded.check_accumulation(64, 0, 8)
 
 
+def test_check_accumulation_says_the_batch_does_not_divide_by_the_devices_when_no_k_works():
+    with pytest.raises(ValueError) as err:
+        sharded.check_accumulation(63, 4, 8)
+    message = str(err.value)
+    assert "63 does not divide by 8 devices" in message
+    assert "32 or 64" in message
+    assert "[]" not in message
+
+
 def test_split_microbatches_is_strided():
     x = np.arange(12).reshape(12, 1)
     xs = np.asarray(sharded.split_microbatches(x, 3))

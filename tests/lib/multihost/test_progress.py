@@ -1,0 +1,71 @@
+"""dpcourse.multihost.progress: heartbeats per worker, and the process that stopped is the one named."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from dpcourse.multihost import progress
+from dpcourse.multihost.progress import Heartbeat, Progress, culprit
+
+
+def test_a_heartbeat_writes_its_stage_and_keeps_beating(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "BEAT_S", 0.05)
+    path = tmp_path / "progress.1"
+    beat = Heartbeat(path).start()
+    beat.set("step 2 of 3")
+    first = json.loads(path.read_text())
+    time.sleep(0.3)
+    beat.stop()
+    later = json.loads(path.read_text())
+    assert first["stage"] == later["stage"] == "step 2 of 3" and later["time"] > first["time"]
+
+
+def test_without_a_progress_file_the_heartbeat_does_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(progress.PROGRESS_ENV, raising=False)
+    beat = Heartbeat().start()
+    beat.set("joined")
+    assert beat.path is None and list(tmp_path.iterdir()) == []
+
+
+def test_the_stale_process_is_named_not_the_ones_waiting_for_it():
+    seen = {
+        0: Progress(0, "step 3 of 10", 0.5, False),
+        1: Progress(1, "step 3 of 10", 42.0, False),
+        2: Progress(2, "step 3 of 10", 0.4, False),
+    }
+    assert culprit(seen, alive={0, 1, 2}).process_id == 1
+    assert culprit(seen, alive={0, 1, 2}, stale_s=60) is None
+
+
+def test_a_process_still_importing_is_not_blamed_unless_the_os_says_it_is_stopped():
+    seen = {0: Progress(0, "joining the other processes", 0.2, False), 1: Progress(1, None, 25.0, False)}
+    assert culprit(seen, alive={0, 1}) is None
+    seen[1] = Progress(1, None, 25.0, True)
+    found = culprit(seen, alive={0, 1})
+    assert found.process_id == 1 and "is stopped (state T" in found.describe()
+    assert "before its first heartbeat" in found.describe()
+
+
+def test_a_sigstopped_process_is_seen_as_stopped():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not progress.is_stopped(proc.pid)
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not progress.is_stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress.is_stopped(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_message_names_the_stopped_process_its_stage_the_victim_and_what_to_do():
+    text = progress.stopped_message(Progress(1, "step 2 of 3", 12.0, True), 3, 20.5, 4242, victim=2)
+    assert text.startswith("Worker process 1 of 3 (pid 4242) stopped responding after 20.5 s")
+    assert "at 'step 2 of 3'" in text and "Process 2 failed only because it waited for it" in text
+    assert "kill -CONT 4242" in text
