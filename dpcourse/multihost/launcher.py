@@ -31,7 +31,7 @@ import numpy as np
 
 from dpcourse import devices as _devices
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
-from dpcourse.multihost import progress
+from dpcourse.multihost import heartbeat as progress
 from dpcourse.multihost.distributed import (
     COORDINATOR_ENV,
     INIT_TIMEOUT_ENV,

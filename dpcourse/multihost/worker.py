@@ -45,7 +45,7 @@ from dpcourse.multihost.distributed import (
     process_rows,
     shutdown,
 )
-from dpcourse.multihost.progress import Heartbeat
+from dpcourse.multihost.heartbeat import Heartbeat
 from dpcourse.train import check_global_batch
 
 

@@ -1,4 +1,4 @@
-"""dpcourse.multihost.progress: heartbeats per worker, and the process that stopped is the one named."""
+"""dpcourse.multihost.heartbeat: heartbeats per worker, and the process that stopped is the one named."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from dpcourse.multihost import progress
-from dpcourse.multihost.progress import Heartbeat, Progress, culprit
+from dpcourse.multihost import heartbeat as progress
+from dpcourse.multihost.heartbeat import Heartbeat, Progress, culprit
 
 
 def test_a_heartbeat_writes_its_stage_and_keeps_beating(tmp_path, monkeypatch):

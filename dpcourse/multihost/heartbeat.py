@@ -1,4 +1,4 @@
-"""Each worker's progress, as the launcher sees it: a heartbeat file per process, and whether it is stopped.
+"""Each worker's heartbeat: its stage and step, written to a file the launcher reads to name a stopped process.
 
 A worker (:mod:`dpcourse.multihost.worker`) started by the launcher finds a
 file path in ``DPCOURSE_PROGRESS_FILE``. :class:`Heartbeat` writes its stage
