@@ -246,7 +246,7 @@ def choose(lessons: list[Path], runs: list[Run], changed: float) -> tuple[dict, 
                 break
             reasons.append(why)
         else:
-            missing.append(f"{lesson.stem}: " + ("; ".join(reasons) or "no run given"))
+            missing.append(f"{lesson.stem}: " + ("; ".join(reasons) or "no executed copy in any run"))
     return chosen, missing
 
 
@@ -497,8 +497,18 @@ def main(argv: list[str] | None = None) -> int:
         if previous is not None and previous.profile == args.profile:
             runs.append(previous)
         chosen, missing = choose(lessons, runs, changed)
-        if missing:
+        if not runs:
+            looked = ", ".join(str(f) for f in [*args.run, own]) or str(own)
+            print(f"site: no executed lessons to reuse (none in {looked})", file=sys.stderr)
+        elif missing:
             print("site: no current executed copy of\n  " + "\n  ".join(missing), file=sys.stderr)
+        if missing and not args.no_run:
+            print(
+                f"site: running {len(missing)} lesson(s) with the {args.profile} profile into {own} first "
+                "(make course writes results/cpu, which the next make site reuses)",
+                file=sys.stderr,
+            )
+        if missing:
             if args.no_run:
                 raise SiteBuildError(f"{len(missing)} lesson(s) have no current executed copy (--no-run)")
             todo = [p for p in lessons if p.stem not in chosen]

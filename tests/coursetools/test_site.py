@@ -115,7 +115,25 @@ def test_no_run_fails_naming_the_lessons_without_a_current_copy(tmp_path, capsys
     _lesson(src / "05_x.ipynb")
     code = site.main(["--src", str(tmp_path / "s"), "--notebooks", str(src), "--no-run", "--run-out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 1 and "05_x: no run given" in err and "make site: FAILED" in err
+    assert code == 1 and "make site: FAILED: 1 lesson(s) have no current executed copy (--no-run)" in err
+    assert f"site: no executed lessons to reuse (none in {tmp_path / 'cpu'})" in err
+    assert "no run given" not in err and "running" not in err
+
+
+def test_without_a_run_make_site_says_it_runs_the_lessons_first(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    _lesson(src / "05_x.ipynb")
+
+    def no_runner(lessons, profile, out, timeout):
+        raise site.SiteBuildError("stopped here by the test")
+
+    monkeypatch.setattr(site, "run_lessons", no_runner)
+    argv = ["--src", str(tmp_path / "s"), "--notebooks", str(src), "--run-out", str(tmp_path), "--run", "nowhere"]
+    assert site.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "site: no executed lessons to reuse (none in nowhere, " in err
+    assert f"site: running 1 lesson(s) with the cpu profile into {tmp_path / 'cpu'} first" in err
 
 
 def test_stage_writes_lessons_with_their_note_downloads_guides_and_table(tmp_path):
