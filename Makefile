@@ -69,7 +69,7 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target.
+# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.steps.SHARDED_STEPS) on 8 devices of each target.
 placement: $(VENV)/.gpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 $(if $(PROFILE),--profile $(PROFILE),)
 

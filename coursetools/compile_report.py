@@ -5,8 +5,10 @@ course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`)
 every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
 GPU, and for 8 simulated CPU devices, prints one table and writes
 ``results/placement/placement.json``: one record per (backend, target,
-device count, profile, step). The notebooks' cell is
-:func:`dpcourse.gpu_compile.notebook.show_compilers`.
+device count, profile, step), and ``lessons.json`` beside it: the whole
+results (every collective) the lessons show when the GPU-compile extra is
+missing; ``--store`` (``make placement-store``) also writes them into the
+package, where :mod:`dpcourse.gpu_compile.notebook` reads them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.notebook import records, table_rows
+from dpcourse.gpu_compile.notebook import PASS_NAME
+from dpcourse.gpu_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
 
 DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # `make placement` compiles the smoke profile for every target and device
@@ -27,10 +30,14 @@ DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
 FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
-# Lesson 10's forms (dpcourse.gpu_compile.sharded_steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+# Lesson 10's forms (dpcourse.gpu_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
 # --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
 # the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
 LESSON10_DEVICES = 8
+# The lessons' GPU results at LESSON10_DEVICES, and 04's compile with the pass off, kept whole
+# (every collective) beside placement.json; `make placement-store` copies them into the package.
+STORED_NAME = "lessons.json"
+NO_MOTION_STEPS = {"jit": deviceless.COURSE_STEPS["jit"]}
 
 
 def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
@@ -58,58 +65,6 @@ def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], c
 
 
 METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
-SENT_TOLERANCE = 0.10  # measured bytes sent vs the cost model: the metrics and rounding are far below this
-
-
-def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
-    """The cost model's bytes sent per device per step for lesson 10's ``step`` (a key of ``sharded_steps.STEPS``).
-
-    From :func:`dpcourse.compiled.census.predict_communication` at the
-    profile's sizes, with ``sharded_steps.ACCUM_K`` microbatches.
-
-    Raises:
-        KeyError: a step that is not one of lesson 10's.
-    """
-    from dpcourse import config, costs
-    from dpcourse.compiled import census
-    from dpcourse.gpu_compile import sharded_steps
-
-    cfg = config.make_config(profile)
-    pred = census.predict_communication(
-        costs.gradient_bytes(cfg), cfg.width * cfg.width * 4, n_devices, sharded_steps.ACCUM_K, cfg.block_repeats
-    )
-    return pred[sharded_steps.FORM_LABELS[step]]["wire_bytes"]
-
-
-def check_lesson10(recs: list[dict]) -> list[str]:
-    """What in lesson 10's GPU records differs from the efficient ZeRO-1 the lesson teaches (empty: as taught).
-
-    ``zero1_allreduce_first`` compiled for a GPU at 2 or more devices: one
-    all-reduce and one all-gather per step, neither inside a loop, and bytes
-    sent within :data:`SENT_TOLERANCE` of :func:`predicted_sent_bytes`.
-    """
-    problems = []
-    for r in recs:
-        if r.get("error") or r.get("step") != "zero1_allreduce_first" or r["backend"] != "gpu":
-            continue
-        if r["n_devices"] < 2 or r.get("disabled_passes"):
-            continue
-        where = f"{r['backend']} {r['target']} x{r['n_devices']} {r['profile']} {r['step']}"
-        want = predicted_sent_bytes(r["step"], r["profile"], r["n_devices"])
-        sent = r.get("sent_bytes_per_step")
-        shape = (r["all_reduces"], r["collectives"], r["in_loop"], r["runs_per_step"])
-        if shape != (1, 2, 0, 2):
-            problems.append(
-                f"{where}: expected 1 all-reduce and 1 all-gather per step, outside any loop; got "
-                f"{r['all_reduces']} all-reduce(s) of {r['collectives']} collective(s), {r['in_loop']} in a loop, "
-                f"{r['runs_per_step']} runs"
-            )
-        elif sent is None or abs(sent / want - 1) > SENT_TOLERANCE:
-            problems.append(
-                f"{where}: sends {sent} bytes per device per step, the cost model {want:,.0f} "
-                f"(more than {SENT_TOLERANCE:.0%} apart)"
-            )
-    return problems
 
 
 def check(recs: list[dict]) -> list[str]:
@@ -159,6 +114,32 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stored_payload(results: list[deviceless.CompileResult]) -> dict:
+    """What :mod:`dpcourse.gpu_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
+    from dataclasses import asdict
+    from datetime import UTC, datetime
+
+    versions = {(r.jax_version, r.jaxlib_version) for r in results if not r.error} or {("", "")}
+    if len(versions) != 1:
+        raise ValueError(f"Compile results from more than one JAX version: {sorted(versions)}.")
+    (jax_version, jaxlib_version) = versions.pop()
+    return {
+        "made_by": "make placement",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "jax_version": jax_version,
+        "jaxlib_version": jaxlib_version,
+        "results": [asdict(r) for r in results],
+    }
+
+
+def stored_path() -> Path:
+    """Where the package keeps the stored results (:data:`dpcourse.gpu_compile.notebook.STORED_FILE`)."""
+    import dpcourse
+    from dpcourse.gpu_compile.notebook import STORED_FILE
+
+    return Path(dpcourse.__file__).parent.joinpath(*STORED_FILE)
+
+
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
     """:func:`dpcourse.gpu_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
 
@@ -187,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="2,4,8", help="GPU counts, comma-separated")
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
-    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
+    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (SHARDED_STEPS)")
     parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
+    parser.add_argument("--store", action="store_true", help=f"also write {STORED_NAME} into the package (stored)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
@@ -205,15 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
     if args.lesson10:
-        from dpcourse.gpu_compile import sharded_steps
+        from dpcourse.gpu_compile import steps
 
-        results += compile_in_parallel(lesson10_jobs(profiles, targets), sharded_steps.STEPS, args.workers)
+        results += compile_in_parallel(lesson10_jobs(profiles, targets), steps.SHARDED_STEPS, args.workers)
+    lessons = [r for r in results if r.backend == "gpu" and r.n_devices == LESSON10_DEVICES and not r.error]
+    if "h200" in targets:  # 04's experiment: the pass switched off
+        jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, p) for p in profiles]
+        lessons += deviceless.compile_jobs(jobs, NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(recs, indent=1) + "\n")
-    problems = check(recs) + check_lesson10(recs)
+    stored = [args.out.parent / STORED_NAME] + ([stored_path()] if args.store else [])
+    for path in stored:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored_payload(lessons), indent=1) + "\n", encoding="utf-8")
+        print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
+    problems = check(recs)
     print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")
     for line in problems:
         print(f"placement: FAILED: {line}", file=sys.stderr)
