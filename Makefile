@@ -75,10 +75,10 @@ placement: $(VENV)/.gpu-compile-installed
 
 # The results the lessons show when the GPU-compile extra is missing (04, 05, 10: labelled
 # stored, with their JAX version and date): a whole `make placement` (smoke and full), also
-# written into the package (dpcourse/gpu_stored/lessons.json; commit it). tests/test_gpu_notebook.py
+# written into the package (dpcourse/gpu_compile/stored/lessons.json; commit it). tests/lib/gpu_compile/test_notebook.py
 # fails when it no longer matches what `make placement` compiles.
 placement-store: $(VENV)/.gpu-compile-installed
-	$(PY) -m dpcourse.placement_report --lesson10 --store
+	$(PY) -m coursetools.collective_report --lesson10 --store
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)

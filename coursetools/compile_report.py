@@ -134,10 +134,10 @@ def stored_payload(results: list[deviceless.CompileResult]) -> dict:
 
 def stored_path() -> Path:
     """Where the package keeps the stored results (:data:`dpcourse.gpu_compile.notebook.STORED_FILE`)."""
-    import dpcourse
+    from coursetools.paths import ROOT
     from dpcourse.gpu_compile.notebook import STORED_FILE
 
-    return Path(dpcourse.__file__).parent.joinpath(*STORED_FILE)
+    return ROOT.joinpath("dpcourse", *STORED_FILE)
 
 
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
