@@ -384,6 +384,22 @@ def lesson_table(entries: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def image_alt(cell) -> None:
+    """Give the cell's image output its ``alt`` text: the output's own ``text/plain`` (the figure's data).
+
+    :func:`dpcourse.show.show_figure` writes that text from the chart; a bare
+    repr (``<Figure size ...>``, ``<IPython.core.display.Image object>``)
+    is not a description and is not used. myst-nb reads ``alt`` from the
+    cell's ``mystnb.image`` metadata.
+    """
+    for out in cell.get("outputs", []):
+        text = out.get("data", {}).get("text/plain", "")
+        text = "".join(text) if isinstance(text, list) else text
+        if "image/png" in out.get("data", {}) and text.strip() and not text.lstrip().startswith("<"):
+            cell.setdefault("metadata", {}).setdefault("mystnb", {}).setdefault("image", {})["alt"] = text.strip()
+            return
+
+
 def stage(
     src: Path,
     lessons: list[Path],
@@ -415,6 +431,7 @@ def stage(
             nb.cells.append(nbformat.v4.new_markdown_cell(section))
         for cell in nb.cells:  # nbformat wants ids; the runner's copies have them, nbmake's may not
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
+            image_alt(cell)
         nbformat.write(nb, src / "lessons" / lesson.name)
         shutil.copy2(lesson, src / "download" / lesson.name)
         entries.append((lesson.stem, lesson_title(nb), lesson_goal(nb)))

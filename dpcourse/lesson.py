@@ -120,6 +120,8 @@ def start_lesson(
         device_kind=chosen.devices[0].device_kind,
         device_count=chosen.count,
     )
+    if show:
+        _display.describe_figures()  # every chart shown carries a description of its data
     shown = _display.banner_group(notes)  # one box at the lesson's start, a line per note
     if show and shown is not None:
         try:

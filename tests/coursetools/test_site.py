@@ -171,3 +171,14 @@ def test_coloured_blocks_get_text_that_can_be_read_on_their_background():
     fixed = site.readable_colours(html)
     assert "color: #000000; text-decoration-color: #000000; background-color: #d6616b" in fixed
     assert span.format("393b79") in fixed  # white on dark blue already reads
+
+
+def test_an_image_gets_its_alt_text_from_the_figure_s_own_text_and_never_from_a_bare_repr():
+    described = {
+        "outputs": [{"data": {"image/png": "iVBOR", "text/plain": ["Throughput: global batch ", "from 1 to 2."]}}]
+    }
+    site.image_alt(described)
+    assert described["metadata"]["mystnb"]["image"]["alt"] == "Throughput: global batch from 1 to 2."
+    bare = {"outputs": [{"data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}
+    site.image_alt(bare)
+    assert "metadata" not in bare
