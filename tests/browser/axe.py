@@ -12,8 +12,8 @@ from pathlib import Path
 AXE_JS = Path(__file__).resolve().parents[2] / "tools" / "site" / "node_modules" / "axe-core" / "axe.min.js"
 SEVERE = ("serious", "critical")
 
-_RUN = """async (exclude) => {
-  const context = exclude.length ? {include: [document], exclude: exclude.map(s => [s])} : document;
+_RUN = """async ([include, exclude]) => {
+  const context = {include: include.length ? include.map(s => [s]) : [document], exclude: exclude.map(s => [s])};
   const result = await axe.run(context, {resultTypes: ['violations']});
   return result.violations.map(v => ({
     id: v.id, impact: v.impact, help: v.help,
@@ -29,8 +29,11 @@ def missing() -> str | None:
     return f"axe-core is not installed ({AXE_JS} is missing): run `cd tools/site && npm ci`."
 
 
-def severe_violations(page, exclude: tuple[str, ...] = ()) -> list[str]:
-    """Run axe-core on ``page`` (outside the CSS selectors ``exclude``); one line per serious or critical rule.
+def severe_violations(page, include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> list[str]:
+    """Run axe-core on ``page``; one line per serious or critical rule.
+
+    ``include``: CSS selectors of the parts to check (default the whole
+    page); ``exclude``: parts inside them to leave out.
 
     Raises:
         FileNotFoundError: axe-core is not installed (:func:`missing` says how).
@@ -39,7 +42,7 @@ def severe_violations(page, exclude: tuple[str, ...] = ()) -> list[str]:
     if reason:
         raise FileNotFoundError(reason)
     page.add_script_tag(path=str(AXE_JS))
-    found = page.evaluate(_RUN, list(exclude))
+    found = page.evaluate(_RUN, [list(include), list(exclude)])
     return [
         f"{v['id']} ({v['impact']}, {v['count']} element(s), e.g. {', '.join(v['nodes'])}): {v['help']}"
         for v in found
