@@ -143,7 +143,7 @@ include hub.mk
 # loudly, except with CI=true, where that fails.
 # Lessons that notebook-test left executed and current in $(NOTEBOOK_TEST_DIR) are shown
 # from there instead of run again (tests/browser/test_browser_lessons.py says which run).
-browser-test: $(VENV)/.dev-installed
+browser-test: $(VENV)/.dev-installed tools/site/node_modules/.installed
 	$(if $(wildcard $(NOTEBOOK_TEST_DIR)/*.ipynb),DPCOURSE_EXECUTED_LESSONS=$(abspath $(NOTEBOOK_TEST_DIR))) \
 	  $(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
 
