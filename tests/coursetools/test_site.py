@@ -182,15 +182,3 @@ def test_an_image_gets_its_alt_text_from_the_figure_s_own_text_and_never_from_a_
     bare = {"outputs": [{"data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}
     site.image_alt(bare)
     assert "metadata" not in bare
-
-
-def test_coloured_blocks_get_text_that_can_be_read_on_their_background():
-    # WCAG's examples: black on white is 21:1; white on #d6616b (a device colour of
-    # jax.debug.visualize_array_sharding) is below 4.5:1, black on it above.
-    assert round(site.contrast("000000", "ffffff"), 1) == 21.0
-    assert site.contrast("ffffff", "d6616b") < 4.5 < site.contrast("000000", "d6616b")
-    span = "color: #ffffff; text-decoration-color: #ffffff; background-color: #{}"
-    html = f'<span style="{span.format("d6616b")}">CPU 1</span><span style="{span.format("393b79")}">CPU 0</span>'
-    fixed = site.readable_colours(html)
-    assert "color: #000000; text-decoration-color: #000000; background-color: #d6616b" in fixed
-    assert span.format("393b79") in fixed  # white on dark blue already reads
