@@ -78,7 +78,7 @@ placement: $(VENV)/.gpu-compile-installed
 # written into the package (dpcourse/gpu_compile/stored/lessons.json; commit it). tests/lib/gpu_compile/test_notebook.py
 # fails when it no longer matches what `make placement` compiles.
 placement-store: $(VENV)/.gpu-compile-installed
-	$(PY) -m coursetools.collective_report --lesson10 --store
+	$(PY) -m coursetools.compile_report --lesson10 --store
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)

@@ -64,6 +64,60 @@ def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], c
     return jobs
 
 
+SENT_TOLERANCE = 0.10  # measured bytes sent vs the cost model: the metrics and rounding are far below this
+
+
+def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
+    """The cost model's bytes sent per device per step for lesson 10's ``step`` (a key of ``steps.SHARDED_STEPS``).
+
+    From :func:`dpcourse.compiled.census.predict_communication` at the
+    profile's sizes, with ``sharded_steps.ACCUM_K`` microbatches.
+
+    Raises:
+        KeyError: a step that is not one of lesson 10's.
+    """
+    from dpcourse import config, costs
+    from dpcourse.compiled import census
+    from dpcourse.gpu_compile import steps as sharded_steps
+
+    cfg = config.make_config(profile)
+    pred = census.predict_communication(
+        costs.gradient_bytes(cfg), cfg.width * cfg.width * 4, n_devices, sharded_steps.ACCUM_K, cfg.block_repeats
+    )
+    return pred[sharded_steps.FORM_LABELS[step]]["wire_bytes"]
+
+
+def check_lesson10(recs: list[dict]) -> list[str]:
+    """What in lesson 10's GPU records differs from the efficient ZeRO-1 the lesson teaches (empty: as taught).
+
+    ``zero1_allreduce_first`` compiled for a GPU at 2 or more devices: one
+    all-reduce and one all-gather per step, neither inside a loop, and bytes
+    sent within :data:`SENT_TOLERANCE` of :func:`predicted_sent_bytes`.
+    """
+    problems = []
+    for r in recs:
+        if r.get("error") or r.get("step") != "zero1_allreduce_first" or r["backend"] != "gpu":
+            continue
+        if r["n_devices"] < 2 or r.get("disabled_passes"):
+            continue
+        where = f"{r['backend']} {r['target']} x{r['n_devices']} {r['profile']} {r['step']}"
+        want = predicted_sent_bytes(r["step"], r["profile"], r["n_devices"])
+        sent = r.get("sent_bytes_per_step")
+        shape = (r["all_reduces"], r["collectives"], r["in_loop"], r["runs_per_step"])
+        if shape != (1, 2, 0, 2):
+            problems.append(
+                f"{where}: expected 1 all-reduce and 1 all-gather per step, outside any loop; got "
+                f"{r['all_reduces']} all-reduce(s) of {r['collectives']} collective(s), {r['in_loop']} in a loop, "
+                f"{r['runs_per_step']} runs"
+            )
+        elif sent is None or abs(sent / want - 1) > SENT_TOLERANCE:
+            problems.append(
+                f"{where}: sends {sent} bytes per device per step, the cost model {want:,.0f} "
+                f"(more than {SENT_TOLERANCE:.0%} apart)"
+            )
+    return problems
+
+
 METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
 
 
@@ -204,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(stored_payload(lessons), indent=1) + "\n", encoding="utf-8")
         print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
-    problems = check(recs)
+    problems = check(recs) + check_lesson10(recs)
     print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")
     for line in problems:
         print(f"placement: FAILED: {line}", file=sys.stderr)

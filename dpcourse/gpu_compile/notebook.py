@@ -23,7 +23,7 @@ PASS_NAME = "while-loop-all-reduce-code-motion"
 CPU_ONLY_CAVEAT = (
     "This is the CPU compiler's placement. XLA's GPU compiler, measured with JAX 0.10.2 and 0.12.0.1 "
     "for H100 SXM, H200 and L4 targets, moves this all-reduce out of the loop (pass "
-    "while-loop-all-reduce-code-motion, then all-reduce-combiner merges it into one): the GPU compile "
+    "while-loop-all-reduce-code-motion, then gpu-all-reduce-combiner merges it into one): the GPU compile "
     "below shows it."
 )
 STORED_FILE = (

@@ -136,10 +136,15 @@ def records(results: list[CompileResult]) -> list[dict]:
 
     Fields: backend, target, target_label, approximate, deviceless,
     n_devices, profile, step, collectives, all_reduces, in_loop,
-    runs_per_step, bytes_per_step (per device), compile_s, flops,
+    runs_per_step, bytes_per_step (per device), sent_bytes_per_step (bytes
+    each device sends in ring collectives,
+    :func:`dpcourse.compiled.census.sent_bytes`; None where a trip count is
+    unknown), compile_s, flops,
     bytes_accessed (cost_analysis), temp_bytes (memory_analysis),
     disabled_passes, jax_version, jaxlib_version, error.
     """
+    from dpcourse.compiled import census
+
     out = []
     for res in results:
         base = {
@@ -169,6 +174,9 @@ def records(results: list[CompileResult]) -> list[dict]:
                     "in_loop": s.in_loop,
                     "runs_per_step": s.runs_per_step,
                     "bytes_per_step": s.bytes_per_step,
+                    "sent_bytes_per_step": census.sent_bytes_per_step(
+                        census.report_from_rows(s.collectives), res.n_devices
+                    ),
                     "compile_s": s.compile_s,
                     "flops": s.cost.get("flops"),
                     "bytes_accessed": s.cost.get("bytes accessed"),

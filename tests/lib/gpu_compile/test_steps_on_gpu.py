@@ -10,7 +10,7 @@ import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from coursetools import collective_report
+from coursetools import compile_report as collective_report
 from dpcourse import costs, model
 from dpcourse.compiled import census
 from dpcourse.config import make_config
