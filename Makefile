@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: site site-test timings time-make-test course test test-pinned test-newest placement gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
@@ -34,10 +34,15 @@ $(PY):
 # Re-install when a requirements file or the package metadata changes.
 # The course's toolkit (coursetools/) is not part of the package: a .pth file puts the
 # repository on this environment's path so `python -m coursetools` works from any folder.
+# setuptools' editable install prints a boxed BuildBackendWarning ("Editable installation ...
+# folders in your working directory with the same name as your package may take precedence"),
+# an InformationOnly notice (setuptools/warnings.py), not a fault: dpcourse/ is that folder, on
+# purpose. PYTHONWARNINGS reaches the build backend's process and drops just that notice.
+EDITABLE_NOTICE ?= ignore:Editable installation
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
 	@$(WHEELHOUSE_CHECK)
 	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
-	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
+	PYTHONWARNINGS="$(EDITABLE_NOTICE)" $(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
 	$(if $(wildcard $(WHEELHOUSE)/fashion-mnist/*.gz),$(PY) tools/wheelhouse_data.py unpack --src $(WHEELHOUSE),)
 	touch $@
@@ -69,11 +74,18 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.sharded_steps) on 8 devices of each target;
+# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.steps.SHARDED_STEPS) on 8 devices of each target;
 # --overlap the overlap table (coursetools.overlap_report): the fraction of bytes sent inside windows of
 # compute per form and target, which fails the run when it moves.
 placement: $(VENV)/.gpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --overlap $(if $(PROFILE),--profile $(PROFILE),)
+
+# The results the lessons show when the GPU-compile extra is missing (04, 05, 10: labelled
+# stored, with their JAX version and date): a whole `make placement` (smoke and full), also
+# written into the package (dpcourse/gpu_compile/stored/lessons.json; commit it). tests/lib/gpu_compile/test_notebook.py
+# fails when it no longer matches what `make placement` compiles.
+placement-store: $(VENV)/.gpu-compile-installed
+	$(PY) -m coursetools.compile_report --lesson10 --store
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)
@@ -138,7 +150,7 @@ include hub.mk
 # loudly, except with CI=true, where that fails.
 # Lessons that notebook-test left executed and current in $(NOTEBOOK_TEST_DIR) are shown
 # from there instead of run again (tests/browser/test_browser_lessons.py says which run).
-browser-test: $(VENV)/.dev-installed
+browser-test: $(VENV)/.dev-installed tools/site/node_modules/.installed
 	$(if $(wildcard $(NOTEBOOK_TEST_DIR)/*.ipynb),DPCOURSE_EXECUTED_LESSONS=$(abspath $(NOTEBOOK_TEST_DIR))) \
 	  $(PY) -m pytest tests/browser --confcutdir=tests/browser -p no:cacheprovider
 

@@ -5,8 +5,10 @@ course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`)
 every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
 GPU, and for 8 simulated CPU devices, prints one table and writes
 ``results/placement/placement.json``: one record per (backend, target,
-device count, profile, step). The notebooks' cell is
-:func:`dpcourse.gpu_compile.notebook.show_compilers`.
+device count, profile, step), and ``lessons.json`` beside it: the whole
+results (every collective) the lessons show when the GPU-compile extra is
+missing; ``--store`` (``make placement-store``) also writes them into the
+package, where :mod:`dpcourse.gpu_compile.notebook` reads them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 from coursetools import overlap_report
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.notebook import records, table_rows
+from dpcourse.gpu_compile.notebook import PASS_NAME
+from dpcourse.gpu_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
 
 DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # `make placement` compiles the smoke profile for every target and device
@@ -28,10 +31,14 @@ DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
 FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
-# Lesson 10's forms (dpcourse.gpu_compile.sharded_steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+# Lesson 10's forms (dpcourse.gpu_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
 # --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
 # the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
 LESSON10_DEVICES = 8
+# The lessons' GPU results at LESSON10_DEVICES, and 04's compile with the pass off, kept whole
+# (every collective) beside placement.json; `make placement-store` copies them into the package.
+STORED_NAME = "lessons.json"
+NO_MOTION_STEPS = {"jit": deviceless.COURSE_STEPS["jit"]}
 
 
 def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
@@ -58,12 +65,11 @@ def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], c
     return jobs
 
 
-METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
 SENT_TOLERANCE = 0.10  # measured bytes sent vs the cost model: the metrics and rounding are far below this
 
 
 def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
-    """The cost model's bytes sent per device per step for lesson 10's ``step`` (a key of ``sharded_steps.STEPS``).
+    """The cost model's bytes sent per device per step for lesson 10's ``step`` (a key of ``steps.SHARDED_STEPS``).
 
     From :func:`dpcourse.compiled.census.predict_communication` at the
     profile's sizes, with ``sharded_steps.ACCUM_K`` microbatches.
@@ -73,7 +79,7 @@ def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
     """
     from dpcourse import config, costs
     from dpcourse.compiled import census
-    from dpcourse.gpu_compile import sharded_steps
+    from dpcourse.gpu_compile import steps as sharded_steps
 
     cfg = config.make_config(profile)
     pred = census.predict_communication(
@@ -111,6 +117,9 @@ def check_lesson10(recs: list[dict]) -> list[str]:
                 f"(more than {SENT_TOLERANCE:.0%} apart)"
             )
     return problems
+
+
+METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the gradient
 
 
 def check(recs: list[dict]) -> list[str]:
@@ -160,6 +169,32 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stored_payload(results: list[deviceless.CompileResult]) -> dict:
+    """What :mod:`dpcourse.gpu_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
+    from dataclasses import asdict
+    from datetime import UTC, datetime
+
+    versions = {(r.jax_version, r.jaxlib_version) for r in results if not r.error} or {("", "")}
+    if len(versions) != 1:
+        raise ValueError(f"Compile results from more than one JAX version: {sorted(versions)}.")
+    (jax_version, jaxlib_version) = versions.pop()
+    return {
+        "made_by": "make placement",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "jax_version": jax_version,
+        "jaxlib_version": jaxlib_version,
+        "results": [asdict(r) for r in results],
+    }
+
+
+def stored_path() -> Path:
+    """Where the package keeps the stored results (:data:`dpcourse.gpu_compile.notebook.STORED_FILE`)."""
+    from coursetools.paths import ROOT
+    from dpcourse.gpu_compile.notebook import STORED_FILE
+
+    return ROOT.joinpath("dpcourse", *STORED_FILE)
+
+
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
     """:func:`dpcourse.gpu_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
 
@@ -188,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="2,4,8", help="GPU counts, comma-separated")
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
-    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (sharded_steps)")
+    parser.add_argument("--lesson10", action="store_true", help="also compile lesson 10's steps (SHARDED_STEPS)")
     parser.add_argument("--overlap", action="store_true", help="also the overlap forms (coursetools.overlap_report)")
     parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
+    parser.add_argument("--store", action="store_true", help=f"also write {STORED_NAME} into the package (stored)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
@@ -207,16 +243,25 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
     if args.lesson10:
-        from dpcourse.gpu_compile import sharded_steps
+        from dpcourse.gpu_compile import steps
 
-        results += compile_in_parallel(lesson10_jobs(profiles, targets), sharded_steps.STEPS, args.workers)
+        results += compile_in_parallel(lesson10_jobs(profiles, targets), steps.SHARDED_STEPS, args.workers)
     if args.overlap:
         results += compile_in_parallel(overlap_report.jobs(profiles, targets), overlap_report.EXTRA_STEPS, args.workers)
+    lessons = [r for r in results if r.backend == "gpu" and r.n_devices == LESSON10_DEVICES and not r.error]
+    if "h200" in targets:  # 04's experiment: the pass switched off
+        jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, p) for p in profiles]
+        lessons += deviceless.compile_jobs(jobs, NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(recs, indent=1) + "\n")
+    stored = [args.out.parent / STORED_NAME] + ([stored_path()] if args.store else [])
+    for path in stored:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored_payload(lessons), indent=1) + "\n", encoding="utf-8")
+        print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
     problems = check(recs) + check_lesson10(recs)
     if args.overlap:
         print("\nfraction of bytes sent inside windows of compute (windows with compute/collectives, LHS ran):")

@@ -246,7 +246,7 @@ def choose(lessons: list[Path], runs: list[Run], changed: float) -> tuple[dict, 
                 break
             reasons.append(why)
         else:
-            missing.append(f"{lesson.stem}: " + ("; ".join(reasons) or "no run given"))
+            missing.append(f"{lesson.stem}: " + ("; ".join(reasons) or "no executed copy in any run"))
     return chosen, missing
 
 
@@ -384,6 +384,58 @@ def lesson_table(entries: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SPAN_COLOURS = re.compile(
+    r"color: #([0-9a-fA-F]{6}); text-decoration-color: #([0-9a-fA-F]{6}); background-color: #([0-9a-fA-F]{6})"
+)
+
+
+def _luminance(hex6: str) -> float:
+    """Relative luminance of an sRGB colour (WCAG 2.x: https://www.w3.org/TR/WCAG21/#dfn-relative-luminance)."""
+    channels = [int(hex6[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two ``RRGGBB`` colours, 1 to 21."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def readable_colours(html: str) -> str:
+    """Rich's coloured blocks (``jax.debug.visualize_array_sharding``) with text that can be read on its background.
+
+    Where the text colour has less than WCAG's 4.5:1 contrast with its
+    background, it becomes black or white, whichever contrasts more; the
+    background (the device's colour) stays.
+    """
+
+    def fix(m: re.Match) -> str:
+        fg, _, bg = m.groups()
+        if contrast(fg, bg) >= 4.5:
+            return m.group(0)
+        best = max(("000000", "ffffff"), key=lambda c: contrast(c, bg))
+        return f"color: #{best}; text-decoration-color: #{best}; background-color: #{bg}"
+
+    return _SPAN_COLOURS.sub(fix, html)
+
+
+def image_alt(cell) -> None:
+    """Give the cell's image output its ``alt`` text: the output's own ``text/plain`` (the figure's data).
+
+    :func:`dpcourse.show.show_figure` writes that text from the chart; a bare
+    repr (``<Figure size ...>``, ``<IPython.core.display.Image object>``)
+    is not a description and is not used. myst-nb reads ``alt`` from the
+    cell's ``mystnb.image`` metadata.
+    """
+    for out in cell.get("outputs", []):
+        text = out.get("data", {}).get("text/plain", "")
+        text = "".join(text) if isinstance(text, list) else text
+        if "image/png" in out.get("data", {}) and text.strip() and not text.lstrip().startswith("<"):
+            cell.setdefault("metadata", {}).setdefault("mystnb", {}).setdefault("image", {})["alt"] = text.strip()
+            return
+
+
 def stage(
     src: Path,
     lessons: list[Path],
@@ -415,6 +467,11 @@ def stage(
             nb.cells.append(nbformat.v4.new_markdown_cell(section))
         for cell in nb.cells:  # nbformat wants ids; the runner's copies have them, nbmake's may not
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
+            image_alt(cell)
+            for out in cell.get("outputs", []):
+                html = out.get("data", {}).get("text/html")
+                if html:
+                    out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)
         nbformat.write(nb, src / "lessons" / lesson.name)
         shutil.copy2(lesson, src / "download" / lesson.name)
         entries.append((lesson.stem, lesson_title(nb), lesson_goal(nb)))
@@ -497,8 +554,18 @@ def main(argv: list[str] | None = None) -> int:
         if previous is not None and previous.profile == args.profile:
             runs.append(previous)
         chosen, missing = choose(lessons, runs, changed)
-        if missing:
+        if not runs:
+            looked = ", ".join(str(f) for f in [*args.run, own]) or str(own)
+            print(f"site: no executed lessons to reuse (none in {looked})", file=sys.stderr)
+        elif missing:
             print("site: no current executed copy of\n  " + "\n  ".join(missing), file=sys.stderr)
+        if missing and not args.no_run:
+            print(
+                f"site: running {len(missing)} lesson(s) with the {args.profile} profile into {own} first "
+                "(make course writes results/cpu, which the next make site reuses)",
+                file=sys.stderr,
+            )
+        if missing:
             if args.no_run:
                 raise SiteBuildError(f"{len(missing)} lesson(s) have no current executed copy (--no-run)")
             todo = [p for p in lessons if p.stem not in chosen]

@@ -123,6 +123,8 @@ def start_lesson(
     from dpcourse import progress
 
     progress.record_lesson_start(notebook, progress.lesson_exercises(notebook))
+    if show:
+        _display.describe_figures()  # every chart shown carries a description of its data
     shown = _display.banner_group(notes)  # one box at the lesson's start, a line per note
     if show and shown is not None:
         try:

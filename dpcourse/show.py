@@ -165,14 +165,53 @@ def show_figure(fig) -> None:
         fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
         setattr(fig, _SHOWN, True)
         try:
+            import base64
+
             from IPython import get_ipython
-            from IPython.display import Image, display
+            from IPython.display import display
 
             if get_ipython() is not None:
-                display(Image(data=buffer.getvalue(), format="png"))
+                png = base64.b64encode(buffer.getvalue()).decode("ascii")
+                display({"image/png": png, "text/plain": figure_text(fig)}, raw=True)
         except ImportError:  # pragma: no cover - IPython is a course requirement
             pass
     plt.close(fig)
+
+
+def figure_text(fig) -> str:
+    """A sentence per chart of ``fig`` from its own data: title, axes labels and ranges, named series.
+
+    The text a figure is shown with beside its PNG (the output's
+    ``text/plain``): what a screen reader reads, and the site's ``alt``.
+    """
+    parts = []
+    for ax in fig.get_axes():
+        title = ax.get_title() or (fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else "") or "Chart"
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        text = f"{title}: {ax.get_xlabel() or 'x'} from {x0:.3g} to {x1:.3g}, {ax.get_ylabel() or 'y'} from {y0:.3g} to {y1:.3g}"
+        series = [h.get_label() for h in ax.get_legend_handles_labels()[0] if not h.get_label().startswith("_")]
+        parts.append(text + (f"; {', '.join(series)}" if series else "") + ".")
+    return " ".join(parts) or "A chart without axes."
+
+
+def describe_figures() -> bool:
+    """Make every matplotlib figure this IPython shows carry :func:`figure_text` as its ``text/plain``.
+
+    The inline backend shows a figure as a PNG with ``<Figure size ...>``
+    beside it; with this, the text says what the chart holds (a screen
+    reader's text, the site's ``alt``). Called by
+    :func:`dpcourse.lesson.start_lesson`. Returns False outside IPython.
+    """
+    try:
+        from IPython import get_ipython
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - both are course requirements
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return False
+    shell.display_formatter.formatters["text/plain"].for_type(Figure, lambda fig, p, cycle: p.text(figure_text(fig)))
+    return True
 
 
 def figure(fig, name: str):

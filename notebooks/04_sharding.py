@@ -48,7 +48,7 @@ from dpcourse import bench, costs, data, memory, model, placement, record, show,
 from dpcourse.compiled import collectives
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_placement
+from dpcourse.gpu_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -184,7 +184,7 @@ print(
     f"collective(s) inside a loop and runs {report.runs_per_step} collective(s) per step."
 )
 if backend == "cpu":
-    print(gpu_placement.CPU_ONLY_CAVEAT)
+    print(gpu_notebook.CPU_ONLY_CAVEAT)
 
 # %% [markdown]
 # The ideal counts the gradient only; a real step also all-reduces the loss
@@ -219,12 +219,13 @@ if backend == "cpu":
 # The next cell asks XLA's GPU compiler itself, in a fresh process: JAX can
 # compile for N GPUs from a description of the GPU (here XLA's own H200
 # file) without having one. It needs an optional extra (`make gpu-compile`,
-# about 510 MB); without it the cell says so in one line.
+# about 510 MB); without it the cell shows the result `make placement` stored,
+# labelled as stored, with the JAX version and date it was made.
 
 # %%
 # The same three steps compiled by XLA's GPU compiler for 8 x H200, without a GPU
-# (dpcourse.gpu_compile.compile: a fresh process with a GPU target description).
-gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
+# (a fresh process with a GPU target description; without the extra, the stored result).
+gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
 # **The experiment that turns it off.** Switch the pass off in the compile
@@ -233,11 +234,11 @@ gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
 # gradient is back inside the loop, once per repeat, as on the CPU.
 
 # %%
-no_motion = gpu_placement.show_gpu_placement(
+no_motion = gpu_notebook.show_gpu_placement(
     cfg.profile,
     backend,
     steps={"jit": "dpcourse.gpu_compile.steps:jit_step"},
-    disable_passes=(gpu_placement.PASS_NAME,),
+    disable_passes=(gpu_notebook.PASS_NAME,),
 )
 
 # %% [markdown]

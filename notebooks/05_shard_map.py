@@ -43,7 +43,7 @@ from dpcourse import bench, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_placement
+from dpcourse.gpu_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 n = len(devs)
@@ -199,12 +199,12 @@ print(
     f"{rep_auto.runs_per_step} per step."
 )
 if backend == "cpu":
-    print(gpu_placement.CPU_ONLY_CAVEAT)
+    print(gpu_notebook.CPU_ONLY_CAVEAT)
 
 # %%
 # Both steps (and 04's device-axis step) compiled by XLA's GPU compiler for 8 x H200,
-# without a GPU (a fresh process; needs the extra of `make gpu-compile`).
-gpu_results = gpu_placement.show_gpu_placement(cfg.profile, backend)
+# without a GPU (a fresh process, with the extra of `make gpu-compile`; else the stored result).
+gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
 # The explicit step's `pmean` is written after the backward loop, and both

@@ -714,14 +714,14 @@ if multi.devices[0].platform == "cpu":
 # figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
 
 # %%
-from dpcourse.gpu_compile import notebook as gpu_placement
+from dpcourse.gpu_compile import notebook as gpu_notebook
 
-fast_gpu = gpu_placement.show_gpu_placement(
+fast_gpu = gpu_notebook.show_gpu_placement(
     cfg.profile,
     multi.devices[0].platform,
     steps={"fast": "dpcourse.gpu_compile.steps:fast_jit_step"},
 )
-gpu_fast = [r for r in fast_gpu if getattr(r, "backend", "") == "gpu" and r.error is None]
+gpu_fast = [r for r in fast_gpu if r.platform == "gpu" and r.error is None]
 if gpu_fast and gpu_fast[0].steps["fast"].cost:
     g = gpu_fast[0].steps["fast"]
     fast_c = cfg.with_overrides(block_unroll="full", compute_dtype="bfloat16")

@@ -57,9 +57,8 @@ from jax.sharding import PartitionSpec as P
 from dpcourse import costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
 from dpcourse.exercises import checks
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import sharded_steps
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.gpu_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices
@@ -85,8 +84,8 @@ print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_ba
 # background, and section 6 collects what it found.
 
 # %%
-gpu_jobs = [deviceless.Job("gpu", t, n, cfg.profile) for t in GPU_TARGETS]  # N GPUs, as here
-gpu_compile = deviceless.start_jobs(gpu_jobs, steps=sharded_steps.STEPS) if gpu_jobs else None
+gpu_steps = sharded_steps.SHARDED_STEPS
+gpu_compile = gpu_notebook.start_gpu_compile(gpu_steps, GPU_TARGETS, n, cfg.profile)
 
 # %% [markdown]
 # ## 1. Memory first: what each device holds
@@ -708,7 +707,7 @@ for form, out in final.items():
 #
 # The package keeps the reusable version of each form
 # (`dpcourse.sharded.forms`, compiled by `make placement` through
-# `dpcourse.gpu_compile.sharded_steps`). Your cells above against it, same start, same
+# `dpcourse.gpu_compile.steps`). Your cells above against it, same start, same
 # batches (edit a cell above and this says which form now differs):
 
 # %%
@@ -776,16 +775,14 @@ if backend == "cpu":
 # steps compiled for N x H200 and N x L4, N as many GPUs as this run has
 # devices (the L4 description is approximate, made from its datasheet), by
 # XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile`
-# (the optional extra, `make gpu-compile`): the background process started
-# at the top of the lesson, one for all targets, a second or two per step.
+# (the optional extra, `make gpu-compile`; without it, the result `make
+# placement` stored for 8 GPUs, labelled as stored): the background process
+# started at the top of the lesson, one for all targets, a second or two per step.
 
 # %%
-gpu_results = []
-if GPU_TARGETS and gpu_targets.extra_missing():
-    print(f"GPU compile without a GPU is not available here: {gpu_targets.extra_missing()}")
-elif gpu_compile is not None:
-    waited = time.perf_counter()
-    gpu_results = gpu_compile.results()  # waits only for what is not done yet
+waited = time.perf_counter()
+gpu_results = gpu_compile.results()  # waits only for what is not done yet (or reads the stored one)
+if gpu_compile.pending is not None:
     print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
 for res in gpu_results:
     if res.error:
@@ -911,7 +908,8 @@ display(
 
 # %%
 for res in gpu_results:
-    if res.error:
+    if res.error or (res.profile, res.n_devices) != (cfg.profile, n):
+        print(f"{res.label}: the {res.profile} profile on {res.n_devices}, not compared")
         continue
     for name, s in res.steps.items():
         report = census.report_from_rows(s.collectives)
@@ -960,7 +958,7 @@ for form, (p, s) in state_by_form.items():
             }
         )
 for res in gpu_results:
-    for name, s in [] if res.error else res.steps.items():
+    for name, s in [] if res.error or res.stored else res.steps.items():
         record.figures(
             {
                 f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}": (

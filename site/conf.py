@@ -31,7 +31,7 @@ html_theme = "sphinx_book_theme"
 html_title = "Data-parallel training in JAX"
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
-html_js_files = [("file-search.js", {"priority": 300})]
+html_js_files = [("file-search.js", {"priority": 300}), "accessible.js"]
 # A favicon of its own, else the browser asks the server for /favicon.ico (a 404).
 html_favicon = "_static/favicon.svg"
 html_last_updated_fmt = None

@@ -45,11 +45,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from dpcourse.exercises.checks import first_sentence
 from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
 
 COURSE_STEPS: dict[str, str] = {
     "jit": "dpcourse.gpu_compile.steps:jit_step",
@@ -57,7 +57,7 @@ COURSE_STEPS: dict[str, str] = {
     "shard_map": "dpcourse.gpu_compile.steps:shard_map_step",
 }
 FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.gpu_compile.steps:fast_jit_step"}
-RESULT_PREFIX = "DPCOURSE_DEVICELESS_RESULT "
+BACKENDS = ("gpu", "mocked", "cpu")
 COST_KEYS = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
 KERNEL_CACHE_OPTION = "xla_gpu_kernel_cache_file"  # an XLA debug option, passed per compile
 MEMORY_FIELDS = (
@@ -88,58 +88,19 @@ def load_builder(path: str):
     return fn
 
 
-# ---- results ----
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One compiled step.
-
-    Attributes:
-        step: its name (a key of the steps mapping).
-        builder: the ``"module:function"`` that built it.
-        collectives: one dict per collective instruction: ``kind``, ``name``,
-            ``bytes`` (result bytes per device per execution; a tuple-typed
-            async start counted once), ``in_loop``, ``runs_per_step``,
-            ``bytes_per_step`` (None where a loop's trip count is unknown).
-        count: collective instructions in the program.
-        in_loop: of which inside a ``while`` body.
-        runs_per_step: collective executions per step (None: unknown).
-        bytes_per_step: bytes through collectives per step, per device.
-        memory: ``compiled.memory_analysis()`` fields, bytes (per device).
-        cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present),
-            for a whole step; a ``while`` body (``lax.scan``) is counted once.
-        cost_source: how ``cost`` was obtained (see :func:`_cost`).
-        compile_s: seconds to build, lower and compile (wall clock, in the worker; a GPU
-            job's later steps reuse the kernels of its earlier ones, see the module's notes).
-        error: why it could not be built or compiled (then the rest is empty).
-        schedule: :meth:`dpcourse.compiled.schedule.Schedule.summary` of the program.
-        scheduler_ran: XLA's latency-hiding scheduler ran (None: not a GPU compile).
-    """
-
-    step: str
-    builder: str
-    collectives: list[dict] = field(default_factory=list)
-    count: int = 0
-    in_loop: int = 0
-    runs_per_step: int | None = 0
-    bytes_per_step: int | None = 0
-    memory: dict[str, int] = field(default_factory=dict)
-    cost: dict[str, float] = field(default_factory=dict)
-    compile_s: float = 0.0
-    cost_source: str = ""
-    error: str | None = None
-    schedule: dict = field(default_factory=dict)
-    scheduler_ran: bool | None = None
-
-
 @dataclass(frozen=True)
 class Job:
     """One (backend, target, device count, profile) to compile.
 
-    ``backend`` is ``"gpu"`` (``target`` a key of
-    :data:`dpcourse.gpu_compile.targets.TARGETS`, compiled without a GPU) or ``"cpu"``
-    (simulated CPU devices; ``target`` is ``"cpu"``).
+    ``backend`` is one of :data:`BACKENDS`: ``"gpu"`` (``target`` a key of
+    :data:`dpcourse.gpu_compile.targets.TARGETS`, compiled without a GPU),
+    ``"mocked"`` (``target`` a mocked topology such as ``"1x4x1"``, compiled
+    on a machine with one NVIDIA GPU, :mod:`dpcourse.gpu_compile.mocked`), or
+    ``"cpu"`` (simulated CPU devices; ``target`` is ``"cpu"``).
+
+    Raises:
+        ValueError: an unknown backend or target, ``n_devices`` below 1, or a
+            mocked topology of another device count.
     """
 
     backend: str
@@ -148,12 +109,20 @@ class Job:
     profile: str
 
     def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"Unknown backend {self.backend!r}: use one of {', '.join(map(repr, BACKENDS))}.")
         if self.backend == "gpu":
             gpu_targets.target(self.target)
-        elif self.backend != "cpu":
-            raise ValueError(f"Unknown backend {self.backend!r}: use 'gpu' or 'cpu'.")
         if not isinstance(self.n_devices, int) or self.n_devices < 1:
             raise ValueError(f"n_devices must be a whole number >= 1, got {self.n_devices!r}.")
+        if self.backend == "mocked":
+            from dpcourse.gpu_compile.mocked import topology_device_count
+
+            if topology_device_count(self.target) != self.n_devices:
+                raise ValueError(
+                    f"Mocked topology {self.target!r} has {topology_device_count(self.target)} GPUs, "
+                    f"not n_devices={self.n_devices}: give the topology's own count."
+                )
 
     def to_arg(self) -> str:
         return f"{self.backend}:{self.target}:{self.n_devices}:{self.profile}"
@@ -166,62 +135,9 @@ class Job:
         return cls(parts[0], parts[1], int(parts[2]), parts[3])
 
 
-@dataclass(frozen=True)
-class CompileResult:
-    """Every step compiled for one :class:`Job`.
-
-    Attributes:
-        backend, target, n_devices, profile: the job.
-        target_label: ``"H200"``, ``"L4 (approximate)"``, ``"CPU"``.
-        approximate: the target description is an estimate (the L4).
-        deviceless: compiled for devices this machine does not have.
-        device_kind: the devices' kind as JAX reports it.
-        jax_version, jaxlib_version: the versions that compiled it.
-        disabled_passes: XLA passes switched off for the compile.
-        steps: step name -> :class:`StepResult`.
-        error: why nothing could be compiled (None when the job ran).
-    """
-
-    backend: str
-    target: str
-    n_devices: int
-    profile: str
-    target_label: str = ""
-    approximate: bool = False
-    deviceless: bool = False
-    device_kind: str = ""
-    jax_version: str = ""
-    jaxlib_version: str = ""
-    disabled_passes: list[str] = field(default_factory=list)
-    steps: dict[str, StepResult] = field(default_factory=dict)
-    error: str | None = None
-
-    @property
-    def label(self) -> str:
-        """Where it was compiled for, in words: ``"compiled for 8 x H200 without a GPU"``."""
-        if self.backend == "gpu":
-            how = "without a GPU" if self.deviceless else "on a GPU"
-            return f"compiled for {gpu_targets.target(self.target).devices_label(self.n_devices)} {how}"
-        return f"compiled for {self.n_devices} simulated CPU devices"
-
-    def to_line(self) -> str:
-        return RESULT_PREFIX + json.dumps(asdict(self))
-
-    @classmethod
-    def from_dict(cls, payload: dict[str, Any]) -> CompileResult:
-        """Rebuild from :func:`dataclasses.asdict` output.
-
-        Raises:
-            ValueError: not such a dict.
-        """
-        try:
-            steps = {k: StepResult(**v) for k, v in payload.get("steps", {}).items()}
-            return cls(steps=steps, **{k: v for k, v in payload.items() if k != "steps"})
-        except TypeError as err:
-            raise ValueError(f"Not a compile result: {err}.") from err
-
-
 def _label(job: Job) -> str:
+    if job.backend == "mocked":
+        return f"mocked GPU ({job.target})"
     return gpu_targets.target(job.target).label if job.backend == "gpu" else "CPU"
 
 
@@ -358,6 +274,15 @@ def _devices(job: Job) -> list:
         if len(devs) < job.n_devices:
             raise RuntimeError(f"asked for {job.n_devices} CPU devices, JAX has {len(devs)}")
         return devs[: job.n_devices]
+    if job.backend == "mocked":  # JAX_MOCK_GPU_TOPOLOGY was set before JAX started (worker_env)
+        try:
+            devs = jax.devices()
+        except Exception as err:  # noqa: BLE001 - any backend start failure is reported, not raised
+            said = str(err).strip().splitlines()[:1] or ["no message; is a GPU visible, with jaxlib's CUDA plugin?"]
+            raise RuntimeError(f"JAX could not start the CUDA backend ({type(err).__name__}: {said[0]})") from err
+        if devs[0].platform != "gpu" or len(devs) != job.n_devices:
+            raise RuntimeError(f"asked for {job.n_devices} mocked GPUs, JAX sees {len(devs)} {devs[0].platform}")
+        return devs
     from jax.experimental import topologies
 
     text = gpu_targets.config_text(job.target)
@@ -414,9 +339,21 @@ def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] =
 
 
 def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | None = None) -> dict[str, str]:
-    """The worker's environment: CPU platform only, enough simulated CPU devices, passes switched off."""
+    """The worker's environment, set before JAX starts: the platform its jobs need, passes switched off.
+
+    GPU targets and CPU jobs: the CPU platform only, enough simulated CPU
+    devices, and the extra's folder on ``PYTHONPATH``. A mocked topology (one
+    job alone, as JAX reads it when it starts): the CUDA platform with
+    :func:`dpcourse.gpu_compile.mocked.mocked_env`.
+
+    Raises:
+        ValueError: a mocked job together with other jobs.
+    """
     from dpcourse.devices import CPU_COUNT_FLAG
 
+    mocked = [j for j in jobs if j.backend == "mocked"]
+    if mocked and len(jobs) > 1:
+        raise ValueError("A mocked GPU topology is read when JAX starts: compile each mocked job on its own.")
     env = dict(os.environ if base is None else base)
     for key in ("DPCOURSE_RESULTS", "JAX_NUM_CPU_DEVICES", "JAX_MOCK_GPU_TOPOLOGY"):
         env.pop(key, None)
@@ -425,17 +362,20 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
         for t in env.get("XLA_FLAGS", "").split()
         if not t.startswith(CPU_COUNT_FLAG + "=") and not t.startswith("--xla_disable_hlo_passes=")
     ]
+    passes = ["--xla_disable_hlo_passes=" + ",".join(disabled)] if disabled else []
+    env["PYTHONUNBUFFERED"] = "1"
+    if mocked:
+        from dpcourse.gpu_compile.mocked import mocked_env
+
+        return {**mocked_env(mocked[0].target, env), "XLA_FLAGS": " ".join(flags + passes)}
     cpu = max([j.n_devices for j in jobs if j.backend == "cpu"], default=1)
-    flags.append(f"{CPU_COUNT_FLAG}={cpu}")
-    if disabled:
-        flags.append("--xla_disable_hlo_passes=" + ",".join(disabled))
+    flags += [f"{CPU_COUNT_FLAG}={cpu}"] + passes
     # The plugin's start-up check needs a driver; with the CPU platform only it
     # is skipped, and get_topology_desc still compiles for CUDA.
     env.update({"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "XLA_FLAGS": " ".join(flags)})
     side = gpu_targets.extra_path()
     if side is not None:  # the extra's own folder, on this process's path only
         env["PYTHONPATH"] = os.pathsep.join([str(side)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
@@ -506,7 +446,8 @@ def start_jobs(
     returns what :func:`compile_jobs` would (``timeout_s`` counts from now).
 
     Raises:
-        ValueError: a builder path not of the form ``"module:function"``.
+        ValueError: a builder path not of the form ``"module:function"``, or a
+            mocked job among others (each needs a process of its own).
     """
     steps = dict(COURSE_STEPS if steps is None else steps)
     for builder in steps.values():
@@ -514,6 +455,11 @@ def start_jobs(
             load_builder(builder)  # raises with the example
     disabled = tuple(disable_passes)
     missing = gpu_targets.extra_missing() if any(j.backend == "gpu" for j in jobs) else None
+    if any(j.backend == "mocked" for j in jobs):
+        from dpcourse.gpu_compile.mocked import gpu_unavailable_reason
+
+        worker_env(jobs, disabled, base={})  # raises for a mocked job among others
+        missing = gpu_unavailable_reason()
     runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
     cmd = [sys.executable, "-m", "dpcourse.gpu_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
     cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
@@ -541,7 +487,9 @@ def compile_jobs(
     Returns:
         Results; a GPU job gets an ``error`` (nothing compiled, no process
         started) when the extra is missing (:func:`dpcourse.gpu_compile.targets.extra_missing`),
-        and every job does when the worker fails or times out.
+        a mocked job when this machine has no NVIDIA GPU or CUDA plugin
+        (:func:`dpcourse.gpu_compile.mocked.gpu_unavailable_reason`), and every job
+        does when the worker fails or times out.
 
     Raises:
         ValueError: a builder path not of the form ``"module:function"``.

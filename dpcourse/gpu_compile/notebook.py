@@ -1,136 +1,112 @@
-"""What lessons 04, 05 and 09 call to show where the GPU compiler and the CPU compiler put the collectives."""
+"""What lessons 04, 05, 09 and 10 call to show the GPU compiler's collectives, on any machine.
+
+Three ways to the same :class:`dpcourse.gpu_compile.result.CompileResult`, tried
+in order: the GPU-compile extra (a target description, no GPU needed,
+:mod:`dpcourse.gpu_compile.compile`); else, on a machine with an NVIDIA GPU, mocked
+topologies (:mod:`dpcourse.gpu_compile.mocked`); else the result ``make
+placement`` stored in the package (:data:`STORED_FILE`), labelled as stored,
+with the JAX version and the date it was made. A stored result is read back,
+never recorded as this run's figure.
+"""
 
 from __future__ import annotations
 
+import importlib.resources
+import json
+
 from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import mocked
+from dpcourse.gpu_compile import mocked as gpu_placement
 from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.mocked import CPU_ONLY_CAVEAT, PASS_NAME
+from dpcourse.gpu_compile.result import CompileResult, records, table_rows
 
-__all__ = ["CPU_ONLY_CAVEAT", "PASS_NAME", "records", "show_compilers", "show_gpu_placement", "table_rows"]
+PASS_NAME = "while-loop-all-reduce-code-motion"
+CPU_ONLY_CAVEAT = (
+    "This is the CPU compiler's placement. XLA's GPU compiler, measured with JAX 0.10.2 and 0.12.0.1 "
+    "for H100 SXM, H200 and L4 targets, moves this all-reduce out of the loop (pass "
+    "while-loop-all-reduce-code-motion, then gpu-all-reduce-combiner merges it into one): the GPU compile "
+    "below shows it."
+)
+STORED_FILE = (
+    "gpu_compile",
+    "stored",
+    "lessons.json",
+)  # package data, written by `make placement` (coursetools.compile_report)
+STORED_PROFILE = "smoke"  # shown when the run's own profile was not stored
+EXTRA_SAYS = "the GPU-compile extra (make gpu-compile, about 510 MB) compiles it on this machine"
 
 
-OVERLAP_FIELDS = ("overlapped_fraction", "windows_with_compute", "sync_collectives")
+def stored_payload() -> dict:
+    """The stored file: ``made_by``, ``date``, ``jax_version``, ``jaxlib_version``, ``results`` (dicts).
 
-
-def records(results: list[deviceless.CompileResult]) -> list[dict]:
-    """One flat record per result and step (the rows of placement.json).
-
-    Fields: backend, target, target_label, approximate, deviceless,
-    n_devices, profile, step, collectives, all_reduces, in_loop,
-    runs_per_step, bytes_per_step (result bytes per device),
-    sent_bytes_per_step (bytes each device sends in ring collectives,
-    :func:`dpcourse.compiled.census.sent_bytes`; None where a trip count is
-    unknown), compile_s, flops, bytes_accessed (cost_analysis), temp_bytes
-    (memory_analysis), overlapped_fraction, windows_with_compute,
-    sync_collectives (the GPU schedule, :mod:`dpcourse.compiled.schedule`;
-    None on the CPU), scheduler_ran, disabled_passes, jax_version,
-    jaxlib_version, error.
+    Raises:
+        ValueError: the file is missing or not such a payload (a broken install; reinstall the package).
     """
-    from dpcourse.compiled import census
-
-    out = []
-    for res in results:
-        base = {
-            "backend": res.backend,
-            "target": res.target,
-            "target_label": res.target_label,
-            "approximate": res.approximate,
-            "deviceless": res.deviceless,
-            "n_devices": res.n_devices,
-            "profile": res.profile,
-        }
-        tail = {
-            "disabled_passes": res.disabled_passes,
-            "jax_version": res.jax_version,
-            "jaxlib_version": res.jaxlib_version,
-        }
-        if res.error:
-            out.append({**base, "step": None, **tail, "error": res.error})
-            continue
-        for name, s in res.steps.items():
-            out.append(
-                {
-                    **base,
-                    "step": name,
-                    "collectives": s.count,
-                    "all_reduces": sum(c["kind"] == "all-reduce" for c in s.collectives),
-                    "in_loop": s.in_loop,
-                    "runs_per_step": s.runs_per_step,
-                    "bytes_per_step": s.bytes_per_step,
-                    "sent_bytes_per_step": census.sent_bytes_per_step(
-                        census.report_from_rows(s.collectives), res.n_devices
-                    ),
-                    "compile_s": s.compile_s,
-                    "flops": s.cost.get("flops"),
-                    "bytes_accessed": s.cost.get("bytes accessed"),
-                    "temp_bytes": s.memory.get("temp_size_in_bytes"),
-                    **{k: (s.schedule if res.backend == "gpu" else {}).get(k) for k in OVERLAP_FIELDS},
-                    "scheduler_ran": s.scheduler_ran,
-                    **tail,
-                    "error": s.error,
-                }
-            )
-    return out
+    path = importlib.resources.files("dpcourse").joinpath(*STORED_FILE)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload["results"]  # noqa: B018 - the one field every reader needs
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"The stored GPU compile {'/'.join(STORED_FILE)} cannot be read ({err}): reinstall dpcourse."
+        ) from err
+    return payload
 
 
-def table_rows(recs: list[dict]) -> list[dict]:
-    """Rows for :func:`dpcourse.show.table` or a text table: where each step's collectives land."""
-    rows = []
-    for r in recs:
-        where = r["target_label"] if r["backend"] == "gpu" else "CPU (simulated)"
-        row = {"backend": r["backend"], "compiled for": f"{r['n_devices']} x {where}", "profile": r["profile"]}
-        if r.get("error"):
-            rows.append({**row, "step": "(not compiled)", "collectives": r["error"]})
-            continue
-        rows.append(
-            {
-                **row,
-                "step": r["step"],
-                "collectives": r["collectives"],
-                "inside loop": r["in_loop"],
-                "runs per step": "unknown" if r["runs_per_step"] is None else r["runs_per_step"],
-                "bytes per step": "unknown" if r["bytes_per_step"] is None else f"{r['bytes_per_step']:,}",
-                "compile s": r["compile_s"],
-            }
-        )
-    return rows
+def stored_results() -> list[CompileResult]:
+    """Every stored result, its ``stored`` field saying where and when it was made."""
+    payload = stored_payload()
+    made = f"{payload.get('made_by', 'make placement')}, {payload.get('date', 'undated')}"
+    return [CompileResult(**{**CompileResult.from_dict(r).__dict__, "stored": made}) for r in payload["results"]]
 
 
-def show_compilers(
-    profile: str,
-    steps: dict[str, str] | None = None,
-    target: str = "h200",
-    counts: tuple[int, ...] = gpu_targets.DEVICE_COUNTS,
-    cpu_devices: int | None = 8,
-    disable_passes: tuple[str, ...] = (),
-) -> list[deviceless.CompileResult]:
-    """Notebooks: compile ``steps`` for ``counts`` x ``target`` without a GPU and for CPU devices; show both.
+def find_stored(
+    jobs: list[deviceless.Job], steps: dict[str, str], disable_passes: tuple[str, ...] = ()
+) -> list[CompileResult]:
+    """The stored result for each job that has one: same backend, target, device count, passes and steps.
 
-    One subprocess, one table per result. ``cpu_devices=None`` leaves the CPU
-    out (a notebook on CPU devices has just shown it). Without the extra it
-    prints one line saying how to get it and shows the CPU compiler's answer
-    only.
-
-    Returns:
-        The results (GPU ones first; a GPU result has ``error`` set when the
-        extra is missing).
+    The job's profile and device count when they were stored, else
+    :data:`STORED_PROFILE` and 8 GPUs (the result's ``profile`` and
+    ``n_devices`` say which). Jobs without one are left out.
     """
+    found = []
+    stored = stored_results()
+    for job in jobs:
+        wanted = [
+            (p, n) for p in dict.fromkeys((job.profile, STORED_PROFILE)) for n in dict.fromkeys((job.n_devices, 8))
+        ]
+        for profile, n in wanted:
+            match = [
+                r
+                for r in stored
+                if (r.backend, r.target, r.n_devices, r.profile) == (job.backend, job.target, n, profile)
+                and tuple(r.disabled_passes) == tuple(disable_passes)
+                and set(steps) <= set(r.steps)
+                and not r.error
+            ]
+            if match:
+                res = match[0]
+                found.append(CompileResult(**{**res.__dict__, "steps": {k: res.steps[k] for k in steps}}))
+                break
+    return found
+
+
+def _stored_line(results: list[CompileResult], missing: str) -> str:
+    if not results:
+        return f"Not shown: no stored result of this compile, and {EXTRA_SAYS} ({missing.split('.')[0]})."
+    res = results[0]
+    return f"Stored result (made by {res.stored}, JAX {res.jax_version}, {res.profile} profile): {EXTRA_SAYS}."
+
+
+def show_results(results: list[CompileResult], passes: tuple[str, ...] = ()) -> None:
+    """One table per result: where each step's collectives land, captioned with where it was compiled for."""
     from IPython.display import display
 
     from dpcourse import show
 
-    missing = gpu_targets.extra_missing()
-    gpu_jobs = [] if missing else [deviceless.Job("gpu", target, n, profile) for n in counts]
-    jobs = gpu_jobs + ([deviceless.Job("cpu", "cpu", cpu_devices, profile)] if cpu_devices else [])
-    if missing:
-        print(f"GPU compile without a GPU is not available here: {missing}")
-    results = deviceless.compile_jobs(jobs, steps, disable_passes=disable_passes)
-    passes = f", XLA passes off: {', '.join(disable_passes)}" if disable_passes else ""
+    off = f", XLA passes off: {', '.join(passes)}" if passes else ""
     for res in results:
-        caption = f"{res.label} ({profile} profile, JAX {res.jax_version or '?'}{passes})"
+        caption = f"{res.label} ({res.profile} profile, JAX {res.jax_version or '?'}{off})"
         display(show.table(table_rows(records([res])), caption=caption))
-    return results
 
 
 def show_gpu_placement(
@@ -139,32 +115,70 @@ def show_gpu_placement(
     steps: dict[str, str] | None = None,
     counts: tuple[int, ...] = (8,),
     disable_passes: tuple[str, ...] = (),
-) -> list:
-    """Notebooks 04, 05 and 09: the GPU compiler's and the CPU compiler's placement of ``steps``, on any machine.
+    target: str = "h200",
+) -> list[CompileResult]:
+    """Notebooks 04, 05 and 09: the GPU compiler's placement of ``steps`` on ``counts`` x ``target``.
 
-    With the gpu-compile extra (:mod:`dpcourse.gpu_compile.targets`) it compiles for
-    ``counts`` x H200 without a GPU and, when ``backend`` is not ``"cpu"``
-    (the notebook has shown the CPU's answer itself), for 8 simulated CPU
-    devices, and shows them (:func:`show_compilers`). Without
-    it, on a machine with an NVIDIA GPU and the CUDA plugin, the mocked
-    topologies (:func:`show_mocked_gpu_placement`); elsewhere one line
-    saying how to get the extra.
+    With the extra: compiled without a GPU, and, when ``backend`` is not
+    ``"cpu"`` (a notebook on CPU devices has just shown the CPU's answer),
+    for 8 simulated CPU devices too. Without it, on a machine with an NVIDIA
+    GPU: the mocked topologies of ``counts`` GPUs. Elsewhere: the stored
+    result, with one line saying so and what the extra adds.
 
     Args:
-        steps: step name -> builder ``"module:function"`` (default: the
-            course's three, :data:`dpcourse.gpu_compile.compile.COURSE_STEPS`).
+        steps: step name -> builder ``"module:function"`` (default
+            :data:`dpcourse.gpu_compile.compile.COURSE_STEPS`).
         disable_passes: XLA passes to switch off in the compile (experiments).
 
     Returns:
-        :class:`dpcourse.gpu_compile.compile.CompileResult` list, or the mocked
-        path's :class:`dpcourse.gpu_compile.mocked.PlacementReport` list, or [] when neither can run.
+        The results shown (a stored one has ``stored`` set; a result that
+        failed has ``error`` set); possibly empty.
     """
-
+    steps = dict(deviceless.COURSE_STEPS if steps is None else steps)
+    passes = tuple(disable_passes)
     missing = gpu_targets.extra_missing()
     if missing is None:
-        cpu = None if backend == "cpu" else 8  # on CPU devices the notebook has just shown the CPU's answer
-        return show_compilers(profile, steps, counts=counts, cpu_devices=cpu, disable_passes=disable_passes)
-    if mocked.gpu_unavailable_reason() is None and not disable_passes and steps is None:
-        return mocked.show_mocked_gpu_placement(profile, backend)
-    print(f"The GPU compiler's placement is not shown: {missing}")
-    return []
+        jobs = [deviceless.Job("gpu", target, n, profile) for n in counts]
+        jobs += [deviceless.Job("cpu", "cpu", 8, profile)] if backend != "cpu" else []
+        results = deviceless.compile_jobs(jobs, steps, disable_passes=passes)
+    elif gpu_placement.gpu_unavailable_reason() is None:
+        topologies = tuple(f"1x{n}x1" for n in counts)
+        results = gpu_placement.compile_mocked(profile, topologies, steps, passes)
+        gpu_placement.record(results)
+    else:
+        results = find_stored([deviceless.Job("gpu", target, n, profile) for n in counts], steps, passes)
+        print(_stored_line(results, missing))
+    show_results(results, passes)
+    return results
+
+
+class GpuCompile:
+    """Lesson 10's background GPU compile (:func:`start_gpu_compile`); :meth:`results` collects it."""
+
+    def __init__(self, jobs, steps, pending, missing):
+        self.jobs, self.steps, self.pending, self.missing = jobs, steps, pending, missing
+
+    def results(self) -> list[CompileResult]:
+        """The compiled results (waiting for the worker), or the stored ones with a line saying so."""
+        if self.pending is not None:
+            return self.pending.results()
+        if not self.jobs:
+            return []
+        found = find_stored(self.jobs, self.steps)
+        print(_stored_line(found, self.missing))
+        return found
+
+
+def start_gpu_compile(steps: dict[str, str], targets: tuple[str, ...], n_devices: int, profile: str) -> GpuCompile:
+    """Start compiling ``steps`` for ``n_devices`` x each target without a GPU, in the background.
+
+    Without the extra nothing starts, and :meth:`GpuCompile.results` gives
+    the stored results for those targets instead.
+
+    Raises:
+        ValueError: an unknown target or a bad builder name.
+    """
+    jobs = [deviceless.Job("gpu", t, n_devices, profile) for t in targets]
+    missing = gpu_targets.extra_missing() if jobs else None
+    pending = deviceless.start_jobs(jobs, steps) if jobs and missing is None else None
+    return GpuCompile(jobs, dict(steps), pending, missing or "")

@@ -22,8 +22,8 @@ STEPS: dict[str, str] = {
     "plain": "dpcourse.gpu_compile.steps:jit_step",
     "small_threshold": "dpcourse.gpu_compile.overlap_steps:small_threshold",
     "o1": "dpcourse.gpu_compile.overlap_steps:o1",
-    "fsdp_gathered": "dpcourse.gpu_compile.sharded_steps:fsdp_gathered",
-    "accum_reduced": "dpcourse.gpu_compile.sharded_steps:accum_reduced",
+    "fsdp_gathered": "dpcourse.gpu_compile.steps:fsdp_gathered",
+    "accum_reduced": "dpcourse.gpu_compile.steps:accum_reduced",
 }
 LABELS: dict[str, str] = {
     "plain": "plain jit step",

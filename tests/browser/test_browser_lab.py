@@ -94,3 +94,31 @@ def test_the_width_check_passes_100_characters_and_catches_more(page, lab):
     finally:
         lab.shutdown_kernels()
         (lab.root / name).unlink()
+
+
+# The lesson's own content in the lab: its rendered text and its outputs. JupyterLab's own
+# widgets are left out: axe-core 4.14.1 finds, in JupyterLab 4 itself, ARIA attributes its
+# toolbar buttons may not carry, CodeMirror editors without an accessible name, the windowed
+# notebook list without list items and the headings' collapse buttons without text; none
+# of those is the course's to change.
+LESSON_CONTENT = (".jp-MarkdownCell .jp-RenderedMarkdown", ".jp-OutputArea-output")
+JUPYTERLAB_OWN = (".jp-collapseHeadingButton",)
+
+
+def test_a_lesson_view_has_no_serious_or_critical_accessibility_violation(page, lab):
+    """axe-core (pinned in tools/site/package-lock.json) on a lesson's text and outputs as the lab shows them."""
+    from axe import missing, severe_violations
+
+    if missing():
+        raise AssertionError(missing())
+    name = next(f"{n}.ipynb" for n in lesson_names() if n.startswith("04_"))
+    page.set_viewport_size({"width": 1280, "height": 800})
+    try:
+        page.goto(labpage.lab_url(lab.url, lab.token, name, workspace="accessibility"))
+        labpage.wait_for_lab(page)
+        labpage.wait_rendered(page, name)
+        assert page.locator(LESSON_CONTENT[0]).count() > 0, f"{name}: no rendered text to check"
+        found = severe_violations(page, include=LESSON_CONTENT, exclude=JUPYTERLAB_OWN)
+        assert not found, f"{name} in the lab:\n" + "\n".join(found)
+    finally:
+        lab.shutdown_kernels()

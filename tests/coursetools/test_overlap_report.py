@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from coursetools import overlap_report
 from dpcourse.gpu_compile import compile as gpu_compile
-from dpcourse.gpu_compile import notebook
+from dpcourse.gpu_compile import result
 
 
 def rec(step, target="h200", fraction=0.0, version="0.10.2", **extra):
@@ -30,8 +30,8 @@ def test_records_carry_the_schedule_of_gpu_compiles_only():
     step = gpu_compile.StepResult("jit", "b", schedule=summary, scheduler_ran=True)
     gpu = gpu_compile.CompileResult("gpu", "h200", 8, "smoke", target_label="H200", steps={"jit": step})
     cpu = gpu_compile.CompileResult("cpu", "cpu", 8, "smoke", target_label="CPU", steps={"jit": step})
-    (g,) = notebook.records([gpu])
-    (c,) = notebook.records([cpu])
+    (g,) = result.records([gpu])
+    (c,) = result.records([cpu])
     assert (g["overlapped_fraction"], g["windows_with_compute"], g["scheduler_ran"]) == (0.5, 2, True)
     assert c["overlapped_fraction"] is None  # the CPU program is not scheduled: no windows to read
 

@@ -120,3 +120,27 @@ def test_every_folder_of_the_package_is_listed_so_a_wheel_carries_it():
         if path.is_dir() and path.name != "__pycache__" and any(p.is_file() for p in path.iterdir())
     }
     assert folders <= listed, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(folders - listed)}"
+
+
+def test_the_editable_install_notice_is_dropped_and_other_warnings_are_not():
+    """``make install`` sets PYTHONWARNINGS for ``pip install -e .``: setuptools' boxed notice, nothing else.
+
+    setuptools (``InformationOnly.emit("Editable installation.", ...)`` in
+    ``command/editable_wheel.py``, 80 to 84) warns with a message that starts
+    ``Editable installation.``; the build backend runs in a process of its
+    own that inherits the variable.
+    """
+    import subprocess
+
+    makefile = (ROOT / "Makefile").read_text()
+    spec = re.search(r"^EDITABLE_NOTICE \?= (.+)$", makefile, re.M).group(1)
+    assert 'PYTHONWARNINGS="$(EDITABLE_NOTICE)" $(PY) -m pip install' in makefile
+    script = (
+        "import warnings\n"
+        "class InformationOnly(UserWarning): pass\n"
+        "warnings.warn('Editable installation.\\n!!\\n\\n  Please be careful ...\\n\\n!!', InformationOnly)\n"
+        "warnings.warn('Another notice.', InformationOnly)\n"
+    )
+    env = {"PYTHONWARNINGS": spec, "PATH": "/usr/bin:/bin"}
+    err = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env).stderr
+    assert "Editable installation" not in err and "Another notice." in err

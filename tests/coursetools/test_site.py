@@ -115,7 +115,25 @@ def test_no_run_fails_naming_the_lessons_without_a_current_copy(tmp_path, capsys
     _lesson(src / "05_x.ipynb")
     code = site.main(["--src", str(tmp_path / "s"), "--notebooks", str(src), "--no-run", "--run-out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 1 and "05_x: no run given" in err and "make site: FAILED" in err
+    assert code == 1 and "make site: FAILED: 1 lesson(s) have no current executed copy (--no-run)" in err
+    assert f"site: no executed lessons to reuse (none in {tmp_path / 'cpu'})" in err
+    assert "no run given" not in err and "running" not in err
+
+
+def test_without_a_run_make_site_says_it_runs_the_lessons_first(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    _lesson(src / "05_x.ipynb")
+
+    def no_runner(lessons, profile, out, timeout):
+        raise site.SiteBuildError("stopped here by the test")
+
+    monkeypatch.setattr(site, "run_lessons", no_runner)
+    argv = ["--src", str(tmp_path / "s"), "--notebooks", str(src), "--run-out", str(tmp_path), "--run", "nowhere"]
+    assert site.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "site: no executed lessons to reuse (none in nowhere, " in err
+    assert f"site: running 1 lesson(s) with the cpu profile into {tmp_path / 'cpu'} first" in err
 
 
 def test_stage_writes_lessons_with_their_note_downloads_guides_and_table(tmp_path):
@@ -141,3 +159,26 @@ def test_stage_writes_lessons_with_their_note_downloads_guides_and_table(tmp_pat
     assert "<../download/05_x.ipynb>" in note and (src / "download" / "05_x.ipynb").exists()
     assert (src / "guides" / "guide.md").exists() and (src / "index.md").exists()
     assert "[05 · A lesson](lessons/05_x.ipynb) | Learn one thing. |" in (src / "_lessons.md").read_text()
+
+
+def test_coloured_blocks_get_text_that_can_be_read_on_their_background():
+    # WCAG's examples: black on white is 21:1; white on #d6616b (a device colour of
+    # jax.debug.visualize_array_sharding) is below 4.5:1, black on it above.
+    assert round(site.contrast("000000", "ffffff"), 1) == 21.0
+    assert site.contrast("ffffff", "d6616b") < 4.5 < site.contrast("000000", "d6616b")
+    span = "color: #ffffff; text-decoration-color: #ffffff; background-color: #{}"
+    html = f'<span style="{span.format("d6616b")}">CPU 1</span><span style="{span.format("393b79")}">CPU 0</span>'
+    fixed = site.readable_colours(html)
+    assert "color: #000000; text-decoration-color: #000000; background-color: #d6616b" in fixed
+    assert span.format("393b79") in fixed  # white on dark blue already reads
+
+
+def test_an_image_gets_its_alt_text_from_the_figure_s_own_text_and_never_from_a_bare_repr():
+    described = {
+        "outputs": [{"data": {"image/png": "iVBOR", "text/plain": ["Throughput: global batch ", "from 1 to 2."]}}]
+    }
+    site.image_alt(described)
+    assert described["metadata"]["mystnb"]["image"]["alt"] == "Throughput: global batch from 1 to 2."
+    bare = {"outputs": [{"data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}
+    site.image_alt(bare)
+    assert "metadata" not in bare

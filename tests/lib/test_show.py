@@ -1,5 +1,6 @@
 """Tests of dpcourse.show: escaped HTML tables, banners and charts."""
 
+import base64
 import sys
 
 import matplotlib
@@ -128,19 +129,45 @@ def test_number_formatting(value, text):
 def test_show_figure_closes_the_figure_and_shows_it_once(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.get_ipython", lambda: object())
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4])
     display.show_figure(fig)
     display.show_figure(fig)  # a second call shows nothing more
-    assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
+    assert len(shown) == 1 and base64.b64decode(shown[0]["image/png"]).startswith(b"\x89PNG")
+    assert shown[0]["text/plain"] == display.figure_text(fig)
     assert fig.number not in plt.get_fignums()  # the inline backend will not show it again
+
+
+def test_a_figure_is_described_by_its_own_data():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4], label="measured")
+    ax.plot([1, 2], [3.5, 4.5], label="_hidden")
+    ax.set(title="Throughput", xlabel="global batch", ylabel="examples/s", xlim=(1, 2), ylim=(3, 5))
+    ax.legend()
+    assert display.figure_text(fig) == ("Throughput: global batch from 1 to 2, examples/s from 3 to 5; measured.")
+    plt.close(fig)
+
+
+def test_figures_shown_by_ipython_carry_their_description():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        assert display.describe_figures()
+        fig, ax = plt.subplots()
+        ax.set_title("Roofline")
+        data, _ = shell.display_formatter.format(fig)
+        assert data["text/plain"].startswith("Roofline: x from")  # the PNG comes from the inline backend
+        plt.close(fig)
+    finally:
+        InteractiveShell.clear_instance()
 
 
 def test_bar_chart_is_shown_unless_asked_not_to(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.get_ipython", lambda: object())
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
     display.bar_chart(["a"], [1.0], "y", "t")
     quiet = display.bar_chart(["a"], [1.0], "y", "t", show=False)
     assert len(shown) == 1

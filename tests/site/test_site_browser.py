@@ -6,6 +6,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from axe import missing as axe_missing
+from axe import severe_violations
 
 # Images: load every one (lazy ones too) and report its size; over http also
 # whether it has more than one colour (a canvas of a file:// image is tainted).
@@ -26,6 +28,20 @@ _IMAGES_JS = """async (pixels) => {
   }
   return out;
 }"""
+
+
+# Output text blocks wider than their box (a line that neither wraps nor fits), first 80 characters each.
+_WIDE_OUTPUTS_JS = """() => Array.from(document.querySelectorAll('.cell_output pre'))
+  .filter(b => b.scrollWidth > b.clientWidth + 1)
+  .map(b => `${b.scrollWidth} px in ${b.clientWidth} px: ${b.textContent.trim().slice(0, 80)}`)"""
+# Tables whose columns do not all show: the first column must stay put (position: sticky) while the box scrolls.
+_WIDE_TABLES_JS = """() => Array.from(document.querySelectorAll('.cell_output table, .bd-article table'))
+  .filter(t => t.scrollWidth > t.clientWidth + 1)
+  .filter(t => { const c = t.querySelector('tr > :first-child');
+                 return !c || getComputedStyle(c).position !== 'sticky'; })
+  .map(t => `${t.scrollWidth} px in ${t.clientWidth} px: ${(t.querySelector('caption') || t).textContent.trim().slice(0, 80)}`)"""
+_NO_ALT_JS = """() => Array.from(document.querySelectorAll('.bd-article img'))
+  .filter(i => !(i.getAttribute('alt') || '').trim()).map(i => (i.currentSrc || i.src).slice(0, 120))"""
 
 
 def pages(site_dir: Path) -> list[str]:
@@ -63,6 +79,9 @@ def _check_page(page, url: str, mode: str) -> list[str]:
     wide = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     if wide[0] > wide[1] + 1:
         problems.append(f"the page scrolls sideways at 1280 px: {wide[0]} px wide in a {wide[1]} px window")
+    problems += [f"an output scrolls sideways: {b}" for b in page.evaluate(_WIDE_OUTPUTS_JS)]
+    problems += [f"a wide table scrolls without its first column fixed: {t}" for t in page.evaluate(_WIDE_TABLES_JS)]
+    problems += [f"an image without alt text: {src}" for src in page.evaluate(_NO_ALT_JS)]
     return problems
 
 
@@ -107,3 +126,17 @@ def test_search_finds_all_reduce_in_three_lessons(mode, page, site_dir, request)
     lessons = {h.split("/")[-1].split(".")[0] for h in hrefs if h and "lessons/" in h}
     assert len(lessons) >= 3, f"search for all-reduce found lessons {sorted(lessons)} (links: {hrefs[:20]})"
     assert not page.problems, page.problems
+
+
+def test_no_page_has_a_serious_or_critical_accessibility_violation(page, site_dir):
+    """axe-core (tools/site/package-lock.json) on every page: no serious or critical violation."""
+    reason = axe_missing()
+    if reason:
+        pytest.fail(reason, pytrace=False)
+    failures = {}
+    for rel in pages(site_dir):
+        page.goto((site_dir / rel).as_uri(), wait_until="load")
+        found = severe_violations(page)
+        if found:
+            failures[rel] = found
+    assert not failures, "\n".join(f"{rel}: " + "; ".join(v) for rel, v in failures.items())

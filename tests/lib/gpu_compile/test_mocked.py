@@ -1,14 +1,14 @@
-"""dpcourse.gpu_compile.mocked: compile the steps per backend and device count, in fresh processes.
+"""dpcourse.gpu_compile.mocked: mocked GPU topologies, one backend of dpcourse.gpu_compile.compile with the same result type.
 
-On a CPU-only machine the GPU path cannot compile; these tests run the CPU
-path in real subprocesses (simulated CPU devices stand in), read a
-recorded worker report, and check the GPU path's environment, its refusal
-and its error reporting with stand-ins for ``nvidia-smi`` and the plugin.
+This machine has no GPU, so the mocked path is checked with stand-ins for
+``nvidia-smi`` and the CUDA plugin, its environment is checked as built, and
+a mocked job's worker is run for real to show that it fails with its reason
+instead of making anything up. The CPU devices of the same interface run in
+real subprocesses.
 """
 
 from __future__ import annotations
 
-import json
 import stat
 from pathlib import Path
 
@@ -17,9 +17,10 @@ import pytest
 from dpcourse import record as results
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
+from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import mocked as gp
+from dpcourse.gpu_compile.result import CompileResult, StepResult, records, table_rows
 
-RECORDED = Path(__file__).resolve().parents[2] / "data" / "placement_report_cpu_smoke_4.txt"
 SMOKE = make_config("smoke")
 BLOCK_GRAD_BYTES = (SMOKE.width * SMOKE.width + SMOKE.width) * 4  # w_block + b_block, float32
 
@@ -36,107 +37,38 @@ def test_bad_topology_is_refused_with_an_example(bad):
         gp.parse_topology(bad)
 
 
-def test_gpu_worker_env_mocks_the_topology_on_one_visible_gpu_without_preallocation():
+def test_a_mocked_job_names_its_topology_and_must_match_its_device_count():
+    job = deviceless.Job("mocked", "1x4x1", 4, "smoke")
+    assert job.to_arg() == "mocked:1x4x1:4:smoke" and deviceless.Job.from_arg(job.to_arg()) == job
+    with pytest.raises(ValueError, match="has 4 GPUs, not n_devices=8"):
+        deviceless.Job("mocked", "1x4x1", 8, "smoke")
+    with pytest.raises(ValueError, match="1x4x1"):
+        deviceless.Job("mocked", "four", 4, "smoke")
+    with pytest.raises(ValueError, match="'gpu', 'mocked', 'cpu'"):
+        deviceless.Job("tpu", "v5e", 4, "smoke")
+
+
+def test_mocked_worker_mocks_the_topology_on_one_visible_gpu_without_preallocation():
     base = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --foo", "CUDA_VISIBLE_DEVICES": "3,5"}
-    env = gp.worker_env("gpu", topology="1x4x1", base=base)
+    env = deviceless.worker_env([deviceless.Job("mocked", "1x4x1", 4, "smoke")], (gp.PASS_NAME,), base=base)
     assert env["JAX_PLATFORMS"] == "cuda" and env[gp.MOCK_TOPOLOGY_ENV] == "1x4x1"
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    assert env["XLA_FLAGS"] == "--foo"
+    assert env["XLA_FLAGS"] == f"--foo --xla_disable_hlo_passes={gp.PASS_NAME}"
+    assert "PYTHONPATH" not in env  # the real CUDA plugin, not the extra's folder
 
 
-def test_cpu_worker_env_sets_its_own_device_count_and_drops_a_mocked_topology():
+def test_other_workers_drop_a_mocked_topology_they_inherit():
     base = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", gp.MOCK_TOPOLOGY_ENV: "1x2x1"}
-    env = gp.worker_env("cpu", n_devices=2, base=base)
+    env = deviceless.worker_env([deviceless.Job("cpu", "cpu", 2, "smoke")], base=base)
     assert env["JAX_PLATFORMS"] == "cpu" and gp.MOCK_TOPOLOGY_ENV not in env
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(platform="gpu"), "topology"),
-        (dict(platform="gpu", topology="4"), "1x4x1"),
-        (dict(platform="cpu"), "n_devices"),
-        (dict(platform="tpu", n_devices=2), "gpu"),
-    ],
-)
-def test_worker_env_refuses_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        gp.worker_env(base={}, **kwargs)
-
-
-def check_cpu_placement(rep: gp.PlacementReport, n: int) -> None:
-    """What the CPU compiler does with the smoke workload (JAX 0.10.2 and 0.12.0.1)."""
-    assert rep.error is None, rep.error
-    assert (rep.platform, rep.topology, rep.n_devices, rep.profile) == ("cpu", None, n, "smoke")
-    ideal = gradient_bytes(SMOKE)
-    jit = rep.steps["jit"]
-    # The shared block's gradient is all-reduced inside the backward scan, once per repeat.
-    assert jit.in_loop == 1
-    loop_rows = [r for r in jit.rows if r["inside loop"] == "yes"]
-    assert loop_rows[0]["bytes"] == BLOCK_GRAD_BYTES and loop_rows[0]["runs per step"] == SMOKE.block_repeats
-    for name in ("device_axis", "shard_map"):
-        s = rep.steps[name]
-        assert (s.collectives, s.in_loop, s.runs_per_step) == (1, 0, 1), name
-        assert ideal <= s.bytes_per_step <= ideal + 16, name  # the gradient and two float32 metrics
-
-
-@pytest.mark.parametrize("n", [2, 4])
-def test_cpu_worker_compiles_each_step_in_a_fresh_process(n):
-    rep = gp.run_worker("cpu", "smoke", n_devices=n, timeout_s=300)
-    check_cpu_placement(rep, n)
-    assert rep.jax_version and rep.jaxlib_version and rep.device_kind
-
-
-def test_a_recorded_worker_report_is_read_back():
-    rep = gp.PlacementReport.from_output(RECORDED.read_text())
-    check_cpu_placement(rep, 4)
-    assert rep.where == "cpu, 4 devices"
-
-
-def test_report_round_trips_through_its_line():
-    rep = gp.PlacementReport.from_output(RECORDED.read_text())
-    gpu = gp.PlacementReport(**{**rep.__dict__, "platform": "gpu", "topology": "1x4x1"})
-    again = gp.PlacementReport.from_output("noise\n" + gpu.to_line() + "\n")
-    assert again == gpu and again.where == "gpu, mocked topology 1x4x1 (4 devices)"
-
-
-@pytest.mark.parametrize(
-    "text, match",
-    [
-        ("nothing here", "No placement report"),
-        (gp.REPORT_PREFIX + "{not json", "not JSON"),
-        (gp.REPORT_PREFIX + json.dumps({"platform": "cpu"}), "Not a placement report"),
-        (
-            gp.REPORT_PREFIX
-            + json.dumps(
-                {
-                    "platform": "cpu",
-                    "topology": None,
-                    "n_devices": 2,
-                    "steps": {"x": dict(step="x", collectives=0, in_loop=0, runs_per_step=0, bytes_per_step=0)},
-                }
-            ),
-            "unknown steps",
-        ),
-    ],
-)
-def test_broken_reports_are_refused(text, match):
-    with pytest.raises(ValueError, match=match):
-        gp.PlacementReport.from_output(text)
-
-
-def test_a_failing_worker_gives_a_report_with_the_reason(monkeypatch):
-    # The GPU path on this machine (no GPU, or no CUDA plugin): the backend cannot start.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    rep = gp.run_worker("gpu", "smoke", topology="1x2x1", timeout_s=300)
-    if rep.error is None:
-        pytest.skip("this machine can compile for mocked GPUs")
-    assert rep.steps == {} and rep.n_devices == 2 and rep.topology == "1x2x1"
-    assert "gpu backend" in rep.error
-    row = gp.rows([rep])[0]
-    assert row["step"] == "(not compiled)" and row["collectives"] == rep.error
+def test_a_mocked_job_gets_a_process_of_its_own():
+    jobs = [deviceless.Job("mocked", "1x2x1", 2, "smoke"), deviceless.Job("cpu", "cpu", 2, "smoke")]
+    with pytest.raises(ValueError, match="each mocked job on its own"):
+        deviceless.start_jobs(jobs)
 
 
 def fake_nvidia_smi(tmp_path: Path, listing: str) -> None:
@@ -145,7 +77,7 @@ def fake_nvidia_smi(tmp_path: Path, listing: str) -> None:
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
 
 
-def test_gpu_support_needs_a_gpu_and_the_cuda_plugin(tmp_path, monkeypatch):
+def test_mocked_topologies_need_a_gpu_and_the_cuda_plugin(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert "no NVIDIA GPU" in gp.gpu_unavailable_reason()  # no nvidia-smi at all
     fake_nvidia_smi(tmp_path, "")
@@ -157,67 +89,84 @@ def test_gpu_support_needs_a_gpu_and_the_cuda_plugin(tmp_path, monkeypatch):
     assert gp.gpu_unavailable_reason() is None
 
 
+def test_without_a_gpu_a_mocked_compile_starts_nothing_and_says_why(monkeypatch):
+    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
+    (res,) = gp.compile_mocked("smoke", ("1x2x1",))
+    assert isinstance(res, CompileResult) and res.steps == {}
+    assert (res.backend, res.target, res.n_devices, res.platform) == ("mocked", "1x2x1", 2, "gpu")
+    assert res.error == "not compiled: no NVIDIA GPU here (stand-in)"
+    (row,) = table_rows(records([res]))
+    assert row["compiled for"] == "2 x mocked GPU (1x2x1)" and row["step"] == "(not compiled)"
+
+
+@pytest.mark.slow
+def test_a_mocked_worker_without_a_gpu_fails_with_its_reason(monkeypatch):
+    # Past the check (as if a GPU were here): the worker's CUDA backend cannot start on this machine.
+    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    (res,) = gp.compile_mocked("smoke", ("1x2x1",), {"jit": deviceless.COURSE_STEPS["jit"]}, timeout_s=300)
+    if res.error is None:
+        pytest.skip("this machine can compile for mocked GPUs")
+    assert res.steps == {} and res.n_devices == 2
+    assert res.error.startswith("no mocked devices: RuntimeError: JAX could not start the CUDA backend (")
+
+
+def mocked_result(topology: str) -> CompileResult:
+    """A mocked result as the worker writes it (figures of the smoke profile's plain jit step on a GPU)."""
+    n = gp.topology_device_count(topology)
+    step = StepResult("jit", deviceless.COURSE_STEPS["jit"], count=1, in_loop=0, runs_per_step=1, bytes_per_step=99)
+    return CompileResult(
+        "mocked", topology, n, "smoke", f"mocked GPU ({topology})", device_kind="NVIDIA H200", steps={"jit": step}
+    )
+
+
+def test_a_mocked_result_is_labelled_and_round_trips_through_its_line():
+    res = mocked_result("1x4x1")
+    assert res.label == "compiled for 4 mocked GPUs (topology 1x4x1, NVIDIA H200) on a GPU"
+    line = res.to_line()
+    assert CompileResult.from_dict(__import__("json").loads(line[len(deviceless.RESULT_PREFIX) :])) == res
+
+
 def test_records_carry_backend_and_topology(tmp_path):
-    rep = gp.PlacementReport.from_output(RECORDED.read_text())
-    gpu = gp.PlacementReport(**{**rep.__dict__, "platform": "gpu", "topology": "1x4x1", "device_kind": "NVIDIA H200"})
-    failed = gp.PlacementReport("gpu", "1x8x1", 8, error="no GPU")
+    (cpu,) = deviceless.compile_jobs(
+        [deviceless.Job("cpu", "cpu", 4, "smoke")], {"jit": deviceless.COURSE_STEPS["jit"]}
+    )
+    failed = deviceless._failed(deviceless.Job("mocked", "1x8x1", 8, "smoke"), "no GPU")
     results.enable(tmp_path / "r.jsonl")
     results.set_context("04_sharding", "smoke", "synthetic", "cpu", "cpu", 8, jax_version="0.10.2")
-    gp.record([rep, gpu, failed])
+    try:
+        gp.record([cpu, mocked_result("1x4x1"), failed])
+    finally:
+        results.disable()
     recs = {r["metric"]: r for r in results.read_records(tmp_path / "r.jsonl")}
-    assert len(recs) == 2 * 3 * 3  # two reports x three steps x three figures; the failed one records nothing
+    assert len(recs) == 2 * 3  # two results x one step x three figures; the failed one records nothing
     cpu_rec = recs["collectives_in_loop_jit_cpu_4"]
     assert (cpu_rec["value"], cpu_rec["backend"], cpu_rec["device_count"]) == (1, "cpu", 4)
-    gpu_rec = recs["collectives_per_step_shard_map_gpu_1x4x1"]
+    gpu_rec = recs["collectives_per_step_jit_gpu_1x4x1"]
     assert (gpu_rec["value"], gpu_rec["backend"], gpu_rec["device_count"]) == (1, "gpu", 4)
     assert gpu_rec["device_kind"] == "NVIDIA H200 (mocked topology 1x4x1)"
 
 
-def test_no_gpu_caveat_names_the_pass():
-    assert "while-loop-all-reduce-code-motion" in gp.CPU_ONLY_CAVEAT
-
-
-def test_report_command_prints_the_cpu_placement_and_why_gpu_is_missing(monkeypatch, capsys):
+def test_report_command_prints_the_cpu_placement_and_why_mocked_gpus_are_missing(monkeypatch, capsys):
     monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
     assert gp.main(["--report", "--profile", "smoke"]) == 0
     out = capsys.readouterr().out
-    assert "GPU placement cannot be compiled here: no NVIDIA GPU here (stand-in)." in out
-    rep = gp.PlacementReport.from_output(out)
-    assert (rep.platform, rep.n_devices, rep.error) == ("cpu", 8, None)
-    assert "step=jit(train_step)" in out and "inside loop=1" in out
+    assert "Mocked GPU topologies cannot be compiled here: no NVIDIA GPU here (stand-in)." in out
+    jit = next(line for line in out.splitlines() if "step=jit " in line)
+    assert "compiled for=8 x CPU (simulated)" in jit and "inside loop=1" in jit
+    smap = next(line for line in out.splitlines() if "step=shard_map " in line)
+    assert "inside loop=0" in smap and f"bytes per step={gradient_bytes(SMOKE) + 8:,}" in smap
 
 
-@pytest.mark.parametrize("argv", [["--profile", "smoke"], ["--platform", "gpu", "--profile", "smoke"]])
-def test_worker_command_needs_its_arguments(argv):
+def test_report_command_needs_report():
     with pytest.raises(SystemExit):
-        gp.main(argv)
+        gp.main(["--profile", "smoke"])
 
 
-def test_notebook_helper_says_why_there_is_no_gpu_table(monkeypatch, capsys):
-    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU (nvidia-smi not found)")
-    assert gp.show_mocked_gpu_placement("smoke", "cpu") == []
-    out = capsys.readouterr().out
-    assert "no NVIDIA GPU (nvidia-smi not found)" in out and "the CPU compiler's" in out
+def test_notebooks_old_names_still_resolve():
+    from dpcourse.gpu_compile import notebook as gpu_notebook
 
-
-def test_notebook_helper_compiles_every_mocked_topology_and_records_them(monkeypatch, tmp_path, capsys):
-    recorded = gp.PlacementReport.from_output(RECORDED.read_text())
-    asked = []
-
-    def fake_worker(platform, profile, topology=None, **_):
-        asked.append((platform, profile, topology))
-        return gp.PlacementReport(**{**recorded.__dict__, "platform": "gpu", "topology": topology})
-
-    monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: None)
-    monkeypatch.setattr(gp, "run_worker", fake_worker)
-    results.enable(tmp_path / "records.jsonl")
-    results.set_context("04_sharding", "smoke", "synthetic", "gpu", "NVIDIA H200", 1, jax_version="0.11.2")
-    try:
-        reports = gp.show_mocked_gpu_placement("smoke", "gpu")
-    finally:
-        results.disable()
-    assert asked == [("gpu", "smoke", t) for t in gp.GPU_TOPOLOGIES]
-    assert [r.topology for r in reports] == list(gp.GPU_TOPOLOGIES)
-    topologies = {r["device_kind"].split()[-1].rstrip(")") for r in results.read_records(tmp_path / "records.jsonl")}
-    assert topologies == set(gp.GPU_TOPOLOGIES)
-    assert "Compiled for mocked GPU topologies" in capsys.readouterr().out
+    assert gp.CPU_ONLY_CAVEAT == gpu_notebook.CPU_ONLY_CAVEAT and gp.PASS_NAME == gpu_notebook.PASS_NAME
+    assert gp.show_gpu_placement is gpu_notebook.show_gpu_placement
+    with pytest.raises(AttributeError):
+        gp.PlacementReport  # noqa: B018 - the old result type is gone: CompileResult is the one

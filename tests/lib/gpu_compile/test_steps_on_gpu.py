@@ -15,7 +15,7 @@ from dpcourse import costs, model
 from dpcourse.compiled import census
 from dpcourse.config import make_config
 from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import sharded_steps
+from dpcourse.gpu_compile import steps
 from dpcourse.gpu_compile import targets as gpu_targets
 from dpcourse.sharded import forms as sharded
 
@@ -30,7 +30,7 @@ def gpu_steps():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI: the gpu-compile extra must be installed (make gpu-compile): {missing}")
         pytest.skip(f"the gpu-compile extra is not installed: {missing}")
-    (res,) = deviceless.compile_jobs([deviceless.Job("gpu", "h200", N, "smoke")], sharded_steps.STEPS)
+    (res,) = deviceless.compile_jobs([deviceless.Job("gpu", "h200", N, "smoke")], steps.SHARDED_STEPS)
     assert res.error is None, res.error
     for name, step in res.steps.items():
         assert step.error is None, (name, step.error)
@@ -45,7 +45,7 @@ def gpu_census(gpu_steps):
 @pytest.mark.slow
 def test_gpu_collectives_of_each_form(gpu_census):
     r = SMOKE.block_repeats
-    k = sharded_steps.ACCUM_K
+    k = steps.ACCUM_K
     # Replicated DP and accumulation with reduced/unreduced: one all-reduce per step, after the loops.
     for name in ("dp_replicated", "accum_reduced"):
         c = gpu_census[name]
@@ -101,7 +101,7 @@ def test_gpu_scan_accumulation_reduces_only_the_shared_block_in_the_microbatch_l
     block_and_bias = (SMOKE.width * SMOKE.width + SMOKE.width) * 4
     inside = [c for c in gpu_steps["accum_scan"].of_kind("all-reduce") if c.in_loop]
     outside = [c for c in gpu_steps["accum_scan"].of_kind("all-reduce") if not c.in_loop]
-    assert [(c.bytes, c.runs_per_step) for c in inside] == [(block_and_bias, sharded_steps.ACCUM_K)]
+    assert [(c.bytes, c.runs_per_step) for c in inside] == [(block_and_bias, steps.ACCUM_K)]
     assert sum(c.bytes for c in outside) == costs.gradient_bytes(SMOKE) - block_and_bias + 8
 
 
@@ -120,8 +120,8 @@ def test_lesson10_check_names_a_zero1_that_moved_or_sends_too_much():
 
 
 def test_lesson10_records_carry_the_efficient_zero1_and_bytes_sent():
-    assert "zero1_allreduce_first" in sharded_steps.STEPS
-    assert sharded_steps.FORM_LABELS["zero1_allreduce_first"] == "ZeRO-1, all-reduce first"
+    assert "zero1_allreduce_first" in steps.SHARDED_STEPS
+    assert steps.FORM_LABELS["zero1_allreduce_first"] == "ZeRO-1, all-reduce first"
     rows = [
         {"kind": "all-reduce", "name": "ar", "bytes": 800, "in_loop": False, "runs_per_step": 1},
         {"kind": "all-gather", "name": "ag", "bytes": 800, "in_loop": False, "runs_per_step": 1},

@@ -1,0 +1,17 @@
+// The site's pages for screen readers and keyboards (checked with axe-core in tests/site):
+// - the theme's search button is labelled "Search" but shows "Search Ctrl+K": its name
+//   becomes what it shows (WCAG 2.5.3, label in name);
+// - a table or output that scrolls sideways in its own box can be reached with the keyboard
+//   (tabindex 0, WCAG 2.1.1).
+document.addEventListener("DOMContentLoaded", () => {
+  for (const button of document.querySelectorAll(".search-button__button[aria-label]")) {
+    const shown = button.textContent.replace(/\s+/g, " ").trim();
+    if (shown) button.setAttribute("aria-label", shown);
+  }
+  const boxes = document.querySelectorAll(".bd-article table, .cell_output table, .cell_output .output, .cell_input pre");
+  for (const box of boxes) {
+    if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) {
+      box.setAttribute("tabindex", "0");
+    }
+  }
+});
