@@ -371,15 +371,14 @@ def run_course(
         payload: dict = {}
         machine = machine_info()
         commit = course_commit()
-        bar = _progress(notebooks)
-
-        def on_cell(name, index, total):
-            bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
-
         # Room kept for the last results.json: on a full disk it is freed, so the run's record
         # (which notebook stopped, and why) is still written.
         reserve = out_dir / RESERVE_FILE
         write_atomic(reserve, b"\0" * RESERVE_BYTES)  # DiskFullError, naming the folder, when even this fails
+        bar = _progress(notebooks)  # after the reserve: a bar left open would share the error's line
+
+        def on_cell(name, index, total):
+            bar.set_postfix_str(f"{name} cell {index + 1}/{total}", refresh=False)
 
         def save() -> dict:
             try:
