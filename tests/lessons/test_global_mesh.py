@@ -54,7 +54,7 @@ OPEN = {
     ("06_pmap", "Explicit"): "06's shard_map cell meets an Explicit global mesh (code cell 17)",
     # 11 trains lesson 10's FSDP form (with_sharding_constraint inside) in code cell 9, which an
     # Explicit global mesh turns into an assert, as in 10: "P('data', None) did not match ... P(None, None)".
-    ("11_checkpoint", "Explicit"): "11's FSDP training (lesson 10's form) fails on an Explicit global mesh (code cell 9)",
+    ("11_checkpoint", "Explicit"): "11's FSDP training fails on an Explicit global mesh (code cell 9)",
     ("10_sharded", "Auto"): "10's Explicit-mesh cell meets arrays made under the global Auto mesh (code cell 16)",
 }
 CASES = [
