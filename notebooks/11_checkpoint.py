@@ -183,16 +183,17 @@ print("in the folder:", sorted(p.name for p in directory.iterdir()))
 # %%
 loss_value = np.float32(2.5)  # a loss pulled from the device: a NumPy float32, not a float
 bad_run = {**run, "last_loss": loss_value}
-started = manager.save(
-    STEPS // 2 + 1,
-    args=ocp.args.Composite(state=ocp.args.StandardSave(half), run=ocp.args.JsonSave(bad_run)),
-)
-print(f"save() returned {started}; the loop would go on training here")
-try:
-    manager.wait_until_finished()
-    surfaced = None
-except Exception as err:  # noqa: BLE001 - the background thread's error, whatever it is
-    surfaced = err
+with checkpoint.quiet_orbax_log():  # Orbax also logs the error from its thread; it raises below
+    started = manager.save(
+        STEPS // 2 + 1,
+        args=ocp.args.Composite(state=ocp.args.StandardSave(half), run=ocp.args.JsonSave(bad_run)),
+    )
+    print(f"save() returned {started}; the loop would go on training here")
+    try:
+        manager.wait_until_finished()
+        surfaced = None
+    except Exception as err:  # noqa: BLE001 - the background thread's error, whatever it is
+        surfaced = err
 print(f"wait_until_finished() raised {type(surfaced).__name__}: {surfaced}")
 print("latest_step():", manager.latest_step())
 assert surfaced is not None, "the failing save passed silently"
@@ -210,7 +211,10 @@ assert manager.latest_step() == STEPS // 2  # the failed step is not a checkpoin
 # `ENOSPC`, as it does when the disk fills up on the last write):
 
 # %%
-with checkpoint.fail_at_commit(OSError(errno.ENOSPC, "No space left on device")):
+with (
+    checkpoint.fail_at_commit(OSError(errno.ENOSPC, "No space left on device")),
+    checkpoint.quiet_orbax_log(),
+):
     checkpoint.save(manager, STEPS // 2 + 2, half, run)
     try:
         checkpoint.finish(manager)

@@ -303,3 +303,22 @@ def fail_at_commit(error: BaseException | None = None, *, kill: bool = False) ->
         yield
     finally:
         os.rename = real
+
+
+@contextlib.contextmanager
+def quiet_orbax_log() -> Iterator[None]:
+    """Hold back Orbax's own log of a failed background save (a traceback on stderr, through absl's logger).
+
+    The failure still raises where the lesson waits for it (``wait_until_finished()``,
+    :func:`finish`); only the second copy, logged from Orbax's thread, is held back,
+    so a planted failure shows once, as the lesson's own sentence.
+    """
+    import logging
+
+    logger = logging.getLogger("absl")
+    before = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

@@ -26,7 +26,7 @@ from test_infra_checkov import MIN_REASON_CHARS, checkov_binary
 from test_infra_manifests import KUBERNETES_VERSIONS, NVIDIA_LIB, YAMLLINT_CONFIG
 
 MANIFEST = DEPLOY_DIR / "multihost.yaml"
-PACKAGE_MODULE = ROOT / "dpcourse" / "distributed.py"
+PACKAGE_MODULE = ROOT / "dpcourse" / "multihost" / "distributed.py"
 PROJECT = {"project_id": "dp-course-workshop"}
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
@@ -276,7 +276,7 @@ def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     script = container["command"][-1]
     assert '"jax[cuda12]==$JAX_VERSION" -r requirements.txt' in script
     assert "--no-deps -e ." in script
-    assert re.search(r"exec python -m dpcourse\.worker\b", script)
+    assert re.search(r"exec python -m dpcourse\.multihost\.worker\b", script)
     refs = {
         e["name"]: e["valueFrom"]["configMapKeyRef"]
         for e in container["env"]

@@ -154,3 +154,13 @@ def test_sizes_count_every_array_once_and_the_files_on_disk(tmp_path, cfg, cpu_d
     assert 4 * n_params < checkpoint.directory_bytes(tmp_path / "ckpt" / "3") < 12 * n_params
     placed = jax.device_put(state, NamedSharding(_mesh(cpu_devices), P()))
     assert checkpoint.leaf_bytes(placed) == checkpoint.leaf_bytes(state)
+
+
+def test_orbax_s_own_log_of_a_failed_save_is_held_back_and_the_level_given_back():
+    import logging
+
+    logger = logging.getLogger("absl")
+    before = logger.level
+    with checkpoint.quiet_orbax_log():
+        assert not logger.isEnabledFor(logging.ERROR)
+    assert logger.level == before
