@@ -13,7 +13,6 @@ from __future__ import annotations
 
 # The file's name sorts it after test_gke_hub_config and test_launch: the session's browser keeps
 # Playwright's event loop running (asyncio.run fails beside it), and a hub's ports take a while to close.
-
 import json
 import subprocess
 import sys
