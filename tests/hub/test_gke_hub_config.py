@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import os
 import re
@@ -163,7 +164,10 @@ def pod_for(profile: str | None, values: dict):
         await spawner.load_user_options()
         return spawner.get_pvc_manifest(), await spawner.get_pod_manifest()
 
-    return asyncio.run(render())
+    # In a thread of its own: a session's Playwright browser (test_card, the room tests) keeps an
+    # event loop running in this one, where asyncio.run refuses.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, render()).result()
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,8 @@ def test_a_second_hub_on_the_same_folder_is_refused(tmp_path):
 
 def test_a_busy_port_is_named(tmp_path):
     with socket.socket() as busy:
+        # SO_REUSEADDR: an earlier test's hub may leave the port in TIME_WAIT; listening still takes it.
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         busy.bind(("127.0.0.1", PORT + 1))
         busy.listen()
         result = launch(tmp_path)
