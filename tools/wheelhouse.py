@@ -12,8 +12,10 @@ Linux x86-64 with several manylinux tags (jaxlib is manylinux_2_27, others
 wheel), Windows x86-64. macOS x86-64 (Intel Macs) is not in the default
 set: jaxlib publishes no macOS x86-64 wheel after 0.4.38, so the pinned JAX
 cannot be installed there (``--platform macos-x86_64`` says so). pip evaluates environment markers for the machine it
-runs on, not the target, so the packages that other platforms need only by
-marker (colorama and pywinpty on Windows, appnope on macOS) are named here.
+runs on, not the target: the markers in the requirements file itself are
+evaluated here for each target (Windows takes another Orbax), and the packages
+that other platforms need only through a dependency's marker (colorama and
+pywinpty on Windows, appnope on macOS) are named here.
 wheelhouse/MANIFEST.json lists each platform's files and size. It is written
 last, in one step: a folder without it is a download that did not finish.
 
@@ -55,13 +57,62 @@ EXTRA = {
     "macos-arm64": ["appnope"],
     "macos-x86_64": ["appnope"],
 }
+# The values of the environment markers (PEP 508) for each platform.
+MARKERS = {
+    "linux-x86_64": {
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+    },
+    "macos-arm64": {
+        "sys_platform": "darwin",
+        "platform_system": "Darwin",
+        "os_name": "posix",
+        "platform_machine": "arm64",
+    },
+    "macos-x86_64": {
+        "sys_platform": "darwin",
+        "platform_system": "Darwin",
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+    },
+    "windows-x86_64": {
+        "sys_platform": "win32",
+        "platform_system": "Windows",
+        "os_name": "nt",
+        "platform_machine": "AMD64",
+    },
+}
 BUILD = ["setuptools>=77"]
 DEFAULT = ["linux-x86_64", "macos-arm64", "windows-x86_64"]
 
 
+def for_platform(text: str, platform: str, python_version: str) -> str:
+    """The requirements ``text`` with each line's environment marker evaluated for ``platform``.
+
+    A line whose marker holds there keeps its requirement without the marker; a
+    line whose marker does not hold is left out. Lines without one are kept.
+    """
+    from packaging.markers import Marker
+
+    env = {**MARKERS[platform], "python_version": python_version, "python_full_version": f"{python_version}.0"}
+    lines = []
+    for line in text.splitlines():
+        requirement, sep, marker = line.partition(";")
+        if sep and not line.lstrip().startswith("#"):
+            if not Marker(marker.split("#")[0].strip()).evaluate(env):
+                continue
+            line = requirement.rstrip()
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def download(platform: str, dest: Path, requirements: Path, python_version: str) -> dict:
     """pip download for one platform into ``dest``; returns its files and bytes and seconds."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as spec:
+        resolved = Path(spec) / requirements.name
+        resolved.write_text(for_platform(requirements.read_text(), platform, python_version))
         command = [
             sys.executable,
             "-m",
@@ -76,7 +127,7 @@ def download(platform: str, dest: Path, requirements: Path, python_version: str)
             "--implementation",
             "cp",
             "-r",
-            str(requirements),
+            str(resolved),
             *BUILD,
             *EXTRA.get(platform, []),
         ]

@@ -143,9 +143,21 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
     """
     import orbax.checkpoint as ocp
 
+    class Manager(ocp.CheckpointManager):
+        # Orbax 0.11.32 (the release Windows gets: requirements.txt) asks JAX's preemption
+        # service at every save and fails where it is off, as in the launcher's local
+        # workers; Orbax 0.12 reads that as "no preemption", and so does this.
+        def reached_preemption(self, step: int) -> bool:
+            try:
+                return super().reached_preemption(step)
+            except RuntimeError as err:
+                if "reemption sync manager" not in str(err):
+                    raise
+                return False
+
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous)
     try:
-        return ocp.CheckpointManager(Path(directory).absolute(), options=options)
+        return Manager(Path(directory).absolute(), options=options)
     except OSError as err:
         raise CheckpointError(explain(err, f"open the checkpoint directory {directory}")) from err
 

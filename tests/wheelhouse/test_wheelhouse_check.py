@@ -84,3 +84,16 @@ def test_the_makefiles_install_refuses_an_unfinished_wheelhouse_before_pip(tmp_p
     )
     assert done.returncode != 0 and "no MANIFEST.json" in done.stderr, done.stderr
     assert "pip" not in done.stdout and not (venv / ".installed").exists()
+
+
+def test_the_requirements_markers_are_read_for_the_target_platform_not_this_machine():
+    text = (ROOT / "requirements.txt").read_text()
+    windows = tool.for_platform(text, "windows-x86_64", "3.11")
+    linux = tool.for_platform(text, "linux-x86_64", "3.11")
+    orbax = {
+        name: [line for line in out.splitlines() if line.startswith("orbax-checkpoint")]
+        for name, out in (("windows", windows), ("linux", linux))
+    }
+    # Orbax 0.11.33 and later need uvloop, which Windows cannot install.
+    assert orbax == {"windows": ["orbax-checkpoint==0.11.32"], "linux": ["orbax-checkpoint==0.12.8"]}
+    assert "jax==" in windows and ";" not in "".join(line for line in windows.splitlines() if not line.startswith("#"))
