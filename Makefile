@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: site site-test timings time-make-test course test test-pinned test-newest placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
@@ -201,6 +201,10 @@ NEWEST_VENV ?= .venv-newest
 NEWEST_PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
 
+NEWEST_ARGS = VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
+	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
+	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt
+
 test-newest:
 	@if [ -z "$(NEWEST_PYTHON)" ]; then \
 	  msg="no Python 3.12 (python3.12 on PATH or pyenv's 3.12): the newest-JAX environment (requirements-newest.txt) is not tested; install Python 3.12 or set NEWEST_PYTHON=/path/to/python3.12"; \
@@ -208,18 +212,32 @@ test-newest:
 	  echo "test-newest: SKIPPED: $$msg"; exit 0; \
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
-	$(MAKE) --no-print-directory VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
-	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
-	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt \
+	$(MAKE) --no-print-directory $(NEWEST_ARGS) \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
 	  SOLVED_DIR=build/solved-newest UNIT_MARKS="not lesson" placement unit-test notebook-test solutions-test
+
+# Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
+newest-install:
+	@if [ -n "$(NEWEST_PYTHON)" ]; then $(MAKE) --no-print-directory $(NEWEST_ARGS) dev-install gpu-compile; fi
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
 test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test site-test \
   hub-test wheelhouse-test
 
-test: test-pinned test-newest
+# The newest-JAX environment installs (mostly network and disk) while the pinned layers
+# run (mostly CPU); its log is build/newest-install.log, shown when it fails. It starts once
+# .venv is installed, so the two `pip install -e .` never write dpcourse.egg-info at once.
+test: $(VENV)/.installed
+	@mkdir -p build
+	@$(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1 & installing=$$!; \
+	$(MAKE) --no-print-directory test-pinned; pinned=$$?; \
+	wait $$installing; installed=$$?; \
+	if [ $$installed -ne 0 ]; then \
+	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
+	  tail -n 40 build/newest-install.log >&2; \
+	fi; \
+	[ $$pinned -eq 0 ] && [ $$installed -eq 0 ] && $(MAKE) --no-print-directory test-newest
 
 # JupyterLab with the course's settings (jupyter/, see docs/jupyterlab.md):
 # token authentication, 127.0.0.1 unless LAB_IP says otherwise (for example

@@ -4,35 +4,19 @@ A static scan keeps every import of them where its absence is handled; the
 matrix (marker ``lesson``) runs each lesson that reaches one of them with
 that one package made uninstalled in the kernel (``blocker/sitecustomize.py``
 on ``PYTHONPATH``), and checks the lesson passes and says what the package
-would add.
+would add. Most pairs ride on a global-mesh run of their lesson
+(test_global_mesh.py); the ones left run here.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-BLOCKER = Path(__file__).resolve().parent / "blocker"
-DISPLAY = sorted(
-    dep.split(">")[0].split("=")[0].strip()
-    for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["display"]
-)
-# What each package adds, as the lesson says it when the package is missing.
-SAYS = {"rich": "needs the rich package", "tqdm": "no progress bar", "ipywidgets": "ipywidgets cannot be imported"}
-# The course's ways to reach each display package; a lesson that uses none of them, nor the package, never needs it.
-REACHES = {
-    "rich": ("show.sharding", "visualize_array_sharding"),
-    "tqdm": ("show.progress", "bench.sweep"),
-    "ipywidgets": ("optional_widgets",),
-}
+from variants import BLOCKER, DISPLAY, MATRIX, MESH_KINDS, ROOT, plan, run
 
 
 def _handled(tree: ast.AST, node: ast.AST) -> bool:
@@ -67,39 +51,20 @@ def test_the_blocker_makes_a_package_look_uninstalled():
     assert out.stdout.split() == ["None", "True"] and "No module named 'rich'" in out.stderr
 
 
-def _code(path: Path) -> str:
-    """A lesson's code lines (its markdown and comments may name a package it never uses)."""
-    return "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+def test_every_pair_of_the_matrix_runs_once():
+    mesh_runs, alone = plan()
+    carried = [(v.missing, v.lesson) for v in [*mesh_runs, *alone] if v.missing]
+    assert sorted(carried) == sorted(MATRIX) and len(set(carried)) == len(carried)
+    assert {v.mesh for v in mesh_runs} == set(MESH_KINDS) and all(v.mesh is None for v in alone)
+    assert {"rich", "tqdm", "ipywidgets"} <= {package for package, _ in MATRIX}
 
 
-def lessons_reaching(package: str) -> list[str]:
-    return [
-        p.stem
-        for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-        if any(word in _code(p) for word in (*REACHES[package], f"import {package}", f"from {package}"))
-    ]
-
-
-MATRIX = [(package, lesson) for package in DISPLAY for lesson in lessons_reaching(package)]
+ALONE = plan()[1]
 
 
 @pytest.mark.slow
 @pytest.mark.lesson
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("package, lesson", MATRIX, ids=[f"{p}-missing-{n}" for p, n in MATRIX])
-def test_the_lesson_runs_without_the_package_and_says_what_it_would_add(package, lesson, tmp_path, monkeypatch):
-    import nbformat
-
-    from coursetools import runner
-
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", package)
-    path = tmp_path / f"{lesson}.ipynb"
-    path.write_text((ROOT / "notebooks" / f"{lesson}.ipynb").read_text())
-    out = tmp_path / "out"
-    out.mkdir()
-    run = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600)
-    assert run.status == "passed", run.error
-    executed = nbformat.read(out / path.name, as_version=4)
-    text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
-    assert SAYS[package] in text, f"{lesson} without {package} does not say what it would add"
+@pytest.mark.parametrize("variant", ALONE, ids=[v.id for v in ALONE])
+def test_the_lesson_runs_without_the_package_and_says_what_it_would_add(variant, tmp_path, monkeypatch):
+    run(variant, tmp_path, monkeypatch)

@@ -4,7 +4,6 @@ Each lesson writes the code it teaches in editable cells and checks them
 with ``check_against``; these tests take the cell source out of the lesson
 ``.py`` as committed, run it, and hold it to the package function, so the
 two cannot drift apart. A changed cell must be reported with what differs.
-Also: the one-device work of 04 and 05 runs with a mesh set globally.
 """
 
 from __future__ import annotations
@@ -16,14 +15,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import jupytext
-import nbformat
 import numpy as np
 import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from coursetools import runner
 from dpcourse import model, train
 from dpcourse.config import make_config
 from dpcourse.exercises.base import CORRECT, WRONG
@@ -148,32 +145,6 @@ def test_compare_trees_names_structure_shape_and_dtype():
     assert "shape" in compare_trees(ref, {"a": np.zeros(3, np.float32)}, "out", 1e-4)
     assert "dtype" in compare_trees(ref, {"a": np.zeros(2, np.float64)}, "out", 1e-4)
     assert compare_trees(ref, {"a": np.zeros(2, np.float32)}, "out", 1e-4) is None
-
-
-# A global mesh (notebook 03 says it may be set so) must not break the one-device baseline.
-MESH_ANCHOR = {
-    "04_sharding": 'mesh = Mesh(np.array(devs), ("data",))\n',
-    "05_shard_map": 'mesh = Mesh(np.array(devs), ("data",))  # Auto axes',
-}
-
-
-@pytest.mark.slow
-@pytest.mark.lesson
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("stem", sorted(MESH_ANCHOR))
-def test_lesson_runs_with_the_mesh_set_globally(stem, tmp_path):
-    source = (ROOT / "notebooks" / f"{stem}.py").read_text()
-    anchor = MESH_ANCHOR[stem]
-    assert source.count(anchor) == 1
-    line_end = source.index("\n", source.index(anchor) + len(anchor) - 1) + 1
-    source = source[:line_end] + "jax.set_mesh(mesh)  # injected by the test: the global form\n" + source[line_end:]
-    nb = jupytext.reads(source, fmt="py:percent")
-    path = tmp_path / f"{stem}.ipynb"
-    nbformat.write(nb, path)
-    out = tmp_path / "out"
-    out.mkdir()
-    run = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=300)
-    assert run.status == "passed", run.error
 
 
 def _names_in(node) -> set[str]:

@@ -62,23 +62,6 @@ def test_07_2_allreduce():
 
 @pytest.mark.slow
 @pytest.mark.lesson
-def test_07_runs_with_the_lessons_mesh_set_globally(tmp_path):
-    # Notebook 03 allows jax.set_mesh(mesh) without `with`; 07's one-device work must still run.
-    import nbformat
-
-    from coursetools import runner
-    from coursetools.solutions import NOTEBOOK_DIR
-
-    nb = nbformat.read(NOTEBOOK_DIR / "07_sweep.ipynb", as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if 'mesh = Mesh(np.array(devs), ("data",))' in c.source)
-    nb.cells.insert(at + 1, nbformat.v4.new_code_cell("jax.set_mesh(mesh)"))
-    path = tmp_path / "07_sweep.ipynb"
-    (tmp_path / "out").mkdir()
-    nbformat.write(nb, path)
-    run = runner.run_notebook(path, tmp_path / "out", tmp_path / "results.json", "smoke", 600)
-    assert run.status == "passed", run.error
-
-
 def test_07_1_the_lessons_own_fit_is_not_accepted_as_the_plateau():
     # The lesson fits all sizes; its plateau (1 / slope of that fit) is not the two-point answer.
     bent = [_point(32, 3.0), _point(64, 4.6), _point(128, 6.0)]  # not on one line, as a real sweep

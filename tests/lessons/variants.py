@@ -1,0 +1,146 @@
+"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both.
+
+Each whole-lesson run costs about half a minute, so one run carries both
+kinds of variant where it can: every (package, lesson) pair of the
+missing-package matrix is given to one of that lesson's global-mesh runs, and
+only the pairs left over (lessons before 04, which have no global-mesh run)
+run on their own. A failing run names its variant, so the cause is still one
+of at most two changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKER = Path(__file__).resolve().parent / "blocker"
+
+# --- a global mesh (notebook 03, section 4, allows `jax.set_mesh(mesh)` without `with`) ---
+MESH_LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 4]
+MESH_KINDS = ("Auto", "Explicit")
+MESH_LINE = re.compile(r"^(?P<indent> *)mesh = .*$", re.M)
+SET = {
+    "Auto": "{i}jax.set_mesh(mesh)  # global, as notebook 03 allows\n",
+    "Explicit": (
+        "{i}mesh = jax.sharding.Mesh(mesh.devices, mesh.axis_names, "
+        "axis_types=(jax.sharding.AxisType.Explicit,) * len(mesh.axis_names))\n"
+        "{i}jax.set_mesh(mesh)  # global, as notebook 03 allows\n"
+    ),
+}
+
+# Lesson 10 teaches the Auto-mesh forms (with_sharding_constraint), which JAX turns into asserts on an
+# Explicit mesh ("acts as an assert when all axes of mesh are of type Explicit", code cell 11): not
+# yet rewritten for a learner who rebuilt its mesh with Explicit axes. strict: it fails when fixed.
+OPEN = {
+    ("10_sharded", "Explicit"): "10's Auto-mesh forms fail on an Explicit global mesh (code cell 11)",
+    # Code cell 16 builds its Explicit mesh's arrays while the global Auto mesh is set: "context mesh
+    # ... Explicit ... should match the aval mesh ... Auto" for a scalar made under the global mesh.
+    # Its shard_map cell passes the lesson's own Auto mesh while the global mesh is Explicit.
+    ("06_pmap", "Explicit"): "06's shard_map cell meets an Explicit global mesh (code cell 17)",
+    # 11 trains lesson 10's FSDP form (with_sharding_constraint inside) in code cell 9, which an
+    # Explicit global mesh turns into an assert, as in 10: "P('data', None) did not match ... P(None, None)".
+    ("11_checkpoint", "Explicit"): "11's FSDP training fails on an Explicit global mesh (code cell 9)",
+    ("10_sharded", "Auto"): "10's Explicit-mesh cell meets arrays made under the global Auto mesh (code cell 16)",
+}
+
+
+def with_global_mesh(source: str, kind: str) -> str:
+    """``source`` (a lesson's py:percent text) with the mesh set globally after its first ``mesh = ...`` line."""
+    match = MESH_LINE.search(source)
+    assert match, "the lesson builds no `mesh = ...`"
+    inserted = SET[kind].format(i=match.group("indent"))
+    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+
+
+# --- one optional display or progress package missing (pyproject's `display` extra) ---
+DISPLAY = sorted(
+    dep.split(">")[0].split("=")[0].strip()
+    for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["display"]
+)
+# What each package adds, as the lesson says it when the package is missing.
+SAYS = {"rich": "needs the rich package", "tqdm": "no progress bar", "ipywidgets": "ipywidgets cannot be imported"}
+# The course's ways to reach each display package; a lesson that uses none of them, nor the package, never needs it.
+REACHES = {
+    "rich": ("show.sharding", "visualize_array_sharding"),
+    "tqdm": ("show.progress", "bench.sweep"),
+    "ipywidgets": ("optional_widgets",),
+}
+
+
+def _code(path: Path) -> str:
+    """A lesson's code lines (its markdown and comments may name a package it never uses)."""
+    return "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+
+
+def lessons_reaching(package: str) -> list[str]:
+    return [
+        p.stem
+        for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+        if any(word in _code(p) for word in (*REACHES[package], f"import {package}", f"from {package}"))
+    ]
+
+
+MATRIX = [(package, lesson) for package in DISPLAY for lesson in lessons_reaching(package)]
+
+
+# --- the runs ---
+class Variant(NamedTuple):
+    lesson: str
+    mesh: str | None  # "Auto", "Explicit" or None (the lesson's own code)
+    missing: str | None  # a package of DISPLAY made uninstalled in the kernel, or None
+
+    @property
+    def id(self) -> str:
+        parts = [self.lesson, *([self.mesh] if self.mesh else []), *([f"no-{self.missing}"] if self.missing else [])]
+        return "-".join(parts)
+
+
+def plan() -> tuple[list[Variant], list[Variant]]:
+    """(the global-mesh runs, each carrying a missing package where one is free; the missing-package runs left over)."""
+    mesh_runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in MESH_KINDS}
+    alone = []
+    for package, lesson in MATRIX:
+        free = [k for k in MESH_KINDS if (lesson, k) in mesh_runs and mesh_runs[lesson, k] is None]
+        free = [k for k in free if (lesson, k) not in OPEN]
+        if free:
+            mesh_runs[lesson, free[0]] = package
+        else:
+            alone.append(Variant(lesson, None, package))
+    return [Variant(lesson, kind, package) for (lesson, kind), package in mesh_runs.items()], alone
+
+
+def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
+    """Run the variant of its lesson (smoke profile) and return its code cells' outputs as JSON text.
+
+    Raises AssertionError naming the failed code cell and the error, or the
+    missing package's sentence when the lesson does not say what it would add.
+    """
+    import jupytext
+    import nbformat
+
+    from coursetools import runner
+
+    source = (ROOT / "notebooks" / f"{variant.lesson}.py").read_text()
+    if variant.mesh:
+        source = with_global_mesh(source, variant.mesh)
+    if variant.missing:
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
+        monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", variant.missing)
+    path = tmp_path / f"{variant.lesson}.ipynb"
+    nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600)
+    assert done.status == "passed", f"{variant.id}: code cell {done.error_code_cell}: {done.error}"
+    executed = nbformat.read(out / path.name, as_version=4)
+    text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
+    if variant.missing:
+        assert SAYS[variant.missing] in text, (
+            f"{variant.lesson} without {variant.missing} does not say what it would add"
+        )
+    return text
