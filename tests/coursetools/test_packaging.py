@@ -81,13 +81,24 @@ def test_the_import_scan_sees_the_notebooks_imports():
 
 
 def pins(name: str) -> dict[str, str]:
+    """Each pin of a requirements file: the distribution's name (with `; marker` where it has one) to its version."""
     result = {}
     for line in (ROOT / name).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith("-"):
-            dist, version = line.split("==")
-            result[normalise(dist)] = version
+            requirement, _, marker = line.partition(";")
+            dist, version = requirement.strip().split("==")
+            result[normalise(dist) + (f"; {marker.strip()}" if marker else "")] = version
     return result
+
+
+def test_a_pin_for_one_platform_has_a_pin_for_the_others():
+    for name in ("requirements.txt", "requirements-newest.txt"):
+        orbax = {key: version for key, version in pins(name).items() if key.startswith("orbax-checkpoint")}
+        assert orbax == {
+            'orbax-checkpoint; sys_platform != "win32"': "0.12.8",
+            'orbax-checkpoint; sys_platform == "win32"': "0.11.32",
+        }, name
 
 
 def test_the_newest_jax_list_changes_only_jax_jaxlib_and_optax():
