@@ -164,3 +164,26 @@ def test_orbax_s_own_log_of_a_failed_save_is_held_back_and_the_level_given_back(
     with checkpoint.quiet_orbax_log():
         assert not logger.isEnabledFor(logging.ERROR)
     assert logger.level == before
+
+
+@pytest.mark.parametrize("kind", ["Auto", "Explicit"])
+@pytest.mark.parametrize("scope", ["with", "global"])
+def test_a_restore_under_an_active_set_mesh_gives_the_target_shardings(tmp_path, cfg, cpu_devices, kind, scope):
+    # Notebook 03 allows jax.set_mesh(mesh) globally or in a `with`; the restore must not take the
+    # mesh in context for its own, nor trip over it (reported as google/orbax#3164).
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    axis_type = getattr(jax.sharding.AxisType, kind)
+    mesh4 = Mesh(np.array(cpu_devices[:4]), ("data",), axis_types=(axis_type,))
+    shardings = checkpoint.state_shardings(state, mesh4, "fsdp")
+    if scope == "global":
+        setter = jax.set_mesh(mesh4)  # set now, as a learner's global call; its exit puts the old one back
+        try:
+            with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+                step, got = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
+        finally:
+            setter.__exit__(None, None, None)
+    else:
+        with jax.set_mesh(mesh4), checkpoint.open_manager(tmp_path / "ckpt") as manager:
+            step, got = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
+    assert step == 3 and train.max_abs_diff(state, got) == 0.0
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, s: a.sharding == s, got, shardings)))
