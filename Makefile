@@ -110,7 +110,7 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices). UNIT_MARKS selects
-# (test-newest leaves out the tests that execute whole lessons, which its notebook layers run).
+# (UNIT_MARKS="not lesson" leaves out the tests that execute whole lessons under a variant).
 UNIT_MARKS ?=
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
 	$(PY) -m pytest tests $(XDIST) --dist loadfile $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
@@ -192,9 +192,9 @@ site-test: $(VENV)/.dev-installed
 	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
-# Python 3.12, in .venv-newest: placement, the package suite but for the tests that
-# run whole lessons under a variant (marker `lesson`), 01, and the lessons with their
-# solutions (which run every cell of 02-10 too), smoke profile.
+# Python 3.12, in .venv-newest: placement, the package suite with the whole-lesson variants
+# (a global mesh, a missing display package), 01, and the lessons with their solutions
+# (which run every cell of 02-11 too), smoke profile.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_VENV ?= .venv-newest
@@ -212,9 +212,9 @@ test-newest:
 	  echo "test-newest: SKIPPED: $$msg"; exit 0; \
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
-	$(MAKE) --no-print-directory $(NEWEST_ARGS) \
+	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
-	  SOLVED_DIR=build/solved-newest UNIT_MARKS="not lesson" placement unit-test notebook-test solutions-test
+	  SOLVED_DIR=build/solved-newest placement unit-test notebook-test solutions-test
 
 # Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
 newest-install:
@@ -222,22 +222,46 @@ newest-install:
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
-test-pinned: lint workflow-lint placement unit-test notebook-test solutions-test infra-test browser-test site-test \
-  hub-test wheelhouse-test
+# PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs
+# one process at a time (a browser, a hub, pip), so `make test` runs it beside test-newest.
+PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
+PINNED_SIDE = infra-test browser-test site-test hub-test wheelhouse-test
+test-pinned:
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_CORE) $(PINNED_SIDE)
+
+# make test's layers compile the same programs again and again (a lesson in the unit layer's
+# variants, in notebook-test, solutions-test, the browser and the site), so each environment
+# shares one JAX persistent compilation cache under build/jax-cache/ for the whole run: every
+# compile is stored (no minimum time), and a size limit turns on the cache's file lock
+# (filelock, requirements-dev.txt), so two processes never read an entry half written.
+# test-pinned and test-newest use it too; a layer run alone (make unit-test) does not.
+# A lesson run so labels its compile times "persistent cache on" (dpcourse.bench).
+TEST_CACHE_DIR ?= $(CURDIR)/build/jax-cache
+test_cache_env = JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000 \
+  JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE_DIR)/$(1)
 
 # The newest-JAX environment installs (mostly network and disk) while the pinned layers
 # run (mostly CPU); its log is build/newest-install.log, shown when it fails. It starts once
 # .venv is installed, so the two `pip install -e .` never write dpcourse.egg-info at once.
+# Then test-newest (two workers) runs beside PINNED_SIDE (one process), which fills the
+# second core; its output goes to build/test-newest.log and is printed after PINNED_SIDE's.
 test: $(VENV)/.installed
 	@mkdir -p build
 	@$(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1 & installing=$$!; \
-	$(MAKE) --no-print-directory test-pinned; pinned=$$?; \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_CORE); core=$$?; \
 	wait $$installing; installed=$$?; \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
 	  tail -n 40 build/newest-install.log >&2; \
 	fi; \
-	[ $$pinned -eq 0 ] && [ $$installed -eq 0 ] && $(MAKE) --no-print-directory test-newest
+	[ $$core -eq 0 ] && [ $$installed -eq 0 ] || exit 1; \
+	$(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_SIDE); side=$$?; \
+	wait $$newest; newest_rc=$$?; \
+	echo "==== test-newest (build/test-newest.log) ===="; cat build/test-newest.log; \
+	[ $$side -eq 0 ] || echo "test: FAILED in the pinned layers $(PINNED_SIDE) (above)" >&2; \
+	[ $$newest_rc -eq 0 ] || echo "test: FAILED in test-newest (build/test-newest.log)" >&2; \
+	[ $$side -eq 0 ] && [ $$newest_rc -eq 0 ]
 
 # JupyterLab with the course's settings (jupyter/, see docs/jupyterlab.md):
 # token authentication, 127.0.0.1 unless LAB_IP says otherwise (for example

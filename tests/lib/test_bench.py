@@ -129,7 +129,16 @@ def fresh_program(k: float):
 ARGS = (jnp.float32(0.0), jnp.int32(0), jnp.ones(8), jnp.zeros(8, jnp.int32))
 
 
-def test_first_compile_in_the_process_is_cold_and_a_recompile_is_warm():
+@pytest.fixture
+def no_persistent_cache():
+    """No persistent compilation cache, whatever the environment set (make test shares one)."""
+    saved = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    yield
+    jax.config.update("jax_compilation_cache_dir", saved)
+
+
+def test_first_compile_in_the_process_is_cold_and_a_recompile_is_warm(no_persistent_cache):
     step = fresh_program(1.2345)
     _, _, first = compile_step(step, *ARGS)
     _, _, second = compile_step(step, *ARGS)
@@ -153,7 +162,7 @@ def test_another_shape_of_a_compiled_function_is_not_called_cold():
     assert compile_step(step, *longer)[2] == "warm"
 
 
-def test_with_a_persistent_cache_a_first_compile_is_not_called_cold(tmp_path):
+def test_with_a_persistent_cache_a_first_compile_is_not_called_cold(tmp_path, no_persistent_cache):
     saved = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     try:
