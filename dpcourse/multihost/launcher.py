@@ -162,6 +162,13 @@ def worker_env(
 
 _GLOO_NOTICE = re.compile(r"is connected to \d+ peer ranks")
 _GLOO_FRAGMENT = re.compile(r"\s*\[Gloo\] Rank\s*$")
+# The whole notice, with a line break allowed between any two of its words (where the
+# interleaving split it): "[Gloo] Rank 0 is connected to 7 peer ranks. Expected number of
+# connected peer ranks is : 7".
+_GLOO_WHOLE = re.compile(
+    r"\[Gloo\]\s*Rank\s*\d+\s*is\s*connected\s*to\s*\d+\s*peer\s*ranks\.?"
+    r"(\s*Expected\s*number\s*of\s*connected\s*peer\s*ranks\s*is\s*:\s*\d+)?"
+)
 
 
 def output_tail(text: str, lines: int = 15) -> str:
@@ -173,8 +180,8 @@ def output_tail(text: str, lines: int = 15) -> str:
     lines (``... [Gloo] Rank`` then ``4 is connected to 7 peer ranks ...``).
     """
     kept = []
-    for line in text.splitlines():
-        line = _GLOO_FRAGMENT.sub("", line)
+    for line in _GLOO_WHOLE.sub("", text).splitlines():
+        line = _GLOO_FRAGMENT.sub("", line).rstrip()
         if line.strip() and not _STACK_LINE.match(line) and not _GLOO_NOTICE.search(line):
             kept.append(line)
     return "\n".join(kept[-lines:])
