@@ -470,19 +470,24 @@ else:
 #
 # **On GKE.** `deploy/multihost.yaml` (notebook 08) runs this worker as an
 # Indexed Job, one pod per GPU node, and fails the run when one pod fails
-# (`backoffLimit: 0`). A Job that survives a Spot preemption needs three
-# more things:
+# (`backoffLimit: 0`). `deploy/multihost-checkpoint.yaml` runs the same
+# worker so that it survives a Spot preemption, with three more things:
 #
-# - a **shared folder**: a `ReadWriteMany` volume (Filestore, through
-#   GKE's Filestore CSI driver) mounted in every pod, or a Cloud Storage
-#   bucket (through its CSI driver), passed as `--checkpoint-dir`;
+# - a **shared folder**: a `ReadWriteMany` Filestore share (GKE's Filestore
+#   CSI driver, which `terraform/` enables) mounted in every pod at
+#   `/checkpoints` and passed as `--checkpoint-dir /checkpoints/run`, with
+#   `--save-every 100` and a fixed `--global-batch`;
 # - a **restart that resumes**: `restartPolicy: Never` with a
-#   `podFailurePolicy` that does not count a pod evicted by a preemption
-#   (the `DisruptionTarget` condition) against `backoffLimit`; every
-#   process of the job starts again (a JAX process cannot rejoin the
-#   others' run), and each resumes from the latest complete step;
-# - a grace period under Spot's 30 s notice, so a save in flight is either
-#   committed or left as a temporary folder, never half a step.
+#   `podFailurePolicy` that does not count a pod ended by a preemption
+#   (the `DisruptionTarget` condition) against `backoffLimit`; the other
+#   processes cannot go on without it (a JAX process cannot rejoin the
+#   others' run) and end within JAX's heartbeat timeout, the Job replaces
+#   every pod, and each process resumes from the latest complete step;
+# - a grace period (15 s) within the part of Spot's 30 s notice that GKE
+#   gives pods: a save in flight is left as a temporary folder that is
+#   never restored, never half a step.
+#
+# docs/multihost.md ("Checkpoints and Spot preemption") has the commands.
 #
 # ## 7. What a checkpoint costs
 #

@@ -21,11 +21,14 @@ locals {
   # APIs this module needs. compute and container create the network and the
   # cluster; iam makes the node service account; cloudresourcemanager reads
   # and writes the project IAM policy; logging and monitoring receive what
-  # the node service account writes.
+  # the node service account writes; file (Filestore) is what the cluster's
+  # Filestore CSI driver calls to create the checkpoint share of
+  # deploy/multihost-checkpoint.yaml.
   required_apis = [
     "cloudresourcemanager.googleapis.com",
     "compute.googleapis.com",
     "container.googleapis.com",
+    "file.googleapis.com",
     "iam.googleapis.com",
     "logging.googleapis.com",
     "monitoring.googleapis.com",

@@ -109,6 +109,17 @@ resource "google_container_cluster" "course" {
     workload_pool = "${var.project_id}.svc.id.goog"
   }
 
+  # GKE's Filestore CSI driver: ReadWriteMany volumes backed by Filestore
+  # instances, the shared checkpoint folder of deploy/multihost-checkpoint.yaml
+  # (every pod of a multi-host run writes its shards there). Enabling it on
+  # an existing cluster updates the cluster in place; an instance exists,
+  # and bills, only while a claim for one does.
+  addons_config {
+    gcp_filestore_csi_driver_config {
+      enabled = true
+    }
+  }
+
   release_channel {
     channel = var.release_channel
   }

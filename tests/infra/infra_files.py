@@ -14,7 +14,7 @@ from hcl2.utils import SerializationOptions
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM_DIR = ROOT / "terraform"
 DEPLOY_DIR = ROOT / "deploy"
-MANIFESTS = ("jupyter.yaml", "notebook-tests.yaml", "multihost.yaml")
+MANIFESTS = ("jupyter.yaml", "notebook-tests.yaml", "multihost.yaml", "multihost-checkpoint.yaml")
 
 # Strip the quotes from strings and leave comments out: values then read as
 # Terraform writes them ("g2-standard-24", "${var.zone}").

@@ -1,19 +1,31 @@
-"""Static checks of deploy/multihost.yaml: valid, secure, and consistent with terraform, the pins and the package.
+"""Static checks of the multi-host Jobs: deploy/multihost.yaml (notebook 08) and deploy/multihost-checkpoint.yaml (notebook 11).
 
 A multi-host Job fails in ways that only show after minutes of installing
 on expensive nodes: a pod that asks for more GPUs than a node has stays
 Pending, a process count that differs from the number of pods makes the
 coordinator wait for a process that never comes, a DNS name that does not
 match the Service leaves every process unable to reach the coordinator, an
-environment variable the package does not read is silently ignored. Each of
-these is checked here, offline, and the checks are run on broken copies too.
+environment variable the package does not read is silently ignored, a flag
+the worker does not know ends every process at once. Each of these is
+checked here for both Jobs, offline, and the checks are run on broken
+copies too.
+
+The checkpointing Job adds its own ways to fail: a share that not every pod
+can write (not ReadWriteMany, or created in a VPC network the nodes are not
+in), a checkpoint folder that is not on the share, a Spot preemption counted
+as a failure, a grace period that outlasts Spot's notice. Those are checked
+in the second half, with the parts of its script that decide the Job's fate
+run for real.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +33,26 @@ from pathlib import Path
 import pytest
 from hcl_eval import Evaluator, parse_tfvars, validation_failures, variable_values
 from infra_consistency import consistency_errors, containers, env_value
-from infra_files import DEPLOY_DIR, ROOT, TERRAFORM_DIR, load_manifest
+from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR, load_manifest
 from test_infra_checkov import MIN_REASON_CHARS, checkov_binary
 from test_infra_manifests import KUBERNETES_VERSIONS, NVIDIA_LIB, YAMLLINT_CONFIG
 
-MANIFEST = DEPLOY_DIR / "multihost.yaml"
+MULTIHOST_MANIFESTS = ("multihost.yaml", "multihost-checkpoint.yaml")
+CHECKPOINT_MANIFEST = DEPLOY_DIR / "multihost-checkpoint.yaml"
 PACKAGE_MODULE = ROOT / "dpcourse" / "multihost" / "distributed.py"
+WORKER_MODULE = "dpcourse.multihost.worker"
 PROJECT = {"project_id": "dp-course-workshop"}
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+FILESTORE_PROVISIONER = "filestore.csi.storage.gke.io"
+# Basic HDD's smallest instance on GKE 1.33 and later, every version
+# KUBERNETES_VERSIONS covers (https://cloud.google.com/filestore/docs/csi-driver).
+BASIC_HDD_MIN_BYTES = 100 * 2**30
+# GKE's graceful node shutdown gives non-system pods the first 15 s of a Spot
+# VM's 30 s notice (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms).
+SPOT_NOTICE_S, NON_SYSTEM_POD_SHARE_S = 30, 15
+# What the checkpointing Job's script exits with when the ConfigMap names a
+# commit that cannot run it (sysexits.h EX_CONFIG); its FailJob rule matches it.
+MISCONFIGURED_EXIT = 78
 
 
 def applied_values(module) -> dict:
@@ -57,6 +81,22 @@ def package_constants() -> dict[str, object]:
     return found
 
 
+def module_source(module: str) -> Path:
+    """The file of a course module named as ``python -m`` would take it."""
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def worker_flags(module: str = WORKER_MODULE) -> set[str]:
+    """Every ``--flag`` the module's argument parsers declare, read from its source (no JAX needed)."""
+    flags = set()
+    for node in ast.walk(ast.parse(module_source(module).read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
+                    flags.add(arg.value)
+    return flags
+
+
 def by_kind(docs: list[dict]) -> dict[str, dict]:
     kinds = [d["kind"] for d in docs]
     assert len(kinds) == len(set(kinds)), f"one object of each kind expected, got {kinds}"
@@ -70,6 +110,41 @@ def worker(job: dict) -> dict:
 
 def env_entry(container: dict, name: str) -> dict | None:
     return next((e for e in container.get("env", []) if e["name"] == name), None)
+
+
+def worker_command(container: dict) -> tuple[str, dict[str, str]]:
+    """The module the script finally runs and its flags, ``$VARIABLES`` replaced by the container's values.
+
+    Raises:
+        AssertionError: the script has no single ``exec python -m`` line, or a
+            flag's variable is not set in the container.
+    """
+    lines = container["command"][-1].splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.strip().startswith("exec python -m ")]
+    command = ""
+    for line in lines[start:]:
+        command += line.strip().removesuffix("\\")
+        if not line.rstrip().endswith("\\"):
+            break
+    words = shlex.split(command)
+    assert words[:3] == ["exec", "python", "-m"], words
+    module, rest = words[3], words[4:]
+    flags = {}
+    for flag, value in zip(rest[::2], rest[1::2]):
+        if value.startswith("$"):
+            resolved = env_value(container, value[1:])
+            assert resolved is not None, f"{flag} {value}: the container does not set {value[1:]}"
+            value = resolved
+        flags[flag] = value
+    assert len(rest) == 2 * len(flags), f"every flag of {module} here takes a value: {rest}"
+    return module, flags
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes storage quantity with a binary suffix (``100Gi``, ``1Ti``) in bytes."""
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|Pi)", quantity)
+    assert match, f"write the size with a binary suffix (Gi, Ti), got {quantity!r}"
+    return int(match.group(1)) * 1024 ** ("KMGTP".index(match.group(2)[0]) + 1)
 
 
 def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
@@ -129,9 +204,14 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
     return errors
 
 
+@pytest.fixture(scope="module", params=MULTIHOST_MANIFESTS)
+def manifest(request) -> Path:
+    return DEPLOY_DIR / request.param
+
+
 @pytest.fixture(scope="module")
-def docs() -> list[dict]:
-    return load_manifest(MANIFEST)
+def docs(manifest) -> list[dict]:
+    return load_manifest(manifest)
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +224,14 @@ def job(objects) -> dict:
     return objects["Job"]
 
 
-def test_kubernetes_validate_strict():
+def test_both_jobs_are_in_the_manifests_every_infra_check_covers():
+    assert set(MULTIHOST_MANIFESTS) <= set(MANIFESTS)
+
+
+def test_kubernetes_validate_strict(manifest):
     versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
     result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, str(MANIFEST)],
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, str(manifest)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -155,9 +239,9 @@ def test_kubernetes_validate_strict():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_yamllint():
+def test_yamllint(manifest):
     result = subprocess.run(
-        [sys.executable, "-m", "yamllint", "--strict", "-c", str(YAMLLINT_CONFIG), str(MANIFEST)],
+        [sys.executable, "-m", "yamllint", "--strict", "-c", str(YAMLLINT_CONFIG), str(manifest)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -165,12 +249,12 @@ def test_yamllint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_checkov_finds_nothing_but_the_reasoned_skips(docs):
+def test_checkov_finds_nothing_but_the_reasoned_skips(manifest, docs):
     result = subprocess.run(
         [
             str(checkov_binary()),
             "--file",
-            str(MANIFEST),
+            str(manifest),
             "--framework",
             "kubernetes",
             "--skip-download",
@@ -200,26 +284,42 @@ def test_checkov_finds_nothing_but_the_reasoned_skips(docs):
     assert reported == set(declared), f"undeclared skips {reported - set(declared)}; unused {set(declared) - reported}"
 
 
-def test_holds_a_headless_service_a_network_policy_and_an_indexed_job(objects):
-    assert set(objects) == {"Service", "NetworkPolicy", "Job"}
-    assert {o["metadata"]["name"] for o in objects.values()} == {"jax-multihost"}
+def test_holds_a_headless_service_a_network_policy_and_an_indexed_job_under_one_name(objects, job):
+    assert {"Service", "NetworkPolicy", "Job"} <= set(objects)
+    # The checkpointing Job adds its share: a StorageClass and the claim.
+    assert set(objects) - {"Service", "NetworkPolicy", "Job"} <= {"StorageClass", "PersistentVolumeClaim"}
+    assert {o["metadata"]["name"] for o in objects.values()} == {job["metadata"]["name"]}
 
 
-def test_agrees_with_terraform_and_the_jax_pin(docs, tf_module, pins):
+def test_the_two_jobs_can_run_side_by_side():
+    """Their own names, labels and coordinator: applying one never changes or selects the other's objects."""
+    names, labels, coordinators = {}, {}, {}
+    for name in MULTIHOST_MANIFESTS:
+        objects = by_kind(load_manifest(DEPLOY_DIR / name))
+        names[name] = {(kind, o["metadata"]["name"]) for kind, o in objects.items()}
+        labels[name] = objects["Job"]["spec"]["template"]["metadata"]["labels"]["app"]
+        coordinators[name] = env_value(worker(objects["Job"]), "DPCOURSE_COORDINATOR")
+    first, second = MULTIHOST_MANIFESTS
+    assert not names[first] & names[second]
+    assert labels[first] != labels[second]
+    assert coordinators[first] != coordinators[second]
+
+
+def test_agrees_with_terraform_and_the_jax_pin(manifest, docs, tf_module, pins):
     """GPUs per pod = terraform's gpu_count, the L4 node selector, JAX_VERSION = requirements.txt."""
     values = applied_values(tf_module)
-    assert consistency_errors({"multihost.yaml": docs}, values["gpu_count"], values["gpu_type"], pins["jax"]) == []
+    assert consistency_errors({manifest.name: docs}, values["gpu_count"], values["gpu_type"], pins["jax"]) == []
 
 
 def test_process_count_service_and_package_agree(docs):
     assert multihost_errors(docs, package_constants()) == []
 
 
-def test_terraform_accepts_one_node_per_process(job, tf_module):
+def test_terraform_accepts_one_node_per_process(manifest, job, tf_module):
     n = job["spec"]["completions"]
     assert n >= 2, "a multi-host Job needs at least 2 processes"
     assert validation_failures(tf_module, {**PROJECT, "gpu_node_count": n}) == {}
-    header = MANIFEST.read_text().split("---", 1)[0]
+    header = manifest.read_text().split("---", 1)[0]
     assert f"gpu_node_count={n}" in header, "the header must say how many GPU nodes to ask terraform for"
 
 
@@ -230,8 +330,10 @@ def test_one_pod_per_node(job):
     assert term["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
 
 
-def test_fails_once_and_never_restarts_a_process(job):
+def test_lesson_8_job_fails_once_and_never_restarts_a_process():
+    job = by_kind(load_manifest(DEPLOY_DIR / "multihost.yaml"))["Job"]
     assert job["spec"]["backoffLimit"] == 0
+    assert "podFailurePolicy" not in job["spec"]
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
@@ -274,6 +376,7 @@ def test_gpu_pod_has_shm_driver_path_and_the_single_node_security(job, objects):
 def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     container = worker(job)
     script = container["command"][-1]
+    assert script.startswith("set -eu\n"), "every failing step must fail the pod"
     assert '"jax[cuda12]==$JAX_VERSION" -r requirements.txt' in script
     assert "--no-deps -e ." in script
     assert re.search(r"exec python -m dpcourse\.multihost\.worker\b", script)
@@ -290,48 +393,76 @@ def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     assert env_value(container, "DPCOURSE_DATA") in ("real", "synthetic")
 
 
+def test_worker_module_and_every_flag_it_is_given_exist(job):
+    """An unknown flag ends every process after the 5-minute install (argparse exits with status 2)."""
+    module, flags = worker_command(worker(job))
+    assert module == WORKER_MODULE
+    assert module_source(module).is_file(), f"python -m {module}: no {module_source(module)}"
+    declared = worker_flags(module)
+    assert "--checkpoint-dir" in declared, "worker_flags() reads the parser: it must find the flags it declares"
+    assert set(flags) <= declared, f"{module} has no {sorted(set(flags) - declared)}"
+    assert int(flags["--steps"]) >= 1
+
+
+def test_worker_help_lists_every_flag_the_jobs_pass():
+    """The same, through the worker's own parser (needs JAX, which the worker imports)."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("JAX is not installed in this environment (make dev-install installs it); --help imports it")
+    result = subprocess.run(
+        [sys.executable, "-m", WORKER_MODULE, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    for name in MULTIHOST_MANIFESTS:
+        _, flags = worker_command(worker(by_kind(load_manifest(DEPLOY_DIR / name))["Job"]))
+        for flag in flags:
+            assert flag in result.stdout, f"{name}: python -m {WORKER_MODULE} --help does not list {flag}"
+
+
 # -- broken copies: each mistake is reported --------------------------------
 
 
-def _broken(tmp_path: Path, old: str, new: str) -> list[dict]:
-    text = MANIFEST.read_text()
-    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in multihost.yaml: update this test"
-    path = tmp_path / "multihost.yaml"
+def _broken(tmp_path: Path, manifest: Path, old: str, new: str) -> list[dict]:
+    text = manifest.read_text()
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {manifest.name}: update this test"
+    path = tmp_path / manifest.name
     path.write_text(text.replace(old, new))
     return load_manifest(path)
 
 
-@pytest.mark.parametrize(
-    "old, new, fragment",
-    [
-        ("  completions: 2\n", "  completions: 3\n", "must be equal"),
-        ("  parallelism: 2\n", "  parallelism: 1\n", "must be equal"),
-        ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0:8476", "pod 0 is reachable as"),
-        ("value: jax-multihost-0.jax-multihost:8476", "value: jax-multihost-0.jax-multihost:1234", "port '1234'"),
-        ("      subdomain: jax-multihost\n", "", "subdomain"),
-        ("  clusterIP: None\n", "", "headless"),
-        ("job-completion-index", "job-index", "completion index"),
-        ("  completionMode: Indexed\n", "", "must be Indexed"),
-        ('value: "900"', 'value: "7200"', "below activeDeadlineSeconds"),
-        ("name: DPCOURSE_NUM_PROCESSES", "name: NUM_PROCESSES", "does not set DPCOURSE_NUM_PROCESSES"),
-    ],
-)
-def test_each_inconsistency_is_caught(tmp_path, old, new, fragment):
-    errors = multihost_errors(_broken(tmp_path, old, new), package_constants())
+# {name}: the Job's name; {past_deadline}: a wait longer than its activeDeadlineSeconds.
+INCONSISTENCIES = [
+    ("  completions: 2\n", "  completions: 3\n", "must be equal"),
+    ("  parallelism: 2\n", "  parallelism: 1\n", "must be equal"),
+    ("value: {name}-0.{name}:8476", "value: {name}-0:8476", "pod 0 is reachable as"),
+    ("value: {name}-0.{name}:8476", "value: {name}-0.{name}:1234", "port '1234'"),
+    ("      subdomain: {name}\n", "", "subdomain"),
+    ("  clusterIP: None\n", "", "headless"),
+    ("job-completion-index", "job-index", "completion index"),
+    ("  completionMode: Indexed\n", "", "must be Indexed"),
+    ('value: "900"', 'value: "{past_deadline}"', "below activeDeadlineSeconds"),
+    ("name: DPCOURSE_NUM_PROCESSES", "name: NUM_PROCESSES", "does not set DPCOURSE_NUM_PROCESSES"),
+]
+
+
+@pytest.mark.parametrize("old, new, fragment", INCONSISTENCIES)
+def test_each_inconsistency_is_caught(tmp_path, manifest, job, old, new, fragment):
+    names = {"name": job["metadata"]["name"], "past_deadline": job["spec"]["activeDeadlineSeconds"] + 1}
+    broken = _broken(tmp_path, manifest, old.format(**names), new.format(**names))
+    errors = multihost_errors(broken, package_constants())
     assert any(fragment in e for e in errors), errors
 
 
-def test_four_gpus_against_the_two_gpu_pool_is_caught(tmp_path, tf_module, pins):
+def test_four_gpus_against_the_two_gpu_pool_is_caught(tmp_path, manifest, tf_module, pins):
     values = variable_values(tf_module, PROJECT)
-    broken = _broken(tmp_path, "nvidia.com/gpu: 2", "nvidia.com/gpu: 4")
-    errors = consistency_errors({"multihost.yaml": broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
+    broken = _broken(tmp_path, manifest, "nvidia.com/gpu: 2", "nvidia.com/gpu: 4")
+    errors = consistency_errors({manifest.name: broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
     assert any("nvidia.com/gpu: 4" in e and "Pending" in e for e in errors), errors
 
 
-def test_jax_version_drift_is_caught(tmp_path, tf_module, pins):
+def test_jax_version_drift_is_caught(tmp_path, manifest, tf_module, pins):
     values = variable_values(tf_module, PROJECT)
-    broken = _broken(tmp_path, f'value: "{pins["jax"]}"', 'value: "0.9.2"')
-    errors = consistency_errors({"multihost.yaml": broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
+    broken = _broken(tmp_path, manifest, f'value: "{pins["jax"]}"', 'value: "0.9.2"')
+    errors = consistency_errors({manifest.name: broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
     assert any("0.9.2" in e for e in errors), errors
 
 
@@ -339,3 +470,208 @@ def test_package_constants_are_read():
     constants = package_constants()
     assert constants["COORDINATOR_ENV"] == "DPCOURSE_COORDINATOR"
     assert constants["PROCESS_ID_ENV"] == "DPCOURSE_PROCESS_ID"
+
+
+def test_an_unknown_flag_is_caught(tmp_path):
+    broken = _broken(tmp_path, CHECKPOINT_MANIFEST, '--save-every "$SAVE_EVERY"', '--save-every-n "$SAVE_EVERY"')
+    _, flags = worker_command(worker(by_kind(broken)["Job"]))
+    assert "--save-every-n" in set(flags) - worker_flags()
+
+
+# -- the checkpointing Job (notebook 11) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ckpt() -> dict[str, dict]:
+    return by_kind(load_manifest(CHECKPOINT_MANIFEST))
+
+
+@pytest.fixture(scope="module")
+def ckpt_job(ckpt) -> dict:
+    return ckpt["Job"]
+
+
+def test_share_is_one_read_write_many_filestore_claim_of_at_least_the_basic_hdd_minimum(ckpt):
+    claim, storage_class = ckpt["PersistentVolumeClaim"]["spec"], ckpt["StorageClass"]
+    assert claim["accessModes"] == ["ReadWriteMany"], "every process writes its shards into the same folder"
+    assert claim["storageClassName"] == storage_class["metadata"]["name"]
+    assert storage_class["provisioner"] == FILESTORE_PROVISIONER
+    # "standard" is Basic HDD, the tier of GKE's standard-rwx class.
+    assert storage_class["parameters"]["tier"] in ("standard", "basic_hdd")
+    assert storage_class.get("reclaimPolicy", "Delete") == "Delete", "deleting the claim must delete the instance"
+    assert quantity_bytes(claim["resources"]["requests"]["storage"]) >= BASIC_HDD_MIN_BYTES
+
+
+def test_filestore_instance_is_made_in_the_clusters_network(ckpt, tf, tf_module):
+    """Without `network`, the driver uses the VPC "default", which the course's nodes are not in."""
+    network = _resource(tf, "google_compute_network", "vpc")["name"]
+    assert network == "${var.cluster_name}-net"
+    expected = f"{applied_values(tf_module)['cluster_name']}-net"
+    assert ckpt["StorageClass"]["parameters"].get("network") == expected
+
+
+def test_share_is_mounted_in_the_worker_and_is_the_checkpoint_dir(ckpt, ckpt_job):
+    spec = ckpt_job["spec"]["template"]["spec"]
+    claim = ckpt["PersistentVolumeClaim"]["metadata"]["name"]
+    (volume,) = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"] == {"claimName": claim}
+    container = worker(ckpt_job)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert not mount.get("readOnly", False)
+    _, flags = worker_command(container)
+    directory = flags["--checkpoint-dir"]
+    assert directory == mount["mountPath"] or directory.startswith(mount["mountPath"].rstrip("/") + "/"), (
+        f"--checkpoint-dir {directory} is not on the share mounted at {mount['mountPath']}"
+    )
+    # Writable for the pods' uid: the driver applies fsGroup to Filestore volumes.
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsUser"]
+
+
+def test_saves_several_times_and_resumes_with_the_same_global_batch(ckpt_job, tf_module):
+    container = worker(ckpt_job)
+    _, flags = worker_command(container)
+    steps, save_every = int(flags["--steps"]), int(flags["--save-every"])
+    assert save_every > 0 and steps // save_every >= 2, "a preemption should find at least one saved step"
+    # The checkpoint refuses another global batch; a fixed one lets the run resume on another process count.
+    devices = ckpt_job["spec"]["completions"] * applied_values(tf_module)["gpu_count"]
+    assert int(flags["--global-batch"]) % devices == 0, f"--global-batch must divide by the {devices} GPUs"
+
+
+def test_a_preemption_is_not_counted_and_every_process_restarts(ckpt_job):
+    spec = ckpt_job["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never", "podFailurePolicy requires it"
+    rules = spec["podFailurePolicy"]["rules"]
+    # Rules apply in order: the disruption rule must come before any exit-code rule.
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    # Job-wide: the survivors of a preemption fail too, and the run restarts as a whole.
+    assert "backoffLimitPerIndex" not in spec and "maxFailedIndexes" not in spec
+    assert spec["backoffLimit"] >= spec["completions"] - 1, "one preemption must not exhaust backoffLimit"
+    # One pod per index at a time: a JAX process id must never run twice.
+    assert spec.get("podReplacementPolicy", "Failed") == "Failed"
+
+
+def test_only_a_misconfiguration_fails_the_job_at_once(ckpt_job):
+    rules = ckpt_job["spec"]["podFailurePolicy"]["rules"]
+    fail = [r for r in rules if r["action"] == "FailJob"]
+    assert fail == [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "worker", "operator": "In", "values": [MISCONFIGURED_EXIT]},
+        }
+    ]
+    script = worker(ckpt_job)["command"][-1]
+    assert script.count(f"exit {MISCONFIGURED_EXIT}\n") == 2, "the checkout and the flag check, nothing else"
+    # The worker's own statuses (a failure, a usage error, an injected failure) must not match it.
+    assert MISCONFIGURED_EXIT not in (1, 2, package_constants()["WORKER_FAILURE_EXIT"])
+
+
+def test_grace_period_ends_within_spots_notice(ckpt_job):
+    grace = ckpt_job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < grace <= NON_SYSTEM_POD_SHARE_S < SPOT_NOTICE_S
+
+
+def test_terraform_enables_the_filestore_driver_and_its_api(tf, tf_module):
+    cluster = _resource(tf, "google_container_cluster", "course")
+    (addons,) = cluster["addons_config"]
+    assert addons["gcp_filestore_csi_driver_config"] == [{"enabled": True}]
+    required = Evaluator({}, tf_module.local_expressions).local("required_apis")
+    assert "file.googleapis.com" in required
+
+
+def test_header_says_how_to_keep_and_how_to_delete_the_share(ckpt_job):
+    header = CHECKPOINT_MANIFEST.read_text().split("---", 1)[0]
+    name = ckpt_job["metadata"]["name"]
+    assert f"kubectl delete job {name}" in header, "how to run again from the saved steps"
+    assert "kubectl delete -f deploy/multihost-checkpoint.yaml" in header, "how to stop the share's billing"
+    assert "DisruptionTarget" in header and "backoffLimitPerIndex" in header
+
+
+def _resource(tf: dict, resource_type: str, name: str) -> dict:
+    for entry in tf["main.tf"]["resource"]:
+        if resource_type in entry and name in entry[resource_type]:
+            return entry[resource_type][name]
+    raise AssertionError(f"no resource {resource_type}.{name} in main.tf")
+
+
+# -- the checkpointing Job's script, run for real ------------------------------
+
+
+def _script_part(job: dict, first: str, last: str | None, scratch: Path) -> str:
+    """Lines of the worker's script from the one starting with ``first`` up to (without) ``last``."""
+    lines = worker(job)["command"][-1].splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.strip().startswith(first)]
+    end = len(lines) if last is None else next(i for i, line in enumerate(lines) if line.strip().startswith(last))
+    return "set -eu\n" + "\n".join(lines[start:end]).replace("/scratch", str(scratch)) + "\n"
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+@pytest.fixture()
+def course_repo(tmp_path) -> str:
+    if shutil.which("git") is None or shutil.which("sh") is None:
+        pytest.skip("git and sh are needed to run the Job's checkout; the image has both, this machine does not")
+    repo = tmp_path / "course-src"
+    repo.mkdir()
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "requirements.txt").write_text("jax==0.10.2\n")
+    _git("add", ".", cwd=repo)
+    _git("commit", "-q", "-m", "v1", cwd=repo)
+    _git("tag", "v1", cwd=repo)
+    return str(repo)
+
+
+def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "DPCOURSE_PROCESS_ID": "1", "DPCOURSE_NUM_PROCESSES": "2"}
+    return subprocess.run(["sh", "-c", script], env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("ref, status", [("v1", 0), ("no-such-branch", MISCONFIGURED_EXIT)])
+def test_checkout_of_a_missing_ref_fails_the_job_and_names_the_configmap(ckpt_job, course_repo, tmp_path, ref, status):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = _script_part(ckpt_job, "set -eu", "python3 -m venv", scratch)
+    env = {"HOME": str(tmp_path), "COURSE_REPO": course_repo, "COURSE_REF": ref}
+    env.update(GIT_COMMITTER_NAME="multihost worker", GIT_COMMITTER_EMAIL="multihost-worker@localhost")
+    result = _run(script, env)
+    assert result.returncode == status, result.stdout + result.stderr
+    if status:
+        assert "jax-course-source" in result.stderr, "the error must say which ConfigMap to fix"
+
+
+def test_an_unreachable_repository_is_retried_not_failed_at_once(ckpt_job, course_repo, tmp_path):
+    """A clone can fail for a moment (the network); only what no retry can fix exits with the FailJob status."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = _script_part(ckpt_job, "set -eu", "python3 -m venv", scratch)
+    result = _run(script, {"HOME": str(tmp_path), "COURSE_REPO": str(tmp_path / "missing"), "COURSE_REF": "v1"})
+    assert result.returncode not in (0, MISCONFIGURED_EXIT), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("missing", [None, "--checkpoint-dir"])
+def test_a_worker_without_the_checkpoint_flags_fails_the_job(ckpt_job, tmp_path, missing):
+    if shutil.which("sh") is None:
+        pytest.skip("sh is needed to run the Job's flag check; the image has it, this machine does not")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    # Stands in for `python -m dpcourse.multihost.worker --help`: the real flags, less the one missing.
+    usage = " ".join(sorted(flag for flag in worker_flags() if flag != missing))
+    (fake_bin / "python").write_text(f"#!/bin/sh\necho 'usage: {usage}'\n")
+    (fake_bin / "python").chmod(0o755)
+    script = _script_part(ckpt_job, "usage=$(", "nvidia-smi", tmp_path)
+    result = _run(script, {"PATH": f"{fake_bin}:/usr/bin:/bin", "COURSE_REF": "v0"})
+    if missing is None:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode == MISCONFIGURED_EXIT, result.stdout + result.stderr
+        assert missing in result.stderr and "jax-course-source" in result.stderr
+    # The flags checked are the ones the worker is then given.
+    checked = re.search(r"for flag in (.*); do", script).group(1).split()
+    assert set(checked) == set(worker_command(worker(ckpt_job))[1]) - {"--steps"}
