@@ -307,8 +307,16 @@ def replicate(tree, devices: list):
 
 
 def unreplicate(tree):
-    """Take device 0's copy of each array: ``[n_devices, ...] -> [...]``."""
-    return jax.tree.map(lambda a: a[0], tree)
+    """Take device 0's copy of each array: ``[n_devices, ...] -> [...]``.
+
+    Outside ``jit`` it indexes with no mesh in context (``jax.set_mesh(None)``):
+    the arrays of a ``pmap`` live on pmap's own mesh, which JAX refuses to
+    index under a different mesh set in context (notebook 03, section 4).
+    """
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree)):
+        return jax.tree.map(lambda a: a[0], tree)
+    with jax.set_mesh(None):
+        return jax.tree.map(lambda a: a[0], tree)
 
 
 def make_device_axis_step(cfg: Config, optimizer: optax.GradientTransformation, n_devices: int) -> StepFn:

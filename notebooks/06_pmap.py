@@ -339,7 +339,12 @@ jax.effects_barrier()
 # | `x[0]` to unreplicate | nothing to do: replicated arrays are one logical array |
 #
 # Both must give the same training step. Check it against the `shard_map`
-# step of notebook 05:
+# step of notebook 05. One thing to know when a mesh is set in context
+# (notebook 03, section 4): `pmap` builds its own mesh from `devices=` and
+# `axis_name`, and JAX refuses it unless it equals the mesh in context
+# (`The context mesh ... should match the mesh passed to shard_map`), as an
+# Explicit mesh or other axis names do not. So the `pmap` calls below run
+# under `jax.set_mesh(None)`, with no mesh in context:
 
 # %%
 mesh = Mesh(np.array(devs), ("data",))
@@ -352,7 +357,8 @@ pp, sp = params_r, state_r
 rows = []
 for k in range(3):
     ps, ss, _ = smap_step(ps, ss, x_flat[k % cfg.n_batches], y_flat[k % cfg.n_batches])
-    pp, sp, _ = p_step(pp, sp, *batches[k % cfg.n_batches])
+    with jax.set_mesh(None):  # pmap brings its own mesh
+        pp, sp, _ = p_step(pp, sp, *batches[k % cfg.n_batches])
     if k == 0:  # AdamW hides a scaled gradient: compare the gradients too
         grad_diff, grad_scale = train.first_step_gradient_diff(ss, sp)
     rows.append(
@@ -381,7 +387,10 @@ assert grad_diff < GRAD_TOL, checks.beyond(
 # ## 8. Benchmark
 
 # %%
-res_pmap, *_ = bench.benchmark(p_step, params_r, state_r, batches, cfg, label=f"{n} devices, pmap")
+with jax.set_mesh(None):  # pmap brings its own mesh (section 7)
+    res_pmap, *_ = bench.benchmark(
+        p_step, params_r, state_r, batches, cfg, label=f"{n} devices, pmap"
+    )
 display(show.records_table([res_pmap], dataset.source))
 if lesson.devices.simulated:
     print("Simulated CPU devices add no compute: this throughput says nothing about real devices.")

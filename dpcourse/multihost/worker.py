@@ -256,6 +256,8 @@ def single_process_reference(
     The whole global batch is put on the mesh with ``jax.device_put``; the
     step, the initial parameters and the batches are those of
     :func:`train_worker`. Notebook 08 writes the same lines out in full.
+    It runs under its own mesh (``jax.set_mesh``), whatever mesh the caller
+    set in context, as the worker processes do.
 
     Returns:
         Final parameters as host arrays (``{name: float32 array}``), the
@@ -272,23 +274,24 @@ def single_process_reference(
 
     cfg = _config.get_config(profile, backend=devices[0].platform)
     mesh = Mesh(np.array(devices), (AXIS,))
-    global_batch = cfg.global_batch(len(devices)) if global_batch is None else global_batch
-    check_global_batch(global_batch, len(devices))
-    optimizer = train.make_optimizer(cfg)
-    params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
-    opt_state = optimizer.init(params)
-    dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
-    x_host, y_host = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
-    x = jax.device_put(x_host, NamedSharding(mesh, P(None, AXIS, None)))
-    y = jax.device_put(y_host, NamedSharding(mesh, P(None, AXIS)))
-    step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
-    losses, first_moment = [], None
-    for i in range(steps):
-        params, opt_state, metrics = step(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
-        losses.append(float(metrics["loss"]))
-        if i == 0:
-            first_moment = {k: np.asarray(v) for k, v in jax.device_get(train.adam_first_moment(opt_state)).items()}
-    return {k: np.asarray(v) for k, v in jax.device_get(params).items()}, losses, first_moment
+    with jax.set_mesh(mesh):  # its own Auto mesh, whatever the caller set (notebook 03, section 4)
+        global_batch = cfg.global_batch(len(devices)) if global_batch is None else global_batch
+        check_global_batch(global_batch, len(devices))
+        optimizer = train.make_optimizer(cfg)
+        params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
+        opt_state = optimizer.init(params)
+        dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
+        x_host, y_host = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
+        x = jax.device_put(x_host, NamedSharding(mesh, P(None, AXIS, None)))
+        y = jax.device_put(y_host, NamedSharding(mesh, P(None, AXIS)))
+        step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
+        losses, first_moment = [], None
+        for i in range(steps):
+            params, opt_state, metrics = step(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
+            losses.append(float(metrics["loss"]))
+            if i == 0:
+                first_moment = {k: np.asarray(v) for k, v in jax.device_get(train.adam_first_moment(opt_state)).items()}
+        return {k: np.asarray(v) for k, v in jax.device_get(params).items()}, losses, first_moment
 
 
 # ---------------------------------------------------------------------------

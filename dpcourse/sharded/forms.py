@@ -11,6 +11,8 @@ replicated data parallelism, and that ``make placement`` compiles:
 - :func:`per_device_bytes`: bytes each device holds, from ``addressable_shards``.
 - :func:`state_bytes_formula`: the 4 + 4 + 8 bytes per parameter of float32
   parameters, gradients and AdamW's two moments, per form.
+- :func:`constrain`: where a value goes inside a step, on a mesh of either
+  axis type (``with_sharding_constraint`` on Auto axes, ``reshard`` on Explicit).
 - Step builders: :func:`make_zero1_step` (naive, or with the gradient
   all-reduced first), :func:`make_fsdp_step` (naive or
   gathered once), :func:`make_accumulation_step` (a ``lax.scan`` over
@@ -276,6 +278,45 @@ def split_microbatches(x, k: int):
     return jnp.swapaxes(x.reshape((micro, k) + x.shape[1:]), 0, 1)
 
 
+def constrain(tree, shardings):
+    """Place ``tree`` (inside a jitted step) as ``shardings`` say, on a mesh of Auto or Explicit axes.
+
+    On a mesh with Auto axes this is ``jax.lax.with_sharding_constraint``: a
+    hint the compiler meets by adding the collective (an all-gather, a
+    reduce-scatter). On a mesh whose axes are all Explicit the sharding is part
+    of each array's type and ``with_sharding_constraint`` only asserts it
+    (JAX raises "acts as an assert when all axes of mesh are of type
+    Explicit"), so this calls ``jax.sharding.reshard``, which changes the type
+    and adds the same collective.
+
+    Args:
+        tree: an array or a tree of arrays.
+        shardings: one ``NamedSharding``, or a tree of them matching ``tree``.
+
+    Returns:
+        ``tree`` with the given shardings.
+
+    Raises:
+        ValueError: the shardings' meshes are not all Auto or all Explicit, or
+            one is not a ``NamedSharding``.
+    """
+    leaves = jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
+    kinds = set()
+    for s in leaves:
+        if not isinstance(s, NamedSharding):
+            raise ValueError(
+                f"constrain takes NamedShardings, got {type(s).__name__}: build one with NamedSharding(mesh, spec)"
+            )
+        kinds.add(all(t == jax.sharding.AxisType.Explicit for t in s.mesh.axis_types))
+    if len(kinds) > 1:
+        raise ValueError(
+            "constrain got shardings on meshes of Explicit axes and of Auto axes at once: build them all on one mesh"
+        )
+    if kinds == {True}:
+        return jax.sharding.reshard(tree, shardings)
+    return jax.lax.with_sharding_constraint(tree, shardings)
+
+
 def _per_example(logits, y):
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
     return losses.mean(), (losses, (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32))
@@ -311,8 +352,8 @@ def make_accumulation_step(cfg: Config, optimizer: optax.GradientTransformation,
 
     def step(params, opt_state, x, y):
         check_accumulation(x.shape[0], k, mesh.shape[axis])
-        xs = jax.lax.with_sharding_constraint(split_microbatches(x, k), NamedSharding(mesh, P(None, axis, None)))
-        ys = jax.lax.with_sharding_constraint(split_microbatches(y, k), micro_sharding)
+        xs = constrain(split_microbatches(x, k), NamedSharding(mesh, P(None, axis, None)))
+        ys = constrain(split_microbatches(y, k), micro_sharding)
 
         def body(acc, xy):
             (_, per), g = jax.value_and_grad(loss, has_aux=True)(params, *xy)
@@ -418,14 +459,14 @@ def _train_step(cfg: Config, optimizer, gather=None, scatter=None):
     # specs, a reduce-scatter; ZeRO-1 with the all-reduce first: P(), one all-reduce).
     def loss(p, x, y):
         if gather is not None:  # FSDP, gathered once: every parameter replicated for the whole pass
-            p = jax.lax.with_sharding_constraint(p, gather)
+            p = constrain(p, gather)
         logits = forward(p, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, cfg.compute_dtype)
         return _per_example(logits, y)
 
     def step(params, opt_state, x, y):
         (_, per), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
         if scatter is not None:  # the gradients' placement, said before the optimizer pulls its own
-            grads = jax.lax.with_sharding_constraint(grads, scatter)
+            grads = constrain(grads, scatter)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, _metrics(*per)
 

@@ -11,7 +11,7 @@ lesson, the run also has that package missing (tests/lessons/variants.py).
 from __future__ import annotations
 
 import pytest
-from variants import MESH_LESSONS, MESH_LINE, OPEN, ROOT, plan, run, with_global_mesh
+from variants import MESH_LESSONS, MESH_LINE, ROOT, plan, run, with_global_mesh
 
 
 def test_the_variant_sets_the_mesh_right_after_it_is_built():
@@ -23,17 +23,11 @@ def test_the_variant_sets_the_mesh_right_after_it_is_built():
 
 
 RUNS = plan()[0]
-CASES = [
-    pytest.param(v, marks=[pytest.mark.xfail(strict=True, reason=OPEN[v.lesson, v.mesh])])
-    if (v.lesson, v.mesh) in OPEN
-    else pytest.param(v)
-    for v in RUNS
-]
 
 
 @pytest.mark.slow
 @pytest.mark.lesson
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("variant", CASES, ids=[v.id for v in RUNS])
+@pytest.mark.parametrize("variant", RUNS, ids=[v.id for v in RUNS])
 def test_the_lesson_runs_with_a_global_mesh(variant, tmp_path, monkeypatch):
     run(variant, tmp_path, monkeypatch)

@@ -33,21 +33,6 @@ SET = {
     ),
 }
 
-# Lesson 10 teaches the Auto-mesh forms (with_sharding_constraint), which JAX turns into asserts on an
-# Explicit mesh ("acts as an assert when all axes of mesh are of type Explicit", code cell 11): not
-# yet rewritten for a learner who rebuilt its mesh with Explicit axes. strict: it fails when fixed.
-OPEN = {
-    ("10_sharded", "Explicit"): "10's Auto-mesh forms fail on an Explicit global mesh (code cell 11)",
-    # Code cell 16 builds its Explicit mesh's arrays while the global Auto mesh is set: "context mesh
-    # ... Explicit ... should match the aval mesh ... Auto" for a scalar made under the global mesh.
-    # Its shard_map cell passes the lesson's own Auto mesh while the global mesh is Explicit.
-    ("06_pmap", "Explicit"): "06's shard_map cell meets an Explicit global mesh (code cell 17)",
-    # 11 trains lesson 10's FSDP form (with_sharding_constraint inside) in code cell 9, which an
-    # Explicit global mesh turns into an assert, as in 10: "P('data', None) did not match ... P(None, None)".
-    ("11_checkpoint", "Explicit"): "11's FSDP training fails on an Explicit global mesh (code cell 9)",
-    ("10_sharded", "Auto"): "10's Explicit-mesh cell meets arrays made under the global Auto mesh (code cell 16)",
-}
-
 
 def with_global_mesh(source: str, kind: str) -> str:
     """``source`` (a lesson's py:percent text) with the mesh set globally after its first ``mesh = ...`` line."""
@@ -106,7 +91,6 @@ def plan() -> tuple[list[Variant], list[Variant]]:
     alone = []
     for package, lesson in MATRIX:
         free = [k for k in MESH_KINDS if (lesson, k) in mesh_runs and mesh_runs[lesson, k] is None]
-        free = [k for k in free if (lesson, k) not in OPEN]
         if free:
             mesh_runs[lesson, free[0]] = package
         else:

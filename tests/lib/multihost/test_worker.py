@@ -72,3 +72,19 @@ def test_worker_without_its_environment_says_what_to_set():
     )
     assert result.returncode == 1
     assert "DPCOURSE_COORDINATOR, DPCOURSE_NUM_PROCESSES, DPCOURSE_PROCESS_ID not set" in result.stderr
+
+
+def test_the_single_process_reference_is_the_same_under_an_explicit_mesh_set_in_context(cpu_devices):
+    # Notebook 11 calls it after a learner may have set an Explicit mesh globally (notebook 03): it
+    # trains on its own Auto mesh, as the worker processes do, and gives the same numbers.
+    import jax
+    import numpy as np
+
+    from dpcourse.multihost import worker
+
+    plain, losses, _ = worker.single_process_reference(PROFILE, 2, cpu_devices, SOURCE)
+    explicit = jax.sharding.Mesh(np.array(cpu_devices), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.set_mesh(explicit):
+        under, losses_under, _ = worker.single_process_reference(PROFILE, 2, cpu_devices, SOURCE)
+    assert losses_under == losses
+    assert all(np.array_equal(plain[k], under[k]) for k in plain)

@@ -1,6 +1,7 @@
 """dpcourse.sharded.forms and dpcourse.gpu_compile.steps (lesson 10's builders): specs, bytes, accumulation checks, every form equal to replicated DP."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
@@ -190,6 +191,40 @@ def test_reduced_step_refuses_a_jax_without_reduced_shardings(monkeypatch):
         sharded.make_reduced_accumulation_step(CFG, train.make_optimizer(CFG), 4)
     assert jax.__version__ in str(err.value)
 
+
+
+def _gather_then_scatter(mesh):
+    rows, rep = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P())
+
+    def step(w, x):
+        g = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ sharded.constrain(w, rep))))(w)
+        return w - 0.1 * sharded.constrain(g, rows)
+
+    w = jax.device_put(np.ones((64, 32), np.float32), rows)
+    x = jax.device_put(np.ones((16, 64), np.float32), rows)
+    return jax.jit(step, in_shardings=(rows, rows), out_shardings=rows), w, x
+
+
+@pytest.mark.parametrize("kind", ["Auto", "Explicit"])
+def test_constrain_places_on_a_mesh_of_either_axis_type(cpu_devices, kind):
+    # On Explicit axes with_sharding_constraint only asserts ("acts as an assert when all axes of mesh
+    # are of type Explicit"): constrain reshards there, and both kinds gather the weight the same way.
+    mesh = Mesh(np.array(cpu_devices), ("data",), axis_types=(getattr(jax.sharding.AxisType, kind),))
+    with jax.set_mesh(mesh):
+        step, w, x = _gather_then_scatter(mesh)
+        text = step.lower(w, x).compile().as_text()
+        out = step(w, x)
+    assert out.sharding.spec == P("data", None)
+    assert collectives.parse_hlo(text).of_kind("all-gather"), "the weight is gathered"
+
+
+def test_constrain_refuses_what_it_cannot_place(cpu_devices):
+    auto = Mesh(np.array(cpu_devices), ("data",))
+    explicit = Mesh(np.array(cpu_devices), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with pytest.raises(ValueError, match="Explicit axes and of Auto axes at once"):
+        sharded.constrain([np.ones(8), np.ones(8)], [NamedSharding(auto, P()), NamedSharding(explicit, P())])
+    with pytest.raises(ValueError, match="NamedSharding"):
+        sharded.constrain(np.ones(8), P())
 
 def test_step_names_and_form_labels_match():
     assert list(sharded_steps.STEPS) == list(sharded_steps.FORM_LABELS)
