@@ -110,10 +110,13 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices). UNIT_MARKS selects
-# (UNIT_MARKS="not lesson" leaves out the tests that execute whole lessons under a variant).
+# (UNIT_MARKS="not lesson" leaves out the tests that execute whole lessons under a variant);
+# UNIT_PATHS narrows the folders. --dist loadgroup: a file's tests share a worker, each
+# whole-lesson run is a group of its own (tests/conftest.py).
 UNIT_MARKS ?=
+UNIT_PATHS ?= tests
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	$(PY) -m pytest tests $(XDIST) --dist loadfile $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	$(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadgroup $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -131,11 +134,16 @@ notebook-test: $(VENV)/.dev-installed
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
-# profile; strict mode makes any checker that does not report success fail.
+# profile; strict mode makes any checker that does not report success fail. `make test`
+# runs only SOLVED_ALONE here, the lessons before 04: from 04 on, the unit layer's
+# global-mesh runs (Auto and Explicit, tests/lessons/variants.py) are solved runs, so no
+# lesson is run solved twice. `make solutions-test` alone runs every lesson.
 SOLVED_DIR ?= build/solved
+SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
-	$(PY) -m coursetools.solutions --out $(SOLVED_DIR)
+	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --notebooks $(SOLUTIONS_TEST_PATHS)
 	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
@@ -192,9 +200,12 @@ site-test: $(VENV)/.dev-installed
 	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
-# Python 3.12, in .venv-newest: placement, the package suite with the whole-lesson variants
-# (a global mesh, a missing display package), 01, and the lessons with their solutions
-# (which run every cell of 02-11 too), smoke profile.
+# Python 3.12, in .venv-newest: the learner's library's tests (tests/lib) and the lessons'
+# (tests/lessons, with the whole-lesson runs: 04-11 solved with a global mesh, Auto and
+# Explicit, and the missing-package matrix), 01, and 02-03 with their solutions, smoke
+# profile: every cell of every lesson. The toolkit's tests (tests/coursetools) and
+# `make placement` run in the pinned environment only: the lessons that compile for GPUs
+# (04, 05, 09, 10) do so here too, and the toolkit does not depend on the JAX version.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_VENV ?= .venv-newest
@@ -213,8 +224,9 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
+	  UNIT_PATHS="tests/lib tests/lessons" \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
-	  SOLVED_DIR=build/solved-newest placement unit-test notebook-test solutions-test
+	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" unit-test notebook-test solutions-test
 
 # Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
 newest-install:
@@ -223,11 +235,13 @@ newest-install:
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
 # PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs
-# one process at a time (a browser, a hub, pip), so `make test` runs it beside test-newest.
+# one process at a time (a browser, a hub), so `make test` runs it beside test-newest;
+# wheelhouse-test mostly waits on the package registry, so `make test` runs it early.
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
-PINNED_SIDE = infra-test browser-test site-test hub-test wheelhouse-test
+PINNED_SIDE = infra-test browser-test site-test hub-test
 test-pinned:
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_CORE) $(PINNED_SIDE)
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
+	  $(PINNED_CORE) $(PINNED_SIDE) wheelhouse-test
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
@@ -240,28 +254,35 @@ TEST_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 test_cache_env = JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000 \
   JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE_DIR)/$(1)
 
-# The newest-JAX environment installs (mostly network and disk) while the pinned layers
-# run (mostly CPU); its log is build/newest-install.log, shown when it fails. It starts once
-# .venv is installed, so the two `pip install -e .` never write dpcourse.egg-info at once.
-# Then test-newest (two workers) runs beside PINNED_SIDE (one process), which fills the
-# second core; its output goes to build/test-newest.log and is printed after PINNED_SIDE's.
-test: $(VENV)/.installed
-	@mkdir -p build
-	@$(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1 & installing=$$!; \
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_CORE); core=$$?; \
-	wait $$installing; installed=$$?; \
+# Three lanes on two cores. In the background, the newest-JAX environment installs (mostly
+# network and disk; build/newest-install.log, shown when it fails; its exit status goes to
+# build/newest-install.rc) and then wheelhouse-test runs (mostly downloads;
+# build/wheelhouse-test.log), one after the other, so two builds of the package never write
+# dpcourse.egg-info at once; both start once .venv is installed. Meanwhile PINNED_CORE runs.
+# Then test-newest (two workers, build/test-newest.log) runs beside PINNED_SIDE (one
+# process). Each background log is printed at the end, with a line naming any lane that failed.
+test: $(VENV)/.dev-installed
+	@mkdir -p build && rm -f build/newest-install.rc build/wheelhouse-test.rc
+	@( $(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1; echo $$? > build/newest-install.rc; \
+	  $(MAKE) --no-print-directory wheelhouse-test > build/wheelhouse-test.log 2>&1; echo $$? > build/wheelhouse-test.rc ) & \
+	background=$$!; \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
+	  $(PINNED_CORE); core=$$?; \
+	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
 	  tail -n 40 build/newest-install.log >&2; \
 	fi; \
-	[ $$core -eq 0 ] && [ $$installed -eq 0 ] || exit 1; \
+	if [ $$core -ne 0 ] || [ $$installed -ne 0 ]; then wait $$background; exit 1; fi; \
 	$(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_SIDE); side=$$?; \
-	wait $$newest; newest_rc=$$?; \
+	wait $$newest; newest_rc=$$?; wait $$background; wheelhouse_rc=$$(cat build/wheelhouse-test.rc); \
+	echo "==== wheelhouse-test (build/wheelhouse-test.log) ===="; cat build/wheelhouse-test.log; \
 	echo "==== test-newest (build/test-newest.log) ===="; cat build/test-newest.log; \
 	[ $$side -eq 0 ] || echo "test: FAILED in the pinned layers $(PINNED_SIDE) (above)" >&2; \
+	[ $$wheelhouse_rc -eq 0 ] || echo "test: FAILED in wheelhouse-test (build/wheelhouse-test.log)" >&2; \
 	[ $$newest_rc -eq 0 ] || echo "test: FAILED in test-newest (build/test-newest.log)" >&2; \
-	[ $$side -eq 0 ] && [ $$newest_rc -eq 0 ]
+	[ $$side -eq 0 ] && [ $$wheelhouse_rc -eq 0 ] && [ $$newest_rc -eq 0 ]
 
 # JupyterLab with the course's settings (jupyter/, see docs/jupyterlab.md):
 # token authentication, 127.0.0.1 unless LAB_IP says otherwise (for example

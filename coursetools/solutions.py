@@ -6,9 +6,9 @@ its id, e.g. ``tags=["exercise", "ex04_2"]``; its answer is left as ``...``.
 the lesson) holds one cell per exercise tagged with the same id.
 :func:`fill_solutions` swaps each exercise cell's source for its solution.
 
-Command line: ``python -m coursetools.solutions --out build/solved``
-writes the notebooks that have solutions, filled in, to a folder (for
-nbmake); ``python -m coursetools run --solutions`` fills them in on the fly.
+Command line: ``python -m coursetools.solutions --out build/solved
+[--notebooks PATH ...]`` writes the notebooks that have solutions, filled
+in, to a folder (for nbmake); ``python -m coursetools run --solutions`` fills them in on the fly.
 """
 
 from __future__ import annotations
@@ -110,8 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coursetools.solutions", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the notebooks with solutions filled in")
     parser.add_argument("--notebook-dir", default=str(NOTEBOOK_DIR))
+    parser.add_argument(
+        "--notebooks",
+        nargs="+",
+        metavar="PATH",
+        help="these .ipynb files only (default: every lesson of --notebook-dir)",
+    )
     args = parser.parse_args(argv)
-    notebooks = sorted(Path(args.notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+    if args.notebooks:
+        notebooks = [Path(p) for p in args.notebooks]
+        absent = [str(p) for p in notebooks if not p.is_file()]
+        if absent:
+            print(f"error: no such notebook: {', '.join(absent)}", file=sys.stderr)
+            return 2
+    else:
+        notebooks = sorted(Path(args.notebook_dir).glob("[0-9][0-9]_*.ipynb"))
     try:
         written = write_solved(notebooks, Path(args.out))
     except SolutionError as err:

@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data" / "fashion-mnist"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for pytest-xdist's ``--dist loadgroup`` (the Makefile's unit-test).
+
+    A file's tests go to one worker, as ``--dist loadfile`` would send them
+    (they share module fixtures: a compiled step, a started process), except
+    the whole-lesson runs (marker ``lesson``), each about half a minute and
+    sharing nothing: each is its own group, so the two workers share them
+    instead of one worker running a whole file of lessons.
+    """
+    for item in items:
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        group = item.nodeid if item.get_closest_marker("lesson") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def cpu_devices():
     import jax

@@ -144,3 +144,28 @@ def test_solution_files_are_valid_percent_notebooks():
         assert cells, path
         for cell in cells:
             compile(cell.source, f"{path.name}:{solutions.cell_id(cell)}", "exec")
+
+
+def test_the_command_line_fills_only_the_notebooks_named_and_refuses_one_that_is_absent(tmp_path, capsys):
+    out = tmp_path / "solved"
+    assert solutions.main(["--out", str(out), "--notebooks", str(NOTEBOOKS / "02_baseline.ipynb")]) == 0
+    assert [p.name for p in out.iterdir()] == ["02_baseline.ipynb"]
+    missing = tmp_path / "03_nowhere.ipynb"
+    assert solutions.main(["--out", str(tmp_path / "other"), "--notebooks", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_every_lesson_with_exercises_runs_solved_in_solutions_test_or_in_the_global_mesh_runs():
+    # make test's solutions-test runs the lessons before 04 (SOLVED_ALONE); the unit layer's global-mesh runs
+    # (tests/lessons/variants.py, always solved) run the others, so each is run solved once per variant.
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "lessons"))
+    from variants import MESH_LESSONS
+
+    pattern = re.search(r"^SOLVED_ALONE = \$\(wildcard (\S+)\)$", (ROOT / "Makefile").read_text(), re.M)
+    assert pattern, "the Makefile has no SOLVED_ALONE = $(wildcard ...) line"
+    alone = {p.stem for p in ROOT.glob(pattern.group(1))}
+    with_exercises = {stem for stem in LESSONS if solutions.exercise_cells(_nb(stem))}
+    assert with_exercises <= alone | set(MESH_LESSONS), with_exercises - alone - set(MESH_LESSONS)
+    assert not alone & set(MESH_LESSONS), f"run solved twice: {sorted(alone & set(MESH_LESSONS))}"

@@ -6,6 +6,12 @@ missing-package matrix is given to one of that lesson's global-mesh runs, and
 only the pairs left over (lessons before 04, which have no global-mesh run)
 run on their own. A failing run names its variant, so the cause is still one
 of at most two changes.
+
+Every run has the exercises' solutions filled in and strict checkers
+(``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
+does: so a lesson with a global-mesh run is run solved here, in both mesh
+kinds, and solutions-test runs only the lessons before 04
+(``SOLUTIONS_TEST_PATHS``).
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ def plan() -> tuple[list[Variant], list[Variant]]:
 
 
 def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
-    """Run the variant of its lesson (smoke profile) and return its code cells' outputs as JSON text.
+    """Run the variant of its lesson (smoke profile, solutions filled in) and return its code cells' outputs as JSON text.
 
     Raises AssertionError naming the failed code cell and the error, or the
     missing package's sentence when the lesson does not say what it would add.
@@ -119,7 +125,7 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
     out = tmp_path / "out"
     out.mkdir()
-    done = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600)
+    done = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=True)
     assert done.status == "passed", f"{variant.id}: code cell {done.error_code_cell}: {done.error}"
     executed = nbformat.read(out / path.name, as_version=4)
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
