@@ -432,7 +432,6 @@ def test_replicate_and_unreplicate():
     assert int(back["step"]) == 5
 
 
-
 def test_unreplicate_takes_a_pmap_output_apart_under_an_explicit_mesh_set_in_context():
     # Notebook 06 under a global Explicit mesh: pmap's arrays live on its own (Auto) mesh, which JAX
     # refuses to index under another mesh in context ("Context mesh ... should match the mesh of sharding").
@@ -448,6 +447,7 @@ def test_unreplicate_inside_jit_indexes_the_traced_arrays():
     devs = jax.devices("cpu")[:4]
     rep = train.replicate({"w": np.ones((2, 3), np.float32)}, devs)
     assert jax.jit(train.unreplicate)(rep)["w"].shape == (2, 3)
+
 
 def test_max_abs_diff():
     a = {"w": np.array([1.0, 2.0], np.float32), "b": np.array([0.5], np.float32)}

@@ -192,7 +192,6 @@ def test_reduced_step_refuses_a_jax_without_reduced_shardings(monkeypatch):
     assert jax.__version__ in str(err.value)
 
 
-
 def _gather_then_scatter(mesh):
     rows, rep = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P())
 
@@ -225,6 +224,7 @@ def test_constrain_refuses_what_it_cannot_place(cpu_devices):
         sharded.constrain([np.ones(8), np.ones(8)], [NamedSharding(auto, P()), NamedSharding(explicit, P())])
     with pytest.raises(ValueError, match="NamedSharding"):
         sharded.constrain(np.ones(8), P())
+
 
 def test_step_names_and_form_labels_match():
     assert list(sharded_steps.STEPS) == list(sharded_steps.FORM_LABELS)
