@@ -120,8 +120,12 @@ def train_worker(
         The summary (same in every process, except ``process_id``).
 
     Raises:
-        ValueError: ``steps`` < 1, or ``global_batch`` does not divide by the
-            global device count (the message names the nearest valid sizes).
+        ValueError: ``steps`` < 1; ``global_batch`` does not divide by the
+            global device count (the message names the nearest valid sizes);
+            or the latest checkpoint in ``checkpoint_dir`` is past ``steps``.
+            A checkpoint at exactly ``steps`` is no error: no step is trained,
+            ``losses`` is empty and ``ms_per_step`` is None (a finished Job
+            applied again).
     """
     import jax
     from jax.experimental import multihost_utils
@@ -164,7 +168,16 @@ def train_worker(
         if manager.latest_step() is not None:
             start_step, state = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
             params, opt_state = state["params"], state["opt_state"]
-            log(f"resumed from step {start_step} of {checkpoint_dir}")
+            if start_step > steps:
+                manager.close()
+                raise ValueError(
+                    f"The checkpoint in {checkpoint_dir} is at step {start_step}, past --steps {steps}: raise "
+                    f"--steps to at least {start_step} to train further, or give another --checkpoint-dir."
+                )
+            if start_step == steps:
+                log(f"{checkpoint_dir} already holds step {steps}: nothing left to train (raise --steps to go on)")
+            else:
+                log(f"resumed from step {start_step} of {checkpoint_dir}")
 
     # The step of notebook 05: per-shard gradients, pmean over every device.
     step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
@@ -222,7 +235,8 @@ def train_worker(
         "compile_s": compile_s,
         "step_s": step_s,
         # Steady state: the first step after compilation is slower, leave it out when we can.
-        "ms_per_step": 1000.0 * float(np.median(step_s[1:] if steps > 1 else step_s)),
+        # None when a resumed run had no step left to train.
+        "ms_per_step": 1000.0 * float(np.median(step_s[1:] if len(step_s) > 1 else step_s)) if step_s else None,
         "worker_s": time.perf_counter() - start,
         "params_digest": digest,
         "replicas_agree": bool(all(bytes(d).hex()[:16] == digest for d in np.asarray(digests))),
@@ -231,17 +245,23 @@ def train_worker(
             for r in np.asarray(layouts)
         ],
     }
-    summary["examples_per_s"] = global_batch / (summary["ms_per_step"] / 1000.0)
+    summary["examples_per_s"] = global_batch / (summary["ms_per_step"] / 1000.0) if step_s else None
     if is_main_process() and out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         np.savez(out / "params.npz", **host_params)
         np.savez(out / "first_moment.npz", **first_moment)
         (out / "result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if losses:
+        trained = (
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f} in steps {start_step}..{steps}; "
+            f"{summary['ms_per_step']:.1f} ms/step ({summary['examples_per_s']:,.0f} examples/s)"
+        )
+    else:
+        trained = f"no step trained (the checkpoint already holds step {steps})"
     print_main(
         f"{summary['num_processes']} processes x {summary['local_devices']} {summary['backend']} devices; "
-        f"global batch {global_batch}; loss {losses[0]:.4f} -> {losses[-1]:.4f} in steps {start_step}..{steps}; "
-        f"{summary['ms_per_step']:.1f} ms/step ({summary['examples_per_s']:,.0f} examples/s); params {digest}; "
+        f"global batch {global_batch}; {trained}; params {digest}; "
         f"replicas agree: {'yes' if summary['replicas_agree'] else 'NO'}",
         flush=True,
     )

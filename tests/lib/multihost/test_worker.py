@@ -88,3 +88,20 @@ def test_the_single_process_reference_is_the_same_under_an_explicit_mesh_set_in_
         under, losses_under, _ = worker.single_process_reference(PROFILE, 2, cpu_devices, SOURCE)
     assert losses_under == losses
     assert all(np.array_equal(plain[k], under[k]) for k in plain)
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_at_the_last_step_trains_nothing_and_one_past_it_is_refused(tmp_path, cpu_devices, capsys):
+    """A finished Job applied again succeeds without training; asking for fewer steps than saved is an error."""
+    from dpcourse.multihost import worker
+
+    common = dict(profile=PROFILE, data_source=SOURCE, global_batch=None, out_dir=None, checkpoint_dir=str(tmp_path))
+    first = worker.train_worker(steps=2, **common)
+    again = worker.train_worker(steps=2, **common)
+    assert len(first["losses"]) == 2 and first["resumed_from"] == 0
+    assert again["resumed_from"] == 2 and again["losses"] == [] and again["ms_per_step"] is None
+    assert again["params_digest"] == first["params_digest"]
+    out = capsys.readouterr().out
+    assert "no step trained (the checkpoint already holds step 2)" in out, out
+    with pytest.raises(ValueError, match=r"is at step 2, past --steps 1: raise --steps to at least 2"):
+        worker.train_worker(steps=1, **common)
