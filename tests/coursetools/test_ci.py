@@ -14,11 +14,25 @@ ROOT = Path(__file__).resolve().parents[2]
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
-def make(*args: str, ci: str | None) -> subprocess.CompletedProcess:
+# What a dry run must not touch: GNU make runs a recipe line that holds $(MAKE) even under -n, and
+# `make test`'s lines write build/*.log and build/*.rc, the files a real `make test` around this
+# test is reading.
+WRITTEN = {"build", "results", "workspace", ".venv", ".venv-newest", ".venv-site"}
+
+
+def dry_run_checkout(tmp_path: Path) -> Path:
+    """A folder that links every top-level entry of the checkout except what a run writes."""
+    for entry in ROOT.iterdir():
+        if entry.name not in WRITTEN:
+            (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+def make(*args: str, ci: str | None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MAKELEVEL")}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
 @needs_make
@@ -38,10 +52,12 @@ def test_without_python_3_12_elsewhere_the_target_skips_in_one_line():
 
 
 @needs_make
-def test_make_test_runs_both_environments():
-    plan = make("-n", "test", "NEWEST_PYTHON=/nonexistent/python3.12", ci=None).stdout
+def test_make_test_runs_both_environments(tmp_path):
+    checkout = dry_run_checkout(tmp_path)
+    plan = make("-n", "test", "NEWEST_PYTHON=/nonexistent/python3.12", ci=None, cwd=checkout).stdout
     assert "requirements-newest.txt" in plan and "--nbmake" in plan
     assert "VENV=.venv-newest" in plan
+    assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
 
 
 def test_ci_runs_make_test_as_ci():
