@@ -261,20 +261,25 @@ test_cache_env = JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CA
 # dpcourse.egg-info at once; both start once .venv is installed. Meanwhile PINNED_CORE runs.
 # Then test-newest (two workers, build/test-newest.log) runs beside PINNED_SIDE (one
 # process). Each background log is printed at the end, with a line naming any lane that failed.
+# The whole-lesson global-mesh runs are shared between the two environments
+# (DPCOURSE_TEST_MESH_KINDS, tests/lessons/variants.py): each runs every lesson from 04 with a
+# global mesh, 04 Auto, 05 Explicit and so on in the pinned one and the other kind of each in the
+# newest, so together they run both kinds of every lesson; test-pinned and test-newest alone run both.
 test: $(VENV)/.dev-installed
 	@mkdir -p build && rm -f build/newest-install.rc build/wheelhouse-test.rc
 	@( $(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1; echo $$? > build/newest-install.rc; \
 	  $(MAKE) --no-print-directory wheelhouse-test > build/wheelhouse-test.log 2>&1; echo $$? > build/wheelhouse-test.rc ) & \
 	background=$$!; \
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
-	  $(PINNED_CORE); core=$$?; \
+	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
+	  $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
 	  tail -n 40 build/newest-install.log >&2; \
 	fi; \
 	if [ $$core -ne 0 ] || [ $$installed -ne 0 ]; then wait $$background; exit 1; fi; \
-	$(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
+	DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit \
+	  $(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_SIDE); side=$$?; \
 	wait $$newest; newest_rc=$$?; wait $$background; wheelhouse_rc=$$(cat build/wheelhouse-test.rc); \
 	echo "==== wheelhouse-test (build/wheelhouse-test.log) ===="; cat build/wheelhouse-test.log; \

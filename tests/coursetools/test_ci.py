@@ -25,6 +25,7 @@ def dry_run_checkout(tmp_path: Path) -> Path:
     for entry in ROOT.iterdir():
         if entry.name not in WRITTEN:
             (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / "build").mkdir()  # the recipe's own `mkdir -p build` is not run under -n
     return tmp_path
 
 
@@ -32,7 +33,9 @@ def make(*args: str, ci: str | None, cwd: Path = ROOT) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MAKELEVEL")}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @needs_make
@@ -57,6 +60,9 @@ def test_make_test_runs_both_environments(tmp_path):
     plan = make("-n", "test", "NEWEST_PYTHON=/nonexistent/python3.12", ci=None, cwd=checkout).stdout
     assert "requirements-newest.txt" in plan and "--nbmake" in plan
     assert "VENV=.venv-newest" in plan
+    # the global-mesh runs shared between the environments (tests/lessons/variants.py)
+    assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
+    assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
 
 

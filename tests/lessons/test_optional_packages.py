@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from variants import BLOCKER, DISPLAY, MATRIX, MESH_KINDS, ROOT, plan, run
+from variants import BLOCKER, DISPLAY, KINDS_CHOICES, MATRIX, MESH_KINDS, ROOT, plan, run
 
 
 def _handled(tree: ast.AST, node: ast.AST) -> bool:
@@ -51,8 +51,9 @@ def test_the_blocker_makes_a_package_look_uninstalled():
     assert out.stdout.split() == ["None", "True"] and "No module named 'rich'" in out.stderr
 
 
-def test_every_pair_of_the_matrix_runs_once():
-    mesh_runs, alone = plan()
+@pytest.mark.parametrize("setting", KINDS_CHOICES)
+def test_every_pair_of_the_matrix_runs_once(setting):
+    mesh_runs, alone = plan(setting)
     carried = [(v.missing, v.lesson) for v in [*mesh_runs, *alone] if v.missing]
     assert sorted(carried) == sorted(MATRIX) and len(set(carried)) == len(carried)
     assert {v.mesh for v in mesh_runs} == set(MESH_KINDS) and all(v.mesh is None for v in alone)

@@ -3,9 +3,17 @@
 Each whole-lesson run costs about half a minute, so one run carries both
 kinds of variant where it can: every (package, lesson) pair of the
 missing-package matrix is given to one of that lesson's global-mesh runs, and
-only the pairs left over (lessons before 04, which have no global-mesh run)
-run on their own. A failing run names its variant, so the cause is still one
+only the pairs left over (lessons before 04, which have no global-mesh run,
+or a lesson with more pairs than runs) run on their own. A failing run names its variant, so the cause is still one
 of at most two changes.
+
+``make test`` runs both JAX environments, so it shares the global-mesh runs
+between them: ``DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto`` gives 04
+Auto, 05 Explicit, 06 Auto and so on, ``alternating-from-Explicit`` the other
+kind of each lesson. Each environment still runs every lesson from 04 with a
+global mesh and the whole missing-package matrix, and the two together run
+every (lesson, kind) pair once. Unset (``both``, any run outside
+``make test``), every lesson runs in both kinds.
 
 Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
@@ -91,9 +99,30 @@ class Variant(NamedTuple):
         return "-".join(parts)
 
 
-def plan() -> tuple[list[Variant], list[Variant]]:
-    """(the global-mesh runs, each carrying a missing package where one is free; the missing-package runs left over)."""
-    mesh_runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in MESH_KINDS}
+KINDS_SETTING = "DPCOURSE_TEST_MESH_KINDS"
+KINDS_CHOICES = ("both", *(f"alternating-from-{kind}" for kind in MESH_KINDS))
+
+
+def mesh_kinds_of(lesson: str, setting: str | None = None) -> tuple[str, ...]:
+    """The mesh kinds ``lesson`` runs with under ``setting`` (default: ``$DPCOURSE_TEST_MESH_KINDS``, else both).
+
+    Raises ValueError for a setting outside ``KINDS_CHOICES``, naming them.
+    """
+    setting = setting or os.environ.get(KINDS_SETTING) or "both"
+    if setting not in KINDS_CHOICES:
+        raise ValueError(f"{KINDS_SETTING}={setting!r} is not one of {', '.join(KINDS_CHOICES)}: set one or unset it.")
+    if setting == "both":
+        return MESH_KINDS
+    first = MESH_KINDS.index(setting.removeprefix("alternating-from-"))
+    return (MESH_KINDS[(first + MESH_LESSONS.index(lesson)) % len(MESH_KINDS)],)
+
+
+def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
+    """(the global-mesh runs, each carrying a missing package where one is free; the missing-package runs left over).
+
+    ``setting``: which mesh kinds each lesson runs with (:func:`mesh_kinds_of`).
+    """
+    mesh_runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
     alone = []
     for package, lesson in MATRIX:
         free = [k for k in MESH_KINDS if (lesson, k) in mesh_runs and mesh_runs[lesson, k] is None]
