@@ -259,12 +259,17 @@ def update(
     sync: bool = True,
     *,
     make_test_load_start: list[float] | None = None,
+    make_test_load_end: list[float] | None = None,
+    make_test_commit: str | None = None,
 ) -> list[Path]:
     """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files.
 
     ``make_test_load_start``: the load average read before ``make test``
-    started (``time-make-test`` passes it); the one at the end is read now.
-    Without it the start is recorded as unknown, not as now.
+    started (``time-make-test`` passes it). ``make_test_load_end``: the one
+    read as it ended, for a run measured elsewhere (a clean clone) and
+    recorded later; without it the end is read now. Without a start, the
+    start is recorded as unknown, not as now. ``make_test_commit``: the
+    commit that run measured (default: this checkout's).
     """
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
     if results:
@@ -272,12 +277,12 @@ def update(
     if make_test_seconds is not None:
         record["make_test"] = {
             "seconds": round(make_test_seconds),
-            "commit": course_commit(),
+            "commit": make_test_commit or course_commit(),
             "measured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "machine": {
                 **machine_info(),
                 "load_average_start": make_test_load_start,
-                "load_average_end": load_average(),
+                "load_average_end": make_test_load_end or load_average(),
             },
         }
     Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -298,6 +303,32 @@ def check(record_path: Path = RECORD) -> list[str]:
     return [str(p) for p, text in expected_texts(record).items() if p.read_text(encoding="utf-8") != text]
 
 
+def _loads(text: str | None, flag: str) -> list[float] | None:
+    """Three load averages from ``/proc/loadavg``'s first fields (``"0.64 2.89 3.14"``), or None for no text."""
+    if not text:
+        return None
+    try:
+        values = [float(v) for v in text.split()[:3]]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ValueError(f'{flag} takes three load averages, as /proc/loadavg starts: "0.64 2.89 3.14"; got {text!r}')
+    return values
+
+
+def _short_commit(name: str) -> str:
+    """``name`` (a commit, a tag, a branch) as this repository's short commit; ValueError when it has none."""
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "--verify", "--quiet", f"{name}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    if found.returncode != 0:
+        raise ValueError(f"--commit {name!r} is no commit of this repository; give the one the run measured (git log)")
+    return found.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coursetools timings", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -309,13 +340,30 @@ def main(argv: list[str] | None = None) -> int:
         help="with --make-test-seconds: the load average before make test started (/proc/loadavg's first 3 fields)",
     )
     parser.add_argument(
+        "--load-end",
+        help="with --make-test-seconds: the load average as make test ended, when recording it later (default: now)",
+    )
+    parser.add_argument(
+        "--commit",
+        help="with --make-test-seconds: the commit that run measured, when recording it later (default: HEAD)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
     )
     args = parser.parse_args(argv)
     if args.update is not None or args.make_test_seconds is not None:
         try:
-            start = [float(v) for v in args.load_start.split()[:3]] if args.load_start else None
-            changed = update(args.update or [], args.make_test_seconds, make_test_load_start=start)
+            start, end = (
+                _loads(text, flag) for text, flag in ((args.load_start, "--load-start"), (args.load_end, "--load-end"))
+            )
+            commit = _short_commit(args.commit) if args.commit else None
+            changed = update(
+                args.update or [],
+                args.make_test_seconds,
+                make_test_load_start=start,
+                make_test_load_end=end,
+                make_test_commit=commit,
+            )
         except (OSError, ValueError, KeyError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

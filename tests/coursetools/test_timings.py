@@ -89,6 +89,45 @@ def test_make_test_is_recorded_with_the_load_before_it_started_or_says_it_is_unk
     assert json.loads(record.read_text())["make_test"]["machine"]["load_average_start"] is None
 
 
+def test_a_make_test_measured_elsewhere_keeps_the_load_read_as_it_ended(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{timings.BEGIN}\n{timings.END}\n")
+    record = tmp_path / "timings.json"
+    timings.update(
+        [],
+        1298,
+        record,
+        tmp_path,
+        readme,
+        sync=False,
+        make_test_load_start=[0.64, 2.89, 3.14],
+        make_test_load_end=[2.72, 4.25, 4.09],
+    )
+    assert "load average 0.64 at the start, 2.72 at the end" in readme.read_text()
+    assert json.loads(record.read_text())["make_test"]["machine"]["load_average_end"] == [2.72, 4.25, 4.09]
+
+
+@pytest.mark.parametrize("flag", ["--load-start", "--load-end"])
+def test_a_load_average_that_is_not_three_numbers_is_refused_before_anything_is_written(flag, capsys, monkeypatch):
+    monkeypatch.setattr(timings, "update", lambda *a, **k: pytest.fail("nothing may be written"))
+    assert timings.main(["--make-test-seconds", "1298", flag, "0.64 high"]) == 2
+    assert "three load averages" in capsys.readouterr().err
+
+
+def test_a_commit_that_is_not_in_the_repository_is_refused_before_anything_is_written(capsys, monkeypatch):
+    monkeypatch.setattr(timings, "update", lambda *a, **k: pytest.fail("nothing may be written"))
+    assert timings.main(["--make-test-seconds", "1298", "--commit", "no-such-commit"]) == 2
+    assert "no commit of this repository" in capsys.readouterr().err
+
+
+def test_the_commit_a_run_measured_is_recorded_rather_than_this_checkouts(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{timings.BEGIN}\n{timings.END}\n")
+    record = tmp_path / "timings.json"
+    timings.update([], 1298, record, tmp_path, readme, sync=False, make_test_commit="abc1234")
+    assert "commit abc1234," in readme.read_text()
+
+
 def test_a_run_says_whether_it_compiled_for_gpus_without_one():
     """04, 09 and 10 compile for GPUs only with the extra installed: a time without those compiles says so."""
     assert "GPU-compile" not in timings._machine_text(MACHINE)  # recorded before the field existed
