@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import re
@@ -285,9 +286,10 @@ def update(
                 "load_average_end": make_test_load_end or load_average(),
             },
         }
+    texts = expected_texts(record, directory, readme)  # a README or lesson without its time block fails here
     Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     changed = []
-    for path, text in expected_texts(record, directory, readme).items():
+    for path, text in texts.items():
         if path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             changed.append(path)
@@ -311,7 +313,7 @@ def _loads(text: str | None, flag: str) -> list[float] | None:
         values = [float(v) for v in text.split()[:3]]
     except ValueError:
         values = []
-    if len(values) != 3:
+    if len(values) != 3 or not all(math.isfinite(v) and v >= 0 for v in values):
         raise ValueError(f'{flag} takes three load averages, as /proc/loadavg starts: "0.64 2.89 3.14"; got {text!r}')
     return values
 
@@ -351,6 +353,22 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
     )
     args = parser.parse_args(argv)
+    given = [
+        flag
+        for flag, value in (("--load-start", args.load_start), ("--load-end", args.load_end), ("--commit", args.commit))
+        if value
+    ]
+    if given and args.make_test_seconds is None:
+        print(f"error: {', '.join(given)} describe a measured make test: give --make-test-seconds too", file=sys.stderr)
+        return 2
+    if args.make_test_seconds is not None and not (
+        math.isfinite(args.make_test_seconds) and args.make_test_seconds > 0
+    ):
+        print(
+            f"error: --make-test-seconds takes the measured wall time, a positive number of seconds; got {args.make_test_seconds}",
+            file=sys.stderr,
+        )
+        return 2
     if args.update is not None or args.make_test_seconds is not None:
         try:
             start, end = (

@@ -128,6 +128,34 @@ def test_the_commit_a_run_measured_is_recorded_rather_than_this_checkouts(tmp_pa
     assert "commit abc1234," in readme.read_text()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--make-test-seconds", "-5"],
+        ["--make-test-seconds", "0"],
+        ["--make-test-seconds", "inf"],
+        ["--make-test-seconds", "nan"],
+        ["--make-test-seconds", "1298", "--load-start", "nan -1 inf"],
+        ["--load-end", "1 2 3"],
+        ["--commit", "HEAD"],
+        ["--update", "--load-start", "1 2 3"],
+    ],
+)
+def test_an_impossible_time_or_a_load_without_a_time_is_refused_before_anything_is_written(argv, capsys, monkeypatch):
+    monkeypatch.setattr(timings, "update", lambda *a, **k: pytest.fail("nothing may be written"))
+    assert timings.main(argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_a_readme_without_its_time_block_fails_before_the_record_is_written(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("no block here\n")
+    record = tmp_path / "timings.json"
+    with pytest.raises(ValueError):
+        timings.update([], 1298, record, tmp_path, readme, sync=False)
+    assert not record.exists() and readme.read_text() == "no block here\n"
+
+
 def test_a_run_says_whether_it_compiled_for_gpus_without_one():
     """04, 09 and 10 compile for GPUs only with the extra installed: a time without those compiles says so."""
     assert "GPU-compile" not in timings._machine_text(MACHINE)  # recorded before the field existed
