@@ -41,6 +41,7 @@ from dpcourse import devices, record, show, train
 from dpcourse.exercises import checks
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n = len(devs)
 print(f"{n} devices: {lesson.devices.label}")
 

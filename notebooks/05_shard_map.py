@@ -46,6 +46,7 @@ from dpcourse.exercises.cells import check_against
 from dpcourse.gpu_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n = len(devs)
 global_batch = cfg.global_batch(n)
 mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 (Explicit: notebook 03)

@@ -43,6 +43,7 @@ from jax.sharding import PartitionSpec as P
 from dpcourse import bench, data, memory, model, record, show, train
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n = len(devs)
 global_batch = cfg.global_batch(n)
 optimizer = train.make_optimizer(cfg)

@@ -46,6 +46,7 @@ from jax.sharding import Mesh
 from dpcourse import bench, config, costs, memory, model, placement, record, show, train
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n = len(devs)
 mesh = Mesh(np.array(devs), ("data",))
 optimizer = train.make_optimizer(cfg)

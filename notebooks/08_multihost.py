@@ -67,6 +67,7 @@ if cfg.profile == "full":  # the worker processes run on CPU, where the full siz
         )
     )
 cpu_devs = jax.devices("cpu")[:N_DEVICES]
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 dataset = data.load_fashion_mnist(limit=cfg.max_train_examples, seed=cfg.seed)
 display(show.data_banner(dataset.source, dataset.note))
 # Every figure below was measured on CPU devices (the workers' and this kernel's).

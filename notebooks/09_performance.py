@@ -51,6 +51,7 @@ from dpcourse.compiled import hlo
 from dpcourse.perf import ceilings, ladder, roofline
 from dpcourse.perf.single_device import measurement_device, where_banner
 
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 single = measurement_device(PROFILE)
 device = single.device
 multi = devices.lesson_devices(2)

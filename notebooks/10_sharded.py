@@ -62,6 +62,7 @@ from dpcourse.gpu_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n, backend = len(devs), devs[0].platform
 global_batch = cfg.global_batch(n)
 mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 and 05

@@ -59,6 +59,7 @@ from dpcourse.checkpoints import checkpoint, resume
 from dpcourse.multihost import launcher, worker
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n, backend = len(devs), devs[0].platform
 global_batch = cfg.global_batch(n)  # fixed for the whole run, on every mesh it resumes on
 mesh = Mesh(np.array(devs), ("data",))

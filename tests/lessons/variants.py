@@ -1,4 +1,4 @@
-"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both.
+"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both; a learner's own mesh set before it.
 
 Each whole-lesson run costs about half a minute, so one run carries both
 kinds of variant where it can: every (package, lesson) pair of the
@@ -20,6 +20,19 @@ Every run has the exercises' solutions filled in and strict checkers
 does: so a lesson with a global-mesh run is run solved here, in both mesh
 kinds, and solutions-test runs only the lessons before 04
 (``SOLUTIONS_TEST_PATHS``).
+
+The device count is a dimension of its own, set per layer by the Makefile
+(docs/testing.md says which layer runs which count): these runs' kernels get
+``DPCOURSE_TEST_DEVICES`` simulated CPU devices, put into their ``XLA_FLAGS``
+as a learner would (unset: the test process's own 8).
+
+A foreign mesh (``FOREIGN``: a 2-D ``('data', 'model')`` mesh of Explicit
+axes, set globally right after the lesson starts, before it builds its own
+mesh) is tried in every lesson from 03: the lesson must either run under it
+or stop with the one sentence of ``dpcourse.lesson.check_global_mesh``. Such
+a run stops a few cells in, so it costs a kernel start, not a lesson; ``make
+test`` shares these runs between its two JAX environments as it shares the
+mesh kinds.
 """
 
 from __future__ import annotations
@@ -56,6 +69,65 @@ def with_global_mesh(source: str, kind: str) -> str:
     return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
 
 
+# --- a mesh of the learner's own, set before the lesson builds its mesh ---
+FOREIGN = "Foreign"
+FOREIGN_LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 3]
+START_LINE = re.compile(r"^(?P<indent> *)lesson = start_lesson\(.*$", re.M)
+SET_FOREIGN = (
+    "{i}import jax  # a 2-D mesh of the learner's own, set globally (notebook 03, section 4)\n"
+    "{i}_own = jax.devices()[: len(jax.devices()) // 2 * 2]\n"
+    "{i}jax.set_mesh(jax.make_mesh((len(_own) // 2, 2), ('data', 'model'), "
+    "axis_types=(jax.sharding.AxisType.Explicit,) * 2, devices=_own))\n"
+)
+# The one sentence a lesson may stop with instead (dpcourse.lesson.check_global_mesh).
+FOREIGN_REFUSAL = re.compile(
+    r"^ForeignMeshError: A global mesh \{'data': \d+, 'model': 2\} \(Explicit, Explicit axes\) is set .*"
+    r"clear it with jax\.set_mesh\(None\) \(or restart the kernel\), then run this cell again\.$"
+)
+
+
+def with_foreign_mesh(source: str) -> str:
+    """``source`` with a 2-D Explicit mesh set globally right after its ``lesson = start_lesson(...)`` line."""
+    match = START_LINE.search(source)
+    assert match, "the lesson has no `lesson = start_lesson(...)` line"
+    inserted = SET_FOREIGN.format(i=match.group("indent"))
+    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+
+
+def foreign_lessons(setting: str | None = None) -> list[str]:
+    """The lessons tried with a foreign mesh under ``setting`` (:func:`mesh_kinds_of`): every other one when alternating."""
+    setting = setting or os.environ.get(KINDS_SETTING) or "both"
+    mesh_kinds_of(MESH_LESSONS[0], setting)  # refuses an unknown setting
+    if setting == "both":
+        return FOREIGN_LESSONS
+    first = MESH_KINDS.index(setting.removeprefix("alternating-from-"))
+    return [lesson for i, lesson in enumerate(FOREIGN_LESSONS) if i % len(MESH_KINDS) == first]
+
+
+# --- the device count of these runs' kernels ---
+DEVICES_SETTING = "DPCOURSE_TEST_DEVICES"
+COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def with_device_count(flags: str, count: int) -> str:
+    """``flags`` (an ``XLA_FLAGS`` value) asking for ``count`` simulated CPU devices, any earlier count replaced."""
+    kept = [token for token in flags.split() if not token.startswith(COUNT_FLAG + "=")]
+    return " ".join([*kept, f"{COUNT_FLAG}={count}"])
+
+
+def device_count(setting: str | None = None) -> int | None:
+    """The device count these runs ask for (default ``$DPCOURSE_TEST_DEVICES``), or None: the test process's.
+
+    Raises ValueError, naming the setting, for anything but a whole number >= 2.
+    """
+    setting = setting if setting is not None else os.environ.get(DEVICES_SETTING, "")
+    if not setting:
+        return None
+    if not setting.isdigit() or int(setting) < 2:
+        raise ValueError(f"{DEVICES_SETTING}={setting!r} is not a whole number >= 2: set one or unset it.")
+    return int(setting)
+
+
 # --- one optional display or progress package missing (pyproject's `display` extra) ---
 DISPLAY = sorted(
     dep.split(">")[0].split("=")[0].strip()
@@ -90,7 +162,7 @@ MATRIX = [(package, lesson) for package in DISPLAY for lesson in lessons_reachin
 # --- the runs ---
 class Variant(NamedTuple):
     lesson: str
-    mesh: str | None  # "Auto", "Explicit" or None (the lesson's own code)
+    mesh: str | None  # "Auto", "Explicit", FOREIGN or None (the lesson's own code)
     missing: str | None  # a package of DISPLAY made uninstalled in the kernel, or None
 
     @property
@@ -133,20 +205,21 @@ def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
     return [Variant(lesson, kind, package) for (lesson, kind), package in mesh_runs.items()], alone
 
 
-def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
-    """Run the variant of its lesson (smoke profile, solutions filled in) and return its code cells' outputs as JSON text.
-
-    Raises AssertionError naming the failed code cell and the error, or the
-    missing package's sentence when the lesson does not say what it would add.
-    """
+def execute(variant: Variant, tmp_path: Path, monkeypatch):
+    """Run the variant of its lesson (smoke profile, solutions filled in, ``device_count()`` devices); the runner's record."""
     import jupytext
     import nbformat
 
     from coursetools import runner
 
     source = (ROOT / "notebooks" / f"{variant.lesson}.py").read_text()
-    if variant.mesh:
+    if variant.mesh == FOREIGN:
+        source = with_foreign_mesh(source)
+    elif variant.mesh:
         source = with_global_mesh(source, variant.mesh)
+    count = device_count()
+    if count is not None:
+        monkeypatch.setenv("XLA_FLAGS", with_device_count(os.environ.get("XLA_FLAGS", ""), count))
     if variant.missing:
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
         monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", variant.missing)
@@ -154,9 +227,23 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
     out = tmp_path / "out"
     out.mkdir()
-    done = runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=True)
-    assert done.status == "passed", f"{variant.id}: code cell {done.error_code_cell}: {done.error}"
-    executed = nbformat.read(out / path.name, as_version=4)
+    return runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=True)
+
+
+def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
+    """Run the variant of its lesson (:func:`execute`) and return its code cells' outputs as JSON text.
+
+    Raises AssertionError naming the failed code cell and the error, or the
+    missing package's sentence when the lesson does not say what it would add.
+    """
+    import nbformat
+
+    done = execute(variant, tmp_path, monkeypatch)
+    count = device_count()
+    assert done.status == "passed", (
+        f"{variant.id}{f' on {count} devices' if count else ''}: code cell {done.error_code_cell}: {done.error}"
+    )
+    executed = nbformat.read(tmp_path / "out" / f"{variant.lesson}.ipynb", as_version=4)
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
     if variant.missing:
         assert SAYS[variant.missing] in text, (

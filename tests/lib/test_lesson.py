@@ -55,3 +55,65 @@ def test_a_lesson_opens_with_one_box_whatever_it_has_to_say(monkeypatch):
     lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, show=True)
     assert len(shown) == 1
     assert len(str(shown[0]).split("\n[")) == len(lesson.notes)  # one line (and its details) per note
+
+
+def _explicit(shape, names, devs):
+    import jax
+
+    return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Explicit,) * len(shape), devices=devs)
+
+
+def test_a_global_mesh_of_the_lessons_own_shape_passes_in_either_axis_type(cpu_devices):
+    import jax
+    import numpy as np
+
+    own = jax.sharding.Mesh(np.array(cpu_devices), ("data",))
+    session.check_global_mesh(own)  # none set
+    for mesh in (own, _explicit((len(cpu_devices),), ("data",), cpu_devices)):
+        with jax.set_mesh(mesh):
+            session.check_global_mesh(own)
+
+
+def test_a_foreign_global_mesh_is_named_in_one_sentence_with_how_to_clear_it(cpu_devices):
+    """a 2-D Explicit mesh set before lesson 06 ended in JAX's 'The context mesh ... should match' error."""
+    import jax
+    import numpy as np
+
+    own = jax.sharding.Mesh(np.array(cpu_devices), ("data",))
+    half = len(cpu_devices) // 2
+    foreign = [
+        _explicit((half, 2), ("data", "model"), cpu_devices),
+        jax.sharding.Mesh(np.array(cpu_devices[::-1]), ("data",)),  # the same shape over the devices in another order
+        jax.sharding.Mesh(np.array(cpu_devices[:half]), ("data",)),
+    ]
+    for mesh in foreign:
+        with jax.set_mesh(mesh), pytest.raises(session.ForeignMeshError) as err:
+            session.check_global_mesh(own)
+        text = str(err.value)
+        assert "\n" not in text and text.count(". ") == 0 and text.endswith("then run this cell again.")
+        assert "jax.set_mesh(None)" in text and "restart the kernel" in text
+    assert "{'data': 4, 'model': 2} (Explicit, Explicit axes)" in _message(foreign[0], own)
+    with jax.set_mesh(foreign[0]), pytest.raises(session.ForeignMeshError, match="this lesson needs no mesh"):
+        session.check_global_mesh(None)
+
+
+def _message(mesh, own):
+    import jax
+
+    with jax.set_mesh(mesh):
+        try:
+            session.check_global_mesh(own)
+        except session.ForeignMeshError as err:
+            return str(err)
+    return ""
+
+
+def test_a_lesson_started_again_under_a_foreign_mesh_says_so(cpu_devices):
+    import jax
+
+    foreign = _explicit((len(cpu_devices) // 2, 2), ("data", "model"), cpu_devices)
+    with jax.set_mesh(foreign), pytest.raises(session.ForeignMeshError, match=r"A global mesh \{'data': 4"):
+        session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
+    lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
+    with jax.set_mesh(foreign), pytest.raises(session.ForeignMeshError, match="its own mesh \\{'data': 8\\}"):
+        lesson.check_global_mesh()
