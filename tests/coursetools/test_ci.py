@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,6 +64,13 @@ def test_make_test_runs_both_environments(tmp_path):
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
+    # the device count, a test dimension (docs/testing.md): 2 for notebook-test, 4 for solutions-test and 8 for
+    # the whole-lesson runs in the pinned environment, 3 for all of them in the newest
+    count = "--xla_force_host_platform_device_count="
+    for marker, devices in (("DPCOURSE_RESULTS=", ["2", "3"]), ("DPCOURSE_EXERCISES_STRICT=1", ["3", "4"])):
+        found = sorted(m.group(1) for m in re.finditer(re.escape(count) + r"(\d+)\" .*" + re.escape(marker), plan))
+        assert found == devices, (marker, found)
+    assert sorted(re.findall(r"DPCOURSE_TEST_DEVICES=(\d+) ", plan)) == ["3", "8"]
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
 
 
