@@ -366,7 +366,7 @@ record.figures(figs)
 # of the first device only: if you made the lesson's mesh global
 # (`jax.set_mesh(mesh)` without `with`, as notebook 03 allows), a
 # one-device step would otherwise be refused, since its arrays live on one
-# device of the eight in context.
+# of the mesh's devices only.
 
 
 # %%

@@ -26,6 +26,7 @@
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
+N_CPU_DEVICES = 8  # simulated CPU devices in this kernel (the reference run)
 N_PROCESSES = None  # processes ("hosts") on this machine; None: chosen (2 with 8 CPU devices)
 DEVICES_PER_PROCESS = None  # simulated CPU devices per process; None: chosen (4 with 8)
 STEPS = 3  # training steps to compare
@@ -37,7 +38,7 @@ import jax
 from dpcourse.lesson import start_lesson
 from dpcourse.multihost import plan as multihost_plan
 
-lesson = start_lesson("08_multihost", PROFILE, 8, min_devices=2, load_data=False)
+lesson = start_lesson("08_multihost", PROFILE, N_CPU_DEVICES, min_devices=2, load_data=False)
 cfg = lesson.cfg
 # The reference run in this kernel needs N_PROCESSES x DEVICES_PER_PROCESS CPU
 # devices: choose a split that fits the CPU devices this kernel has (or check

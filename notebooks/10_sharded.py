@@ -165,16 +165,17 @@ print(
 
 # %%
 DATASHEET_MEMORY = {"NVIDIA L4": 24e9, "NVIDIA H200 SXM": 141e9}  # bytes, datasheet figures
+NODE_GPUS = 8  # a node of 8 such GPUs (not this run's devices)
 FIT_COLUMNS = {
-    "replicated": "replicated, 8 devices",
-    "zero1": "ZeRO-1, 8 devices",
-    "fsdp": "FSDP gathered per layer, 8 devices",
+    "replicated": f"replicated, {NODE_GPUS} GPUs",
+    "zero1": f"ZeRO-1, {NODE_GPUS} GPUs",
+    "fsdp": f"FSDP gathered per layer, {NODE_GPUS} GPUs",
 }
 rows = []
 for name, mem_bytes in DATASHEET_MEMORY.items():
     row = {"device (datasheet memory)": f"{name} ({mem_bytes / 1e9:.0f} GB)"}
     for form, label in FIT_COLUMNS.items():
-        row[label] = f"{sharded.params_that_fit(mem_bytes, 8, form) / 1e9:.2f} G"
+        row[label] = f"{sharded.params_that_fit(mem_bytes, NODE_GPUS, form) / 1e9:.2f} G"
     rows.append(row)
 display(show.table(rows, caption="Parameters whose float32 state fits (no activations)"))
 
