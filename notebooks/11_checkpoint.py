@@ -433,14 +433,14 @@ assert after_kill_step == STEPS // 2 and train.max_abs_diff(half, after_kill) ==
 # any folder, on several a shared volume or a bucket. Below, 2 processes x
 # 4 devices train with a checkpoint every 2 steps, and process 1 dies at
 # step 3; then 4 processes x 2 devices resume the job from the latest step
-# (on 8 devices; on 6, 2 x 3 then 3 x 2; on 4, 2 x 2 then 4 x 1).
+# (on 8 devices; on 6, 2 x 3 then 3 x 2; other counts skip this section).
 
 # %%
 multi_rows = []
-# Two process counts over all n devices: 2 x n/2 is killed, n/2 x 2 (4 x 1 when n = 4) resumes.
-SPLITS = None
-if n % 2 == 0 and 4 <= n <= 8:
-    SPLITS = ((2, n // 2), (n // 2, 2) if n // 2 > 2 else (n, 1))
+# Two process counts over all n devices: 2 x n/2 is killed, n/2 x 2 resumes. On 4 devices the
+# only other split, 4 x 1, failed its save when tried (JAX 0.10.2, orbax-checkpoint 0.12.8:
+# "the input arrays must have one shard each"), so 4 and the odd counts skip this section.
+SPLITS = ((2, n // 2), (n // 2, 2)) if n in (6, 8) else None
 if MULTIHOST and SPLITS:
     mh_dir = root / "multihost"
     common = dict(profile=cfg.profile, steps=STEPS, data_source=dataset.source)
@@ -472,7 +472,7 @@ if MULTIHOST and SPLITS:
     assert latest_after_kill == 2 and rerun.summary["resumed_from"] == 2
     assert multi_diff < EQUIV_TOL, multi_diff
 else:
-    print(f"skipped: MULTIHOST is False, or {n} devices do not split two ways (needs 4, 6 or 8)")
+    print(f"skipped: MULTIHOST is False, or {n} devices do not split two ways (needs 6 or 8)")
 
 # %% [markdown]
 # (The worker of notebook 08 trains without input noise, so its state's
