@@ -702,8 +702,8 @@ for form, out in final.items():
 
 # %% [markdown]
 # ZeRO and FSDP do the same arithmetic as replicated DP, only placed
-# differently: on the CPU the parameters came out **bitwise** equal on 3, 4
-# and 8 devices, but on 2 FSDP, naive differed in a last bit (7.45e-09;
+# differently: on the CPU the parameters came out **bitwise** equal on 3, 4,
+# 5 and 8 devices, but on 2 FSDP, naive differed in a last bit (7.45e-09;
 # JAX 0.10.2, smoke, Auto axes, measured), so every form is held to the
 # tolerance and the table says which came out bitwise in this run. (On a
 # GPU a reduce-scatter may sum in another order than an all-reduce, so
