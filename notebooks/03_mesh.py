@@ -143,7 +143,10 @@ display(
 #   every later cell, and `jit` then refuses arrays that live elsewhere, such
 #   as a one-device baseline (`Received incompatible devices for jitted
 #   computation`). The lessons' one-device references run under
-#   `jax.set_mesh(None)`, which clears the context mesh for a block.
+#   `jax.set_mesh(None)`, which clears the context mesh for a block. A
+#   global mesh of another shape than a lesson's own stops that lesson at
+#   its start with one sentence naming the mesh and how to clear it
+#   (`dpcourse.lesson.check_global_mesh`).
 # - **Sharding-in-types**: each result's sharding follows from its inputs
 #   (a sum over the sharded axis is replicated; over the other axis it stays
 #   split). Where that is ambiguous, JAX raises an error and asks for an
