@@ -569,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_run:
                 raise SiteBuildError(f"{len(missing)} lesson(s) have no current executed copy (--no-run)")
             todo = [p for p in lessons if p.stem not in chosen]
+            from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+
+            exit_on_bad_xla_flags()  # before the kernels start: XLA would end each one on a bad token
             fresh = run_lessons(todo, args.profile, own, args.cell_timeout)
             more, still = choose(todo, [fresh], 0.0)
             if still:
