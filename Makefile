@@ -247,7 +247,9 @@ test-pinned:
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
 # shares one JAX persistent compilation cache under build/jax-cache/ for the whole run: every
 # compile is stored (no minimum time), and a size limit turns on the cache's file lock
-# (filelock, requirements-dev.txt), so two processes never read an entry half written.
+# (filelock, requirements-dev.txt), so two processes never read an entry half written. With the
+# limit, JAX 0.10.2 stops every write after a process is killed between an entry and its -atime
+# (jax-ml/jax issue 39880): each test session removes such entries first (coursetools/jaxcache.py).
 # test-pinned and test-newest use it too; a layer run alone (make unit-test) does not.
 # A lesson run so labels its compile times "persistent cache on" (dpcourse.bench).
 TEST_CACHE_DIR ?= $(CURDIR)/build/jax-cache
