@@ -199,6 +199,12 @@ def port_in_use(ip: str, port: int) -> str | None:
 
 
 def _lab_port(args: argparse.Namespace) -> int:
+    if not 1 <= args.port <= 65535:
+        print(
+            f"error: --port takes a TCP port from 1 to 65535 (JupyterLab's default is 8888), got {args.port}.",
+            file=sys.stderr,
+        )
+        return 2
     problem = port_in_use(args.ip, args.port)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

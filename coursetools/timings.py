@@ -170,6 +170,10 @@ def read_results(path: Path) -> dict:
     """
     import jsonschema
 
+    if Path(path).is_dir():
+        raise ValueError(
+            f"{path} is a folder: give the results.json in it that a run wrote ({Path(path) / 'results.json'})."
+        )
     try:
         payload = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except ValueError as err:

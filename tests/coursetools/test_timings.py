@@ -294,3 +294,8 @@ def test_runs_of_other_profiles_are_kept():
     cpu = {"profile": "cpu", "notebooks": {"05_shard_map": {"wall_s": 66.0, "status": "passed"}}}
     smoke = {"profile": "smoke", "notebooks": {"05_shard_map": {"wall_s": 61.0, "status": "passed"}}}
     assert timings.merge_runs([cpu], [smoke], ["05_shard_map"]) == [smoke, cpu]
+
+
+def test_a_folder_given_for_a_results_file_is_named(tmp_path, capsys):
+    with pytest.raises(ValueError, match="is a folder: give the results.json in it"):
+        timings.read_results(tmp_path)
