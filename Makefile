@@ -87,6 +87,14 @@ placement: $(VENV)/.gpu-compile-installed
 placement-store: $(VENV)/.gpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --store
 
+# One GPU, one command (docs/gpu.md): the collective probe, every lesson with the full profile
+# (01, 02 and 09 on the GPU, the multi-device lessons on simulated CPU devices), the package tests
+# that touch the GPU, in under 8 minutes; writes results/gpu-check/<gpu>-full-jax<version>.json.
+# Refuses in one sentence without an NVIDIA GPU; `.venv/bin/python -m coursetools.gpucheck --dry-run` lists the plan.
+.PHONY: gpu-check
+gpu-check: $(VENV)/.dev-installed
+	$(PY) -m coursetools.gpucheck
+
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)
 
