@@ -286,3 +286,12 @@ def test_a_compile_worker_that_xla_ended_says_which_token(monkeypatch):
     pending = deviceless.PendingCompile([job], [job], None, (), 60.0, [sys.executable, "-c", script])
     (result,) = pending.results()
     assert "XLA_FLAGS" in result.error and "'maybe'" in result.error
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"), [(["--profile", "nosuch"], "is not a profile"), (["--rounds", "0"], "at least 1")]
+)
+def test_clear_caches_check_refuses_a_bad_argument_before_jax_starts(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _clear_caches_check(argv)
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
