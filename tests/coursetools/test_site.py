@@ -195,3 +195,16 @@ def test_make_site_names_a_bad_xla_flags_token_before_running_a_lesson(tmp_path,
         site.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "em dash" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"), [(["--profile", "nosuch"], "is not a profile"), (["--cell-timeout", "0"], "positive")]
+)
+def test_make_site_refuses_a_bad_profile_or_time_limit_before_running_a_lesson(
+    argv, says, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(site, "run_lessons", lambda *a: pytest.fail("a lesson was run"))
+    with pytest.raises(SystemExit) as exit_:
+        site.main(["--src", str(tmp_path / "s"), "--run-out", str(tmp_path), *argv])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
