@@ -91,9 +91,14 @@ placement-store: $(VENV)/.gpu-compile-installed
 # (01, 02 and 09 on the GPU, the multi-device lessons on simulated CPU devices), the package tests
 # that touch the GPU, in under 8 minutes; writes results/gpu-check/<gpu>-full-jax<version>.json.
 # Refuses in one sentence without an NVIDIA GPU; `.venv/bin/python -m coursetools.gpucheck --dry-run` lists the plan.
+# Where nvidia-smi lists a GPU it first installs JAX's CUDA plugin at the pinned JAX version.
 .PHONY: gpu-check
 gpu-check: $(VENV)/.dev-installed
+	@if nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(VENV)/.cuda-installed; fi
 	$(PY) -m coursetools.gpucheck
+$(VENV)/.cuda-installed: requirements.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet "jax[cuda12]==$$(sed -n 's/^jax==//p' requirements.txt)"
+	touch $@
 
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)

@@ -97,3 +97,12 @@ def test_a_check_past_its_budget_stops_the_step_and_fails(tmp_path, monkeypatch,
     steps = json.loads(path.read_text())["gpu_check"]["steps"]
     assert [s["name"] for s in steps] == ["collectives", "lessons"] and steps[-1]["timed_out"]
     assert "stopped at the time budget" in capsys.readouterr().out
+
+
+def test_a_bad_xla_flags_token_is_named_before_any_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpucheck, "nvidia_gpus", lambda: [H100])
+    monkeypatch.setenv("XLA_FLAGS", "\u2014xla_gpu_all_reduce_combine_threshold_bytes=4096")
+    monkeypatch.setattr(gpucheck.subprocess, "Popen", lambda *a, **k: pytest.fail("a step was run"))
+    with pytest.raises(SystemExit) as exit_:
+        gpucheck.main(["--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err
