@@ -344,7 +344,25 @@ def expected_texts(record: dict, directory: Path = NOTEBOOK_DIR, readme: Path = 
 
 
 def load_record(path: Path = RECORD) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The committed record at ``path``.
+
+    Raises:
+        ValueError: it is not JSON, or not a record of runs (each with its profile and notebooks); one sentence.
+        OSError: it cannot be read.
+    """
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except ValueError as err:
+        raise ValueError(f"{path}: not JSON ({err}); restore it with git checkout {path}.") from None
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("profile"), str) and isinstance(r.get("notebooks"), dict) for r in runs
+    ):
+        raise ValueError(
+            f"{path}: not a timings record (a list of runs, each with its profile and notebooks); "
+            f"restore it with git checkout {path}."
+        )
+    return record
 
 
 def update(
@@ -482,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"timings: {RECORD} written; {len(changed)} file(s) rewritten")
         return 0
-    stale = check()
+    try:
+        stale = check()
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if stale:
         print(
             "timings: these differ from baselines/timings.json; run `python -m coursetools timings --update`: "

@@ -299,3 +299,14 @@ def test_runs_of_other_profiles_are_kept():
 def test_a_folder_given_for_a_results_file_is_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="is a folder: give the results.json in it"):
         timings.read_results(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{", '{"runs": "smoke"}', '{"runs": [{"profile": "smoke"}]}', "[]"])
+def test_a_damaged_record_is_named_in_one_sentence_and_not_overwritten(tmp_path, text):
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    record.write_text(text)
+    path = results_json(tmp_path, "smoke", {"05_shard_map": 61.4})
+    with pytest.raises(ValueError, match="restore it with git checkout"):
+        timings.update([path], None, record, lessons, readme, sync=False)
+    assert record.read_text() == text
