@@ -14,7 +14,8 @@ other. A process killed between them (a kernel stopped at a cell time
 limit, a test that kills a process) leaves a ``-cache`` file without its
 ``-atime``, and from then on every write to the cache fails with
 ``FileNotFoundError`` while reads go on (jax-ml/jax issue 39880; reproduced
-with JAX 0.10.2). :func:`remove_orphans` removes such entries, under JAX's
+with JAX 0.10.2; JAX's fix, pull request 39883, treats such an entry as the
+oldest instead, where that JAX has it). :func:`remove_orphans` removes such entries, under JAX's
 own lock file, so that no reader is between its check and its read; the
 test sessions call it when they start (tests/conftest.py,
 :mod:`coursetools.nbmake_guard`), so one killed process costs the cache's
