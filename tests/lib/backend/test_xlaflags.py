@@ -295,3 +295,18 @@ def test_clear_caches_check_refuses_a_bad_argument_before_jax_starts(argv, says,
     with pytest.raises(SystemExit) as exit_:
         _clear_caches_check(argv)
     assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["capture_placement_hlo", "capture_schedule_hlo"])
+def test_the_capture_tools_answer_help_and_refuse_a_bad_token_before_any_compile(name, monkeypatch, capsys):
+    from dpcourse.gpu_compile import compile as deviceless
+
+    tool = _tool(name)
+    monkeypatch.setattr(deviceless, "compile_jobs", lambda *a, **k: pytest.fail("compiled"))
+    with pytest.raises(SystemExit) as exit_:
+        tool.main(["--help"])
+    assert exit_.value.code == 0 and "usage" in capsys.readouterr().out
+    monkeypatch.setenv("XLA_FLAGS", EM_DASH)
+    with pytest.raises(SystemExit) as exit_:
+        tool.main([])
+    assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err
