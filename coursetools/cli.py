@@ -111,7 +111,9 @@ def _sync(args: argparse.Namespace) -> int:
 
 def _check_collectives(args: argparse.Namespace) -> int:
     from dpcourse.backend.health import CollectiveCheckError, check_collectives
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
 
+    exit_on_bad_xla_flags()  # the probe starts JAX in a subprocess that inherits XLA_FLAGS
     try:
         print(f"check-collectives: {check_collectives(timeout_s=args.timeout)}")
     except CollectiveCheckError as err:
