@@ -87,6 +87,19 @@ placement: $(VENV)/.gpu-compile-installed
 placement-store: $(VENV)/.gpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --store
 
+# One GPU, one command (docs/gpu.md): the collective probe, every lesson with the full profile
+# (01, 02 and 09 on the GPU, the multi-device lessons on simulated CPU devices), the package tests
+# that touch the GPU, in under 8 minutes; writes results/gpu-check/<gpu>-full-jax<version>.json.
+# Refuses in one sentence without an NVIDIA GPU; `.venv/bin/python -m coursetools.gpucheck --dry-run` lists the plan.
+# Where nvidia-smi lists a GPU it first installs JAX's CUDA plugin at the pinned JAX version.
+.PHONY: gpu-check
+gpu-check: $(VENV)/.dev-installed
+	@if nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(VENV)/.cuda-installed; fi
+	$(PY) -m coursetools.gpucheck
+$(VENV)/.cuda-installed: requirements.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet "jax[cuda12]==$$(sed -n 's/^jax==//p' requirements.txt)"
+	touch $@
+
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)
 
@@ -261,7 +274,9 @@ test-pinned:
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
 # shares one JAX persistent compilation cache under build/jax-cache/ for the whole run: every
 # compile is stored (no minimum time), and a size limit turns on the cache's file lock
-# (filelock, requirements-dev.txt), so two processes never read an entry half written.
+# (filelock, requirements-dev.txt), so two processes never read an entry half written. With the
+# limit, JAX 0.10.2 stops every write after a process is killed between an entry and its -atime
+# (jax-ml/jax issue 39880): each test session removes such entries first (coursetools/jaxcache.py).
 # test-pinned and test-newest use it too; a layer run alone (make unit-test) does not.
 # A lesson run so labels its compile times "persistent cache on" (dpcourse.bench).
 TEST_CACHE_DIR ?= $(CURDIR)/build/jax-cache

@@ -111,7 +111,9 @@ def _sync(args: argparse.Namespace) -> int:
 
 def _check_collectives(args: argparse.Namespace) -> int:
     from dpcourse.backend.health import CollectiveCheckError, check_collectives
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
 
+    exit_on_bad_xla_flags()  # the probe starts JAX in a subprocess that inherits XLA_FLAGS
     try:
         print(f"check-collectives: {check_collectives(timeout_s=args.timeout)}")
     except CollectiveCheckError as err:
@@ -199,6 +201,12 @@ def port_in_use(ip: str, port: int) -> str | None:
 
 
 def _lab_port(args: argparse.Namespace) -> int:
+    if not 1 <= args.port <= 65535:
+        print(
+            f"error: --port takes a TCP port from 1 to 65535 (JupyterLab's default is 8888), got {args.port}.",
+            file=sys.stderr,
+        )
+        return 2
     problem = port_in_use(args.ip, args.port)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

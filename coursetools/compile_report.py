@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from coursetools import overlap_report
+from coursetools.outfolder import write_atomic
+from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import targets as gpu_targets
 from dpcourse.gpu_compile.notebook import PASS_NAME
@@ -215,6 +218,52 @@ def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[de
     return results
 
 
+def output_paths(args: argparse.Namespace) -> list[Path]:
+    """The files a run writes: ``--out``, :data:`STORED_NAME` beside it, and the package's copy with ``--store``."""
+    return [args.out, args.out.parent / STORED_NAME] + ([stored_path()] if args.store else [])
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file (it is a folder, or a file or a read-only folder is in the way)."""
+    if path.is_dir():
+        return f"{path} is a folder; give a file name such as {path / 'placement.json'}"
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, so {path} cannot be written; give a path in a folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{path} cannot be written (no write permission in {parent}); give a path you may write"
+    return None
+
+
+def checked_arguments(args: argparse.Namespace) -> tuple[list[str], list[str], tuple[int, ...]]:
+    """``(profiles, targets, counts)`` from ``args``, every one checked, and the output files writable.
+
+    Raises:
+        ValueError: one sentence naming the bad argument and what it takes.
+    """
+    from dpcourse.config import profile_names
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    profiles = args.profile or ["smoke", "full"]
+    unknown = [p for p in profiles if p not in profile_names()]
+    if unknown:
+        raise ValueError(f"--profile {unknown[0]!r} is not a profile: use one of {', '.join(profile_names())}")
+    targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
+    words = [w.strip() for w in args.devices.split(",")]
+    if not all(w.isdigit() and int(w) >= 1 for w in words):
+        raise ValueError(
+            f"--devices takes GPU counts of 1 or more, comma-separated (such as 2,4,8); got {args.devices!r}"
+        )
+    for path in output_paths(args):
+        problem = unwritable(path)
+        if problem:
+            raise ValueError(problem)
+    return profiles, targets, tuple(int(w) for w in words)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``make placement``: compile, print the table, write placement.json; exit 1 if one failed :func:`check`."""
     parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU (without a GPU) and CPU compilers.")
@@ -228,11 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="compile subprocesses at a time (default 2)")
     parser.add_argument("--store", action="store_true", help=f"also write {STORED_NAME} into the package (stored)")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
-    profiles = args.profile or ["smoke", "full"]
-    targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
-    counts = tuple(int(n) for n in args.devices.split(","))
+    try:  # every argument and the output folders before any compile: nothing is written on a bad one
+        profiles, targets, counts = checked_arguments(args)
+    except ValueError as err:
+        parser.error(str(err))
+    # The compile workers inherit XLA_FLAGS: a bad token would end each one with XLA's whole flag list.
+    exit_on_bad_xla_flags()
     missing = gpu_targets.extra_missing()
     if missing and not args.allow_missing_extra:
         print(f"placement: FAILED: {missing}", file=sys.stderr)
@@ -257,11 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     recs = records(results)
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(recs, indent=1) + "\n")
-    stored = [args.out.parent / STORED_NAME] + ([stored_path()] if args.store else [])
-    for path in stored:
+    write_atomic(args.out, json.dumps(recs, indent=1) + "\n")
+    for path in output_paths(args)[1:]:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored_payload(lessons), indent=1) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(stored_payload(lessons), indent=1) + "\n")
         print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
     problems = check(recs) + check_lesson10(recs)
     if args.overlap:

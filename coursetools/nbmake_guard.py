@@ -14,6 +14,8 @@ notebook starts:
 * **A bad ``XLA_FLAGS`` token**, on which XLA ends the kernel and nbmake
   reports only ``NBMAKE INTERNAL ERROR``: checked first
   (:func:`dpcourse.backend.xlaflags.check_xla_flags`).
+* **A shared compilation cache that takes no writes**: its half-made
+  entries are removed first (:func:`coursetools.jaxcache.remove_orphans`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from coursetools.jaxcache import remove_orphans
 from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags
 
 _made: list[Path] = []
@@ -83,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         check_xla_flags()
     except XlaFlagsError as err:
         raise pytest.UsageError(str(err)) from None
+    remove_orphans()  # the shared compilation cache's half-made entries would stop its writes
     if not hasattr(config.option, "nbmake_kernel"):
         return  # nbmake is not loaded: nothing to set
     folder = Path(tempfile.mkdtemp(prefix="dpcourse-kernels-"))

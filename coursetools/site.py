@@ -544,6 +544,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vendor", type=Path, default=ROOT / "tools" / "site" / "node_modules")
     args = parser.parse_args(argv)
     from coursetools.runner import find_notebooks
+    from dpcourse.config import profile_names
+
+    if args.profile not in profile_names():  # before any lesson runs with it
+        parser.error(f"--profile {args.profile!r} is not a profile: use one of {', '.join(profile_names())}")
+    if args.cell_timeout <= 0:
+        parser.error(f"--cell-timeout must be a positive number of seconds, got {args.cell_timeout}")
 
     try:
         lessons = find_notebooks(args.notebooks)
@@ -569,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_run:
                 raise SiteBuildError(f"{len(missing)} lesson(s) have no current executed copy (--no-run)")
             todo = [p for p in lessons if p.stem not in chosen]
+            from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+
+            exit_on_bad_xla_flags()  # before the kernels start: XLA would end each one on a bad token
             fresh = run_lessons(todo, args.profile, own, args.cell_timeout)
             more, still = choose(todo, [fresh], 0.0)
             if still:

@@ -125,9 +125,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         notebooks = sorted(Path(args.notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+    from coursetools.outfolder import OutputFolderError
+    from coursetools.runner import check_output_folder
+
     try:
+        check_output_folder(Path(args.out), notebooks)  # a file, a read-only folder or the sources: before any work
         written = write_solved(notebooks, Path(args.out))
-    except SolutionError as err:
+    except (SolutionError, OutputFolderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{len(written)} notebooks with solutions filled in: {', '.join(p.name for p in written)} -> {args.out}")

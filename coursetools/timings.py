@@ -28,6 +28,7 @@ import textwrap
 from pathlib import Path
 
 from coursetools import paths
+from coursetools.outfolder import write_atomic
 
 ROOT = paths.ROOT
 RECORD = paths.TIMINGS
@@ -113,10 +114,84 @@ def course_commit() -> str | None:
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def _run_entry(path: Path) -> dict:
-    payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    if "machine" not in payload:
+_LOADS = {"type": ["array", "null"], "items": {"type": "number", "minimum": 0}, "minItems": 3, "maxItems": 3}
+# What of a runner's results.json (coursetools.runner) the record copies, and the values it may hold.
+RESULTS_SCHEMA = {
+    "type": "object",
+    "required": ["profile", "machine", "notebooks"],
+    "properties": {
+        "profile": {"type": "string", "minLength": 1},
+        "created": {"type": ["string", "null"]},
+        "commit": {"type": ["string", "null"]},
+        "machine": {
+            "type": "object",
+            "properties": {
+                "cpu": {"type": ["string", "null"]},
+                "cores": {"type": ["integer", "null"], "minimum": 1},
+                "memory_gib": {"type": ["number", "null"], "minimum": 0},
+                "gpus": {"type": ["array", "null"], "items": {"type": "string"}},
+                "load_average_start": _LOADS,
+                "load_average_end": _LOADS,
+                "gpu_compile_extra": {"type": ["boolean", "null"]},
+            },
+        },
+        "notebooks": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["notebook", "wall_s", "status"],
+                "properties": {
+                    "notebook": {"type": "string", "minLength": 1},
+                    "wall_s": {"type": "number", "exclusiveMinimum": 0},
+                    "status": {"type": "string", "minLength": 1},
+                },
+            },
+        },
+        "records": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"jax_version": {"type": ["string", "null"]}}},
+        },
+    },
+}
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a measured number")
+
+
+def read_results(path: Path) -> dict:
+    """A runner's ``results.json`` at ``path``, checked against :data:`RESULTS_SCHEMA` (NaN and infinities refused).
+
+    Raises:
+        ValueError: unreadable JSON, no machine record, or a field of the wrong
+            type or value; one sentence naming the file and the field.
+        OSError: the file cannot be read.
+    """
+    import jsonschema
+
+    if Path(path).is_dir():
+        raise ValueError(
+            f"{path} is a folder: give the results.json in it that a run wrote ({Path(path) / 'results.json'})."
+        )
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except ValueError as err:
+        raise ValueError(f"{path}: not a results.json the runner writes ({err}); give the file a run wrote.") from None
+    if isinstance(payload, dict) and "profile" in payload and "machine" not in payload:
         raise ValueError(f"{path}: no machine record (a results.json from before the runner recorded it); run again.")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(payload))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise ValueError(
+            f"{path}: {where}: {error.message}; it is not a results.json the runner writes "
+            "(python -m coursetools run), so nothing was recorded."
+        )
+    return payload
+
+
+def _run_entry(path: Path) -> dict:
+    payload = read_results(path)
     return {
         "profile": payload["profile"],
         "created": payload.get("created"),
@@ -125,6 +200,27 @@ def _run_entry(path: Path) -> dict:
         "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
         "notebooks": {nb["notebook"]: {"wall_s": nb["wall_s"], "status": nb["status"]} for nb in payload["notebooks"]},
     }
+
+
+def merge_runs(runs: list[dict], new: list[dict], lessons: list[str]) -> list[dict]:
+    """The record's runs once ``new`` runs are added: a run of some lessons replaces only theirs.
+
+    A new run of every lesson in ``lessons`` (the course's stems) replaces
+    the earlier runs of its profile; one of some lessons removes those
+    lessons from the earlier runs of its profile (a run left with none is
+    dropped) and is kept beside them, with its own commit and machine.
+    Smoke runs first, then by profile, each profile's runs in the order given.
+    """
+    runs = [dict(r, notebooks=dict(r["notebooks"])) for r in runs]
+    for entry in new:
+        whole = set(lessons) <= set(entry["notebooks"])
+        for run in runs:
+            if run["profile"] == entry["profile"]:
+                run["notebooks"] = (
+                    {} if whole else {k: v for k, v in run["notebooks"].items() if k not in entry["notebooks"]}
+                )
+        runs = [r for r in runs if r["notebooks"]] + [entry]
+    return sorted(runs, key=lambda r: (r["profile"] != "smoke", r["profile"]))
 
 
 def _machine_text(machine: dict) -> str:
@@ -248,7 +344,25 @@ def expected_texts(record: dict, directory: Path = NOTEBOOK_DIR, readme: Path = 
 
 
 def load_record(path: Path = RECORD) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The committed record at ``path``.
+
+    Raises:
+        ValueError: it is not JSON, or not a record of runs (each with its profile and notebooks); one sentence.
+        OSError: it cannot be read.
+    """
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except ValueError as err:
+        raise ValueError(f"{path}: not JSON ({err}); restore it with git checkout {path}.") from None
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("profile"), str) and isinstance(r.get("notebooks"), dict) for r in runs
+    ):
+        raise ValueError(
+            f"{path}: not a timings record (a list of runs, each with its profile and notebooks); "
+            f"restore it with git checkout {path}."
+        )
+    return record
 
 
 def update(
@@ -273,8 +387,9 @@ def update(
     commit that run measured (default: this checkout's).
     """
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
-    if results:
-        record["runs"] = sorted((_run_entry(p) for p in results), key=lambda r: r["profile"] != "smoke")
+    if results:  # every file is read and checked before anything is written
+        lessons = [p.stem for p in lesson_files(directory)]
+        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p) for p in results], lessons)
     if make_test_seconds is not None:
         record["make_test"] = {
             "seconds": round(make_test_seconds),
@@ -287,12 +402,10 @@ def update(
             },
         }
     texts = expected_texts(record, directory, readme)  # a README or lesson without its time block fails here
-    Path(record_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    changed = []
-    for path, text in texts.items():
-        if path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
+    changed = [path for path, text in texts.items() if path.read_text(encoding="utf-8") != text]
+    write_atomic(record_path, json.dumps(record, indent=2) + "\n")
+    for path in changed:
+        write_atomic(path, texts[path])
     lessons = [str(p) for p in changed if p.suffix == ".py"]
     if lessons and sync:  # re-pair the .ipynb files with the edited .py files
         subprocess.run([sys.executable, "-m", "jupytext", "--sync", *lessons], check=True, capture_output=True)
@@ -387,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"timings: {RECORD} written; {len(changed)} file(s) rewritten")
         return 0
-    stale = check()
+    try:
+        stale = check()
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if stale:
         print(
             "timings: these differ from baselines/timings.json; run `python -m coursetools timings --update`: "

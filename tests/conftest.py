@@ -21,6 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data" / "fashion-mnist"
 
 
+def pytest_sessionstart(session):
+    """Remove the shared compilation cache's half-made entries, which would stop its writes (coursetools.jaxcache)."""
+    from coursetools.jaxcache import remove_orphans
+
+    remove_orphans()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Group the tests for pytest-xdist's ``--dist loadgroup`` (the Makefile's unit-test).

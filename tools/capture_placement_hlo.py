@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dpcourse.backend.xlaflags import exit_on_bad_xla_flags  # noqa: E402
 from dpcourse.compiled import collectives  # noqa: E402
 from dpcourse.gpu_compile import compile as deviceless  # noqa: E402
 
@@ -50,7 +51,12 @@ def trim(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    # No options: --help describes the capture, and an unknown argument is refused, before any compile.
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    exit_on_bad_xla_flags()  # the compile workers inherit XLA_FLAGS
     import jax
 
     jobs = [deviceless.Job("gpu", "h200", 2, "smoke"), deviceless.Job("cpu", "cpu", 2, "smoke")]

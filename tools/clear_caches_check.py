@@ -19,14 +19,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smoke")
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from dpcourse import config
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+
+    if args.profile not in config.profile_names():
+        parser.error(f"--profile {args.profile!r} is not a profile: use one of {', '.join(config.profile_names())}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    exit_on_bad_xla_flags()  # before JAX starts
     import jax
 
-    from dpcourse import config, model, train
+    from dpcourse import model, train
 
     cfg = config.make_config(args.profile)
     opt = train.make_optimizer(cfg)

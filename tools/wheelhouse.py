@@ -165,6 +165,12 @@ def check(dest: Path, python_version: str | None = None, platform: str | None = 
     """
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     platform = platform or this_platform()
+    if not dest.is_dir():
+        what = "is a file, not a folder" if dest.exists() else "does not exist"
+        return (
+            f"{dest} {what}: give the folder `make wheelhouse` wrote (wheelhouse/ by default), "
+            f"or make one there with `python tools/wheelhouse.py --dest {dest}` on a machine with network."
+        )
     wheels = sorted(dest.glob("*.whl"))
     finish = (
         f"finish it with `make wheelhouse` (or `python tools/wheelhouse.py --dest {dest}`) on a machine with network"

@@ -252,6 +252,23 @@ def check_xla_flags(flags: str | None = None, probe: bool = True) -> None:
         _remember_ok(key)
 
 
+def exit_on_bad_xla_flags(flags: str | None = None) -> None:
+    """A command's first act: :func:`check_xla_flags`, and on a bad token ``error: <the sentence>`` and exit 2.
+
+    Every command that starts JAX or a compile calls it (or
+    :func:`check_xla_flags` itself) before any work, so a bad token is named
+    in one line instead of XLA's flag list or a traceback.
+
+    Raises:
+        SystemExit: status 2, after printing the sentence to stderr.
+    """
+    try:
+        check_xla_flags(flags)
+    except XlaFlagsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def describe_abort(stderr: str) -> str | None:
     """A one-line reason when ``stderr`` (a dead process's) shows XLA's abort on ``XLA_FLAGS``, else None."""
     unknown = unknown_flags_in(stderr)

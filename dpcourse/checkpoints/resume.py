@@ -132,6 +132,7 @@ def _main(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """``python -m dpcourse.checkpoints.resume --dir DIR --until N [--devices K] [--form fsdp] ...``."""
     from dpcourse import config
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
     from dpcourse.checkpoints import checkpoint
 
     parser = argparse.ArgumentParser(prog="python -m dpcourse.checkpoints.resume", description=__doc__.splitlines()[0])
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-batches", type=int, required=True, help="batches in the data stream")
     parser.add_argument("--kill-at-commit", action="store_true", help="save once more and die before the commit")
     args = parser.parse_args(argv)
+    exit_on_bad_xla_flags()  # before JAX starts: XLA would end the process with its whole flag list
     try:
         summary = _main(args)
     except (checkpoint.CheckpointError, ValueError) as err:

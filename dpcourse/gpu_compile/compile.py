@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
 from dpcourse.exercises.checks import first_sentence
 from dpcourse.gpu_compile import targets as gpu_targets
 from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
@@ -338,6 +339,13 @@ def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] =
 # ---- from the caller's process ----
 
 
+def _own_flags(flags: str) -> list[str]:
+    """The tokens of ``flags`` a compile worker keeps: all but the CPU device count and passes switched off."""
+    from dpcourse.devices import CPU_COUNT_FLAG
+
+    return [t for t in flags.split() if not t.startswith((CPU_COUNT_FLAG + "=", "--xla_disable_hlo_passes="))]
+
+
 def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | None = None) -> dict[str, str]:
     """The worker's environment, set before JAX starts: the platform its jobs need, passes switched off.
 
@@ -357,11 +365,7 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
     env = dict(os.environ if base is None else base)
     for key in ("DPCOURSE_RESULTS", "JAX_NUM_CPU_DEVICES", "JAX_MOCK_GPU_TOPOLOGY"):
         env.pop(key, None)
-    flags = [
-        t
-        for t in env.get("XLA_FLAGS", "").split()
-        if not t.startswith(CPU_COUNT_FLAG + "=") and not t.startswith("--xla_disable_hlo_passes=")
-    ]
+    flags = _own_flags(env.get("XLA_FLAGS", ""))
     passes = ["--xla_disable_hlo_passes=" + ",".join(disabled)] if disabled else []
     env["PYTHONUNBUFFERED"] = "1"
     if mocked:
@@ -417,7 +421,9 @@ class PendingCompile:
                         res = CompileResult.from_dict(json.loads(line[len(RESULT_PREFIX) :]))
                         results[Job(res.backend, res.target, res.n_devices, res.profile)] = res
                 tail = " | ".join([ln for ln in (stdout + stderr).strip().splitlines() if ln.strip()][-3:])
-                reason = f"the compile worker exited with status {self._proc.returncode}: {tail[-600:]}"
+                reason = describe_abort(stderr) or (
+                    f"the compile worker exited with status {self._proc.returncode}: {tail[-600:]}"
+                )
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
@@ -448,6 +454,8 @@ def start_jobs(
     Raises:
         ValueError: a builder path not of the form ``"module:function"``, or a
             mocked job among others (each needs a process of its own).
+        XlaFlagsError: a ValueError; ``XLA_FLAGS`` holds a token XLA would end the
+            worker on (:func:`dpcourse.backend.xlaflags.check_xla_flags`); nothing is started.
     """
     steps = dict(COURSE_STEPS if steps is None else steps)
     for builder in steps.values():
@@ -461,6 +469,8 @@ def start_jobs(
         worker_env(jobs, disabled, base={})  # raises for a mocked job among others
         missing = gpu_unavailable_reason()
     runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
+    if runnable:  # the worker inherits the caller's XLA_FLAGS: a bad token would end it with XLA's flag list
+        check_xla_flags(" ".join(_own_flags(os.environ.get("XLA_FLAGS", ""))))
     cmd = [sys.executable, "-m", "dpcourse.gpu_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
     cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
     cmd += ["--disable-pass", ",".join(disabled)] if disabled else []
@@ -492,7 +502,8 @@ def compile_jobs(
         does when the worker fails or times out.
 
     Raises:
-        ValueError: a builder path not of the form ``"module:function"``.
+        ValueError: a builder path not of the form ``"module:function"``, or
+            ``XLA_FLAGS`` holding a token XLA would end the worker on (XlaFlagsError).
     """
     return start_jobs(jobs, steps, disable_passes, timeout_s, hlo_dir).results()
 

@@ -194,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.report:
         parser.error("give --report")
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+    from dpcourse.config import profile_names
+
+    if args.profile not in profile_names():
+        parser.error(f"--profile {args.profile!r} is not a profile: use one of {', '.join(profile_names())}")
+    exit_on_bad_xla_flags()  # each compile worker inherits XLA_FLAGS
     reason = gpu_unavailable_reason()
     results = report(args.profile)
     return 0 if all(r.error is None for r in results if r.backend == "cpu" or reason is None) else 1

@@ -408,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.profile == "auto":
         args.profile = None
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+
+    exit_on_bad_xla_flags()  # a GKE Job starts this command directly, without the launcher's check
     try:
         return _worker_main(args)
     except (DistributedSetupError, ValueError) as err:

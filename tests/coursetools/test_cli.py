@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from coursetools import cli
 
 
@@ -21,3 +23,22 @@ def test_python_m_coursetools_runs_from_a_folder_outside_the_repository(tmp_path
         [sys.executable, "-m", "coursetools", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
     assert proc.returncode == 0 and "workspace" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_lab_port_refuses_a_port_outside_tcps_range_in_one_line(port, capsys):
+    from coursetools.cli import main as cli_main
+
+    assert cli_main(["lab-port", "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert "--port takes a TCP port from 1 to 65535" in err and "Traceback" not in err
+
+
+def test_check_collectives_names_a_bad_xla_flags_token_before_starting_jax(monkeypatch, capsys):
+    from dpcourse.backend import health
+
+    monkeypatch.setenv("XLA_FLAGS", "\u2014xla_gpu_all_reduce_combine_threshold_bytes=4096")
+    monkeypatch.setattr(health, "check_collectives", lambda **k: pytest.fail("the probe started"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["check-collectives"])
+    assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err

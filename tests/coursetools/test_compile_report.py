@@ -93,3 +93,49 @@ def test_workers_below_one_are_refused(capsys):
     with pytest.raises(SystemExit):
         placement_report.main(["--workers", "0"])
     assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--profile", "nosuch"], "--profile 'nosuch' is not a profile"),
+        (["--target", "nosuch"], "Unknown GPU target 'nosuch'"),
+        (["--devices", "2,x"], "--devices takes GPU counts of 1 or more"),
+        (["--devices", "0"], "--devices takes GPU counts of 1 or more"),
+    ],
+)
+def test_a_bad_argument_is_refused_before_any_compile_and_nothing_is_written(argv, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(placement_report, "compile_in_parallel", lambda *a: pytest.fail("compiled before checking"))
+    out = tmp_path / "placement.json"
+    with pytest.raises(SystemExit) as exit_:
+        placement_report.main([*argv, "--out", str(out)])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_compile(where, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(placement_report, "compile_in_parallel", lambda *a: pytest.fail("compiled before checking"))
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path if where == "folder" else tmp_path / "a_file" / "placement.json"
+    with pytest.raises(SystemExit):
+        placement_report.main(["--profile", "smoke", "--out", str(out)])
+    assert ("is a folder" if where == "folder" else "is a file") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ("\u2014xla_gpu_all_reduce_combine_threshold_bytes=4096", "an em dash"),
+        ("--xla_gpu_all_reduce_combine_threshold_bytes=big", "--xla_gpu_all_reduce_combine_threshold_bytes"),
+    ],
+)
+def test_make_placement_names_a_bad_xla_flags_token_before_any_compile(flags, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(placement_report, "compile_in_parallel", lambda *a: pytest.fail("compiled before checking"))
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.setenv("DPCOURSE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit) as exit_:
+        placement_report.main(["--profile", "smoke", "--out", str(tmp_path / "placement.json")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "placement.json").exists()

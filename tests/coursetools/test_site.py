@@ -182,3 +182,29 @@ def test_an_image_gets_its_alt_text_from_the_figure_s_own_text_and_never_from_a_
     bare = {"outputs": [{"data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}
     site.image_alt(bare)
     assert "metadata" not in bare
+
+
+def test_make_site_names_a_bad_xla_flags_token_before_running_a_lesson(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    _lesson(src / "05_x.ipynb")
+    monkeypatch.setenv("XLA_FLAGS", "\u2014xla_gpu_all_reduce_combine_threshold_bytes=4096")
+    monkeypatch.setattr(site, "run_lessons", lambda *a: pytest.fail("a lesson was run"))
+    argv = ["--src", str(tmp_path / "s"), "--notebooks", str(src), "--run-out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_:
+        site.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "em dash" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"), [(["--profile", "nosuch"], "is not a profile"), (["--cell-timeout", "0"], "positive")]
+)
+def test_make_site_refuses_a_bad_profile_or_time_limit_before_running_a_lesson(
+    argv, says, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(site, "run_lessons", lambda *a: pytest.fail("a lesson was run"))
+    with pytest.raises(SystemExit) as exit_:
+        site.main(["--src", str(tmp_path / "s"), "--run-out", str(tmp_path), *argv])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -169,3 +169,19 @@ def test_every_lesson_with_exercises_runs_solved_in_solutions_test_or_in_the_glo
     with_exercises = {stem for stem in LESSONS if solutions.exercise_cells(_nb(stem))}
     assert with_exercises <= alone | set(MESH_LESSONS), with_exercises - alone - set(MESH_LESSONS)
     assert not alone & set(MESH_LESSONS), f"run solved twice: {sorted(alone & set(MESH_LESSONS))}"
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "the_sources"])
+def test_an_output_folder_that_cannot_be_used_is_one_sentence_before_any_work(where, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(solutions, "write_solved", lambda *a: pytest.fail("worked before checking"))
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path / "a_file" / "solved" if where == "under_a_file" else runner_notebooks()
+    assert solutions.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "Traceback" not in err
+
+
+def runner_notebooks() -> Path:
+    from coursetools.paths import NOTEBOOKS
+
+    return NOTEBOOKS

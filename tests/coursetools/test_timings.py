@@ -208,3 +208,105 @@ def test_timing_again_within_the_buckets_rewrites_the_record_and_readme_only(tmp
         ]
     }
     assert timings.time_line("04_x", record) == timings.time_line("04_x", again)
+
+
+def _course(tmp_path, stems=("05_shard_map", "06_model")):
+    lessons = tmp_path / "notebooks"
+    lessons.mkdir()
+    for stem in stems:
+        (lessons / f"{stem}.py").write_text("# # title\n#\n# **Time.** Not measured yet.\n#\n# Next.\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{timings.BEGIN}\n{timings.END}\n")
+    return lessons, readme
+
+
+def _snapshot(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda p: p.update(notebooks=["05_shard_map"]), "notebooks/0: '05_shard_map' is not of type 'object'"),
+        (lambda p: p.update(notebooks="05_shard_map"), "notebooks: '05_shard_map' is not of type 'array'"),
+        (lambda p: p.update(records=["0.10.2"]), "records/0: '0.10.2' is not of type 'object'"),
+        (lambda p: p["notebooks"][0].update(wall_s=-40), "notebooks/0/wall_s: -40 is less than or equal to"),
+        (lambda p: p["notebooks"][0].update(wall_s="61"), "notebooks/0/wall_s: '61' is not of type 'number'"),
+        (lambda p: p["notebooks"][0].pop("status"), "notebooks/0: 'status' is a required property"),
+        (lambda p: p.update(machine="2 cores"), "machine: '2 cores' is not of type 'object'"),
+        (lambda p: p.update(notebooks=[]), "notebooks: [] should be non-empty"),
+    ],
+)
+def test_a_malformed_results_file_is_named_in_one_sentence_and_nothing_is_written(tmp_path, change, says, capsys):
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"05_shard_map": 61.4})
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+    record = tmp_path / "timings.json"
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match="not a results.json the runner writes") as err:
+        timings.update([path], None, record, lessons, readme, sync=False)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    assert _snapshot(tmp_path) == before and not record.exists()
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_wall_time_that_is_not_a_number_is_refused(tmp_path, constant, capsys, monkeypatch):
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"05_shard_map": 61.4})
+    path.write_text(path.read_text().replace("61.4", constant))
+    real = timings.update  # the command's own path, writing into tmp_path only
+    monkeypatch.setattr(
+        timings,
+        "update",
+        lambda results, seconds, **kw: real(results, seconds, tmp_path / "timings.json", lessons, readme, False, **kw),
+    )
+    assert timings.main(["--update", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{constant} is not a measured number" in err and "Traceback" not in err
+    assert not (tmp_path / "timings.json").exists()
+
+
+def test_a_run_of_some_lessons_updates_only_theirs(tmp_path):
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    whole = results_json(tmp_path, "smoke", {"05_shard_map": 61.4, "06_model": 200.0})
+    timings.update([whole], None, record, lessons, readme, sync=False)
+    one = tmp_path / "one.json"
+    payload = json.loads(whole.read_text())
+    payload.update(commit="def5678", notebooks=[{"notebook": "06_model", "status": "passed", "wall_s": 20.0}])
+    one.write_text(json.dumps(payload))
+    timings.update([one], None, record, lessons, readme, sync=False)
+    runs = json.loads(record.read_text())["runs"]
+    assert [(r["commit"], sorted(r["notebooks"])) for r in runs] == [
+        ("abc1234", ["05_shard_map"]),
+        ("def5678", ["06_model"]),
+    ]
+    assert "1-2 min with `smoke`" in (lessons / "05_shard_map.py").read_text()  # kept, not erased
+    assert "under 30 s with `smoke`" in (lessons / "06_model.py").read_text()
+    # A run of every lesson again replaces both.
+    timings.update([whole], None, record, lessons, readme, sync=False)
+    assert [r["commit"] for r in json.loads(record.read_text())["runs"]] == ["abc1234"]
+
+
+def test_runs_of_other_profiles_are_kept():
+    cpu = {"profile": "cpu", "notebooks": {"05_shard_map": {"wall_s": 66.0, "status": "passed"}}}
+    smoke = {"profile": "smoke", "notebooks": {"05_shard_map": {"wall_s": 61.0, "status": "passed"}}}
+    assert timings.merge_runs([cpu], [smoke], ["05_shard_map"]) == [smoke, cpu]
+
+
+def test_a_folder_given_for_a_results_file_is_named(tmp_path, capsys):
+    with pytest.raises(ValueError, match="is a folder: give the results.json in it"):
+        timings.read_results(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{", '{"runs": "smoke"}', '{"runs": [{"profile": "smoke"}]}', "[]"])
+def test_a_damaged_record_is_named_in_one_sentence_and_not_overwritten(tmp_path, text):
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    record.write_text(text)
+    path = results_json(tmp_path, "smoke", {"05_shard_map": 61.4})
+    with pytest.raises(ValueError, match="restore it with git checkout"):
+        timings.update([path], None, record, lessons, readme, sync=False)
+    assert record.read_text() == text

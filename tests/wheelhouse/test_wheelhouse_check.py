@@ -97,3 +97,13 @@ def test_the_requirements_markers_are_read_for_the_target_platform_not_this_mach
     # Orbax 0.11.33 and later need uvloop, which Windows cannot install.
     assert orbax == {"windows": ["orbax-checkpoint==0.11.32"], "linux": ["orbax-checkpoint==0.12.8"]}
     assert "jax==" in windows and ";" not in "".join(line for line in windows.splitlines() if not line.startswith("#"))
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_path_that_is_no_folder_is_named_as_such_not_as_an_unfinished_download(tmp_path, kind):
+    dest = tmp_path / "wheelhouse"
+    if kind == "file":
+        dest.write_text("")
+    problem = tool.check(dest)
+    assert ("is a file, not a folder" if kind == "file" else "does not exist") in problem
+    assert "did not finish" not in problem and "cannot be read" not in problem

@@ -192,3 +192,121 @@ def test_the_launcher_names_a_value_xla_refuses_before_starting_workers(monkeypa
     assert launcher.main(["--processes", "2", "--devices-per-process", "2"]) == 1
     err = capsys.readouterr().err
     assert "'maybe'" in err and "--xla_cpu_enable_fast_math=true or" in err
+
+
+EM_DASH = "\u2014xla_gpu_all_reduce_combine_threshold_bytes=4096"
+BIG = "--xla_gpu_all_reduce_combine_threshold_bytes=big"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _tool(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _resume(argv):
+    from dpcourse.checkpoints import resume
+
+    return resume.main(["--dir", "unused", "--global-batch", "8", "--n-batches", "2", *argv])
+
+
+def _mocked(argv):
+    from dpcourse.gpu_compile import mocked
+
+    return mocked.main(["--report", "--profile", "smoke", *argv])
+
+
+def _worker(argv):
+    from dpcourse.multihost import worker
+
+    return worker.main(argv)
+
+
+def _clear_caches_check(argv):
+    return _tool("clear_caches_check").main(argv)
+
+
+# Every command that starts JAX or a compile, but the runner and the launcher (tested above) and
+# make placement (tests/coursetools/test_compile_report.py).
+COMMANDS = {"resume": _resume, "mocked": _mocked, "worker": _worker, "clear_caches_check": _clear_caches_check}
+
+
+@pytest.mark.parametrize("flags", [EM_DASH, BIG], ids=["em-dash", "bad-value"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_names_a_bad_token_in_one_line_before_jax_starts(command, flags, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    refusal = "XLA refuses the value 'big' of --xla_gpu_all_reduce_combine_threshold_bytes."
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, refusal))  # what XLA says (tested above)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(SystemExit) as exit_:
+        COMMANDS[command]([])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: XLA_FLAGS="), err
+    assert ("em dash" if flags == EM_DASH else "--xla_gpu_all_reduce_combine_threshold_bytes") in err
+
+
+@pytest.mark.parametrize("flags", [EM_DASH, BIG], ids=["em-dash", "bad-value"])
+def test_a_lessons_gpu_compile_names_a_bad_token_and_starts_no_worker(flags, monkeypatch, tmp_path):
+    from dpcourse.gpu_compile import compile as deviceless
+    from dpcourse.gpu_compile import notebook
+
+    monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, "XLA refuses the value 'big'."))
+    monkeypatch.setattr(deviceless.gpu_targets, "extra_missing", lambda: None)
+    monkeypatch.setattr(notebook.gpu_targets, "extra_missing", lambda: None)
+    monkeypatch.setattr(deviceless.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(XlaFlagsError, match="XLA_FLAGS="):  # lesson 10's background compile
+        notebook.start_gpu_compile(deviceless.COURSE_STEPS, ("h200",), 8, "smoke")
+    with pytest.raises(XlaFlagsError, match="XLA_FLAGS="):  # 04, 05 and 09's placement cells
+        notebook.show_gpu_placement("smoke", "cpu")
+    with pytest.raises(XlaFlagsError, match="XLA_FLAGS="):  # a CPU compile starts a worker too
+        deviceless.compile_jobs([deviceless.Job("cpu", "cpu", 8, "smoke")])
+
+
+def test_the_courses_own_device_count_and_passes_switched_off_start_no_probe(monkeypatch):
+    from dpcourse.gpu_compile import compile as deviceless
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: pytest.fail("probed the course's own flags"))
+    monkeypatch.setattr(deviceless, "PendingCompile", lambda *a: "started")
+    assert deviceless.start_jobs([deviceless.Job("cpu", "cpu", 8, "smoke")], disable_passes=("p",)) == "started"
+
+
+def test_a_compile_worker_that_xla_ended_says_which_token(monkeypatch):
+    from dpcourse.gpu_compile import compile as deviceless
+
+    script = "import sys; sys.stderr.write(" + repr(BAD_VALUE_STDERR) + "); sys.exit(1)"
+    job = deviceless.Job("cpu", "cpu", 2, "smoke")
+    pending = deviceless.PendingCompile([job], [job], None, (), 60.0, [sys.executable, "-c", script])
+    (result,) = pending.results()
+    assert "XLA_FLAGS" in result.error and "'maybe'" in result.error
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"), [(["--profile", "nosuch"], "is not a profile"), (["--rounds", "0"], "at least 1")]
+)
+def test_clear_caches_check_refuses_a_bad_argument_before_jax_starts(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _clear_caches_check(argv)
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["capture_placement_hlo", "capture_schedule_hlo"])
+def test_the_capture_tools_answer_help_and_refuse_a_bad_token_before_any_compile(name, monkeypatch, capsys):
+    from dpcourse.gpu_compile import compile as deviceless
+
+    tool = _tool(name)
+    monkeypatch.setattr(deviceless, "compile_jobs", lambda *a, **k: pytest.fail("compiled"))
+    with pytest.raises(SystemExit) as exit_:
+        tool.main(["--help"])
+    assert exit_.value.code == 0 and "usage" in capsys.readouterr().out
+    monkeypatch.setenv("XLA_FLAGS", EM_DASH)
+    with pytest.raises(SystemExit) as exit_:
+        tool.main([])
+    assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err

@@ -170,3 +170,10 @@ def test_notebooks_old_names_still_resolve():
     assert gp.show_gpu_placement is gpu_notebook.show_gpu_placement
     with pytest.raises(AttributeError):
         gp.PlacementReport  # noqa: B018 - the old result type is gone: CompileResult is the one
+
+
+def test_the_report_refuses_an_unknown_profile_before_any_compile(monkeypatch, capsys):
+    monkeypatch.setattr(gp, "report", lambda *a, **k: pytest.fail("compiled before checking"))
+    with pytest.raises(SystemExit) as exit_:
+        gp.main(["--report", "--profile", "nosuch"])
+    assert exit_.value.code == 2 and "--profile 'nosuch' is not a profile" in capsys.readouterr().err
