@@ -239,6 +239,9 @@ def _diagnose(
             f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
             "(it died); look for the first process that failed."
         )
+    said = re.search(r"^\[process \d+\] error: (.+)$", stderr, re.MULTILINE)
+    if said:  # the worker said what went wrong in one sentence (a checkpoint it cannot use, say)
+        return f"Process {process_id} stopped: {said[1]}"
     if "injected failure" in stderr:
         return f"Process {process_id} was told to fail (fail_process={process_id})."
     if "does not divide evenly" in stderr:
