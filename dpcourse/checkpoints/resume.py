@@ -102,16 +102,15 @@ KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, 
 
 def _main(args: argparse.Namespace, say) -> dict:
     from dpcourse import devices
+    from dpcourse.checkpoints import checkpoint
 
+    checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
+    checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
     devices.setup_devices(args.devices)
     import jax
     from jax.sharding import Mesh
 
     from dpcourse import config, data
-    from dpcourse.checkpoints import checkpoint
-
-    checkpoint.check_directory(args.dir)
-    checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
     cfg = config.get_config(args.profile, backend="cpu")
     dataset = data.load_fashion_mnist(source=args.data_source, limit=cfg.max_train_examples, seed=cfg.seed)
     mesh = Mesh(np.array(jax.devices()[: args.devices]), ("data",))
