@@ -149,11 +149,11 @@ def timeout_message(progress: dict[int, Progress], alive: set[int], timeout_s: f
     raise ``timeout_s``.
     """
     live = [progress[i] for i in sorted(alive) if i in progress]
-    hung = [p for p in live if p.stage_age_s is not None and p.stage_age_s >= min(HUNG_S, timeout_s / 2)]
+    # Only a process that has beaten can hang here; one without a beat is still importing JAX.
+    hung = [p for p in live if p.stage is not None and p.stage_age_s is not None and p.stage_age_s >= HUNG_S]
     if live and len(hung) == len(live):
         named = "; ".join(
-            f"process {p.process_id} (pid {pids[p.process_id]}) at '{p.stage or 'its start'}' for {p.stage_age_s:.0f} s"
-            for p in hung
+            f"process {p.process_id} (pid {pids[p.process_id]}) at '{p.stage}' for {p.stage_age_s:.0f} s" for p in hung
         )
         return (
             f"The run hung: no process moved on for at least {min(p.stage_age_s for p in hung):.0f} s before the "
@@ -161,7 +161,7 @@ def timeout_message(progress: dict[int, Progress], alive: set[int], timeout_s: f
             "never returned (a save or restore on a file system that does not answer, a collective waiting for "
             "a process that is gone); look at its stderr below."
         )
-    where = "; ".join(f"process {p.process_id} at '{p.stage or 'its start'}'" for p in live)
+    where = "; ".join(f"process {p.process_id} at '{p.stage or 'starting (no heartbeat yet)'}'" for p in live)
     return (
         f"The run was still going at the {timeout_s:.0f} s limit ({where or 'no process had reported'}). "
         "Raise timeout_s for a larger profile or more steps, or read the stderr below."
