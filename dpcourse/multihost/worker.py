@@ -156,6 +156,16 @@ def train_worker(
             ``losses`` is empty and ``ms_per_step`` is None (a finished Job
             applied again).
     """
+    try:
+        return _train(
+            profile, steps, data_source, global_batch, out_dir, checkpoint_dir, save_every, fail_at_step, heartbeat
+        )
+    finally:
+        _HELD.close()  # the checkpoint folder's lock, if process 0 took it
+
+
+def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, save_every, fail_at_step, heartbeat):
+    """:func:`train_worker`'s work; the caller releases the checkpoint folder's lock whatever happens."""
     import jax
     from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
@@ -242,7 +252,6 @@ def train_worker(
         heartbeat.set(f"finishing the saves to {checkpoint_dir}")
         checkpoint.finish(manager)
         manager.close()
-        _HELD.close()
 
     # Replicated parameters: every process holds a full copy; they must agree.
     host_params = {k: np.asarray(v.addressable_data(0)) for k, v in params.items()}
