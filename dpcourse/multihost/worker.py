@@ -34,6 +34,7 @@ from dpcourse.multihost.distributed import (
     COORDINATOR_ENV,
     NUM_PROCESSES_ENV,
     PROCESS_ID_ENV,
+    UNUSABLE_CHECKPOINT_EXIT,
     WORKER_FAILURE_EXIT,
     DistributedSetupError,
     global_mesh,
@@ -411,7 +412,7 @@ def _worker_main(args: argparse.Namespace) -> int:
             traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(1)
+        os._exit(UNUSABLE_CHECKPOINT_EXIT if type(err).__module__ == "dpcourse.checkpoints.checkpoint" else 1)
     return 0
 
 

@@ -421,4 +421,6 @@ def test_a_file_as_the_checkpoint_folder_ends_every_worker_in_seconds_naming_the
     assert time.monotonic() - start < BOUND_S
     assert "stopped: The checkpoint directory" in str(info.value) and "is a file, not a folder" in str(info.value)
     assert "timeout_s" not in str(info.value)
+    # The status the GKE Job fails at once on: every retry would be refused the same way.
+    assert info.value.exit_codes[info.value.process_id] == distributed.UNUSABLE_CHECKPOINT_EXIT
     assert_every_process_ended(info.value)
