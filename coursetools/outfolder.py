@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from dpcourse import folderlock
+from dpcourse.checkpoints import folderlock
 
 LOCK_NAME = ".dpcourse-run.lock"
 # Errors meaning "the disk (or the quota) is full".
@@ -99,7 +99,7 @@ def write_json_atomic(path: str | os.PathLike, payload) -> Path:
 def acquire_lock(folder: Path, command: str = "") -> Path:
     """Take ``folder``'s run lock (a JSON file with pid, host, start time and command); return its path.
 
-    :func:`dpcourse.folderlock.acquire` does the locking: a lock whose
+    :func:`dpcourse.checkpoints.folderlock.acquire` does the locking: a lock whose
     process is gone (same host, dead pid) is stale and replaced. Release it
     with :func:`release_lock`.
 

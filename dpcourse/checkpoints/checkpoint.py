@@ -455,7 +455,7 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
 
     Two runs saving into one directory would overwrite each other's steps
     (or fail half-way with "Directory not empty"). The lock
-    (:mod:`dpcourse.folderlock`) names its holder; this process touches it
+    (:mod:`dpcourse.checkpoints.folderlock`) names its holder; this process touches it
     every :data:`LOCK_REFRESH_S` seconds, so a lock from another host
     (a pod replaced after a preemption) counts as stale once it is
     :data:`LOCK_STALE_S` seconds old; one of a dead process on this host, at once.
@@ -464,7 +464,7 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
         CheckpointInUse: another live run holds it (process, host, since when).
         CheckpointError: the directory is a file or cannot be written.
     """
-    from dpcourse import folderlock
+    from dpcourse.checkpoints import folderlock
 
     path = check_directory(directory)
     try:

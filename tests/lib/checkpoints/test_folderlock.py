@@ -1,4 +1,4 @@
-"""dpcourse.folderlock: one holder at a time, the holder named, a dead holder's lock replaced, only one's own released."""
+"""dpcourse.checkpoints.folderlock: one holder at a time, the holder named, a dead holder's lock replaced, only one's own released."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dpcourse import folderlock
+from dpcourse.checkpoints import folderlock
 
 
 def _dead_pid() -> int:
