@@ -106,38 +106,45 @@ def _main(args: argparse.Namespace, say) -> dict:
 
     checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
     checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
-    devices.setup_devices(args.devices)
+    with checkpoint.hold(args.dir, "python -m dpcourse.checkpoints.resume " + " ".join(sys.argv[1:])):
+        devices.setup_devices(args.devices)
+        return _resume(args, say)
+
+
+def _resume(args: argparse.Namespace, say) -> dict:
+    """Restore the latest step, train to ``--until`` and save it, while this process holds the directory."""
     import jax
     from jax.sharding import Mesh
 
     from dpcourse import config, data
+    from dpcourse.checkpoints import checkpoint
+
     cfg = config.get_config(args.profile, backend="cpu")
     dataset = data.load_fashion_mnist(source=args.data_source, limit=cfg.max_train_examples, seed=cfg.seed)
     mesh = Mesh(np.array(jax.devices()[: args.devices]), ("data",))
     step_fn, noisy, xs, ys, state0 = build(cfg, mesh, args.form, args.global_batch, dataset, args.n_batches)
     run = checkpoint.run_description(cfg, args.global_batch)
-    with checkpoint.hold(args.dir, "python -m dpcourse.checkpoints.resume " + " ".join(sys.argv[1:])):
-        manager = checkpoint.open_manager(args.dir)
-        target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
-        t0 = time.perf_counter()
-        restored_step, state = checkpoint.restore(manager, target, run, warn=say)
-        restore_s = time.perf_counter() - t0
-        if args.kill_at:
-            if args.kill_at == "writing":  # the background thread is writing the arrays
-                checkpoint.save(manager, restored_step + 1, state, run)
-                os.kill(os.getpid(), signal.SIGKILL)
-            with checkpoint.fail_at_commit(kill=True):
-                checkpoint.save(manager, restored_step + 1, state, run)
-                checkpoint.finish(manager)
-            raise AssertionError("the process should have been killed at the commit")
-        losses = []
-        if checkpoint.steps_to_train(restored_step, args.until, args.dir, "--until"):
-            state, losses = train_until(state, step_fn, noisy, xs, ys, args.until)
-            checkpoint.save(manager, args.until, state, run)
+    manager = checkpoint.open_manager(args.dir)
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
+    t0 = time.perf_counter()
+    restored_step, state = checkpoint.restore(manager, target, run, warn=say)
+    restore_s = time.perf_counter() - t0
+    if args.kill_at:
+        if args.kill_at == "writing":  # the background thread is writing the arrays
+            checkpoint.save(manager, restored_step + 1, state, run)
+            os.kill(os.getpid(), signal.SIGKILL)
+        with checkpoint.fail_at_commit(kill=True):
+            checkpoint.save(manager, restored_step + 1, state, run)
             checkpoint.finish(manager)
-        else:
-            say(f"{args.dir} already holds step {args.until}: nothing to train or save (raise --until to go on).")
-        manager.close()
+        raise AssertionError("the process should have been killed at the commit")
+    losses = []
+    if checkpoint.steps_to_train(restored_step, args.until, args.dir, "--until"):
+        state, losses = train_until(state, step_fn, noisy, xs, ys, args.until)
+        checkpoint.save(manager, args.until, state, run)
+        checkpoint.finish(manager)
+    else:
+        say(f"{args.dir} already holds step {args.until}: nothing to train or save (raise --until to go on).")
+    manager.close()
     return {
         "restored_step": int(restored_step),
         "final_step": int(state["step"]),
