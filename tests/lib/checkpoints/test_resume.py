@@ -84,17 +84,27 @@ def test_a_process_killed_during_a_save_leaves_the_previous_step_latest_and_whol
 EXIT_BOUND_S = 60
 
 
-def _two_steps(tmp_path, setup):
-    """Steps 2 and 4 saved in ``tmp_path``; returns the state at step 2, at step 4, the run and step 0."""
+@pytest.fixture(scope="module")
+def saved_two_steps(tmp_path_factory, setup):
+    """Steps 2 and 4 saved once for the module: the folder, the states at step 2 and 4, the run and step 0."""
     cfg, dataset, mesh, batch = setup
+    folder = tmp_path_factory.mktemp("two-steps")
     step_fn, noisy, xs, ys, state0 = resume.build(cfg, mesh, "replicated", batch, dataset, N_BATCHES)
     run = checkpoint.run_description(cfg, batch)
     states = {}
-    with checkpoint.open_manager(tmp_path) as manager:
+    with checkpoint.open_manager(folder) as manager:
         for k in (2, 4):
             states[k], _ = resume.train_until(state0, step_fn, noisy, xs, ys, k)
             checkpoint.save(manager, k, states[k], run)
             checkpoint.finish(manager)
+    return folder, states, run, state0
+
+
+@pytest.fixture
+def two_steps(tmp_path, saved_two_steps):
+    """A fresh copy of :func:`saved_two_steps` in ``tmp_path``: ``(states, run, state0)``."""
+    folder, states, run, state0 = saved_two_steps
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
     return states, run, state0
 
 
@@ -138,8 +148,8 @@ def _damage(folder, kind):
 
 
 @pytest.mark.parametrize("kind", ["truncated data file", "missing data file", "empty step folder", "bad metadata"])
-def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(tmp_path, setup, kind):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(tmp_path, setup, kind, two_steps):
+    states, run, state0 = two_steps
     what = _damage(tmp_path, kind)
     target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, setup[2], "replicated"))
     with checkpoint.open_manager(tmp_path) as manager:
@@ -158,8 +168,10 @@ def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(
         assert manager.all_steps() == [2]
 
 
-def test_the_resume_command_goes_on_from_the_step_before_a_damaged_one_and_saves_it_anew(tmp_path, setup, capsys):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_the_resume_command_goes_on_from_the_step_before_a_damaged_one_and_saves_it_anew(
+    tmp_path, setup, capsys, two_steps
+):
+    states, run, state0 = two_steps
     _damage(tmp_path, "truncated data file")
     assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0
     out, err = capsys.readouterr()
@@ -179,8 +191,8 @@ def _read_only(folder):
     return ["umount", str(folder)]
 
 
-def test_a_read_only_folder_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_a_read_only_folder_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup, two_steps):
+    states, run, state0 = two_steps
     undo = _read_only(tmp_path)
     try:
         done, took = _run(_command(tmp_path, setup, "--until", "6"))
@@ -192,8 +204,8 @@ def test_a_read_only_folder_ends_the_command_in_seconds_with_one_sentence(tmp_pa
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
 
 
-def test_a_full_disk_during_the_save_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_a_full_disk_during_the_save_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup, two_steps):
+    states, run, state0 = two_steps
     plant = (
         "import errno\nfrom dpcourse.checkpoints import checkpoint, resume\n"
         "with checkpoint.fail_at_commit(OSError(errno.ENOSPC, 'No space left on device')):"
@@ -212,8 +224,8 @@ def test_a_file_given_as_the_folder_is_one_sentence_not_start_from_step_0(tmp_pa
     assert "is a file, not a folder" in err and "step 0" not in err and len(err.splitlines()) == 1
 
 
-def test_a_second_run_on_the_folder_is_refused_naming_the_first(tmp_path, setup, capsys):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_a_second_run_on_the_folder_is_refused_naming_the_first(tmp_path, setup, capsys, two_steps):
+    states, run, state0 = two_steps
     with checkpoint.hold(tmp_path, "the first run"):
         assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 1
     err = capsys.readouterr().err
@@ -223,8 +235,8 @@ def test_a_second_run_on_the_folder_is_refused_naming_the_first(tmp_path, setup,
     assert not (tmp_path / checkpoint.LOCK_NAME).exists()  # released when the first run ended
 
 
-def test_the_step_rules_are_the_worker_s(tmp_path, setup, capsys):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_the_step_rules_are_the_worker_s(tmp_path, setup, capsys, two_steps):
+    states, run, state0 = two_steps
     assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0  # already there
     out, err = capsys.readouterr()
     assert "already holds step 4: nothing to train or save" in err and json.loads(out)["final_step"] == 4
@@ -238,15 +250,16 @@ def test_the_step_rules_are_the_worker_s(tmp_path, setup, capsys):
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
 
 
-def test_a_device_count_that_does_not_divide_the_kept_batch_is_told_which_counts_do(tmp_path, setup, capsys):
-    _two_steps(tmp_path, setup)
+def test_a_device_count_that_does_not_divide_the_kept_batch_is_told_which_counts_do(tmp_path, setup, capsys, two_steps):
     assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "3")) == 1
     err = capsys.readouterr().err
     assert "keeps its global batch" in err and "Nearest valid" not in err and "resume on a device count" in err
 
 
-def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_next_run_goes_on(tmp_path, setup):
-    states, run, state0 = _two_steps(tmp_path, setup)
+def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_next_run_goes_on(
+    tmp_path, setup, two_steps
+):
+    states, run, state0 = two_steps
     done, took = _run(_command(tmp_path, setup, "--kill-at", "writing"))
     assert done.returncode == -9 and took < EXIT_BOUND_S, done.stderr[-2000:]
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
