@@ -316,6 +316,8 @@ def damage(step_dir: str | os.PathLike) -> str | None:
     lost shows only when it is read (:func:`restore`).
     """
     folder = Path(step_dir)
+    if not folder.exists():
+        return "there is no such step"
     if not folder.is_dir() or not any(folder.iterdir()):
         return "its folder is empty"
     for item in (STATE_ITEM, RUN_ITEM):
@@ -429,6 +431,8 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
             break
         damaged.append((candidate, broken))
     said = "; ".join(f"step {k} in {where} is damaged ({why})" for k, why in damaged)
+    if broken is not None and step is not None:
+        raise CheckpointError(f"{said}: restore another step (manager.all_steps() lists them).")
     if broken is not None:
         raise CheckpointError(
             f"{said}; no earlier step is complete. Move the damaged steps away and train from step 0, "

@@ -155,6 +155,8 @@ def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(
     with checkpoint.open_manager(tmp_path) as manager:
         with pytest.raises(checkpoint.CheckpointError, match=r"step 4 in .* is damaged .*restore it with step=2"):
             checkpoint.restore(manager, target, run)  # the package call, without warn: an error, nothing moved
+        with pytest.raises(checkpoint.CheckpointError, match=r"is damaged .*: restore another step"):
+            checkpoint.restore(manager, target, run, step=4, warn=print)  # a step asked for: never another
         said = []
         step, got = checkpoint.restore(manager, target, run, warn=said.append)
     assert step == 2 and train.max_abs_diff(states[2], got) == 0.0
