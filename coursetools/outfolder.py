@@ -11,12 +11,12 @@ of one; when the disk is full, :class:`DiskFullError` says so in one line.
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
 import json
 import os
-import socket
 from pathlib import Path
+
+from dpcourse.checkpoints import folderlock
 
 LOCK_NAME = ".dpcourse-run.lock"
 # Errors meaning "the disk (or the quota) is full".
@@ -96,27 +96,12 @@ def write_json_atomic(path: str | os.PathLike, payload) -> Path:
     return write_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _describe(holder: dict) -> str:
-    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}" + (
-        f" ({holder['command']})" if holder.get("command") else ""
-    )
-
-
 def acquire_lock(folder: Path, command: str = "") -> Path:
     """Take ``folder``'s run lock (a JSON file with pid, host, start time and command); return its path.
 
-    A lock whose process is gone (same host, dead pid) is stale: it is
-    replaced. Release it with :func:`release_lock`.
+    :func:`dpcourse.checkpoints.folderlock.acquire` does the locking: a lock whose
+    process is gone (same host, dead pid) is stale and replaced. Release it
+    with :func:`release_lock`.
 
     Raises:
         FolderInUse: a live run (or a run on another host, which cannot be
@@ -124,54 +109,24 @@ def acquire_lock(folder: Path, command: str = "") -> Path:
             and what to do.
     """
     folder = Path(folder)
-    lock = folder / LOCK_NAME
-    me = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": command,
-    }
-    tmp = folder / f".dpcourse-run.{os.getpid()}.tmp"
-    write_atomic(tmp, json.dumps(me))
     try:
-        for _ in range(3):
-            try:
-                os.link(tmp, lock)  # atomic, and fails when the lock exists: never two holders
-                return lock
-            except FileExistsError:
-                pass
-            try:
-                holder = json.loads(lock.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                continue  # released in between: try again
-            except (OSError, ValueError):
-                holder = {}
-            same_host = holder.get("host") == me["host"]
-            pid = holder.get("pid")
-            if same_host and isinstance(pid, int) and not _alive(pid):
-                lock.unlink(missing_ok=True)  # stale: that run was killed
-                continue
-            if same_host and pid == me["pid"]:
-                raise FolderInUse(f"--out {folder} is already in use by this process (a run inside a run?).")
-            hint = (
-                "Wait for it to finish, or pass another --out."
-                if same_host
-                else f"If that run is over, delete {lock} and run again; otherwise pass another --out."
-            )
-            raise FolderInUse(
-                f"--out {folder} is in use by another course run ({_describe(holder)}): two runs in one "
-                f"folder would mix their results. {hint}"
-            )
-        raise FolderInUse(f"--out {folder}: could not take the run lock {lock}; try again.")
-    finally:
-        tmp.unlink(missing_ok=True)
+        return folderlock.acquire(folder, LOCK_NAME, command, write=write_atomic)
+    except folderlock.FolderLocked as err:
+        if not err.holder:
+            raise FolderInUse(f"--out {folder}: could not take the run lock {err.lock}; try again.") from None
+        if err.this_process:
+            raise FolderInUse(f"--out {folder} is already in use by this process (a run inside a run?).") from None
+        hint = (
+            "Wait for it to finish, or pass another --out."
+            if err.same_host
+            else f"If that run is over, delete {err.lock} and run again; otherwise pass another --out."
+        )
+        raise FolderInUse(
+            f"--out {folder} is in use by another course run ({folderlock.describe(err.holder)}): two runs in one "
+            f"folder would mix their results. {hint}"
+        ) from None
 
 
 def release_lock(lock: Path) -> None:
     """Remove a lock taken by :func:`acquire_lock` in this process (never another run's)."""
-    try:
-        holder = json.loads(Path(lock).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-        Path(lock).unlink(missing_ok=True)
+    folderlock.release(lock)

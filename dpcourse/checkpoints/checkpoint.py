@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,12 @@ FORMS = ("replicated", "fsdp")
 # checkpoint saved with another value of any of them is refused.
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
 
+LOCK_NAME = ".dpcourse-checkpoint.lock"  # the writer's lock file (:func:`hold`)
+LOCK_REFRESH_S, LOCK_STALE_S = 10.0, 60.0  # the holder touches its lock this often; older than this, it is stale
+DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
+_READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
+_TS_READ = re.compile(r'Error reading "([^"/]+)[^"]*"[^:]*"[^"]*": (.+)')
+
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _NO_RIGHTS = {errno.EROFS, errno.EACCES, errno.EPERM}
 # Tensorstore reports an operating-system error inside a ValueError's text.
@@ -50,6 +60,72 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """A checkpoint from another model, profile or state layout; the message names what differs."""
+
+
+class CheckpointInUse(CheckpointError):
+    """Another run writes to the checkpoint directory (the message names it: process, host, since when)."""
+
+
+class StepPastTarget(CheckpointError, ValueError):
+    """The checkpoint is already past the step a run was asked to train to (the message names both)."""
+
+
+def check_directory(directory: str | os.PathLike) -> Path:
+    """The checkpoint directory as an absolute path, refused when it is a file (a missing one is created later).
+
+    Raises:
+        CheckpointError: ``directory`` (or a folder above it) is a file.
+    """
+    path = Path(directory).absolute()
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise CheckpointError(
+                f"The checkpoint directory {directory} cannot be used: {part} is a file, not a folder. Give the "
+                "run a folder (an absent one is created), or move the file away."
+            )
+    return path
+
+
+def steps_to_train(saved_step: int | None, target: int, where: str, option: str) -> int:
+    """How many steps a run resumed from ``saved_step`` trains to reach ``target`` (0: it is already there).
+
+    The one rule of the resume command and the multi-process worker:
+    nothing saved starts from step 0; a checkpoint at the target has
+    nothing left to do (the caller says so, saves nothing and succeeds);
+    one past it is refused.
+
+    Raises:
+        StepPastTarget: ``saved_step`` > ``target`` (also a ``ValueError``);
+            the message names both and ``option`` (``--until``, ``--steps``).
+        ValueError: ``target`` < 1.
+    """
+    if target < 1:
+        raise ValueError(f"{option} must be >= 1 (the step to train to), got {target}.")
+    saved = 0 if saved_step is None else int(saved_step)
+    if saved > target:
+        raise StepPastTarget(
+            f"The checkpoint in {where} is at step {saved}, past {option} {target}: raise {option} to at least "
+            f"{saved} to train further, or give another checkpoint directory."
+        )
+    return target - saved
+
+
+def check_devices_for_batch(global_batch: int, n_devices: int, where: str) -> None:
+    """Refuse a device count that does not divide a resumed run's global batch, which the checkpoint fixes.
+
+    A resumed run keeps its global batch (:func:`run_description`), so the
+    advice is the device counts that divide it, never another batch.
+
+    Raises:
+        ValueError: ``global_batch`` does not divide by ``n_devices``; the message lists the counts that do.
+    """
+    if n_devices < 1 or global_batch % n_devices:
+        fits = [k for k in range(1, min(global_batch, 64) + 1) if global_batch % k == 0]
+        raise ValueError(
+            f"The run in {where} keeps its global batch of {global_batch} (another batch would be another "
+            f"training), and it does not divide evenly over {n_devices} devices: resume on a device count that "
+            f"divides it ({', '.join(map(str, fits))})."
+        )
 
 
 def run_description(cfg, global_batch: int) -> dict[str, Any]:
@@ -139,7 +215,7 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
         max_to_keep: newest steps kept (None: all).
 
     Raises:
-        CheckpointError: the directory cannot be created or is not a folder.
+        CheckpointError: the directory cannot be created or is a file.
     """
     import orbax.checkpoint as ocp
 
@@ -156,8 +232,9 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
                 return False
 
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous)
+    path = check_directory(directory)
     try:
-        return Manager(Path(directory).absolute(), options=options)
+        return Manager(path, options=options)
     except OSError as err:
         raise CheckpointError(explain(err, f"open the checkpoint directory {directory}")) from err
 
@@ -177,6 +254,11 @@ def explain(err: BaseException, doing: str) -> str:
         return (
             f"Could not {doing}: the directory cannot be written ({os.strerror(code)}). Give the run a "
             "writable directory; the last complete step is unchanged and still the one restored."
+        )
+    if code in (errno.ENOTEMPTY, errno.EEXIST) or type(err).__name__ == "StepAlreadyExistsError":
+        return (
+            f"Could not {doing}: that step is already saved there, by this run earlier or by another run "
+            "writing the same directory. Give each run its own checkpoint directory; the saved step is unchanged."
         )
     first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
     return f"Could not {doing}: {type(err).__name__}: {first}"
@@ -200,7 +282,7 @@ def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = Tru
     args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave(dict(run))})
     try:
         return manager.save(int(step), args=args, force=force)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ocp.checkpoint_manager.StepAlreadyExistsError) as err:
         raise CheckpointError(explain(err, f"save step {step} to {manager.directory}")) from err
 
 
@@ -225,26 +307,105 @@ def read_run(manager, step: int) -> dict[str, Any]:
     return dict(restored[RUN_ITEM])
 
 
-def restore(manager, target, run: Mapping[str, Any], step: int | None = None):
+def damage(step_dir: str | os.PathLike) -> str | None:
+    """What is wrong with a committed step's folder, in a few words, from its files alone; None when nothing shows.
+
+    Checks that the folder holds both items (``state``, ``run``), and that
+    Orbax's metadata files (``_CHECKPOINT_METADATA``, ``state/_METADATA``,
+    ``run/metadata``) are there and parse as JSON. A data file cut short or
+    lost shows only when it is read (:func:`restore`).
+    """
+    folder = Path(step_dir)
+    if not folder.exists():
+        return "there is no such step"
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return "its folder is empty"
+    for item in (STATE_ITEM, RUN_ITEM):
+        if not (folder / item).is_dir():
+            return f"its item '{item}' is missing"
+    for name in ("_CHECKPOINT_METADATA", f"{STATE_ITEM}/_METADATA", f"{RUN_ITEM}/metadata"):
+        try:
+            json.loads((folder / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return f"its metadata file {name} is missing"
+        except (OSError, ValueError) as err:
+            return f"its metadata file {name} cannot be read ({type(err).__name__})"
+    return None
+
+
+def _read_failure(err: BaseException) -> str | None:
+    """A few words on a data file that could not be read, found in ``err`` or the errors it was raised from."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err)
+        found = _TS_READ.search(text)
+        if found:
+            return f"the data of {found[1]} cannot be read: {found[2].strip()[:200]}"
+        if _READ_FAILED.search(text) or isinstance(err, FileNotFoundError):
+            return f"a data file cannot be read: {text.strip().splitlines()[0][:200] if text.strip() else type(err).__name__}"
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _restore_step(manager, target, run, step: int):
+    """Restore one step; ``(state, None)``, or ``(None, what is damaged)`` for a step whose files are damaged."""
+    import orbax.checkpoint as ocp
+
+    where = str(manager.directory)
+    broken = damage(Path(where) / str(step))
+    if broken:
+        return None, broken
+    try:
+        saved = read_run(manager, step)
+    except Exception as err:  # noqa: BLE001 - whatever Orbax raises on a run item it cannot read
+        return None, _read_failure(err) or f"its run description cannot be read ({type(err).__name__})"
+    check_run(saved, run, f"{where} (step {step})")
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            return None, _read_failure(err)
+        raise CheckpointError(explain(err, f"restore step {step} from {where}")) from err
+    except Exception as err:  # noqa: BLE001 - Orbax raises a plain Exception for a file it cannot read
+        failure = _read_failure(err)
+        if failure:
+            return None, failure
+        raise CheckpointMismatch(
+            f"Step {step} in {where} does not fit the target state ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:300]}): the saved state has another layout; use a new directory."
+        ) from err
+    return restored[STATE_ITEM], None
+
+
+def restore(manager, target, run: Mapping[str, Any], step: int | None = None, warn=None):
     """Restore ``step`` (default: the latest complete one) onto ``target``'s shapes, dtypes and shardings.
+
+    A latest step whose files are damaged (:func:`damage`, or a data file
+    that cannot be read) is never restored. With ``warn`` (a callable taking
+    one sentence), the newest earlier step that restores whole is restored
+    instead, ``warn`` is told "step 4 in DIR is damaged (...); step 2 is
+    complete: resuming from step 2", and each damaged step is set aside as
+    ``<step>.damaged`` (kept, never listed again) so that the run can save
+    that step anew. Without ``warn`` that sentence is an error.
 
     Args:
         target: a tree of ``jax.ShapeDtypeStruct`` with the shardings this run
             wants (:func:`abstract_target`); never the saved ones.
         run: this run's :func:`run_description`; a checkpoint saved by
             another run is refused before any array is read.
+        step: a given step is restored or refused, never replaced by another.
 
     Returns:
         ``(step, state)``: the step restored and the state, every leaf with
         its target's sharding.
 
     Raises:
-        CheckpointError: no complete step in the directory, or reading failed.
+        CheckpointError: no complete step in the directory, a damaged step
+            (without ``warn``, or with no whole step before it), or reading failed.
         CheckpointMismatch: another model or profile (named), or a state
             whose leaves differ from the target's (named by their paths).
     """
-    import orbax.checkpoint as ocp
-
     where = str(manager.directory)
     unplaced = [
         jax.tree_util.keystr(path)
@@ -257,20 +418,90 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None):
             "mesh they were saved from, not this run's. Build the target with jax.ShapeDtypeStruct(shape, "
             "dtype, sharding=...) from this run's mesh (checkpoint.abstract_target)."
         )
-    step = manager.latest_step() if step is None else step
-    if step is None:
-        raise CheckpointError(f"No complete checkpoint in {where}: start the run from step 0 instead.")
-    check_run(read_run(manager, step), run, f"{where} (step {step})")
+    steps = sorted(manager.all_steps(), reverse=True) if step is None else [int(step)]
+    if not steps:
+        raise CheckpointError(
+            f"No complete checkpoint in {where}: there is nothing to resume; train from step 0 "
+            "(the run saves its steps there)."
+        )
+    damaged = []
+    for candidate in steps:
+        state, broken = _restore_step(manager, target, run, candidate)
+        if broken is None:
+            break
+        damaged.append((candidate, broken))
+    said = "; ".join(f"step {k} in {where} is damaged ({why})" for k, why in damaged)
+    if broken is not None and step is not None:
+        raise CheckpointError(f"{said}: restore another step (manager.all_steps() lists them).")
+    if broken is not None:
+        raise CheckpointError(
+            f"{said}; no earlier step is complete. Move the damaged steps away and train from step 0, "
+            "or give the run another checkpoint directory."
+        )
+    if damaged and warn is None:
+        raise CheckpointError(f"{said}; step {candidate} is complete: restore it with step={candidate}.")
+    if damaged:
+        kept = []
+        for k, _ in damaged:
+            with contextlib.suppress(OSError):
+                os.rename(Path(where) / str(k), Path(where) / f"{k}{DAMAGED_SUFFIX}")
+                kept.append(f"{k}{DAMAGED_SUFFIX}")
+        if kept and hasattr(manager, "reload"):
+            manager.reload()
+        aside = f" (kept as {', '.join(kept)})" if kept else ""
+        warn(f"{said}; step {candidate} is complete: resuming from step {candidate}{aside}.")
+    return candidate, state
+
+
+@contextlib.contextmanager
+def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
+    """Hold ``directory`` as its one writer while the block runs: a lock file naming this process.
+
+    Two runs saving into one directory would overwrite each other's steps
+    (or fail half-way with "Directory not empty"). The lock
+    (:mod:`dpcourse.checkpoints.folderlock`) names its holder; this process touches it
+    every :data:`LOCK_REFRESH_S` seconds, so a lock from another host
+    (a pod replaced after a preemption) counts as stale once it is
+    :data:`LOCK_STALE_S` seconds old; one of a dead process on this host, at once.
+
+    Raises:
+        CheckpointInUse: another live run holds it (process, host, since when).
+        CheckpointError: the directory is a file or cannot be written.
+    """
+    from dpcourse.checkpoints import folderlock
+
+    path = check_directory(directory)
     try:
-        restored = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
-    except (ValueError, KeyError, TypeError) as err:
-        raise CheckpointMismatch(
-            f"Step {step} in {where} does not fit the target state ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:300]}): the saved state has another layout; use a new directory."
-        ) from err
+        path.mkdir(parents=True, exist_ok=True)
+        lock_file = path / LOCK_NAME
+        if lock_file.exists() and time.time() - lock_file.stat().st_mtime > LOCK_STALE_S:
+            with contextlib.suppress(OSError, ValueError):
+                holder = json.loads(lock_file.read_text(encoding="utf-8"))
+                if holder.get("host") != socket.gethostname():
+                    lock_file.unlink()  # not touched for a minute: its holder is gone
+        lock = folderlock.acquire(path, LOCK_NAME, command)
+    except folderlock.FolderLocked as err:
+        raise CheckpointInUse(
+            f"The checkpoint directory {directory} is in use by another run ({folderlock.describe(err.holder)}): "
+            "two runs saving there would overwrite each other's steps. Wait for it to finish, or give this run "
+            f"another directory (a lock left by a run that is over: delete {err.lock})."
+        ) from None
     except OSError as err:
-        raise CheckpointError(explain(err, f"restore step {step} from {where}")) from err
-    return step, restored[STATE_ITEM]
+        raise CheckpointError(explain(err, f"lock the checkpoint directory {directory}")) from err
+    stop = threading.Event()
+
+    def touch():
+        while not stop.wait(LOCK_REFRESH_S):
+            with contextlib.suppress(OSError):
+                os.utime(lock)
+
+    toucher = threading.Thread(target=touch, name="dpcourse-checkpoint-lock", daemon=True)
+    toucher.start()
+    try:
+        yield lock
+    finally:
+        stop.set()
+        folderlock.release(lock)
 
 
 def half_written(directory: str | os.PathLike) -> list[str]:

@@ -7,17 +7,24 @@ cell against, and which the fresh process runs: ``python -m dpcourse.checkpoints
 --dir DIR --until N ...`` restores the latest step of ``DIR`` onto its own
 mesh (any device count that divides the global batch, replicated or FSDP),
 trains to step N, saves it and prints a JSON summary on its last line.
-With ``--kill-at-commit`` it saves once more and is killed (SIGKILL) after
-writing every array and before the commit: the half-written step must
-never be restored.
+A directory that already holds step N has nothing to do (said, exit 0);
+one past N is refused, as the multi-process worker does
+(:func:`dpcourse.checkpoints.checkpoint.steps_to_train`); a second run on
+the same directory is refused while the first holds it. With ``--kill-at
+commit`` (``--kill-at-commit``) it saves once more and is killed (SIGKILL)
+after writing every array and before the commit, with ``--kill-at
+writing`` while the arrays are written: the half-written step must never
+be restored.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -89,10 +96,22 @@ def train_until(state, step_fn, noisy, xs, ys, until: int):
     return state, losses
 
 
-def _main(args: argparse.Namespace) -> dict:
-    from dpcourse import devices
+KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
 
-    devices.setup_devices(args.devices)
+
+def _main(args: argparse.Namespace, say) -> dict:
+    from dpcourse import devices
+    from dpcourse.checkpoints import checkpoint
+
+    checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
+    checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
+    with checkpoint.hold(args.dir, "python -m dpcourse.checkpoints.resume " + " ".join(sys.argv[1:])):
+        devices.setup_devices(args.devices)
+        return _resume(args, say)
+
+
+def _resume(args: argparse.Namespace, say) -> dict:
+    """Restore the latest step, train to ``--until`` and save it, while this process holds the directory."""
     import jax
     from jax.sharding import Mesh
 
@@ -107,16 +126,23 @@ def _main(args: argparse.Namespace) -> dict:
     manager = checkpoint.open_manager(args.dir)
     target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
     t0 = time.perf_counter()
-    restored_step, state = checkpoint.restore(manager, target, run)
+    restored_step, state = checkpoint.restore(manager, target, run, warn=say)
     restore_s = time.perf_counter() - t0
-    if args.kill_at_commit:
+    if args.kill_at:
+        if args.kill_at == "writing":  # the background thread is writing the arrays
+            checkpoint.save(manager, restored_step + 1, state, run)
+            os.kill(os.getpid(), 9)  # SIGKILL (the number: Windows' signal module has no name for it)
         with checkpoint.fail_at_commit(kill=True):
             checkpoint.save(manager, restored_step + 1, state, run)
             checkpoint.finish(manager)
         raise AssertionError("the process should have been killed at the commit")
-    state, losses = train_until(state, step_fn, noisy, xs, ys, args.until)
-    checkpoint.save(manager, args.until, state, run)
-    checkpoint.finish(manager)
+    losses = []
+    if checkpoint.steps_to_train(restored_step, args.until, args.dir, "--until"):
+        state, losses = train_until(state, step_fn, noisy, xs, ys, args.until)
+        checkpoint.save(manager, args.until, state, run)
+        checkpoint.finish(manager)
+    else:
+        say(f"{args.dir} already holds step {args.until}: nothing to train or save (raise --until to go on).")
     manager.close()
     return {
         "restored_step": int(restored_step),
@@ -130,31 +156,69 @@ def _main(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dpcourse.checkpoints.resume --dir DIR --until N [--devices K] [--form fsdp] ...``."""
+    """``python -m dpcourse.checkpoints.resume --dir DIR --until N [--devices K] [--form fsdp] ...``.
+
+    Returns the exit status: 0 (also when the directory already holds step
+    N: nothing to do, said on stderr), 1 for a checkpoint that cannot be
+    used or saved (one sentence on stderr, first; Orbax's log and the
+    traceback go to a log file it names), 2 for bad arguments.
+    """
+    import logging
+    import tempfile
+    import threading
+    import traceback
+
     from dpcourse import config
     from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
     from dpcourse.checkpoints import checkpoint
 
     parser = argparse.ArgumentParser(prog="python -m dpcourse.checkpoints.resume", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="checkpoint directory (its latest step is resumed)")
-    parser.add_argument("--until", type=int, default=0, help="train to this step, then save it")
+    parser.add_argument("--until", type=int, default=None, help="train to this step (>= 1), then save it")
     parser.add_argument("--devices", type=int, default=8, help="simulated CPU devices of this process's mesh")
     parser.add_argument("--form", choices=checkpoint.FORMS, default="replicated")
     parser.add_argument("--profile", choices=config.profile_names(), default=None)
     parser.add_argument("--data-source", choices=["auto", "real", "synthetic"], default=None)
     parser.add_argument("--global-batch", type=int, required=True)
     parser.add_argument("--n-batches", type=int, required=True, help="batches in the data stream")
-    parser.add_argument("--kill-at-commit", action="store_true", help="save once more and die before the commit")
+    kill = parser.add_mutually_exclusive_group()
+    kill.add_argument("--kill-at", choices=KILL_PHASES, default=None, help="save once more and die (SIGKILL) then")
+    kill.add_argument("--kill-at-commit", dest="kill_at", action="store_const", const="commit", help="--kill-at commit")
     args = parser.parse_args(argv)
     exit_on_bad_xla_flags()  # before JAX starts: XLA would end the process with its whole flag list
+    if args.until is None and args.kill_at is None:
+        parser.error("--until N is required: the step to train to (the latest saved step is resumed).")
+    # Orbax logs a failed background save from its own thread (a traceback per try): to a file, not the screen.
+    log_path = Path(tempfile.gettempdir()) / f"dpcourse-resume-{os.getpid()}.log"
+    handler = logging.FileHandler(log_path, delay=True)
+    absl = logging.getLogger("absl")
+    before = absl.propagate
+    absl.addHandler(handler)
+    absl.propagate = False
+    hooks = sys.unraisablehook, threading.excepthook
+    # A read that failed leaves Tensorstore's other callbacks to find Orbax's event loop closed: to the log too.
+    sys.unraisablehook = lambda u: absl.error("%s", "".join(traceback.format_exception(u.exc_value)))
+    threading.excepthook = lambda e: absl.error("%s", "".join(traceback.format_exception(e.exc_value)))
     try:
-        summary = _main(args)
+        summary = _main(args, lambda sentence: print(sentence, file=sys.stderr, flush=True))
     except (checkpoint.CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        with open(log_path, "a", encoding="utf-8") as log:
+            traceback.print_exc(file=log)
+        print(f"error: {err} (details: {log_path})", file=sys.stderr, flush=True)
         return 1
+    finally:
+        absl.removeHandler(handler)
+        absl.propagate = before
+        sys.unraisablehook, threading.excepthook = hooks
+        handler.close()
     print(json.dumps(summary))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A failed save leaves Orbax's background thread behind, which would keep the interpreter alive:
+    # the error is said, so end now.
+    os._exit(code)

@@ -66,6 +66,10 @@ DEFAULT_PORT = 8476  # any free port works; deploy/multihost.yaml uses this one
 DEFAULT_INIT_TIMEOUT_S = 300  # jax.distributed.initialize's own default
 AXIS = "data"
 WORKER_FAILURE_EXIT = 3  # exit status of a worker told to fail (tests)
+# Exit status of a worker whose checkpoint folder cannot be used (a file, read-only, held by another run, past
+# --steps, another run's): every retry would fail the same way, so the GKE Job fails at once on it
+# (sysexits.h EX_CONFIG, as deploy/multihost-checkpoint.yaml's FailJob rule).
+UNUSABLE_CHECKPOINT_EXIT = 78
 
 
 class DistributedSetupError(RuntimeError):

@@ -33,6 +33,7 @@ class Heartbeat:
         path = path if path is not None else os.environ.get(PROGRESS_ENV)
         self.path = Path(path) if path else None
         self.stage = "starting"
+        self.since = time.time()  # when the stage began
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -45,7 +46,7 @@ class Heartbeat:
 
     def set(self, stage: str) -> None:
         """Record a new stage (``joined``, ``step 2 of 10``) at once."""
-        self.stage = stage
+        self.stage, self.since = stage, time.time()
         self.beat()
 
     def beat(self) -> None:
@@ -53,7 +54,7 @@ class Heartbeat:
             return
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps({"stage": self.stage, "time": time.time()}))
+            tmp.write_text(json.dumps({"stage": self.stage, "time": time.time(), "since": self.since}))
             os.replace(tmp, self.path)
         except OSError:  # the launcher's folder is gone: it has ended the run
             pass
@@ -74,6 +75,7 @@ class Progress:
     stage: str | None
     age_s: float | None
     stopped: bool
+    stage_age_s: float | None = None  # how long it has been at this stage (None: unknown)
 
     def describe(self) -> str:
         where = f"at '{self.stage}'" if self.stage else "before its first heartbeat"
@@ -97,9 +99,10 @@ def read(path: Path, process_id: int, pid: int, started: float, now: float | Non
     try:
         beat = json.loads(path.read_text())
         stage, age = str(beat["stage"]), now - float(beat["time"])
-    except (OSError, ValueError, KeyError, TypeError):
-        stage, age = None, now - started
-    return Progress(process_id, stage, age, is_stopped(pid))
+        stage_age = now - float(beat.get("since", beat["time"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        stage, age, stage_age = None, now - started, now - started
+    return Progress(process_id, stage, age, is_stopped(pid), stage_age)
 
 
 def culprit(progress: dict[int, Progress], alive: set[int], stale_s: float = STALE_S) -> Progress | None:
@@ -131,4 +134,35 @@ def stopped_message(p: Progress, num_processes: int, wall_s: float, pid: int, vi
     return (
         f"Worker process {p.process_id} of {num_processes} (pid {pid}) stopped responding after {wall_s:.1f} s: "
         f"{p.describe()}.{after} Every process was ended. {HANG_ADVICE.replace('<pid>', str(pid))}"
+    )
+
+
+HUNG_S = 60.0  # a live process at one stage this long, at the time limit, is hung rather than slow
+
+
+def timeout_message(progress: dict[int, Progress], alive: set[int], timeout_s: float, pids: dict[int, int]) -> str:
+    """The launcher's sentence when the time limit passed: a hang (no stage moved for :data:`HUNG_S`) or a slow run.
+
+    A process that beats but stays at one stage (``saving step 4``) has a
+    thread blocked in a call that never returns: more time would not help,
+    so it is named with its stage; only a run still moving is told to
+    raise ``timeout_s``.
+    """
+    live = [progress[i] for i in sorted(alive) if i in progress]
+    # Only a process that has beaten can hang here; one without a beat is still importing JAX.
+    hung = [p for p in live if p.stage is not None and p.stage_age_s is not None and p.stage_age_s >= HUNG_S]
+    if live and len(hung) == len(live):
+        named = "; ".join(
+            f"process {p.process_id} (pid {pids[p.process_id]}) at '{p.stage}' for {p.stage_age_s:.0f} s" for p in hung
+        )
+        return (
+            f"The run hung: no process moved on for at least {min(p.stage_age_s for p in hung):.0f} s before the "
+            f"{timeout_s:.0f} s limit ({named}). A longer limit would not help: the stage named is where a call "
+            "never returned (a save or restore on a file system that does not answer, a collective waiting for "
+            "a process that is gone); look at its stderr below."
+        )
+    where = "; ".join(f"process {p.process_id} at '{p.stage or 'starting (no heartbeat yet)'}'" for p in live)
+    return (
+        f"The run was still going at the {timeout_s:.0f} s limit ({where or 'no process had reported'}). "
+        "Raise timeout_s for a larger profile or more steps, or read the stderr below."
     )

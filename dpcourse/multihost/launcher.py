@@ -14,7 +14,6 @@ line. What each worker runs is :mod:`dpcourse.multihost.worker`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -32,6 +31,7 @@ import numpy as np
 from dpcourse import devices as _devices
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
 from dpcourse.multihost import heartbeat as progress
+from dpcourse.multihost import reaper
 from dpcourse.multihost.distributed import (
     COORDINATOR_ENV,
     INIT_TIMEOUT_ENV,
@@ -239,6 +239,9 @@ def _diagnose(
             f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
             "(it died); look for the first process that failed."
         )
+    said = re.search(r"^\[process \d+\] error: (.+)$", stderr, re.MULTILINE)
+    if said:  # the worker said what went wrong in one sentence (a checkpoint it cannot use, say)
+        return f"Process {process_id} stopped: {said[1]}"
     if "injected failure" in stderr:
         return f"Process {process_id} was told to fail (fail_process={process_id})."
     if "does not divide evenly" in stderr:
@@ -247,22 +250,6 @@ def _diagnose(
         name = signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else str(-exit_code)
         return f"Process {process_id} was ended by signal {name} (a crash, or the machine ran out of memory)."
     return f"Process {process_id} raised an error (its stderr is below)."
-
-
-def _end_all(procs: dict[int, subprocess.Popen], grace_s: float = 3.0) -> None:
-    """End every process still running: SIGTERM to its process group, then SIGKILL."""
-    running = [p for p in procs.values() if p.poll() is None]
-    for proc in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # each worker leads its own group
-    deadline = time.monotonic() + grace_s
-    for proc in running:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def launch_local(
@@ -456,7 +443,7 @@ def _run_workers(
                 time.sleep(0.2)
             stuck = progress.culprit(seen, alive)  # a victim's failure is blamed on the one it waited for
         finally:
-            _end_all(procs)
+            stuck_pids = reaper.end_all(procs)
             wall_s = time.monotonic() - start
             texts = {}
             for i, (out, err) in logs.items():
@@ -469,12 +456,13 @@ def _run_workers(
         pids = {i: p.pid for i, p in procs.items()}
         tails = {i: output_tail(texts[i][1]) for i in texts}
         details = dict(exit_codes=exit_codes, pids=pids, stderr_tails=tails, wall_s=wall_s)
+        not_ended = reaper.stuck_message(stuck_pids)
         if stuck is not None and (failed is None or failed[0] != stuck.process_id):
             message = progress.stopped_message(
                 stuck, num_processes, wall_s, pids[stuck.process_id], failed and failed[0]
             )
             raise WorkerFailed(
-                f"{message}\n--- stderr of process {stuck.process_id} (last lines) ---\n"
+                f"{message}{not_ended}\n--- stderr of process {stuck.process_id} (last lines) ---\n"
                 f"{tails[stuck.process_id] or '(empty)'}",
                 process_id=stuck.process_id,
                 **details,
@@ -484,7 +472,7 @@ def _run_workers(
             cause = _diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)
             raise WorkerFailed(
                 f"Worker process {i} of {num_processes} failed (exit status {code}) after {wall_s:.1f} s. {cause} "
-                f"Every process was ended (exit statuses {exit_codes}).\n--- stderr of process {i} (last lines) ---\n"
+                f"Every process was ended (exit statuses {exit_codes}).{not_ended}\n--- stderr of process {i} (last lines) ---\n"
                 f"{tails[i] or '(empty)'}",
                 process_id=i,
                 port_in_use=_port_taken(texts[i][1]),
@@ -492,9 +480,9 @@ def _run_workers(
             )
         if timed_out:
             raise LaunchTimeout(
-                f"The {len(launched)} worker processes did not finish within {timeout_s:.0f} s; every process was "
-                f"ended (exit statuses {exit_codes}). Raise timeout_s for a larger profile, or read the stderr "
-                f"below.\n" + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
+                f"{progress.timeout_message(seen, alive, timeout_s, pids)} Every process was ended (exit statuses "
+                f"{exit_codes}).{not_ended}\n"
+                + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
                 **details,
             )
         result_file = folder / "out" / "result.json"

@@ -16,6 +16,7 @@ Imports flow one way: launcher -> worker -> distributed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -33,6 +34,7 @@ from dpcourse.multihost.distributed import (
     COORDINATOR_ENV,
     NUM_PROCESSES_ENV,
     PROCESS_ID_ENV,
+    UNUSABLE_CHECKPOINT_EXIT,
     WORKER_FAILURE_EXIT,
     DistributedSetupError,
     global_mesh,
@@ -74,6 +76,34 @@ def load_global_batches(mesh, dataset: _data.Dataset, n_batches: int, global_bat
     x = jax.make_array_from_process_local_data(x_sharding, x_local, x_shape)
     y = jax.make_array_from_process_local_data(y_sharding, y_local, x_shape[:2])
     return rows, x, y
+
+
+_HELD = contextlib.ExitStack()  # the checkpoint folder's lock, held by process 0 until this process ends
+
+
+def hold_directory(checkpoint_dir: str | os.PathLike) -> None:
+    """Process 0 takes the checkpoint folder's lock for the whole run; every process learns whether it could.
+
+    Raises:
+        CheckpointInUse: in process 0, another run holds the folder (named);
+            in the others, process 0 could not take it (its error names why).
+        CheckpointError: the folder is a file (checked in every process first).
+    """
+    from jax.experimental import multihost_utils
+
+    from dpcourse.checkpoints import checkpoint
+
+    checkpoint.check_directory(checkpoint_dir)
+    refusal = None
+    if is_main_process():
+        try:
+            _HELD.enter_context(checkpoint.hold(checkpoint_dir, "python -m dpcourse.multihost.worker"))
+        except checkpoint.CheckpointError as err:
+            refusal = err
+    if int(multihost_utils.broadcast_one_to_all(np.int32(refusal is not None))):
+        raise refusal or checkpoint.CheckpointInUse(
+            f"Process 0 could not take the lock of the checkpoint directory {checkpoint_dir} (its error says why)."
+        )
 
 
 def train_worker(
@@ -127,6 +157,16 @@ def train_worker(
             ``losses`` is empty and ``ms_per_step`` is None (a finished Job
             applied again).
     """
+    try:
+        return _train(
+            profile, steps, data_source, global_batch, out_dir, checkpoint_dir, save_every, fail_at_step, heartbeat
+        )
+    finally:
+        _HELD.close()  # the checkpoint folder's lock, if process 0 took it
+
+
+def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, save_every, fail_at_step, heartbeat):
+    """:func:`train_worker`'s work; the caller releases the checkpoint folder's lock whatever happens."""
     import jax
     from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
@@ -141,6 +181,11 @@ def train_worker(
     mesh = global_mesh()
     n_global = jax.device_count()
     global_batch = cfg.global_batch(n_global) if global_batch is None else global_batch
+    saved = Path(checkpoint_dir).iterdir() if checkpoint_dir is not None and Path(checkpoint_dir).is_dir() else ()
+    if any(p.name.isdigit() for p in saved):  # a resumed run keeps its global batch
+        from dpcourse.checkpoints.checkpoint import check_devices_for_batch
+
+        check_devices_for_batch(global_batch, n_global, str(checkpoint_dir))
     per_device_batch = check_global_batch(global_batch, n_global)
 
     # Parameters: the same seed in every process, so every copy starts equal.
@@ -158,30 +203,28 @@ def train_worker(
 
     # Notebook 11: resume from the latest checkpoint, onto this run's mesh (any process count).
     start_step, manager = 0, None
+    heartbeat = heartbeat or Heartbeat(path="")
     if checkpoint_dir is not None:
         from dpcourse.checkpoints import checkpoint
 
+        heartbeat.set(f"restoring from {checkpoint_dir}")
         run = checkpoint.run_description(cfg, global_batch)
+        hold_directory(checkpoint_dir)
         manager = checkpoint.open_manager(checkpoint_dir)
         state = checkpoint.make_state(params, opt_state, 0, jax.random.PRNGKey(cfg.seed), 0)
         shardings = checkpoint.state_shardings(state, mesh, "replicated")
         if manager.latest_step() is not None:
-            start_step, state = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
+            start_step, state = checkpoint.restore(
+                manager, checkpoint.abstract_target(state, shardings), run, warn=lambda said: print_main(said)
+            )
             params, opt_state = state["params"], state["opt_state"]
-            if start_step > steps:
-                manager.close()
-                raise ValueError(
-                    f"The checkpoint in {checkpoint_dir} is at step {start_step}, past --steps {steps}: raise "
-                    f"--steps to at least {start_step} to train further, or give another --checkpoint-dir."
-                )
-            if start_step == steps:
-                log(f"{checkpoint_dir} already holds step {steps}: nothing left to train (raise --steps to go on)")
-            else:
-                log(f"resumed from step {start_step} of {checkpoint_dir}")
+        if not checkpoint.steps_to_train(start_step, steps, checkpoint_dir, "--steps"):
+            log(f"{checkpoint_dir} already holds step {steps}: nothing left to train (raise --steps to go on)")
+        elif start_step:
+            log(f"resumed from step {start_step} of {checkpoint_dir}")
 
     # The step of notebook 05: per-shard gradients, pmean over every device.
     step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
-    heartbeat = heartbeat or Heartbeat(path="")
     heartbeat.set("compiling the step")
     compile_start = time.perf_counter()
     compiled = step.lower(params, opt_state, x[0], y[0]).compile()
@@ -204,8 +247,10 @@ def train_worker(
         accuracies.append(float(metrics["accuracy"]))
         if manager is not None and (i + 1 == steps or (save_every and (i + 1) % save_every == 0)):
             key = jax.device_put(jax.random.PRNGKey(cfg.seed), shardings["key"])  # unused by this step
+            heartbeat.set(f"saving step {i + 1} to {checkpoint_dir}")
             checkpoint.save(manager, i + 1, checkpoint.make_state(params, opt_state, i + 1, key, i + 1), run)
     if manager is not None:
+        heartbeat.set(f"finishing the saves to {checkpoint_dir}")
         checkpoint.finish(manager)
         manager.close()
 
@@ -359,11 +404,15 @@ def _worker_main(args: argparse.Namespace) -> int:
         )
         heartbeat.set("leaving")
         shutdown()
-    except BaseException:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
-        traceback.print_exc()
+    except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
+        if type(err).__module__ == "dpcourse.checkpoints.checkpoint" or isinstance(err, ValueError):
+            who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")
+            print(f"[process {who}] error: {err}", file=sys.stderr)  # a sentence says it all
+        else:
+            traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(1)
+        os._exit(UNUSABLE_CHECKPOINT_EXIT if type(err).__module__ == "dpcourse.checkpoints.checkpoint" else 1)
     return 0
 
 

@@ -561,8 +561,10 @@ def test_only_a_misconfiguration_fails_the_job_at_once(ckpt_job):
     ]
     script = worker(ckpt_job)["command"][-1]
     assert script.count(f"exit {MISCONFIGURED_EXIT}\n") == 2, "the checkout and the flag check, nothing else"
-    # The worker's own statuses (a failure, a usage error, an injected failure) must not match it.
+    # The worker's own statuses (a failure, a usage error, an injected failure) must not match it; a
+    # checkpoint folder it cannot use must (every retry would be refused the same way).
     assert MISCONFIGURED_EXIT not in (1, 2, package_constants()["WORKER_FAILURE_EXIT"])
+    assert package_constants()["UNUSABLE_CHECKPOINT_EXIT"] == MISCONFIGURED_EXIT
 
 
 def test_grace_period_ends_within_spots_notice(ckpt_job):

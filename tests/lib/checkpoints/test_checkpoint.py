@@ -132,10 +132,48 @@ def test_an_empty_directory_says_to_start_from_step_0(tmp_path, cfg, cpu_devices
         checkpoint.restore(manager, target, checkpoint.run_description(cfg, 64))
 
 
-def test_a_directory_under_a_file_is_one_sentence(tmp_path):
+@pytest.mark.parametrize("below", ["", "ckpt"])
+def test_a_file_as_the_directory_or_above_it_is_one_sentence_that_names_the_file(tmp_path, below):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(checkpoint.CheckpointError, match="Could not open the checkpoint directory"):
-        checkpoint.open_manager(tmp_path / "file" / "ckpt")
+    with pytest.raises(checkpoint.CheckpointError, match=f"{tmp_path / 'file'} is a file, not a folder") as caught:
+        checkpoint.open_manager(tmp_path / "file" / below)
+    assert "step 0" not in str(caught.value)
+    with pytest.raises(checkpoint.CheckpointError, match="is a file, not a folder"):
+        checkpoint.hold(tmp_path / "file" / below).__enter__()
+
+
+def test_a_step_already_saved_is_one_sentence_not_orbax_s_traceback(tmp_path, cfg, cpu_devices):
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
+        with pytest.raises(checkpoint.CheckpointError, match="step 3 to .*: that step is already saved there"):
+            checkpoint.save(manager, 3, state, run)
+        assert manager.latest_step() == 3
+
+
+def test_the_step_rule_of_the_resume_command_and_the_worker():
+    assert checkpoint.steps_to_train(None, 4, "d", "--until") == 4
+    assert checkpoint.steps_to_train(2, 4, "d", "--until") == 2
+    assert checkpoint.steps_to_train(4, 4, "d", "--steps") == 0  # already there: nothing to do
+    with pytest.raises(checkpoint.StepPastTarget, match="d is at step 6, past --steps 4: raise --steps to at least 6"):
+        checkpoint.steps_to_train(6, 4, "d", "--steps")
+    with pytest.raises(ValueError, match="--until must be >= 1"):
+        checkpoint.steps_to_train(4, 0, "d", "--until")
+
+
+def test_a_lock_left_by_a_run_on_another_host_blocks_until_it_is_a_minute_old(tmp_path):
+    import json
+    import os
+    import time
+
+    lock = tmp_path / checkpoint.LOCK_NAME
+    lock.write_text(json.dumps({"pid": 1, "host": "pod-0-abcde", "started": "2026-01-01T00:00:00+00:00"}))
+    with pytest.raises(checkpoint.CheckpointInUse, match=r"process 1 on pod-0-abcde, started 2026-01-01"):
+        checkpoint.hold(tmp_path).__enter__()
+    old = time.time() - checkpoint.LOCK_STALE_S - 5  # its holder stopped touching it (a preempted pod)
+    os.utime(lock, (old, old))
+    with checkpoint.hold(tmp_path) as held:
+        assert json.loads(held.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
 
 
 def test_an_unknown_form_and_a_fault_without_a_kind_are_refused(cfg, cpu_devices):

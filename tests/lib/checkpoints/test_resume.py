@@ -1,8 +1,12 @@
 """dpcourse.checkpoints.resume: a run stopped halfway and resumed from its checkpoint equals one that never stopped."""
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -72,3 +76,193 @@ def test_a_process_killed_during_a_save_leaves_the_previous_step_latest_and_whol
         assert manager.latest_step() == STEPS // 2
         step, got = checkpoint.restore(manager, target, run)
     assert step == STEPS // 2 and train.max_abs_diff(half, got) == 0.0
+
+
+# --- faults: each ends the command within seconds, in one sentence, and the last complete step restores whole ---
+# A bound far above the few seconds these take on a quiet machine (JAX's import dominates), so that only a hang
+# (Orbax's thread kept the process alive for minutes before) fails it.
+EXIT_BOUND_S = 60
+
+
+@pytest.fixture(scope="module")
+def saved_two_steps(tmp_path_factory, setup):
+    """Steps 2 and 4 saved once for the module: the folder, the states at step 2 and 4, the run and step 0."""
+    cfg, dataset, mesh, batch = setup
+    folder = tmp_path_factory.mktemp("two-steps")
+    step_fn, noisy, xs, ys, state0 = resume.build(cfg, mesh, "replicated", batch, dataset, N_BATCHES)
+    run = checkpoint.run_description(cfg, batch)
+    states = {}
+    with checkpoint.open_manager(folder) as manager:
+        for k in (2, 4):
+            states[k], _ = resume.train_until(state0, step_fn, noisy, xs, ys, k)
+            checkpoint.save(manager, k, states[k], run)
+            checkpoint.finish(manager)
+    return folder, states, run, state0
+
+
+@pytest.fixture
+def two_steps(tmp_path, saved_two_steps):
+    """A fresh copy of :func:`saved_two_steps` in ``tmp_path``: ``(states, run, state0)``."""
+    folder, states, run, state0 = saved_two_steps
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    return states, run, state0
+
+
+def _restores_whole(folder, setup, run, state0, step, expected):
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, setup[2], "replicated"))
+    with checkpoint.open_manager(folder) as manager:
+        got_step, got = checkpoint.restore(manager, target, run)
+    assert got_step == step and train.max_abs_diff(expected, got) == 0.0
+
+
+def _command(folder, setup, *extra, code=None):
+    """The resume command in a fresh process; ``code`` runs first in it (a planted fault) and then main."""
+    args = _args(folder, setup, "--devices", "8", *extra)
+    if code is None:
+        return [sys.executable, "-m", "dpcourse.checkpoints.resume", *args]
+    program = f"import os, sys\n{code}\n    status = resume.main({args!r})\nsys.stderr.flush()\nos._exit(status)\n"
+    return [sys.executable, "-c", program]
+
+
+def _run(command):
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=EXIT_BOUND_S * 3)
+    return done, time.monotonic() - start
+
+
+def _damage(folder, kind):
+    step = folder / "4"
+    data = max((p for p in (step / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    if kind == "truncated data file":
+        data.write_bytes(data.read_bytes()[:1000])
+        return "cannot be read"
+    if kind == "missing data file":
+        data.unlink()
+        return "cannot be read"
+    if kind == "empty step folder":
+        shutil.rmtree(step)
+        step.mkdir()
+        return "its folder is empty"
+    (step / "_CHECKPOINT_METADATA").write_text('{"item_handlers": ')
+    return "its metadata file _CHECKPOINT_METADATA cannot be read"
+
+
+@pytest.mark.parametrize("kind", ["truncated data file", "missing data file", "empty step folder", "bad metadata"])
+def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(tmp_path, setup, kind, two_steps):
+    states, run, state0 = two_steps
+    what = _damage(tmp_path, kind)
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, setup[2], "replicated"))
+    with checkpoint.open_manager(tmp_path) as manager:
+        with pytest.raises(checkpoint.CheckpointError, match=r"step 4 in .* is damaged .*restore it with step=2"):
+            checkpoint.restore(manager, target, run)  # the package call, without warn: an error, nothing moved
+        with pytest.raises(checkpoint.CheckpointError, match=r"is damaged .*: restore another step"):
+            checkpoint.restore(manager, target, run, step=4, warn=print)  # a step asked for: never another
+        said = []
+        step, got = checkpoint.restore(manager, target, run, warn=said.append)
+    assert step == 2 and train.max_abs_diff(states[2], got) == 0.0
+    assert len(said) == 1 and what in said[0], said
+    assert (
+        said[0].startswith(f"step 4 in {tmp_path} is damaged (")
+        and "step 2 is complete: resuming from step 2" in said[0]
+    )
+    assert (tmp_path / f"4{checkpoint.DAMAGED_SUFFIX}").is_dir()  # set aside, never deleted
+    with checkpoint.open_manager(tmp_path) as manager:
+        assert manager.all_steps() == [2]
+
+
+def test_the_resume_command_goes_on_from_the_step_before_a_damaged_one_and_saves_it_anew(
+    tmp_path, setup, capsys, two_steps
+):
+    states, run, state0 = two_steps
+    _damage(tmp_path, "truncated data file")
+    assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(f"step 4 in {tmp_path} is damaged (the data of ")
+    assert len(err.splitlines()) == 1, err[-2000:]  # Orbax's tracebacks went to the log file
+    assert json.loads(out.splitlines()[-1])["restored_step"] == 2
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])  # trained again from 2: the same step 4
+
+
+def _read_only(folder):
+    """Mount ``folder`` read-only over itself (root only); return the command that undoes it, or skip."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a read-only bind mount needs root; the full-disk case below covers a failed save without it")
+    done = subprocess.run(["mount", "--bind", "-o", "ro", str(folder), str(folder)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"mount --bind -o ro failed here: {done.stderr.decode()[:200]}")
+    return ["umount", str(folder)]
+
+
+def test_a_read_only_folder_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup, two_steps):
+    states, run, state0 = two_steps
+    undo = _read_only(tmp_path)
+    try:
+        done, took = _run(_command(tmp_path, setup, "--until", "6"))
+    finally:
+        subprocess.run(undo, check=True)
+    assert done.returncode == 1 and took < EXIT_BOUND_S, (took, done.stderr[-2000:])
+    assert done.stderr.startswith("error: ") and "Read-only file system" in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+
+
+def test_a_full_disk_during_the_save_ends_the_command_in_seconds_with_one_sentence(tmp_path, setup, two_steps):
+    states, run, state0 = two_steps
+    plant = (
+        "import errno\nfrom dpcourse.checkpoints import checkpoint, resume\n"
+        "with checkpoint.fail_at_commit(OSError(errno.ENOSPC, 'No space left on device')):"
+    )
+    done, took = _run(_command(tmp_path, setup, "--until", "6", code=plant))
+    assert done.returncode == 1 and took < EXIT_BOUND_S, (took, done.stderr[-2000:])
+    assert done.stderr.startswith("error: Could not finish the save") and "no room left" in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+
+
+def test_a_file_given_as_the_folder_is_one_sentence_not_start_from_step_0(tmp_path, setup, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    assert resume.main(_args(tmp_path / "file", setup, "--until", "6", "--devices", "8")) == 1
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "step 0" not in err and len(err.splitlines()) == 1
+
+
+def test_a_second_run_on_the_folder_is_refused_naming_the_first(tmp_path, setup, capsys, two_steps):
+    states, run, state0 = two_steps
+    with checkpoint.hold(tmp_path, "the first run"):
+        assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 1
+    err = capsys.readouterr().err
+    assert f"is in use by another run (process {os.getpid()} on {socket.gethostname()}, started 20" in err
+    assert "(the first run)" in err
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+    assert not (tmp_path / checkpoint.LOCK_NAME).exists()  # released when the first run ended
+
+
+def test_the_step_rules_are_the_worker_s(tmp_path, setup, capsys, two_steps):
+    states, run, state0 = two_steps
+    assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0  # already there
+    out, err = capsys.readouterr()
+    assert "already holds step 4: nothing to train or save" in err and json.loads(out)["final_step"] == 4
+    assert resume.main(_args(tmp_path, setup, "--until", "3", "--devices", "8")) == 1  # past it
+    assert "is at step 4, past --until 3: raise --until to at least 4" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        resume.main(_args(tmp_path, setup, "--devices", "8"))  # no --until: no step 0 holding step 4's state
+    assert exited.value.code == 2 and "--until N is required" in capsys.readouterr().err
+    with checkpoint.open_manager(tmp_path) as manager:
+        assert manager.all_steps() == [2, 4]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+
+
+def test_a_device_count_that_does_not_divide_the_kept_batch_is_told_which_counts_do(tmp_path, setup, capsys, two_steps):
+    assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "3")) == 1
+    err = capsys.readouterr().err
+    assert "keeps its global batch" in err and "Nearest valid" not in err and "resume on a device count" in err
+
+
+def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_next_run_goes_on(
+    tmp_path, setup, two_steps
+):
+    states, run, state0 = two_steps
+    done, took = _run(_command(tmp_path, setup, "--kill-at", "writing"))
+    assert done.returncode == -9 and took < EXIT_BOUND_S, done.stderr[-2000:]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+    assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 0  # a new run saves over it

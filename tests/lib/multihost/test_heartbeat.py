@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -69,3 +70,21 @@ def test_the_message_names_the_stopped_process_its_stage_the_victim_and_what_to_
     assert text.startswith("Worker process 1 of 3 (pid 4242) stopped responding after 20.5 s")
     assert "at 'step 2 of 3'" in text and "Process 2 failed only because it waited for it" in text
     assert "kill -CONT 4242" in text
+
+
+def test_at_the_time_limit_a_hang_is_called_a_hang_and_only_a_moving_run_is_told_to_raise_the_limit():
+    hung = {i: Progress(i, "saving step 2 to /ckpt", 0.5, False, 150.0) for i in (0, 1)}
+    message = progress.timeout_message(hung, {0, 1}, 200, {0: 11, 1: 12})
+    assert message.startswith("The run hung: no process moved on for at least 150 s")
+    assert "process 1 (pid 12) at 'saving step 2 to /ckpt' for 150 s" in message
+    assert "Raise timeout_s" not in message and "would not help" in message
+    moving = {0: Progress(0, "step 40 of 100", 0.5, False, 0.2), 1: hung[1]}
+    message = progress.timeout_message(moving, {0, 1}, 200, {0: 11, 1: 12})
+    assert "still going" in message and "Raise timeout_s" in message
+
+
+def test_a_heartbeat_records_when_its_stage_began(tmp_path):
+    beat = Heartbeat(tmp_path / "p")
+    beat.set("saving step 2")
+    seen = progress.read(tmp_path / "p", 0, os.getpid(), time.time(), now=beat.since + 7.0)
+    assert seen.stage == "saving step 2" and abs(seen.stage_age_s - 7.0) < 1e-6

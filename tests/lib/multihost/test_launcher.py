@@ -295,7 +295,7 @@ def test_the_time_limit_ends_every_process():
     with pytest.raises(launcher.LaunchTimeout) as info:
         launcher.launch_local(2, 4, profile=PROFILE, data_source=SOURCE, timeout_s=1.5, init_timeout_s=1)
     err = info.value
-    assert "did not finish within 2 s" in str(err)
+    assert "The run was still going at the 2 s limit" in str(err) and "Raise timeout_s" in str(err)
     assert_every_process_ended(err)
 
 
@@ -400,3 +400,27 @@ def test_a_stopped_process_is_named_not_its_victims(monkeypatch, n, index, when)
     assert str(err).startswith(f"Worker process {index} of {n}") and "is stopped (state T" in str(err)
     assert "kill -CONT" in str(err)
     assert_every_process_ended(err)
+
+
+def test_a_worker_s_one_sentence_error_is_the_cause_the_launcher_gives():
+    stderr = "[process 1/2] loaded rows\n[process 1] error: The checkpoint directory /x cannot be used: /x is a file.\n"
+    cause = launcher._diagnose(stderr, 1, 1, [0, 1], 2, "127.0.0.1:1", 20)
+    assert cause == "Process 1 stopped: The checkpoint directory /x cannot be used: /x is a file."
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_file_as_the_checkpoint_folder_ends_every_worker_in_seconds_naming_the_cause(tmp_path):
+    # Before, both workers hung in Orbax's thread until the time limit, which advised raising it.
+    (tmp_path / "file").write_text("not a folder")
+    start = time.monotonic()
+    with pytest.raises(launcher.WorkerFailed) as info:
+        launcher.launch_local(
+            2, 2, profile=PROFILE, data_source=SOURCE, checkpoint_dir=str(tmp_path / "file"), timeout_s=LIMIT_S
+        )
+    assert time.monotonic() - start < BOUND_S
+    assert "stopped: The checkpoint directory" in str(info.value) and "is a file, not a folder" in str(info.value)
+    assert "timeout_s" not in str(info.value)
+    # The status the GKE Job fails at once on: every retry would be refused the same way.
+    assert info.value.exit_codes[info.value.process_id] == distributed.UNUSABLE_CHECKPOINT_EXIT
+    assert_every_process_ended(info.value)

@@ -105,3 +105,24 @@ def test_a_checkpoint_at_the_last_step_trains_nothing_and_one_past_it_is_refused
     assert "no step trained (the checkpoint already holds step 2)" in out, out
     with pytest.raises(ValueError, match=r"is at step 2, past --steps 1: raise --steps to at least 2"):
         worker.train_worker(steps=1, **common)
+
+
+def test_a_second_run_on_the_checkpoint_folder_is_refused_by_process_0_naming_the_first(tmp_path, cpu_devices):
+    from dpcourse.checkpoints import checkpoint
+    from dpcourse.multihost import worker
+
+    with checkpoint.hold(tmp_path, "the first run"), pytest.raises(checkpoint.CheckpointInUse) as caught:
+        worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path))
+    assert "is in use by another run (process" in str(caught.value) and "(the first run)" in str(caught.value)
+    worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path))  # free again: it runs, and lets go
+    assert not (tmp_path / checkpoint.LOCK_NAME).exists()
+
+
+def test_a_damaged_latest_step_is_named_and_the_worker_resumes_from_the_one_before(tmp_path, cpu_devices, capsys):
+    from dpcourse.multihost import worker
+
+    worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path), save_every=1)
+    (tmp_path / "2" / "_CHECKPOINT_METADATA").write_text("{")
+    again = worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path), save_every=1)
+    assert again["resumed_from"] == 1 and len(again["losses"]) == 1
+    assert f"step 2 in {tmp_path} is damaged (its metadata file" in capsys.readouterr().out
