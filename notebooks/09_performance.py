@@ -1085,8 +1085,9 @@ for name in ("fsdp_gathered", "accum_reduced"):
         )
         for w in sched.windows:
             print(
-                f"  {w.kind} ({w.sent_bytes:,.0f} bytes sent): {w.window_flops:,.0f} matmul FLOPs and "
-                f"{w.window_bytes:,} bytes of work in {len(w.compute)} instruction(s) in its window"
+                f"  {w.kind} ({w.sent_bytes:,.0f} bytes sent): {w.window_flops:,.0f} matmul "
+                f"FLOPs and {w.window_bytes:,} bytes of work ({len(w.compute)} instructions) "
+                "in its window"
             )
 
 # %% [markdown]
