@@ -541,8 +541,9 @@ for row in size_rows:
 # folder's size, and the lines above give this run's balance: Orbax's
 # metadata files add a few kilobytes (they matter only at this lesson's
 # small sizes), and Orbax compresses each array with zstd (on by default
-# in 0.12.8), which shrinks trained weights and moments by a few percent
-# and AdamW's all-zero moments at step 0 to almost nothing.
+# in 0.12.8), which takes several percent off trained weights and moments
+# (float32's exponent bytes repeat) and shrinks AdamW's all-zero moments at
+# step 0 to almost nothing.
 #
 # **Time.** A synchronous save blocks the loop for the whole write; an
 # asynchronous one only for the copy off the devices, and the write runs

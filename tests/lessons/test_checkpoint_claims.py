@@ -166,5 +166,6 @@ def test_the_folder_holds_metadata_and_zstd_compressed_arrays(tmp_path, cpu_devi
         sizes[name] = checkpoint.directory_bytes(tmp_path / name / "0")
     array_bytes = 256 * 256 * 4
     assert sizes["zeros"] < 0.1 * array_bytes  # the metadata, a few kilobytes, and almost nothing else
-    # zstd level 1 takes a few percent off random float32 (the exponent bytes repeat); never more than a tenth
-    assert 0.9 * array_bytes < sizes["random"] - sizes["zeros"] < array_bytes
+    # zstd level 1 takes several percent off random float32 (the exponent bytes repeat): 7.5% measured with
+    # both JAX versions; the bounds leave room for a codec's next release, not for "none" or "half"
+    assert 0.88 * array_bytes < sizes["random"] - sizes["zeros"] < 0.97 * array_bytes
