@@ -69,3 +69,32 @@ def test_overlap_jobs_compile_the_two_extra_steps_on_8_gpus_of_each_target():
     assert [(j.target, j.n_devices, j.profile) for j in jobs] == [("h200", 8, "smoke"), ("l4", 8, "smoke")]
     assert overlap_report.jobs(["full"], ["h200"]) == []
     assert set(overlap_report.EXTRA_STEPS) == {"small_threshold", "o1"}
+
+
+def test_docs_gpu_md_shows_the_fractions_the_check_expects():
+    """docs/gpu.md's overlap table is prose beside make placement's check: the two must not drift apart."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "gpu.md").read_text()
+    labels = {
+        "plain `jit` step": "plain",
+        "combine threshold 4,096 bytes": "small_threshold",
+        '`optimization_level="O1"`': "o1",
+        "FSDP, gathered once": "fsdp_gathered",
+        "accumulation, reduced": "accum_reduced",
+    }
+    seen = set()
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] not in labels:
+            continue
+        form = labels[cells[0]]
+        for target, cell in zip(("h100_sxm", "h200", "l4"), cells[1:], strict=True):
+            first = float(re.match(r"([\d.]+)", cell).group(1))
+            later = re.search(r"0\.12: ([\d.]+)", cell)
+            assert first == round(overlap_report.EXPECTED[(form, target, "0.10")], 2), (form, target, cell)
+            newer = float(later.group(1)) if later else first
+            assert newer == round(overlap_report.EXPECTED[(form, target, "0.12")], 2), (form, target, cell)
+            seen.add(form)
+    assert seen == set(labels.values()), "docs/gpu.md lost a row of the overlap table"
