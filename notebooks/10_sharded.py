@@ -790,7 +790,7 @@ if backend == "cpu":
     scatters = sum(len(r.of_kind("reduce-scatter")) for r in reports.values())
     looped = [f for f, r in reports.items() if any(c.in_loop for c in r.of_kind("all-reduce"))]
     print(f"reduce-scatters in these {len(reports)} CPU programs: {scatters}; an all-reduce")
-    print(f"  inside a loop in {len(looped)}: {', '.join(looped)}")
+    print(f"  inside a loop in {len(looped)}: {'; '.join(looped)}")
     if not scatters:
         print(
             "The CPU compiler does not turn these steps' all-reduce and slice into a\n"
@@ -1026,11 +1026,12 @@ print("freed:", before, "->", after)
 #   3 for any N) and to 12 / N under FSDP (a ratio of N); leaves that do not
 #   divide (or are too small to be worth it) stay replicated.
 # - Shardings on a step's inputs and outputs leave the rest to sharding
-#   propagation: naive ZeRO-1's sharded state pulls the block gradient's
-#   reduction into the backward loop, once per repeat (a reduce-scatter on
-#   the GPU, an all-reduce on the CPU). Constraining the gradient to `P()`
-#   after `value_and_grad` gives one all-reduce and one all-gather, outside
-#   the loops.
+#   propagation: on the GPU, naive ZeRO-1's sharded state pulls a
+#   reduce-scatter into the backward loop, once per repeat (the CPU
+#   compiler keeps the block gradient's all-reduce in that loop, as it does
+#   for replicated DP). Constraining the gradient to `P()` after
+#   `value_and_grad` gives one all-reduce and one all-gather, outside the
+#   loops (on the GPU; on the CPU the block's all-reduce stays inside).
 # - FSDP trades the all-reduce for an all-gather and a reduce-scatter of
 #   the same total bytes, if each parameter is gathered once: left to
 #   itself, the partitioner gathers the shared block at every use, and

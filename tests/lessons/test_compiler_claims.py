@@ -82,7 +82,7 @@ def test_lesson_10_teaches_the_efficient_zero1_and_prints_bytes_sent():
     [
         ("10_sharded", "never emits a reduce-scatter"),  # an explicit lax.psum_scatter compiles to one
         ("10_sharded", "moves most of it out"),  # the block's share left in the loop is 4% to 56% by profile
-        ("10_sharded", "pulls a reduce-scatter into the backward loop"),  # on the GPU; the CPU all-reduces
+        ("10_sharded", "propagation: naive ZeRO-1's sharded state pulls a reduce-scatter"),  # only on the GPU
         ("09_performance", "which one gets compute in its window"),  # three of four do on JAX 0.12
         ("11_checkpoint", "only then does `latest_step()` list it"),  # the saving manager lists it at once
         ("11_checkpoint", "Orbax removes such folders when a manager next saves"),  # only the same step's
