@@ -1086,8 +1086,8 @@ for name in ("fsdp_gathered", "accum_reduced"):
         for w in sched.windows:
             print(
                 f"  {w.kind} ({w.sent_bytes:,.0f} bytes sent): {w.window_flops:,.0f} matmul "
-                f"FLOPs and {w.window_bytes:,} bytes of work ({len(w.compute)} instructions) "
-                "in its window"
+                f"FLOPs and {w.window_bytes:,} bytes of work in its window "
+                f"({len(w.compute)} instruction{'s' * (len(w.compute) != 1)})"
             )
 
 # %% [markdown]
