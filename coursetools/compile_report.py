@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
     problems = check(recs) + check_lesson10(recs)
     if args.overlap:
-        print("\nfraction of bytes sent inside windows of compute (windows with compute/collectives, LHS ran):")
+        print("\nfraction of bytes sent inside windows with matmul FLOPs (such windows/collectives, LHS ran):")
         print(format_table(overlap_report.table_rows(recs)))
         problems += overlap_report.check(recs)
     print(f"placement: {len(recs)} records in {args.out} ({wall:.1f} s)")

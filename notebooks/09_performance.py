@@ -890,7 +890,7 @@ print("still held by name:", held or "none")
 #    all-reduce. What can run inside its window?
 # 2. `xla_gpu_all_reduce_combine_threshold_bytes` caps how many bytes the
 #    combiner merges into one all-reduce. At 4,096 bytes, how many
-#    all-reduces are there, and which one gets compute in its window?
+#    all-reduces are there, and which ones get compute in their windows?
 # 3. JAX's `optimization_level="O1"` asks the compiler for more effort.
 #    What changes, on which GPU?
 # 4. FSDP gathered once (lesson 10) moves the same bytes as three kinds of
@@ -936,9 +936,12 @@ else:
 # order, pairs every start with its done, and lists the work in between:
 # fusions and GEMMs with their matmul FLOPs and the bytes at their
 # boundary (operands plus result, as XLA's cost analysis counts a fusion),
-# loops with their body times the trip count. Scalar work (the step
-# counter of Adam's bias correction, a few bytes) is listed but is not
-# compute. The bytes each device sends follow the ring formulas of
+# loops with their body times the trip count. A window **holds compute**
+# when its work runs matmul FLOPs, the compute the cost model below counts:
+# element-wise work alone (a broadcast that fills a buffer with zeros, an
+# optimizer update) is listed with its bytes but hides next to nothing,
+# and scalar work (the step counter of Adam's bias correction, a few
+# bytes) is bookkeeping. The bytes each device sends follow the ring formulas of
 # notebook 04: `2 (N - 1) / N` of an all-reduce's buffer, `(N - 1) / N` of
 # an all-gather's.
 
@@ -997,7 +1000,8 @@ if plain is not None:
     scalar = [w.name for w in only.work if w.scalar]
     print(
         f"{len(plain.windows)} collective(s); the largest: {only.kind} of {only.payload_bytes:,} "
-        f"bytes; compute in its window: {len(only.compute)}; scalar work: {scalar or 'none'}"
+        f"bytes; matmul FLOPs in its window: {only.window_flops:,.0f}; "
+        f"other work: {len(only.compute)}; scalar work: {scalar or 'none'}"
     )
     print(
         f"the combiner merged {only.payload_bytes:,} bytes of gradients into it, so its default "
@@ -1080,6 +1084,12 @@ for name in ("fsdp_gathered", "accum_reduced"):
             f"{overlap_steps.LABELS[name]}: {sched.sent_bytes_per_step:,.0f} bytes sent per "
             f"device, {sched.overlapped_fraction or 0:.0%} of them inside windows of compute"
         )
+        for w in sched.windows:
+            print(
+                f"  {w.kind} ({w.sent_bytes:,.0f} bytes sent): {w.window_flops:,.0f} matmul "
+                f"FLOPs and {w.window_bytes:,} bytes of work in its window "
+                f"({len(w.compute)} instruction{'s' * (len(w.compute) != 1)})"
+            )
 
 # %% [markdown]
 # **Which bound does the step earn?** The cost model now has two:

@@ -497,17 +497,28 @@ def accum_step(params, opt_state, x, y):
 
 accum_jit = jax.jit(accum_step)
 compiled["accumulation, scan"] = accum_jit.lower(params, opt_state, *batches[0]).compile()
+from dpcourse.config import make_config  # the profiles' widths W: the block is W x W + W floats
+
+block_share = (params["w_block"].nbytes + params["b_block"].nbytes) / costs.gradient_bytes(cfg)
+shares = {
+    p: (c.width**2 + c.width) * 4 / costs.gradient_bytes(c)
+    for p, c in ((p, make_config(p)) for p in ("smoke", "cpu", "full"))
+}
+print(f"w_block and b_block: {block_share:.0%} of the gradient at the {cfg.profile} profile")
+print("  by profile: " + ", ".join(f"{p} {v:.0%}" for p, v in shares.items()))
 
 # %% [markdown]
 # Written like this, every microbatch's gradient is a sum over the devices'
 # shards, and the compiler decides which part to reduce **inside** the
-# microbatch loop. XLA's GPU compiler moves most of it out (the same
+# microbatch loop. XLA's GPU compiler moves part of it out (the same
 # `while-loop-all-reduce-code-motion` as notebook 04: the loop only adds
-# the reduced gradient to an accumulator), but not all of it: the shared
-# block's weight and bias, whose gradients are summed in the inner
-# backward loop, get their all-reduce moved out of that inner loop only,
-# into the microbatch loop, and are all-reduced once per microbatch, K
-# times per step; the rest once after the loop. The CPU compiler reduces every
+# the reduced gradient to an accumulator), but not the shared block's
+# weight and bias: their gradients are summed in the inner backward loop,
+# so their all-reduce moves out of that inner loop only, into the
+# microbatch loop, and they are all-reduced once per microbatch, K times
+# per step; the rest once after the loop. How much stays in the loop is
+# the block's share of the gradient, printed above for this run's profile
+# and for the others (`full` is the profile a GPU runs). The CPU compiler reduces every
 # microbatch's whole gradient, and the block's in every backward
 # iteration. Section 6 measures which share of the gradient travels K
 # times, and what that costs against replicated DP. The gradient only
@@ -773,11 +784,16 @@ display(
     )
 )
 if backend == "cpu":
-    print(
-        "The CPU compiler never emits a reduce-scatter (it all-reduces and keeps a slice),\n"
-        "keeps collectives synchronous, and leaves the shared block's gradient all-reduce\n"
-        "inside the backward loop: the ZeRO and FSDP pattern shows in a GPU compile, below."
-    )
+    scatters = sum(len(r.of_kind("reduce-scatter")) for r in reports.values())
+    looped = [f for f, r in reports.items() if any(c.in_loop for c in r.of_kind("all-reduce"))]
+    print(f"reduce-scatters in these {len(reports)} CPU programs: {scatters}; an all-reduce")
+    print(f"  inside a loop in {len(looped)}: {'; '.join(looped)}")
+    if not scatters:
+        print(
+            "The CPU compiler does not turn these steps' all-reduce and slice into a\n"
+            "reduce-scatter (an explicit lax.psum_scatter compiles to one): the ZeRO and\n"
+            "FSDP pattern shows in a GPU compile, below."
+        )
 
 # %% [markdown]
 # **For GPUs, without a GPU.** The package's twins of this lesson's seven
@@ -1007,10 +1023,12 @@ print("freed:", before, "->", after)
 #   3 for any N) and to 12 / N under FSDP (a ratio of N); leaves that do not
 #   divide (or are too small to be worth it) stay replicated.
 # - Shardings on a step's inputs and outputs leave the rest to sharding
-#   propagation: naive ZeRO-1's sharded state pulls a reduce-scatter into
-#   the backward loop, once per repeat. Constraining the gradient to `P()`
-#   after `value_and_grad` gives one all-reduce and one all-gather, outside
-#   the loops.
+#   propagation: on the GPU, naive ZeRO-1's sharded state pulls a
+#   reduce-scatter into the backward loop, once per repeat (the CPU
+#   compiler keeps the block gradient's all-reduce in that loop, as it does
+#   for replicated DP). Constraining the gradient to `P()` after
+#   `value_and_grad` gives one all-reduce and one all-gather, outside the
+#   loops (on the GPU; on the CPU the block's all-reduce stays inside).
 # - FSDP trades the all-reduce for an all-gather and a reduce-scatter of
 #   the same total bytes, if each parameter is gathered once: left to
 #   itself, the partitioner gathers the shared block at every use, and

@@ -162,13 +162,18 @@ latest_before = manager.latest_step()
 manager.wait_until_finished()
 written_s = time.perf_counter() - t0
 print(f"save returned after {returned_s * 1e3:.0f} ms; written after {written_s * 1e3:.0f} ms")
-print(f"latest_step(): {latest_before} while writing, {manager.latest_step()} after the wait")
+print(f"latest_step(): {latest_before} as save() returned, {manager.latest_step()} after the wait")
 print("in the folder:", sorted(p.name for p in directory.iterdir()))
 
 # %% [markdown]
 # While the thread writes, the step lives in a folder named
 # `<step>.orbax-checkpoint-tmp`; only when every array is written does
-# Orbax rename it to `<step>`, and only then does `latest_step()` list it.
+# Orbax rename it to `<step>`. The manager that saves does not wait for
+# that: its `latest_step()` names the step as soon as `save` returns, as
+# the line above shows (Orbax 0.12.8's `CheckpointManager.save` adds the
+# step to its list before the write ends). Only a manager opened later,
+# as a restart opens one, reads the folder and skips a temporary one. So
+# the saving manager's `latest_step()` says which step was *started*.
 # Two calls matter:
 #
 # - `wait_until_finished()` blocks until the background write is done and
@@ -310,8 +315,10 @@ assert w_in.mesh.size == n  # the saved mesh, silently
 
 # %% [markdown]
 # Nothing fails here, which is the trouble. In a process with fewer
-# devices than the saved mesh the same restore fails, naming devices that
-# do not exist; on GPUs, a checkpoint saved sharded and restored this way
+# devices than the saved mesh the same restore fails with Orbax's
+# `ValueError: Topology mismatch detected. The checkpoint was saved with a
+# different topology than the current one. ...` (the saved shardings name
+# devices that process does not have); on GPUs, a checkpoint saved sharded and restored this way
 # onto a mesh that was meant to replicate it, or the other way round, puts
 # the wrong bytes on each device, up to running out of memory. The rule:
 # **build the target from this run's mesh and specs, never from the
@@ -417,20 +424,27 @@ assert killed.returncode == -9, killed.stderr[-2000:]
 assert after_kill_step == STEPS // 2 and train.max_abs_diff(half, after_kill) == 0.0
 
 # %% [markdown]
-# The half-written step stays a `.orbax-checkpoint-tmp` folder, which
-# `latest_step()` never lists and a restore never reads; the previous step
-# is the latest and restores whole. (Orbax removes such folders when a
-# manager next saves.) On a file system whose rename is not atomic (some
-# object stores) Orbax marks a complete step with a commit file instead;
-# the rule is the same.
+# The half-written step stays a `.orbax-checkpoint-tmp` folder, which a
+# manager opened afterwards never lists and a restore never reads; the
+# previous step is the latest and restores whole. The folder stays on disk:
+# saving another step leaves it, saving the same step again replaces it,
+# and a manager opened with
+# `ocp.CheckpointManagerOptions(cleanup_tmp_directories=True)` (off by
+# default in Orbax 0.12.8) removes every such folder as it starts. On a
+# file system whose rename is not atomic (some object stores) Orbax marks
+# a complete step with a commit file instead; the rule is the same.
 #
 # ## 6. Several processes: save, kill one, resume on another process count
 #
 # With several processes (notebook 08), **every process calls save and
-# restore**: each writes the shards it holds (the replicated leaves once,
-# from process 0), and they agree through the distributed runtime before
-# the commit. The folder must be one that all of them see: on one machine
-# any folder, on several a shared volume or a bucket. Below, 2 processes x
+# restore**: each writes the shards it holds, and they agree through the
+# distributed runtime before the commit. A replicated leaf is written once,
+# in parts: Orbax 0.12.8 saves **replica-parallel** by default, each
+# replica writing its own slice along a dimension the replica count
+# divides (a leaf without one is written whole by replica 0; the default
+# is off where `JAX_PLATFORMS` names `gpu` or `cuda`). The folder must be
+# one that all of them see: on one machine any folder, on several a shared
+# volume or a bucket. Below, 2 processes x
 # 4 devices train with a checkpoint every 2 steps, and process 1 dies at
 # step 3; then 4 processes x 2 devices resume the job from the latest step
 # (on 8 devices; on 6, 2 x 3 then 3 x 2; other counts skip this section).
@@ -522,14 +536,23 @@ for form, (folder, state) in saved.items():
         }
     )
 display(show.table(size_rows, caption=f"Checkpoint of step {STEPS // 2}, {n_params:,} parameters"))
+for row in size_rows:
+    ratio = row["bytes on disk"] / row["arrays (every leaf once)"]
+    verdict = "more" if ratio < 1 else "less"
+    print(
+        f"{row['form']}: the folder holds {ratio:.2f} x the arrays' bytes "
+        f"(zstd saved {verdict} than the metadata added)"
+    )
 
 # %% [markdown]
 # Replicated or sharded, the checkpoint holds every leaf once: the saved
-# form does not change its size. The folder holds a little more than the
-# arrays: Orbax's metadata files (a fixed few kilobytes, which matter only
-# at this lesson's small sizes), and each array compressed with zstd, which
-# hardly shrinks trained weights and moments (it does shrink AdamW's
-# all-zero moments at step 0).
+# form does not change its size. Against the arrays, two things move the
+# folder's size, and the lines above give this run's balance: Orbax's
+# metadata files add a few kilobytes (they matter only at this lesson's
+# small sizes), and Orbax compresses each array with zstd (on by default
+# in 0.12.8), which takes several percent off trained weights and moments
+# (float32's exponent bytes repeat) and shrinks AdamW's all-zero moments at
+# step 0 to almost nothing.
 #
 # **Time.** A synchronous save blocks the loop for the whole write; an
 # asynchronous one only for the copy off the devices, and the write runs

@@ -12,7 +12,9 @@ checked before any array is read).
 Errors are :class:`CheckpointError` with one sentence that says what to
 do; a save that fails leaves the previous step as ``latest_step()``
 (Orbax writes a step into ``<step>.orbax-checkpoint-tmp`` and renames it
-when complete; a step without the rename is never listed or restored).
+when complete; the saving manager lists the step as soon as ``save``
+returns, but a manager opened later never lists a step without the rename,
+and no restore reads it: tests/lessons/test_checkpoint_claims.py).
 """
 
 from __future__ import annotations

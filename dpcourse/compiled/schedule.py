@@ -16,8 +16,11 @@ sends in a ring (:func:`dpcourse.compiled.census.sent_bytes`), ``is_sync`` and t
 window (fusions, GEMMs, loops: FLOPs of their matmuls and the bytes at their
 boundaries, counted as XLA's cost analysis counts a fusion: operands plus
 result); and for the whole step the fraction of the bytes sent whose window
-holds compute. Scalar work (a fusion on rank-0 values, such as the step
-counter) is listed but is not compute. This is the compiler's *intended*
+holds compute. Compute here means matmul FLOPs, as the cost model's window
+time (:func:`dpcourse.costs.overlapped_step_s`) counts it: element-wise work
+in a window (a broadcast of a constant, an optimizer update) is listed with
+its bytes but does not make the window one of compute, and scalar work (a
+fusion on rank-0 values, such as the step counter) is bookkeeping. This is the compiler's *intended*
 overlap, read without running anything; the time that really overlaps is in
 a profiler trace of a real run.
 """
@@ -106,12 +109,13 @@ class Window:
 
     @property
     def compute(self) -> tuple[Work, ...]:
-        """The work in the window that is not scalar bookkeeping."""
+        """The work in the window that is not scalar bookkeeping (element-wise work included)."""
         return tuple(w for w in self.work if not w.scalar)
 
     @property
     def has_compute(self) -> bool:
-        return bool(self.compute)
+        """The window runs matmul FLOPs; element-wise work alone (a broadcast, an update) does not count."""
+        return self.window_flops > 0
 
     @property
     def window_flops(self) -> float:
@@ -128,9 +132,10 @@ class Schedule:
 
     Attributes:
         windows: one :class:`Window` per collective, in program order.
-        scheduled: the module says ``is_scheduled=true`` (a GPU program);
-            False (a CPU program, or text without its module line): the
-            order is the text's and the windows mean little.
+        scheduled: the module says ``is_scheduled=true``, as every program
+            JAX 0.10 and 0.12 compile does, for a GPU or a CPU (False: text
+            without that module line). A CPU program's collectives are
+            synchronous, with no start and done, so it has no windows to read.
     """
 
     windows: tuple[Window, ...]
@@ -144,7 +149,7 @@ class Schedule:
 
     @property
     def overlapped_bytes_per_step(self) -> float | None:
-        """Of those, the bytes of collectives whose window holds compute."""
+        """Of those, the bytes of collectives whose window runs matmul FLOPs (:attr:`Window.has_compute`)."""
         runs = [w.runs_per_step for w in self.windows]
         if None in runs:
             return None
@@ -168,7 +173,7 @@ class Schedule:
                     "bytes sent per device": round(w.sent_bytes),
                     "runs per step": "unknown" if w.runs_per_step is None else w.runs_per_step,
                     "is_sync": "?" if w.is_sync is None else str(w.is_sync).lower(),
-                    "compute in window": (shown + (f", +{more} more" if more > 0 else "")) or "none",
+                    "work in window": (shown + (f", +{more} more" if more > 0 else "")) or "none",
                     "window FLOPs": round(w.window_flops),
                     "window bytes": w.window_bytes,
                     "scalar work": len(w.work) - len(w.compute),

@@ -7,16 +7,24 @@ is compiled: :func:`small_threshold` sets XLA's
 all-reduce combiner merges all-reduces) to :data:`SMALL_COMBINE_THRESHOLD_BYTES`,
 and :func:`o1` compiles at JAX's ``optimization_level="O1"``
 (``jax_optimization_level``, an effort XLA's GPU compiler reads, among other
-things, to decide whether to run its latency-hiding scheduler; source:
-``xla/service/gpu/gpu_compiler.cc`` in openxla/xla). :data:`STEPS` names the
-forms ``make placement`` and notebook 09 compare, lesson 10's included.
+things, to decide whether to run its latency-hiding scheduler: ``IsLHSEnabled``
+in ``xla/service/gpu/gpu_hlo_schedule.cc`` runs it when the
+``xla_gpu_enable_latency_hiding_scheduler`` flag is set or
+``IsPassEnabledAtOptimizationEffort<LatencyHidingScheduler>`` of
+``xla/service/gpu/flag_utils.h`` says the module's effort asks for it; openxla/xla,
+the revision jaxlib 0.10.2 builds is named in jax's ``third_party/xla/revision.bzl``).
+``make placement`` shows the effect: the approximate L4 runs the scheduler only at
+``O1``. :data:`STEPS` names the forms ``make placement`` and notebook 09 compare,
+lesson 10's included.
 """
 
 from __future__ import annotations
 
 COMBINE_THRESHOLD_OPTION = "xla_gpu_all_reduce_combine_threshold_bytes"
-# The smoke profile's block gradient (32 x 32 x 4 bytes) and input layer's (784 x 32 x 4) then get an
-# all-reduce each; the output layer's (32 x 10 x 4 = 1,280 bytes), the biases and the metrics go together.
+# The smoke profile's gradient then goes in four all-reduces, the same with JAX 0.10.2 and 0.12.0.1
+# (tests/lib/compiled/test_schedule.py; notebook 09 prints them): the input layer's weight (784 x 32 x 4 =
+# 100,352 bytes) and the block's (32 x 32 x 4 = 4,096) each alone, the output layer's weight with the two
+# metrics (32 x 10 x 4 + 8 = 1,288 bytes), and the three biases together ((32 + 32 + 10) x 4 = 296 bytes).
 SMALL_COMBINE_THRESHOLD_BYTES = 4096
 STEPS: dict[str, str] = {
     "plain": "dpcourse.gpu_compile.steps:jit_step",
