@@ -544,6 +544,9 @@ display(
 #
 # **Where next.** Run the same program on several GKE GPU nodes:
 # `deploy/multihost.yaml` and the README (Multi-host data parallelism).
+#
+# **Next:** [09_performance](09_performance.ipynb) asks how fast the step
+# should be on one device, and makes it so.
 
 # %% [markdown]
 # ## Exercises

@@ -453,7 +453,10 @@ display(
 logit_err = ladder.logit_rel_error(init_host, check_batches[0][0], cfg)
 logit_tol = ladder.bf16_logit_tolerance(cfg)
 print(f"bfloat16 logits vs float32, relative (rms): {logit_err:.2%} (tolerance {logit_tol:.1%})")
-assert logit_err <= logit_tol, (logit_err, logit_tol)
+assert logit_err <= logit_tol, (
+    f"bfloat16 logits differ from float32 by {logit_err:.2%}, more than {logit_tol:.1%}:"
+    " the bfloat16 rung computes something else; compare its cell with the float32 one"
+)
 
 n_curve = min(cfg.steps, 10)
 bf16_diff = bf16_tol = None
@@ -1185,8 +1188,10 @@ hlo_tmp.cleanup()
 #   latency-hiding scheduler runs. The compile shows intent; a trace on
 #   real GPUs shows the time.
 #
-# **Next:** apply the fast step to notebook 07's sweep by setting
-# `block_unroll` and `compute_dtype` in its configuration, and compare.
+# **Next:** [10_sharded](10_sharded.ipynb) shards what each device holds
+# when the model or the batch does not fit. Before that, apply the fast step
+# to notebook 07's sweep by setting `block_unroll` and `compute_dtype` in
+# its configuration, and compare.
 
 # %% [markdown]
 # ## Exercises

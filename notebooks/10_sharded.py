@@ -1025,9 +1025,10 @@ print("freed:", before, "->", after)
 # - The compiled program, not the Python, says what communicates: count it
 #   per backend, in runs and in bytes sent, and hold it to the cost model.
 #
-# **Next:** this is the last lesson. The question "what if the model does
-# not fit" now has two answers here; splitting one layer's
-# matmuls over devices (tensor parallelism) is the next one.
+# **Next:** [11_checkpoint](11_checkpoint.ipynb) saves a sharded state,
+# kills the run and resumes it elsewhere. The question "what if the model
+# does not fit" now has two answers here; splitting one layer's matmuls
+# over devices (tensor parallelism) is a third, not taught in this course.
 
 # %% [markdown]
 # ## Exercises
