@@ -325,7 +325,10 @@ with ocp.CheckpointManager(root / "fsdp") as reader:
     )["state"]
 w_in = wrong["params"]["w_in"].sharding
 print(f"wanted {dict(four.shape)}; got a mesh of {w_in.mesh.size} devices, spec {w_in.spec}")
-assert w_in.mesh.size == n  # the saved mesh, silently
+assert w_in.mesh.size == n, (  # the saved mesh, silently
+    f"the leaf came back on {w_in.mesh.size} devices, not the {n} it was saved from: this Orbax"
+    " version restores onto the target's mesh, and the text below no longer holds"
+)
 
 # %% [markdown]
 # Nothing fails here, which is the trouble. In a process with fewer
