@@ -431,3 +431,28 @@ def sharding(array, name: str = "array") -> None:
     if array.ndim in (1, 2):
         print(RICH_MISSING)
     _display(shard_table(array, name))
+
+
+def short_path(path, cwd=None) -> str:
+    """``path`` as a learner finds it, without the machine's own folders (lessons 09 and 11 print one).
+
+    Below the working folder (a notebook's folder in the lab): relative to it,
+    ``results/09_performance_trace``. Below the system's temporary folder: its
+    name there, ``dpcourse-checkpoints-x1y2 in the temporary folder``. Sharing a
+    folder other than ``/`` with the working folder: relative to it
+    (``../results/smoke/09_performance_trace``). Elsewhere: the last two parts.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path).resolve()
+    cwd = Path(cwd or os.getcwd()).resolve()
+    temp = Path(tempfile.gettempdir()).resolve()
+    if path.is_relative_to(cwd):
+        return path.relative_to(cwd).as_posix() or "."
+    if path.is_relative_to(temp):
+        return f"{path.relative_to(temp).as_posix()} in the temporary folder"
+    if os.path.commonpath([path, cwd]) != path.anchor:
+        return Path(os.path.relpath(path, cwd)).as_posix()
+    return ".../" + "/".join(path.parts[-2:])

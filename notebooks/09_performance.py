@@ -561,7 +561,7 @@ if best is not None:
             TRACE_STEPS,
         )
     files = sorted(p for p in trace_dir.rglob("*") if p.is_file() and p not in earlier)
-    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {trace_dir}:")
+    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {show.short_path(trace_dir)}:")
     for p in files:
         print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
 

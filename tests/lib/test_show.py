@@ -332,3 +332,19 @@ def test_progress_with_tqdm_draws_a_bar_on_stdout(capsys):
     assert list(display.progress(range(2), desc="sweep", unit="size")) == [0, 1]
     captured = capsys.readouterr()
     assert "sweep" in captured.out and "2/2" in captured.out and captured.err == ""
+
+
+def test_short_path_keeps_the_machines_own_folders_out(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    work = tmp_path / "home" / "someone" / "course" / "notebooks"
+    (work / "results" / "09_performance_trace").mkdir(parents=True)
+    assert display.short_path(work / "results" / "09_performance_trace", cwd=work) == "results/09_performance_trace"
+    runner_out = tmp_path / "home" / "someone" / "course" / "results" / "smoke" / "09_performance_trace"
+    assert display.short_path(runner_out, cwd=work) == "../results/smoke/09_performance_trace"
+    scratch = tmp_path / "tmp" / "dpcourse-checkpoints-x1y2"
+    scratch.mkdir(parents=True)
+    said = display.short_path(scratch, cwd=work)
+    assert said == "dpcourse-checkpoints-x1y2 in the temporary folder", said
+    assert str(tmp_path) not in said
