@@ -420,6 +420,17 @@ def readable_colours(html: str) -> str:
     return _SPAN_COLOURS.sub(fix, html)
 
 
+def final_text(text: str) -> str:
+    """A stream's text as a terminal leaves it: each line's last state after carriage returns.
+
+    A progress bar (tqdm) rewrites its line with ``\\r``; the saved stream
+    keeps every state, which a page would show as one line each.
+    """
+    return "\n".join(
+        line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")
+    )
+
+
 def image_alt(cell) -> None:
     """Give the cell's image output its ``alt`` text: the output's own ``text/plain`` (the figure's data).
 
@@ -469,6 +480,9 @@ def stage(
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
             image_alt(cell)
             for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    text = out.get("text", "")
+                    out["text"] = final_text("".join(text) if isinstance(text, list) else text)
                 html = out.get("data", {}).get("text/html")
                 if html:
                     out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)

@@ -182,3 +182,27 @@ def test_an_image_gets_its_alt_text_from_the_figure_s_own_text_and_never_from_a_
     bare = {"outputs": [{"data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}
     site.image_alt(bare)
     assert "metadata" not in bare
+
+
+def test_a_progress_bar_is_published_in_its_final_state_only():
+    bar = "ladder:   0%|          | 0/6\rladder:  50%|#####     | 3/6\rladder: 100%|##########| 6/6\n"
+    assert site.final_text(bar) == "ladder: 100%|##########| 6/6\n"
+    assert site.final_text("plain\nlines\n") == "plain\nlines\n"
+    assert site.final_text("windows line\r\nnext\r\n") == "windows line\nnext\n"
+
+
+def test_stage_publishes_a_streams_final_state(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    lesson = _lesson(notebooks / "05_x.ipynb")
+    run = _runner_run(tmp_path / "run", [_entry("05_x")])
+    bar = nbformat.v4.new_output("stream", name="stderr", text="x:   0%| 0/2\rx:  50%| 1/2\rx: 100%| 2/2\ndone\n")
+    _lesson(run.folder / "05_x.ipynb", outputs=[bar])
+    chosen, _ = site.choose([lesson], [run], 0.0)
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "index.md").write_text("# Course\n")
+    site.stage(tmp_path / "src", [lesson], chosen, [], "abc1234", pages=pages, docs=tmp_path / "none")
+    nb = nbformat.read(tmp_path / "src" / "lessons" / "05_x.ipynb", as_version=4)
+    texts = [o.text for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream"]
+    assert texts == ["x: 100%| 2/2\ndone\n"], texts
