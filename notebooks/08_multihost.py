@@ -461,7 +461,7 @@ except launcher.WorkerFailed as err:
     print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
 
 # %%
-record.figures(
+_ = record.figures(
     {
         "multihost_wall_s": (run.wall_s, "s"),
         "multihost_processes": (N_PROCESSES, "count"),

@@ -844,7 +844,7 @@ for k, r in reports.items():
     key = k.replace(",", "").replace(" ", "_").replace("(04)", "").strip("_").replace("__", "_")
     multi_figs[f"collectives_per_step_{key}"] = (r.runs_per_step, "count")
     multi_figs[f"collective_bytes_per_step_{key}"] = (r.bytes_per_step, "bytes")
-record.figures(
+_ = record.figures(
     multi_figs,
     backend=multi.devices[0].platform,
     device_kind=multi.devices[0].device_kind,

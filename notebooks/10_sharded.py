@@ -983,7 +983,7 @@ for res in gpu_results:
                 ),
             }
         )
-record.figures(
+_ = record.figures(
     {
         "reduced_shardings_available": (int(REDUCED_OK), "bool"),
     }

@@ -109,3 +109,16 @@ def test_no_line_a_learner_reads_says_not_measured_or_last_lesson(path):
     text = path.read_text().lower()
     found = [phrase for phrase in NEVER_SAID if phrase in text]
     assert not found, f"{path.name} says {found}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_cell_ends_showing_what_recording_returns(path):
+    """``record.figures`` returns the records (``[]`` outside a course run): a cell ending with it shows that list."""
+    bare = []
+    for cell in jupytext.read(path).cells:
+        body = ast.parse(cell.source).body if cell.cell_type == "code" else []
+        last = body[-1] if body else None
+        call = last.value if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) else None
+        if call is not None and ast.unparse(call.func).startswith("record."):
+            bare.append(ast.unparse(last)[:80])
+    assert not bare, f"{path.name}: cells that end by showing the records' list: {bare}"
