@@ -69,3 +69,26 @@ def test_overlap_jobs_compile_the_two_extra_steps_on_8_gpus_of_each_target():
     assert [(j.target, j.n_devices, j.profile) for j in jobs] == [("h200", 8, "smoke"), ("l4", 8, "smoke")]
     assert overlap_report.jobs(["full"], ["h200"]) == []
     assert set(overlap_report.EXTRA_STEPS) == {"small_threshold", "o1"}
+
+
+def test_the_stored_overlap_compiles_read_as_taught_and_hold_every_form_the_lesson_reads():
+    """What notebook 09 shows without the extra: the stored schedules give the fractions EXPECTED holds."""
+    from dpcourse.compiled import schedule
+    from dpcourse.gpu_compile import notebook
+
+    results, texts = notebook.stored_overlap("smoke")
+    assert (
+        {(r.target, name) for r in results for name in r.steps}
+        == {(t, f) for t, forms in overlap_report.LESSON_FORMS.items() for f in forms}
+        == set(texts)
+    )
+    for (target, form), text in texts.items():
+        version = overlap_report._minor(results[0].jax_version)
+        got = schedule.read_schedule(text, overlap_report.DEVICES).overlapped_fraction or 0.0
+        assert abs(got - overlap_report.EXPECTED[form, target, version]) <= overlap_report.TOLERANCE, (target, form)
+        assert "metadata=" not in text
+
+
+def test_strip_metadata_removes_only_the_metadata():
+    line = '  %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %y), metadata={op_name="jit(f)/add" source_file="/x.py"}'
+    assert overlap_report.strip_metadata(line) == "  %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %y)"
