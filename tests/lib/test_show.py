@@ -348,3 +348,10 @@ def test_short_path_keeps_the_machines_own_folders_out(tmp_path, monkeypatch):
     said = display.short_path(scratch, cwd=work)
     assert said == "dpcourse-checkpoints-x1y2 in the temporary folder", said
     assert str(tmp_path) not in said
+
+
+def test_a_table_lets_long_names_wrap_at_underscores_and_slashes_and_never_breaks_numbers():
+    out = display.table([{"rung": "unrolled_bf16_batch32", "FLOP/byte": 1234567.0}], caption="c")
+    assert "<td>unrolled_<wbr>bf16_<wbr>batch32</td>" in out.html_text and "<th>FLOP/<wbr>byte</th>" in out.html_text
+    assert "<td>1.235e+06</td>" in out.html_text
+    assert "unrolled_bf16_batch32" in out.plain and "<wbr>" not in out.plain
