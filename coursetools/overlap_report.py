@@ -156,7 +156,7 @@ def store(path: Path, profile: str = "smoke") -> Path:
     import json
     import os
 
-    data = gzip.compress(json.dumps(lesson_payload(profile), sort_keys=True).encode("utf-8"), 9, mtime=0)
+    data = gzip.compress(json.dumps(lesson_payload(profile)).encode("utf-8"), 9, mtime=0)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)

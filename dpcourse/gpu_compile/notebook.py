@@ -211,7 +211,14 @@ def stored_overlap(profile: str) -> tuple[list[CompileResult], dict[tuple[str, s
         raise ValueError(
             f"The stored GPU compile {'/'.join(OVERLAP_FILE)} cannot be read ({err}): reinstall dpcourse."
         ) from err
-    results = [r for r in results if r.profile == profile]
+    from dpcourse.gpu_compile.overlap_steps import STEPS
+
+    order = list(STEPS)  # the lesson's order of the forms, whatever order the file kept
+    results = [
+        CompileResult(**{**r.__dict__, "steps": dict(sorted(r.steps.items(), key=lambda kv: order.index(kv[0])))})
+        for r in results
+        if r.profile == profile
+    ]
     return results, {key: text for key, text in texts.items() if any(r.target == key[0] for r in results)}
 
 

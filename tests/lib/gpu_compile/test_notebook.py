@@ -161,3 +161,11 @@ def test_the_stored_overlap_compiles_are_labelled_stored_with_their_jax_and_date
     line = gpu_notebook.stored_overlap_line(results, "the extra is missing")
     assert line.startswith(f"Stored result (made by {results[0].stored}, JAX {results[0].jax_version}, smoke profile)")
     assert gpu_notebook.stored_overlap("full") == ([], {})
+
+
+def test_the_stored_overlap_compiles_list_the_forms_in_the_lessons_order():
+    from dpcourse.gpu_compile import overlap_steps
+
+    results, _ = gpu_notebook.stored_overlap("smoke")
+    for res in results:
+        assert list(res.steps) == [k for k in overlap_steps.STEPS if k in res.steps], res.target
