@@ -421,14 +421,9 @@ def readable_colours(html: str) -> str:
 
 
 def final_text(text: str) -> str:
-    """A stream's text as a terminal leaves it: each line's last state after carriage returns.
-
-    A progress bar (tqdm) rewrites its line with ``\\r``; the saved stream
-    keeps every state, which a page would show as one line each.
-    """
-    return "\n".join(
-        line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")
-    )
+    """A stream as a terminal leaves it: each line's state after its last ``\\r`` (a tqdm bar's final one)."""
+    lines = (line.rstrip("\r") for line in text.split("\n"))  # a Windows line end is no rewrite
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in lines)
 
 
 def image_alt(cell) -> None:

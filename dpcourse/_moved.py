@@ -45,51 +45,20 @@ MOVED = {
 }
 
 
-def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
-    """Emit the ``DeprecationWarning`` for one old name, saying what to import instead."""
-    warnings.warn(_message(old, new), DeprecationWarning, stacklevel=stacklevel)
+def warn_moved(old: str, new: str, stacklevel: int = 3, frame=None) -> None:
+    """Emit the ``DeprecationWarning`` for one old name, saying what to import instead.
 
-
-def _message(old: str, new: str) -> str:
-    return (
+    With ``frame``, as from that frame's line: an import's, past importlib's frames (their number varies;
+    ``sys:1`` is hidden by the default filters, a notebook cell's ``__main__`` is not).
+    """
+    text = (
         f"{old} moved to {new} (the course's new layout): import {new} instead; the old name goes in the next release."
     )
-
-
-def _importer_frame():
-    """The frame whose ``import`` statement reached the finder: the first one outside importlib and this module."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name != __file__ and "importlib" not in name:
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def warn_moved_import(old: str, new: str) -> None:
-    """Warn as from the line that imports ``old``.
-
-    ``warnings.warn``'s stack level counts importlib's own frames differently
-    across Python versions, and past the top it blames ``sys:1``, which the
-    default filters hide. Attributed to the importing line, the warning shows
-    where Python shows a ``DeprecationWarning`` by default: in ``__main__``,
-    which is a notebook cell or a script.
-    """
-    frame = _importer_frame()
     if frame is None:
-        warnings.warn(_message(old, new), DeprecationWarning, stacklevel=2)
-        return
-    module_globals = frame.f_globals
-    warnings.warn_explicit(
-        _message(old, new),
-        DeprecationWarning,
-        frame.f_code.co_filename,
-        frame.f_lineno,
-        module=module_globals.get("__name__", "<unknown>"),
-        registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
-    )
+        return warnings.warn(text, DeprecationWarning, stacklevel=stacklevel)
+    g, code = frame.f_globals, frame.f_code
+    registry = g.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(text, DeprecationWarning, code.co_filename, frame.f_lineno, g.get("__name__"), registry)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -107,7 +76,10 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = MOVED[spec.name]
         module = importlib.import_module(new)
         self._own_specs[new] = module.__spec__
-        warn_moved_import(spec.name, new)
+        frame = sys._getframe(1)
+        while frame.f_back is not None and "importlib" in frame.f_code.co_filename:
+            frame = frame.f_back  # up to the line that imports the old name
+        warn_moved(spec.name, new, frame=frame)
         return module
 
     def exec_module(self, module):

@@ -44,19 +44,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-_NAME_BREAK = re.compile(r"(?<=[A-Za-z0-9][_/])(?=[A-Za-z0-9])")
+_NAME_BREAK = re.compile(r"(?<=[A-Za-z0-9][_/])(?=[A-Za-z0-9])")  # after the _ and / of a long name
 
 
 def _breakable(text: str) -> str:
-    """``text`` escaped for HTML, a long word able to wrap after its ``_`` and ``/`` (``unrolled_bf16_batch32``).
-
-    A long name then wraps there when a table is narrower than its text (the
-    course's site at 1280 px); numbers and short words (``n/a``) never break.
-    """
+    """``text`` escaped for HTML, a word of 8 or more characters able to wrap after its ``_`` and ``/``."""
     words = re.split(r"(\s+)", text)
     return "".join(
-        "<wbr>".join(html.escape(part) for part in _NAME_BREAK.split(w)) if len(w) >= 8 else html.escape(w)
-        for w in words
+        "<wbr>".join(map(html.escape, _NAME_BREAK.split(w))) if len(w) >= 8 else html.escape(w) for w in words
     )
 
 
@@ -449,27 +444,3 @@ def sharding(array, name: str = "array") -> None:
         print(RICH_MISSING)
     _display(shard_table(array, name))
 
-
-def short_path(path, cwd=None) -> str:
-    """``path`` as a learner finds it, without the machine's own folders (lessons 09 and 11 print one).
-
-    Below the working folder (a notebook's folder in the lab): relative to it,
-    ``results/09_performance_trace``. Below the system's temporary folder: its
-    name there, ``dpcourse-checkpoints-x1y2 in the temporary folder``. Sharing a
-    folder other than ``/`` with the working folder: relative to it
-    (``../results/smoke/09_performance_trace``). Elsewhere: the last two parts.
-    """
-    import os
-    import tempfile
-    from pathlib import Path
-
-    path = Path(path).resolve()
-    cwd = Path(cwd or os.getcwd()).resolve()
-    temp = Path(tempfile.gettempdir()).resolve()
-    if path.is_relative_to(cwd):
-        return path.relative_to(cwd).as_posix() or "."
-    if path.is_relative_to(temp):
-        return f"{path.relative_to(temp).as_posix()} in the temporary folder"
-    if os.path.commonpath([path, cwd]) != path.anchor:
-        return Path(os.path.relpath(path, cwd)).as_posix()
-    return ".../" + "/".join(path.parts[-2:])

@@ -264,7 +264,7 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # store even
 jax.jit(lambda v: jnp.tanh(v) * 2.0)(jnp.ones(4)).block_until_ready()
 entries = sorted(os.listdir(cache_dir))
 print(
-    f"{len(entries)} compiled program(s) stored in {show.short_path(cache_dir)}:",
+    f"{len(entries)} compiled program(s) in a temporary folder, {os.path.basename(cache_dir)}:",
     *entries[:3],
     sep="\n  ",
 )

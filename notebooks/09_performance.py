@@ -535,6 +535,7 @@ if bf16_diff is not None:
 # matmuls.
 
 # %%
+import os
 from pathlib import Path
 
 best = max(ok_runs, key=lambda r: r.result.examples_per_s) if ok_runs else None
@@ -561,7 +562,7 @@ if best is not None:
             TRACE_STEPS,
         )
     files = sorted(p for p in trace_dir.rglob("*") if p.is_file() and p not in earlier)
-    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {show.short_path(trace_dir)}:")
+    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {os.path.relpath(trace_dir)}:")
     for p in files:
         print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
 

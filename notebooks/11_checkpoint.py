@@ -64,7 +64,7 @@ global_batch = cfg.global_batch(n)  # fixed for the whole run, on every mesh it 
 mesh = Mesh(np.array(devs), ("data",))
 root = Path(tempfile.mkdtemp(prefix="dpcourse-checkpoints-"))  # removed at the end of the lesson
 print(f"{lesson.devices.label}; {model.param_count(cfg):,} parameters; global batch {global_batch}")
-print(f"checkpoints go to {show.short_path(root)}")
+print(f"checkpoints go to a temporary folder, {root.name}")
 
 # %% [markdown]
 # ## 1. What a resumable state is
@@ -686,7 +686,7 @@ _ = record.record("restore_s", restore_s, "s")
 
 # %%
 shutil.rmtree(root)
-print("removed", show.short_path(root))
+print("removed", root.name)
 
 # %% [markdown]
 # ## What you learned
