@@ -208,3 +208,18 @@ def test_timing_again_within_the_buckets_rewrites_the_record_and_readme_only(tmp
         ]
     }
     assert timings.time_line("04_x", record) == timings.time_line("04_x", again)
+
+
+def test_a_lesson_timed_alone_says_its_own_commit_and_load_in_the_readme():
+    machine = {"cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.5, "gpus": [], "load_average_start": [0.2, 0, 0]}
+    alone = {"wall_s": 65.2, "status": "passed", "commit": "abc1234", "load_average_start": [2.56, 6, 8]}
+    run = {
+        "profile": "smoke",
+        "commit": "60d8087",
+        "jax": ["0.10.2"],
+        "machine": {**machine, "load_average_end": [1, 1, 1]},
+    }
+    run["notebooks"] = {"10_sharded": {"wall_s": 20.0, "status": "passed"}, "11_checkpoint": alone}
+    block = timings.readme_block({"runs": [run]})
+    assert "85 s of notebook time for 2 notebooks" in block
+    assert "measured alone: 11_checkpoint at commit abc1234, load average 2.56 at its start" in block
