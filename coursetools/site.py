@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coursetools import paths
+from coursetools import paths, streams
 
 ROOT = paths.ROOT
 # The paths whose contents decide what a lesson prints.
@@ -420,12 +420,6 @@ def readable_colours(html: str) -> str:
     return _SPAN_COLOURS.sub(fix, html)
 
 
-def final_text(text: str) -> str:
-    """A stream as a terminal leaves it: each line's state after its last ``\\r`` (a tqdm bar's final one)."""
-    lines = (line.rstrip("\r") for line in text.split("\n"))  # a Windows line end is no rewrite
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in lines)
-
-
 def image_alt(cell) -> None:
     """Give the cell's image output its ``alt`` text: the output's own ``text/plain`` (the figure's data).
 
@@ -474,10 +468,8 @@ def stage(
         for cell in nb.cells:  # nbformat wants ids; the runner's copies have them, nbmake's may not
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
             image_alt(cell)
+            cell["outputs"] = streams.merged_streams(cell.get("outputs", []))
             for out in cell.get("outputs", []):
-                if out.get("output_type") == "stream":
-                    text = out.get("text", "")
-                    out["text"] = final_text("".join(text) if isinstance(text, list) else text)
                 html = out.get("data", {}).get("text/html")
                 if html:
                     out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)

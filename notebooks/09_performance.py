@@ -562,7 +562,11 @@ if best is not None:
             TRACE_STEPS,
         )
     files = sorted(p for p in trace_dir.rglob("*") if p.is_file() and p not in earlier)
-    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {os.path.relpath(trace_dir)}:")
+    where = os.path.relpath(trace_dir)  # results/09_performance_trace in the lab
+    where = (
+        f"{trace_dir.name}, in the course run's output folder" if where.startswith("..") else where
+    )
+    print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {where}:")
     for p in files:
         print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
 
