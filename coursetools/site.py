@@ -470,6 +470,9 @@ def stage(
             image_alt(cell)
             cell["outputs"] = streams.merged_streams(cell.get("outputs", []))
             for out in cell.get("outputs", []):
+                streams.publishable(
+                    out, {str(run.folder.resolve()): "<the run's folder>", **streams.machine_folders(ROOT)}
+                )
                 html = out.get("data", {}).get("text/html")
                 if html:
                     out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)

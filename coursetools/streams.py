@@ -1,4 +1,4 @@
-"""A lesson's saved stream outputs as a terminal would have left them, for the site (coursetools.site)."""
+"""A lesson's saved outputs as the site publishes them: streams as a terminal leaves them, no machine paths."""
 
 from __future__ import annotations
 
@@ -22,3 +22,32 @@ def merged_streams(outputs: list) -> list:
             out["text"] = final_text(text)
         merged.append(out)
     return merged
+
+
+def without_machine_paths(text: str, folders: dict[str, str]) -> str:
+    """``text`` with each of ``folders`` (an absolute path -> what to say instead) replaced, longest first.
+
+    The site shows a lesson as it ran on the build machine; an error that names
+    ``/tmp/dpcourse-checkpoints-x1y2/other`` reads ``$TMPDIR/dpcourse-checkpoints-x1y2/other``.
+    """
+    for folder in sorted(folders, key=len, reverse=True):
+        if len(folder) > 1:  # never "/"
+            text = text.replace(folder.rstrip("/") + "/", folders[folder] + "/").replace(folder, folders[folder])
+    return text
+
+
+def machine_folders(root) -> dict[str, str]:
+    """The build machine's folders, and what a page says instead: the course's checkout, the temporary folder, home."""
+    import tempfile
+    from pathlib import Path
+
+    return {str(root): "<the course's folder>", tempfile.gettempdir(): "$TMPDIR", str(Path.home()): "~"}
+
+
+def publishable(out, folders: dict[str, str]) -> None:
+    """An output's text, and its text/plain and text/html data, without ``folders`` (:func:`without_machine_paths`)."""
+    if "text" in out:
+        out["text"] = without_machine_paths("".join(out["text"]), folders)
+    for kind in ("text/plain", "text/html"):
+        if kind in out.get("data", {}):
+            out["data"][kind] = without_machine_paths("".join(out["data"][kind]), folders)

@@ -19,3 +19,13 @@ def test_consecutive_outputs_of_one_stream_merge_and_another_stream_stays_apart(
     out.append(nbformat.v4.new_output("stream", name="stdout", text="done\n"))
     merged = streams.merged_streams(out)
     assert [(o["name"], o["text"]) for o in merged] == [("stderr", "a 2/2\n"), ("stdout", "done\n")]
+
+
+def test_the_build_machines_folders_are_named_in_words():
+    folders = {"/tmp": "$TMPDIR", "/work/wt": "<the course's folder>", "/work/wt/results/cpu": "<the run's folder>"}
+    text = "Could not finish the save in /tmp/dpcourse-checkpoints-x1y2/replicated; see /work/wt/results/cpu/x.json"
+    said = streams.without_machine_paths(text, folders)
+    assert said == (
+        "Could not finish the save in $TMPDIR/dpcourse-checkpoints-x1y2/replicated; see <the run's folder>/x.json"
+    )
+    assert streams.without_machine_paths("a / b", {"/": "root"}) == "a / b"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -48,6 +49,10 @@ _NO_ALT_JS = """() => Array.from(document.querySelectorAll('.bd-article img'))
   .filter(i => !(i.getAttribute('alt') || '').trim()).map(i => (i.currentSrc || i.src).slice(0, 120))"""
 
 
+# The build machine's own folders (coursetools.streams.machine_folders names them in words on the pages).
+_MACHINE_FOLDERS = (str(Path(__file__).resolve().parents[2]) + "/", tempfile.gettempdir().rstrip("/") + "/")
+
+
 def pages(site_dir: Path) -> list[str]:
     """Every HTML page of the site, relative to its root (not the theme's own static files)."""
     found = [p.relative_to(site_dir).as_posix() for p in site_dir.rglob("*.html")]
@@ -87,6 +92,8 @@ def _check_page(page, url: str, mode: str) -> list[str]:
     problems += [f"a lesson's table loses columns: {t}" for t in page.evaluate(_CUT_TABLES_JS)]
     problems += [f"a wide table scrolls without its first column fixed: {t}" for t in page.evaluate(_WIDE_TABLES_JS)]
     problems += [f"an image without alt text: {src}" for src in page.evaluate(_NO_ALT_JS)]
+    text = page.evaluate("document.body.innerText")
+    problems += [f"the build machine's folder {f} is published" for f in _MACHINE_FOLDERS if f in text]
     return problems
 
 
