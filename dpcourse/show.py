@@ -443,4 +443,3 @@ def sharding(array, name: str = "array") -> None:
     if array.ndim in (1, 2):
         print(RICH_MISSING)
     _display(shard_table(array, name))
-
