@@ -312,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(stored_payload(lessons), indent=1) + "\n")
         print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
+    if args.store and targets:  # notebook 09's section 8, stored
+        from coursetools.paths import ROOT
+        from dpcourse.gpu_compile.notebook import OVERLAP_FILE
+
+        path = overlap_report.store(ROOT.joinpath("dpcourse", *OVERLAP_FILE))
+        print(f"placement: notebook 09's overlap compiles stored in {path}")
     problems = check(recs) + check_lesson10(recs)
     if args.overlap:
         print("\nfraction of bytes sent inside windows with matmul FLOPs (such windows/collectives, LHS ran):")

@@ -13,6 +13,9 @@ figures notebook 09 teaches, as a moved collective does.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from dpcourse.gpu_compile import compile as deviceless
 from dpcourse.gpu_compile import overlap_steps
 
@@ -97,3 +100,68 @@ def check(recs: list[dict], expected: dict | None = None) -> list[str]:
                 "overlap section again and update coursetools.overlap_report.EXPECTED"
             )
     return problems
+
+
+# What notebook 09 compiles in its section 8, and stores for a machine without the extra: every form
+# for 8 x H200, the plain step and its two changes for 8 x H100 SXM and 8 x L4.
+LESSON_FORMS: dict[str, tuple[str, ...]] = {
+    "h200": tuple(overlap_steps.STEPS),
+    "h100_sxm": ("plain", "small_threshold", "o1"),
+    "l4": ("plain", "small_threshold", "o1"),
+}
+_METADATA = re.compile(r",? metadata=\{[^{}]*\}")
+
+
+def strip_metadata(text: str) -> str:
+    """HLO text without its ``metadata={...}`` (source lines and op names): a third of the size, the same program."""
+    return _METADATA.sub("", text)
+
+
+def lesson_payload(profile: str = "smoke") -> dict:
+    """Compile notebook 09's overlap forms as the lesson does; the stored file's payload (results and HLO text)."""
+    import tempfile
+    from dataclasses import asdict
+    from datetime import UTC, datetime
+
+    with tempfile.TemporaryDirectory(prefix="overlap-store-") as hlo_dir:
+        pending = [
+            deviceless.start_jobs(
+                [deviceless.Job("gpu", target, DEVICES, profile)],
+                {k: overlap_steps.STEPS[k] for k in forms},
+                hlo_dir=hlo_dir,
+            )
+            for target, forms in LESSON_FORMS.items()
+        ]
+        results = [r for p in pending for r in p.results()]
+        failed = [f"{r.target}: {r.error}" for r in results if r.error]
+        failed += [f"{r.target} {k}: {s.error}" for r in results for k, s in r.steps.items() if s.error]
+        if failed:
+            raise RuntimeError("overlap compile failed, nothing stored: " + "; ".join(failed))
+        hlo = {
+            f"{r.target}/{name}": strip_metadata(
+                (Path(hlo_dir) / f"gpu_{r.target}_{DEVICES}_{profile}_{name}.hlo").read_text(encoding="utf-8")
+            )
+            for r in results
+            for name in r.steps
+        }
+    return {
+        "made_by": "make placement",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "jax_version": results[0].jax_version,
+        "results": [asdict(r) for r in results],
+        "hlo": hlo,
+    }
+
+
+def store(path: Path, profile: str = "smoke") -> Path:
+    """Write :func:`lesson_payload` gzip-compressed to ``path`` (whole or not at all); ``path``."""
+    import gzip
+    import json
+    import os
+
+    data = gzip.compress(json.dumps(lesson_payload(profile)).encode("utf-8"), 9, mtime=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path

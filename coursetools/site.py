@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coursetools import paths
+from coursetools import paths, streams
 
 ROOT = paths.ROOT
 # The paths whose contents decide what a lesson prints.
@@ -468,7 +468,11 @@ def stage(
         for cell in nb.cells:  # nbformat wants ids; the runner's copies have them, nbmake's may not
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
             image_alt(cell)
+            cell["outputs"] = streams.merged_streams(cell.get("outputs", []))
             for out in cell.get("outputs", []):
+                streams.publishable(
+                    out, {str(run.folder.resolve()): "<the run's folder>", **streams.machine_folders(ROOT)}
+                )
                 html = out.get("data", {}).get("text/html")
                 if html:
                     out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)

@@ -241,7 +241,14 @@ def _machine_text(machine: dict) -> str:
 
 def _run_text(run: dict) -> str:
     jax = ", ".join(run["jax"]) or "?"
-    return f"commit {run['commit']}, JAX {jax}, {_machine_text(run['machine'])}"
+    alone = [  # lessons timed in a later run of their own: their commit and load, not the run's
+        f"{name} at commit {nb['commit']}, load average {nb['load_average_start'][0]:g} at its start"
+        for name, nb in run["notebooks"].items()
+        if nb.get("commit") and nb.get("load_average_start")
+    ]
+    return f"commit {run['commit']}, JAX {jax}, {_machine_text(run['machine'])}" + (
+        f"; measured alone: {'; '.join(alone)}" if alone else ""
+    )
 
 
 # A lesson's Time line gives a bucket, not the seconds, so that timing the course

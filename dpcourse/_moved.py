@@ -45,13 +45,20 @@ MOVED = {
 }
 
 
-def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
-    """Emit the ``DeprecationWarning`` for one old name, saying what to import instead."""
-    warnings.warn(
-        f"{old} moved to {new} (the course's new layout): import {new} instead; the old name goes in the next release.",
-        DeprecationWarning,
-        stacklevel=stacklevel,
+def warn_moved(old: str, new: str, stacklevel: int = 3, frame=None) -> None:
+    """Emit the ``DeprecationWarning`` for one old name, saying what to import instead.
+
+    With ``frame``, as from that frame's line: an import's, past importlib's frames (their number varies;
+    ``sys:1`` is hidden by the default filters, a notebook cell's ``__main__`` is not).
+    """
+    text = (
+        f"{old} moved to {new} (the course's new layout): import {new} instead; the old name goes in the next release."
     )
+    if frame is None:
+        return warnings.warn(text, DeprecationWarning, stacklevel=stacklevel)
+    g, code = frame.f_globals, frame.f_code
+    registry = g.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(text, DeprecationWarning, code.co_filename, frame.f_lineno, g.get("__name__"), registry)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -69,7 +76,10 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = MOVED[spec.name]
         module = importlib.import_module(new)
         self._own_specs[new] = module.__spec__
-        warn_moved(spec.name, new, stacklevel=4)
+        frame = sys._getframe(1)
+        while frame.f_back is not None and "importlib" in frame.f_code.co_filename:
+            frame = frame.f_back  # up to the line that imports the old name
+        warn_moved(spec.name, new, frame=frame)
         return module
 
     def exec_module(self, module):

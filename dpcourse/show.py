@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import inspect
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+_NAME_BREAK = re.compile(r"(?<=[A-Za-z0-9][_/])(?=[A-Za-z0-9])")  # after the _ and / of a long name
+
+
+def _breakable(text: str) -> str:
+    """``text`` escaped for HTML, a word of 8 or more characters able to wrap after its ``_`` and ``/``."""
+    words = re.split(r"(\s+)", text)
+    return "".join(
+        "<wbr>".join(map(html.escape, _NAME_BREAK.split(w))) if len(w) >= 8 else html.escape(w) for w in words
+    )
+
+
 def table(rows: Sequence[Mapping[str, Any]], caption: str = "", columns: Sequence[str] | None = None) -> Html:
     """An HTML table of ``rows`` (dicts); columns default to the first row's keys.
 
@@ -50,8 +62,8 @@ def table(rows: Sequence[Mapping[str, Any]], caption: str = "", columns: Sequenc
     """
     columns = list(columns or (rows[0].keys() if rows else []))
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{_breakable(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_breakable(v)}</td>" for v in row) + "</tr>" for row in cells)
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     html_text = f'<table class="dpcourse">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]

@@ -263,7 +263,11 @@ jax.config.update("jax_compilation_cache_dir", cache_dir)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # store even this tiny program
 jax.jit(lambda v: jnp.tanh(v) * 2.0)(jnp.ones(4)).block_until_ready()
 entries = sorted(os.listdir(cache_dir))
-print(f"{len(entries)} compiled program(s) stored in {cache_dir}:", *entries[:3], sep="\n  ")
+print(
+    f"{len(entries)} compiled program(s) in a temporary folder, {os.path.basename(cache_dir)}:",
+    *entries[:3],
+    sep="\n  ",
+)
 assert entries, "the persistent cache stored nothing"
 # Back to this kernel's own setting (no cache unless you set one). JAX opens the cache once, at
 # the first compile, so it must also be told to drop the scratch folder it opened.

@@ -228,7 +228,7 @@ print(
 )
 
 # %%
-record.figures(
+_ = record.figures(
     {
         "mesh_devices": (n, "devices"),
         "mesh_axis_types_make_mesh": (str(made_mesh.axis_types), "text"),

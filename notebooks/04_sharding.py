@@ -567,7 +567,7 @@ record.figures(
     },
     device_count=1,
 )
-record.figures(
+_ = record.figures(
     {
         "throughput": (res_n.examples_per_s, "examples/s"),
         "throughput_device_axis": (res_fix.examples_per_s, "examples/s"),

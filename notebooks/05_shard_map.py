@@ -438,7 +438,7 @@ fig = show.bar_chart(
 _ = record.save_figure(fig, "throughput")
 
 # %%
-record.figures(
+_ = record.figures(
     {
         "throughput": (res_smap.examples_per_s, "examples/s"),
         "throughput_jit": (res_auto.examples_per_s, "examples/s"),

@@ -397,7 +397,7 @@ if lesson.devices.simulated:
     print("Simulated CPU devices add no compute: this throughput says nothing about real devices.")
 
 # %%
-record.figures(
+_ = record.figures(
     {
         "throughput": (res_pmap.examples_per_s, "examples/s"),
         "ms_per_step": (res_pmap.ms_per_step, "ms"),

@@ -339,7 +339,7 @@ if ok:
     figs["throughput"] = (best.result.examples_per_s, "examples/s")
     figs["final_loss"] = (best.result.final_loss, "loss")
     figs["final_accuracy"] = (best.result.final_accuracy, "fraction")
-record.figures(figs)
+_ = record.figures(figs)
 
 # %% [markdown]
 # ## 4. Try it yourself

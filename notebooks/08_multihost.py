@@ -463,7 +463,7 @@ except launcher.WorkerFailed as err:
     print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
 
 # %%
-record.figures(
+_ = record.figures(
     {
         "multihost_wall_s": (run.wall_s, "s"),
         "multihost_processes": (N_PROCESSES, "count"),
@@ -546,6 +546,9 @@ display(
 #
 # **Where next.** Run the same program on several GKE GPU nodes:
 # `deploy/multihost.yaml` and the README (Multi-host data parallelism).
+#
+# **Next:** [09_performance](09_performance.ipynb) asks how fast the step
+# should be on one device, and makes it so.
 
 # %% [markdown]
 # ## Exercises

@@ -54,7 +54,7 @@ from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import costs, data, memory, model, record, show, train
+from dpcourse import config, costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
 from dpcourse.exercises import checks
 from dpcourse.gpu_compile import notebook as gpu_notebook
@@ -857,21 +857,36 @@ for res in gpu_results:
 # %%
 grad_bytes = costs.gradient_bytes(cfg)  # float32 gradient, bytes (= the parameters')
 block_bytes = params["w_block"].nbytes
-replicated_leaf_bytes = sum(params[k].nbytes for k in params if plan.specs[k] == P())
+
+
+def sizes_of(res):
+    """The model's leaves at the profile ``res`` was compiled with (a stored one may differ)."""
+    if res.profile == cfg.profile:
+        return params, "this run's sizes"
+    stored_params = model.init_params(config.make_config(res.profile))
+    return (
+        stored_params,
+        f"the {res.profile} profile's sizes, as compiled; this run is {cfg.profile}",
+    )
+
+
 for res in gpu_results:
     if res.error or any(s.error for s in res.steps.values()):
         continue
+    leaves, said = sizes_of(res)  # like with like: bytes of the model that was compiled
+    res_plan = sharded.shard_specs(leaves, res.n_devices, min_elements=MIN_SHARD_ELEMENTS)
+    res_grad_bytes = sum(a.nbytes for a in leaves.values())
+    replicated_leaf_bytes = sum(leaves[k].nbytes for k in leaves if res_plan.specs[k] == P())
     got = {name: census.report_from_rows(s.collectives) for name, s in res.steps.items()}
     sent = {name: census.sent_bytes_per_step(r, res.n_devices) for name, r in got.items()}
     in_loop = sum(c.bytes for c in got["accum_scan"].of_kind("all-reduce") if c.in_loop)
-    block_and_bias = block_bytes + params["b_block"].nbytes
+    block_and_bias = leaves["w_block"].nbytes + leaves["b_block"].nbytes
     small = [c.bytes for c in got["fsdp_gathered"].of_kind("all-reduce")]
-    print(f"{res.label}:")
+    print(f"{res.label} ({said}):")
     print(f"  accumulation, scan: {in_loop:,} bytes all-reduced in each of {ACCUM_K} microbatches,")
-    print(
-        f"    {in_loop / grad_bytes:.0%} of the gradient (w_block and b_block: {block_and_bias:,});"
-    )
-    print(f"    the other {1 - in_loop / grad_bytes:.0%} once after the loop;")
+    share = in_loop / res_grad_bytes
+    print(f"    {share:.0%} of the gradient (w_block and b_block: {block_and_bias:,});")
+    print(f"    the other {1 - share:.0%} once after the loop;")
     print(f"    sends {sent['accum_scan'] / sent['dp_replicated']:.2f} x replicated DP's bytes")
     naive, ar_first = (sent[k] / sent["dp_replicated"] for k in ("zero1", "zero1_allreduce_first"))
     print(f"  ZeRO-1, naive: sends {naive:.2f} x replicated DP's bytes")
@@ -933,12 +948,24 @@ display(
 
 # %%
 for res in gpu_results:
-    if res.error or (res.profile, res.n_devices) != (cfg.profile, n):
-        print(f"{res.label}: the {res.profile} profile on {res.n_devices}, not compared")
+    if res.error:
+        print(f"{res.label}: {res.error}")
         continue
+    res_pred = pred
+    if (res.profile, res.n_devices) != (cfg.profile, n):  # a stored compile: predict at its sizes
+        res_cfg = config.make_config(res.profile)
+        res_pred = census.predict_communication(
+            costs.gradient_bytes(res_cfg),
+            4 * res_cfg.width**2,
+            res.n_devices,
+            ACCUM_K,
+            res_cfg.block_repeats,
+        )
+        print(f"{res.label}: compiled for the {res.profile} profile on {res.n_devices} GPUs")
+        print(f"  (this run: {cfg.profile} on {n}), so compared with the prediction at those sizes")
     for name, s in res.steps.items():
         report = census.report_from_rows(s.collectives)
-        got, want = census.census(report), pred[sharded_steps.FORM_LABELS[name]]
+        got, want = census.census(report), res_pred[sharded_steps.FORM_LABELS[name]]
         runs = [f"{k} {got[k].runs_per_step} ({want[k]})" for k in census.KINDS]
         sent = census.sent_bytes_per_step(report, res.n_devices)
         ratio = sent / want["wire_bytes"]
@@ -996,7 +1023,7 @@ for res in gpu_results:
                 ),
             }
         )
-record.figures(
+_ = record.figures(
     {
         "reduced_shardings_available": (int(REDUCED_OK), "bool"),
     }
@@ -1040,9 +1067,10 @@ print("freed:", before, "->", after)
 # - The compiled program, not the Python, says what communicates: count it
 #   per backend, in runs and in bytes sent, and hold it to the cost model.
 #
-# **Next:** this is the last lesson. The question "what if the model does
-# not fit" now has two answers here; splitting one layer's
-# matmuls over devices (tensor parallelism) is the next one.
+# **Next:** [11_checkpoint](11_checkpoint.ipynb) saves a sharded state,
+# kills the run and resumes it elsewhere. The question "what if the model
+# does not fit" now has two answers here; splitting one layer's matmuls
+# over devices (tensor parallelism) is a third, not taught in this course.
 
 # %% [markdown]
 # ## Exercises

@@ -16,7 +16,14 @@ from collections.abc import Callable
 import numpy as np
 
 from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
-from dpcourse.exercises.checks import Factor, device_factor, first_sentence, step_tolerances, tree_difference
+from dpcourse.exercises.checks import (
+    Factor,
+    device_factor,
+    first_sentence,
+    step_tolerances,
+    tree_difference,
+    unbiased_factor,
+)
 
 
 def _name(fn: Callable) -> str:
@@ -25,6 +32,9 @@ def _name(fn: Callable) -> str:
         fn = fn.func
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     module = getattr(fn, "__module__", None)
+    maker, _, inner = name.rpartition(".<locals>.")  # a step made by a function: make_step.<locals>.step
+    if maker:
+        return inner if module in (None, "__main__") else f"{inner} (made by {module}.{maker})"
     return name if module in (None, "__main__") else f"{module}.{name}"
 
 
@@ -147,6 +157,18 @@ _TRACER_ERRORS = (
 )
 
 
+def _hint(err: BaseException) -> str:
+    """What a known JAX error means in a step cell, or ""."""
+    text = str(err)
+    if "out_specs" in text and ("vary" in text or "replicat" in text):
+        return (
+            " In words: an output whose out_specs is P() (the same on every device) still differs between"
+            " devices: average it over the axis with jax.lax.pmean, as the gradients are, before"
+            " returning it (the loss and the metrics too)."
+        )
+    return ""
+
+
 def check_against(
     reference: Callable, mine: Callable, *args, rel: float | None = None, factors: tuple[Factor, ...] = ()
 ) -> Feedback:
@@ -186,7 +208,7 @@ def check_against(
     if rel is not None:
         rel_value, rel_update = rel, 10 * rel
     n = _device_count(args)
-    factors = tuple(factors) + ((device_factor(n),) if n > 1 else ())
+    factors = tuple(factors) + ((device_factor(n),) if n > 1 else ()) + ((unbiased_factor(n),) if n > 2 else ())
     ref_out = compiled_call(reference, args)
     roles, starts = step_roles(ref_out, args)
     try:
@@ -202,7 +224,7 @@ def check_against(
             factors=factors,
         )
     except Exception as err:  # noqa: BLE001 - the learner reads a sentence
-        problem = f"your cell raised {type(err).__name__}: {first_sentence(err)}"
+        problem = f"your cell raised {type(err).__name__}: {first_sentence(err)}" + _hint(err)
     if problem is None:
         first_ref = jax.tree.leaves(ref_out)[0] if jax.tree.leaves(ref_out) else None
         params_float = all(np.issubdtype(np.asarray(a).dtype, np.floating) for a in jax.tree.leaves(args[0]))

@@ -171,6 +171,11 @@ def device_factor(n: int) -> Factor:
     return (float(n), f"N = {n} devices", why)
 
 
+def unbiased_factor(n: int) -> Factor:
+    """N/(N-1): a sum over N devices divided by N - 1 (a variance's unbiased count) instead of by N."""
+    return (n / (n - 1), f"N/(N\u22121) = {n}/{n - 1}", "divided by N \u2212 1 instead of by N devices?")
+
+
 def microbatch_factor(k: int) -> Factor:
     """K microbatches: an accumulated gradient K times too large was not divided by K."""
     return (float(k), f"K = {k} microbatches", "the accumulated gradient not divided by K?")
@@ -284,30 +289,41 @@ def _cause(k: float, factors: Sequence[Factor], otherwise: str) -> str:
     return otherwise
 
 
+def _named(found: list[_Finding], most: int = 3) -> str:
+    """The leaves' words: all of them when few ("the loss and the accuracy"), else the first and a count."""
+    words = list(dict.fromkeys(f.words for f in found))
+    if len(words) == 1:
+        return words[0]
+    if len(words) <= most:
+        return ", ".join(words[:-1]) + " and " + words[-1]
+    return f"{words[0]} and {len(words) - 1} more"
+
+
 def _explain(found: list[_Finding], noun: str | None, tol: float, factors: Sequence[Factor]) -> str:
     first = found[0]
     ks = [f.factor for f in found]
-    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    named = _named(found)
     tolerated = f"a relative difference of at most {tol:g} is tolerated"
     if all(k is not None for k in ks) and max(ks) - min(ks) <= 0.01 * max(abs(k) for k in ks):
         k = float(np.median(ks))
         if noun == "gradients":
             cause = _cause(k, factors, ": a constant factor on the loss or its gradients?")
-            return f"your gradients are {k:.3g}x the reference's{cause} ({first.words}{more}; {tolerated})"
+            return f"your gradients are {k:.3g}x the reference's{cause} ({named}; {tolerated})"
         if noun == "updates":
             cause = _cause(k, factors, ": a constant factor on the update: the learning rate?")
             return (
                 f"your step's changes to the parameters are {k:.3g}x the reference's while the gradients "
-                f"agree{cause} ({first.words}{more}; {tolerated})"
+                f"agree{cause} ({named}; {tolerated})"
             )
         if noun == "squared gradients":
             cause = _cause(abs(k) ** 0.5, factors, "")
             return (
-                f"{first.words}{more} is {k:.3g}x the reference's, as if your gradients were "
+                f"{named} {_verb(found)} {k:.3g}x the reference's, as if your gradients were "
                 f"{abs(k) ** 0.5:.3g}x{cause} ({tolerated})"
             )
-        return f"{first.words}{more} is {k:.3g}x the reference's{_cause(k, factors, '')} ({tolerated})"
-    also = f"; {len(found) - 1} more differ too" if len(found) > 1 else ""
+        return f"{named} {_verb(found)} {k:.3g}x the reference's{_cause(k, factors, '')} ({tolerated})"
+    others = _named(found[1:]) if len(found) > 1 else ""
+    also = f"; {others} {_verb(found[1:])} different too" if others else ""
     if first.error == float("inf"):
         return f"{first.words} is zero in the reference's and not in yours{also}"
     return (
@@ -316,9 +332,16 @@ def _explain(found: list[_Finding], noun: str | None, tol: float, factors: Seque
     )
 
 
+def _verb(found: list[_Finding]) -> str:
+    return "is" if len(dict.fromkeys(f.words for f in found)) == 1 else "are"
+
+
+# The step's quantities in the order it computes them: the loss and the metrics, the gradients
+# (and the first moment, a fixed multiple of them after one step), the second moment, the
+# updates; the first group that differs is the one reported, the earliest cause.
 _ORDER = (
-    (("gradient", "moment1"), "gradients"),
     (("value",), None),
+    (("gradient", "moment1"), "gradients"),
     (("moment2",), "squared gradients"),
     (("update",), "updates"),
     (("count", "state"), None),
@@ -429,6 +452,7 @@ def tree_difference(
                 found.append(_Finding(kind, words, *measured))
     for kinds, noun in _ORDER:
         group = [f for f in found if f.kind in kinds]
+        group.sort(key=lambda f: f.words != "the loss")  # the loss is computed first, the metrics from it
         if group:
             tol = rel_update if noun == "updates" else rel
             return _explain(group, noun, tol, factors)

@@ -46,6 +46,11 @@ def _is_inf(answer) -> bool:
         return False
 
 
+# Wrong answers without a named mistake, per exercise, in this kernel: the first gets a hint, later
+# ones the equation to solve.
+_WRONG_TRIES: dict[str, int] = {}
+
+
 @checker("ex09_1", "the predicted global batch (a whole number), or math.inf if no batch reaches the ridge")
 def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per_value: int = 2) -> str:
     """Exercise 09.1: the batch at which the block matmul ``[B, W] @ [W, W]`` becomes compute-bound.
@@ -102,6 +107,13 @@ def ridge_batch(answer, width: int, ridge_flop_per_byte: float | None, bytes_per
     if 2 * width > rb and close(value, rb * width / (2.0 * width - rb), 0.02):
         raise wrong("The output [B, W] must be written too: count its bytes along with both inputs.")
     as_number(value, "a global batch", whole=True)  # a fraction: say that a batch is whole
+    _WRONG_TRIES["ex09_1"] = tries = _WRONG_TRIES.get("ex09_1", 0) + 1
+    if tries == 1:
+        raise wrong(
+            f"Your answer is {how_far(value, ref)}. The intensity is the FLOPs over the bytes moved: count the "
+            "bytes of every array the matmul reads and writes, and find the smallest B where the ratio reaches "
+            "the ridge."
+        )
     raise wrong(
         "Solve 2 B W^2 / (bytes x (2 B W + W^2)) = ridge for B: the inputs [B, W] and [W, W] and the output "
         f"[B, W] all move (your answer is {how_far(value, ref)})."
@@ -138,21 +150,51 @@ def exercise_target(
     below = [v for v in values if v <= course_target * (1 - band)]
     if above and below:
         return course_target, f"The target is the course's: {percent(course_target)} of the measured ceiling."
-    need = ((1 + band) / (1 - band)) ** 2
-    gaps = [(hi / lo, lo, hi) for lo, hi in zip(values, values[1:]) if hi / lo >= need]
+    gaps = [(hi / lo, lo, hi) for lo, hi in zip(values, values[1:]) if hi > lo]
     if not gaps:
         return course_target, (
             f"The target is the course's, {percent(course_target)} of the measured ceiling;\n"
-            "no two rungs here lie far enough apart to set another one."
+            "the rungs here all measured the same, so no other target lies between two of them."
         )
     _, lo, hi = max(gaps)
-    target = float(f"{math.sqrt(lo * hi):.2g}")
+    middle = math.sqrt(lo * hi)
+    target = next(t for t in (float(f"{middle:.{d}g}") for d in (2, 3, 4, 17)) if lo < t < hi)
     # Not (above and below): either no rung is clearly above, or none clearly below (some may be near it).
     where = "No rung clearly reaches" if not above else "No rung is clearly below"
+    noise = exercise_band(measured, target, band)
+    said = (
+        ""
+        if noise == band
+        else f"\nRungs within {percent(noise)} of it count either way (the two nearest lie just outside)."
+    )
     return target, (
         f"{where} the course's {percent(course_target)} here, so this exercise asks about\n"
-        f"{percent(target)} ({target:.2g}) of the measured ceiling instead, clearly between two rungs."
+        f"{percent(target)} ({target:.2g}) of the measured ceiling instead, between two rungs.{said}"
     )
+
+
+def exercise_band(measured: Mapping[str, float | None], target: float, band: float = NOISE_BAND) -> float:
+    """The noise band of exercise 09.2: ``band``, narrowed so that a rung lies clearly on each side of ``target``.
+
+    Only for a target :func:`exercise_target` set between two rungs: with rungs on both sides of the target but all of them within ``band``,
+    every answer would count as right; the band then shrinks to just inside
+    the nearest rung on either side (their fractions are the ones the table
+    printed, so the learner reads the same numbers the check uses).
+    """
+    if target == COURSE_TARGET:
+        return band  # the course's own target: a rung near it counts either way, whatever the others
+    values = [v for v in measured.values() if v is not None and v > 0]
+    higher = [v / target - 1 for v in values if v > target]
+    lower = [1 - v / target for v in values if v < target]
+    if not higher or not lower:
+        return band
+    if max(higher) >= band and max(lower) >= band:
+        return band
+    return min(band, 0.99 * min(max(higher), max(lower)))
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 @checker("ex09_2", "a list of rung names (the table's first column)")
@@ -174,20 +216,24 @@ def rungs_reaching(answer, measured: Mapping[str, float | None], target: float, 
     unknown = sorted(str(c) for c in chosen - set(measured))
     if unknown:
         raise bad_input(f"Unknown rung(s) {unknown}; the rungs are {list(measured)}.")
+    band = exercise_band(measured, target, band)
     above = {k for k, v in measured.items() if v is not None and v >= target * (1 + band)}
     near = {k for k, v in measured.items() if v is not None and target * (1 - band) < v < target * (1 + band)}
     below = sorted(chosen - above - near)
     if below:
-        name = below[0]
-        got = measured[name]
-        raise wrong(
-            f"{name} " + ("failed" if got is None else f"measured {percent(got)}") + f", clearly below the target "
-            f"{percent(target)}."
-        )
+        said = [
+            f"{name} " + ("failed" if measured[name] is None else f"measured {percent(measured[name])}")
+            for name in below
+        ]
+        each = "" if len(below) == 1 else " each"
+        raise wrong(f"{_and(said)},{each} clearly below the target {percent(target)}.")
     missed = sorted(above - chosen)
     if missed:
-        name = missed[0]
-        raise wrong(f"{name} also reaches the target {percent(target)}: look at its fraction of the measured ceiling.")
+        verb = "also reaches" if len(missed) == 1 else "also reach"
+        raise wrong(
+            f"{_and(missed)} {verb} the target {percent(target)}: look at "
+            f"{'its' if len(missed) == 1 else 'their'} fraction of the measured ceiling."
+        )
     verb = "reaches" if len(above) == 1 else "reach"
     said = (
         f"{', '.join(sorted(above))} {verb} the target {percent(target)}"

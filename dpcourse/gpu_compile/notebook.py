@@ -182,3 +182,46 @@ def start_gpu_compile(steps: dict[str, str], targets: tuple[str, ...], n_devices
     missing = gpu_targets.extra_missing() if jobs else None
     pending = deviceless.start_jobs(jobs, steps) if jobs and missing is None else None
     return GpuCompile(jobs, dict(steps), pending, missing or "")
+
+
+# Notebook 09's section 8: each program's optimised text, as `make placement-store` compiled it
+# (coursetools.overlap_report.store), so that a machine without the extra reads the same schedules.
+OVERLAP_FILE = ("gpu_compile", "stored", "overlap.json.gz")
+
+
+def stored_overlap(profile: str) -> tuple[list[CompileResult], dict[tuple[str, str], str]]:
+    """The stored overlap compiles of ``profile``: the results, and each ``(target, form)``'s HLO text.
+
+    The results have ``stored`` set (``"make placement, 2026-12-05"``); their
+    JAX version is the one that compiled them. Empty when nothing of that
+    profile was stored.
+
+    Raises:
+        ValueError: the file is missing or not such a payload (a broken install; reinstall the package).
+    """
+    import gzip
+
+    path = importlib.resources.files("dpcourse").joinpath(*OVERLAP_FILE)
+    try:
+        payload = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+        made = f"{payload['made_by']}, {payload['date']}"
+        results = [CompileResult(**{**CompileResult.from_dict(r).__dict__, "stored": made}) for r in payload["results"]]
+        texts = {tuple(key.split("/", 1)): text for key, text in payload["hlo"].items()}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"The stored GPU compile {'/'.join(OVERLAP_FILE)} cannot be read ({err}): reinstall dpcourse."
+        ) from err
+    from dpcourse.gpu_compile.overlap_steps import STEPS
+
+    order = list(STEPS)  # the lesson's order of the forms, whatever order the file kept
+    results = [
+        CompileResult(**{**r.__dict__, "steps": dict(sorted(r.steps.items(), key=lambda kv: order.index(kv[0])))})
+        for r in results
+        if r.profile == profile
+    ]
+    return results, {key: text for key, text in texts.items() if any(r.target == key[0] for r in results)}
+
+
+def stored_overlap_line(results: list[CompileResult], missing: str) -> str:
+    """The line above a stored schedule: stored, when, which JAX and profile, and what the extra adds."""
+    return _stored_line(results, missing)

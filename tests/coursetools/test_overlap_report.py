@@ -98,3 +98,26 @@ def test_docs_gpu_md_shows_the_fractions_the_check_expects():
             assert newer == round(overlap_report.EXPECTED[(form, target, "0.12")], 2), (form, target, cell)
             seen.add(form)
     assert seen == set(labels.values()), "docs/gpu.md lost a row of the overlap table"
+
+
+def test_the_stored_overlap_compiles_read_as_taught_and_hold_every_form_the_lesson_reads():
+    """What notebook 09 shows without the extra: the stored schedules give the fractions EXPECTED holds."""
+    from dpcourse.compiled import schedule
+    from dpcourse.gpu_compile import notebook
+
+    results, texts = notebook.stored_overlap("smoke")
+    assert (
+        {(r.target, name) for r in results for name in r.steps}
+        == {(t, f) for t, forms in overlap_report.LESSON_FORMS.items() for f in forms}
+        == set(texts)
+    )
+    for (target, form), text in texts.items():
+        version = overlap_report._minor(results[0].jax_version)
+        got = schedule.read_schedule(text, overlap_report.DEVICES).overlapped_fraction or 0.0
+        assert abs(got - overlap_report.EXPECTED[form, target, version]) <= overlap_report.TOLERANCE, (target, form)
+        assert "metadata=" not in text
+
+
+def test_strip_metadata_removes_only_the_metadata():
+    line = '  %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %y), metadata={op_name="jit(f)/add" source_file="/x.py"}'
+    assert overlap_report.strip_metadata(line) == "  %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %y)"

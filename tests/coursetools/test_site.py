@@ -208,3 +208,21 @@ def test_make_site_refuses_a_bad_profile_or_time_limit_before_running_a_lesson(
         site.main(["--src", str(tmp_path / "s"), "--run-out", str(tmp_path), *argv])
     assert exit_.value.code == 2 and says in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_stage_publishes_a_streams_final_state(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    lesson = _lesson(notebooks / "05_x.ipynb")
+    run = _runner_run(tmp_path / "run", [_entry("05_x")])
+    # tqdm in a kernel: one stream output per update, each starting with a carriage return
+    parts = ["\rx:   0%| 0/2", "\rx:  50%| 1/2", "\rx: 100%| 2/2", "\n", "done\n"]
+    _lesson(run.folder / "05_x.ipynb", outputs=[nbformat.v4.new_output("stream", name="stderr", text=t) for t in parts])
+    chosen, _ = site.choose([lesson], [run], 0.0)
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "index.md").write_text("# Course\n")
+    site.stage(tmp_path / "src", [lesson], chosen, [], "abc1234", pages=pages, docs=tmp_path / "none")
+    nb = nbformat.read(tmp_path / "src" / "lessons" / "05_x.ipynb", as_version=4)
+    texts = [o.text for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream"]
+    assert texts == ["x: 100%| 2/2\ndone\n"], texts

@@ -310,3 +310,18 @@ def test_a_damaged_record_is_named_in_one_sentence_and_not_overwritten(tmp_path,
     with pytest.raises(ValueError, match="restore it with git checkout"):
         timings.update([path], None, record, lessons, readme, sync=False)
     assert record.read_text() == text
+
+
+def test_a_lesson_timed_alone_says_its_own_commit_and_load_in_the_readme():
+    machine = {"cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.5, "gpus": [], "load_average_start": [0.2, 0, 0]}
+    alone = {"wall_s": 65.2, "status": "passed", "commit": "abc1234", "load_average_start": [2.56, 6, 8]}
+    run = {
+        "profile": "smoke",
+        "commit": "60d8087",
+        "jax": ["0.10.2"],
+        "machine": {**machine, "load_average_end": [1, 1, 1]},
+    }
+    run["notebooks"] = {"10_sharded": {"wall_s": 20.0, "status": "passed"}, "11_checkpoint": alone}
+    block = timings.readme_block({"runs": [run]})
+    assert "85 s of notebook time for 2 notebooks" in block
+    assert "measured alone: 11_checkpoint at commit abc1234, load average 2.56 at its start" in block

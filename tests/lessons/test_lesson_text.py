@@ -57,3 +57,68 @@ def test_the_lab_guides_first_start_example_counts_the_lessons_there_are():
     first = re.search(r"workspace: (\d+) lessons \((\d+) copied in\)\.", text)
     assert first, "docs/jupyterlab.md: no first-start example line ('N lessons (N copied in).')"
     assert int(first.group(1)) == int(first.group(2)) == len(LESSONS), first.group(0)
+
+
+def _is_sentence(msg: ast.AST | None) -> bool:
+    """Whether an ``assert``'s message is text a learner can read: a string, an f-string, or a call that makes one.
+
+    A bare name, a tuple or a number (``assert x, x``) prints data with no
+    sentence; no message at all prints a bare ``AssertionError``.
+    """
+    if msg is None:
+        return False
+    if isinstance(msg, ast.Constant):
+        return isinstance(msg.value, str)
+    if isinstance(msg, (ast.JoinedStr, ast.Call)):
+        return True
+    if isinstance(msg, ast.Attribute):  # a check's own sentence: same.message
+        return msg.attr == "message"
+    if isinstance(msg, ast.BinOp):
+        return _is_sentence(msg.left) or _is_sentence(msg.right)
+    return False
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_assert_in_a_lesson_says_in_a_sentence_what_went_wrong(path):
+    bare = []
+    for cell in jupytext.read(path).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Assert) and not _is_sentence(node.msg):
+                bare.append(ast.unparse(node)[:90])
+    assert not bare, f"{path.name}: asserts a learner would see as a bare AssertionError or data: {bare}"
+
+
+@pytest.mark.parametrize("path", LESSONS[:-1], ids=lambda p: p.stem)
+def test_each_lesson_but_the_final_one_names_the_next_lesson_in_the_folder(path):
+    following = LESSONS[LESSONS.index(path) + 1].stem
+    text = path.read_text()
+    assert f"**Next:** [{following}]({following}.ipynb)" in text, (
+        f"{path.name}: its **Next:** line should link [{following}]({following}.ipynb), the lesson that follows"
+    )
+
+
+# What a learner must never read: the course goes on (a lesson is never "the last"), every time is
+# measured, and no build machine's folder appears.
+NEVER_SAID = ("last lesson", "not measured yet", "/work/", "/home/runner", "/tmp/")
+
+
+@pytest.mark.parametrize("path", [*LESSONS, ROOT / "README.md"], ids=lambda p: p.stem)
+def test_no_line_a_learner_reads_says_not_measured_or_last_lesson(path):
+    text = path.read_text().lower()
+    found = [phrase for phrase in NEVER_SAID if phrase in text]
+    assert not found, f"{path.name} says {found}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_cell_ends_showing_what_recording_returns(path):
+    """``record.figures`` returns the records (``[]`` outside a course run): a cell ending with it shows that list."""
+    bare = []
+    for cell in jupytext.read(path).cells:
+        body = ast.parse(cell.source).body if cell.cell_type == "code" else []
+        last = body[-1] if body else None
+        call = last.value if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) else None
+        if call is not None and ast.unparse(call.func).startswith("record."):
+            bare.append(ast.unparse(last)[:80])
+    assert not bare, f"{path.name}: cells that end by showing the records' list: {bare}"

@@ -1,6 +1,7 @@
 """dpcourse._moved: the previous layout's module names still import, as the new modules, with a warning naming them."""
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -144,4 +145,36 @@ def test_a_lesson_of_the_previous_layout_runs_whole(tmp_path, monkeypatch):
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "dpcourse.session moved to dpcourse.lesson" in printed or "DeprecationWarning" not in printed
+    assert "dpcourse.session moved to dpcourse.lesson" in printed, printed[-2000:]
+
+
+def _kernel_stderr(source: str, tmp_path, monkeypatch) -> str:
+    """What a notebook kernel with Python's default warning filters prints to stderr for one cell."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)  # the default filters, as in JupyterLab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("name") == "stderr")
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import dpcourse.session as session", "from dpcourse import session", "from dpcourse.session import start_lesson"],
+)
+def test_a_notebook_cell_that_imports_an_old_name_shows_the_warning_with_the_default_filters(
+    source, tmp_path, monkeypatch
+):
+    printed = _kernel_stderr(source, tmp_path, monkeypatch)
+    assert "DeprecationWarning: dpcourse.session moved to dpcourse.lesson" in printed, printed
+    assert "sys:1" not in printed, printed
+
+
+def test_the_warning_names_the_line_that_imports_the_old_name(tmp_path):
+    script = tmp_path / "edited_lesson.py"
+    script.write_text("x = 1\nimport dpcourse.display\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{script}:2: DeprecationWarning: dpcourse.display moved to dpcourse.show" in proc.stderr, proc.stderr

@@ -332,3 +332,10 @@ def test_progress_with_tqdm_draws_a_bar_on_stdout(capsys):
     assert list(display.progress(range(2), desc="sweep", unit="size")) == [0, 1]
     captured = capsys.readouterr()
     assert "sweep" in captured.out and "2/2" in captured.out and captured.err == ""
+
+
+def test_a_table_lets_long_names_wrap_at_underscores_and_slashes_and_never_breaks_numbers():
+    out = display.table([{"rung": "unrolled_bf16_batch32", "FLOP/byte": 1234567.0}], caption="c")
+    assert "<td>unrolled_<wbr>bf16_<wbr>batch32</td>" in out.html_text and "<th>FLOP/<wbr>byte</th>" in out.html_text
+    assert "<td>1.235e+06</td>" in out.html_text
+    assert "unrolled_bf16_batch32" in out.plain and "<wbr>" not in out.plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -30,8 +31,8 @@ _IMAGES_JS = """async (pixels) => {
 }"""
 
 
-# Output text blocks wider than their box (a line that neither wraps nor fits), first 80 characters each.
-_WIDE_OUTPUTS_JS = """() => Array.from(document.querySelectorAll('.cell_output pre'))
+# Output and code blocks wider than their box (a line that neither wraps nor fits), first 80 characters each.
+_WIDE_OUTPUTS_JS = """() => Array.from(document.querySelectorAll('.cell_output pre, .cell_input pre, .bd-article div.highlight pre'))
   .filter(b => b.scrollWidth > b.clientWidth + 1)
   .map(b => `${b.scrollWidth} px in ${b.clientWidth} px: ${b.textContent.trim().slice(0, 80)}`)"""
 # Tables whose columns do not all show: the first column must stay put (position: sticky) while the box scrolls.
@@ -40,8 +41,16 @@ _WIDE_TABLES_JS = """() => Array.from(document.querySelectorAll('.cell_output ta
   .filter(t => { const c = t.querySelector('tr > :first-child');
                  return !c || getComputedStyle(c).position !== 'sticky'; })
   .map(t => `${t.scrollWidth} px in ${t.clientWidth} px: ${(t.querySelector('caption') || t).textContent.trim().slice(0, 80)}`)"""
+# A lesson's own tables (cell outputs) fit the column whole: every column shows without scrolling.
+_CUT_TABLES_JS = """() => Array.from(document.querySelectorAll('.cell_output table'))
+  .filter(t => t.scrollWidth > t.clientWidth + 1)
+  .map(t => `${t.scrollWidth} px in ${t.clientWidth} px: ${(t.querySelector('caption') || t).textContent.trim().slice(0, 80)}`)"""
 _NO_ALT_JS = """() => Array.from(document.querySelectorAll('.bd-article img'))
   .filter(i => !(i.getAttribute('alt') || '').trim()).map(i => (i.currentSrc || i.src).slice(0, 120))"""
+
+
+# The build machine's own folders (coursetools.streams.machine_folders names them in words on the pages).
+_MACHINE_FOLDERS = (str(Path(__file__).resolve().parents[2]) + "/", tempfile.gettempdir().rstrip("/") + "/")
 
 
 def pages(site_dir: Path) -> list[str]:
@@ -79,9 +88,12 @@ def _check_page(page, url: str, mode: str) -> list[str]:
     wide = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     if wide[0] > wide[1] + 1:
         problems.append(f"the page scrolls sideways at 1280 px: {wide[0]} px wide in a {wide[1]} px window")
-    problems += [f"an output scrolls sideways: {b}" for b in page.evaluate(_WIDE_OUTPUTS_JS)]
+    problems += [f"an output or a code block scrolls sideways: {b}" for b in page.evaluate(_WIDE_OUTPUTS_JS)]
+    problems += [f"a lesson's table loses columns: {t}" for t in page.evaluate(_CUT_TABLES_JS)]
     problems += [f"a wide table scrolls without its first column fixed: {t}" for t in page.evaluate(_WIDE_TABLES_JS)]
     problems += [f"an image without alt text: {src}" for src in page.evaluate(_NO_ALT_JS)]
+    text = page.evaluate("document.body.innerText")
+    problems += [f"the build machine's folder {f} is published" for f in _MACHINE_FOLDERS if f in text]
     return problems
 
 

@@ -225,3 +225,37 @@ def test_05_section_4_with_psum_stops_on_a_sentence_not_a_number():
     assert not out.same
     assert out.message.startswith("Your step after 1 step differ from one device's: your gradients are 4x"), out.message
     assert "(N = 4 devices): summed instead of averaged" in out.message and "tolerated" in out.message, out.message
+
+
+LOCAL_LOSS_05 = "(_, metrics), grads = grad_fn(params, x, y, cfg)"
+METRICS_PMEAN_05 = 'metrics = jax.lax.pmean(metrics, "data")'
+
+
+def test_labels_shifted_names_the_loss_and_the_accuracy_first_not_the_optimizer_state():
+    """The step computes the loss first: a wrong loss is reported as such, with both metrics named."""
+    fb = check_05(plant(SRC_05, LOCAL_LOSS_05, LOCAL_LOSS_05.replace(", y, cfg", ", jnp.roll(y, 1), cfg")))
+    assert fb.status == WRONG, fb
+    assert "Your cell computes something else: the loss differs from the reference's by" in fb.message, fb
+    assert "the accuracy is different too" in fb.message and "1 more" not in fb.message, fb
+    assert "first moment" not in fb.message, fb
+
+
+def test_a_sum_divided_by_n_minus_1_names_n_over_n_minus_1():
+    divided = 'grads = jax.tree.map(lambda g: g / 3, jax.lax.psum(grads, "data"))'  # N - 1 = 3 for N = 4
+    fb = check_05(plant(SRC_05, PMEAN_05, divided))
+    assert fb.status == WRONG, fb
+    assert "1.33x the reference's (N/(N\u22121) = 4/3): divided by N \u2212 1 instead of by N devices?" in fb.message, (
+        fb
+    )
+
+
+def test_metrics_without_pmean_explain_jaxs_out_specs_error():
+    fb = check_05(plant(SRC_05, METRICS_PMEAN_05, "pass"))
+    assert fb.status == WRONG, fb
+    assert "out_specs" in fb.message and "jax.lax.pmean" in fb.message and "the metrics" in fb.message, fb
+
+
+def test_the_title_names_the_step_not_its_makers_locals():
+    fb = check_05(SRC_05)
+    assert "<locals>" not in fb.exercise, fb.exercise
+    assert fb.exercise == "train_step (your cell) vs train_step (made by dpcourse.train.make_shard_map_step)", fb

@@ -75,7 +75,7 @@ def test_09_2_rungs():
         WRONG,
         "clearly below the target",
     )
-    expect(lesson09.rungs_reaching(["unrolled_bf16_batch256"], measured, 0.5), WRONG, "also reaches")
+    expect(lesson09.rungs_reaching(["unrolled_bf16_batch256"], measured, 0.5), WRONG, "also reach")
     expect(lesson09.rungs_reaching(["fp8"], measured, 0.5), BAD_INPUT, "Unknown rung")
     expect(lesson09.rungs_reaching("scan_bf16", measured, 0.5), BAD_INPUT, "list of rung names")
     expect(lesson09.rungs_reaching([], {"a": None}, 0.5), UNAVAILABLE)
@@ -105,16 +105,45 @@ def test_09_2_on_a_cpu_the_target_splits_the_ladder_so_none_is_not_right():
     assert target == 0.027 and "No rung clearly reaches the course's 50%" in why  # between 0.017 and 0.042
     everyone_but_scan = [name for name in cpu if name != "scan_f32"]
     expect(lesson09.rungs_reaching(everyone_but_scan, cpu, target), CORRECT)
-    expect(lesson09.rungs_reaching([], cpu, target), WRONG, "also reaches")
+    expect(lesson09.rungs_reaching([], cpu, target), WRONG, "also reach")
     expect(lesson09.rungs_reaching(list(cpu), cpu, target), WRONG, "clearly below")
     # Every rung clearly above 50 % (a ceiling that a rung beat): the target moves between two of them too.
     fast = {"a": 1.5, "b": 0.62}
     target, why = lesson09.exercise_target(fast)
     assert 0.62 < target < 1.5 and "No rung is clearly below" in why
-    # No gap wide enough to put two rungs clearly apart: the course's target stays, and says why.
+    # Rungs closer together than the noise band: the target still lies between two, the band narrows to fit.
     close_together = {"a": 0.05, "b": 0.06, "c": None}
     target, why = lesson09.exercise_target(close_together)
-    assert target == 0.5 and "far enough apart" in why
+    assert 0.05 < target < 0.06 and "Rungs within 9" in why, (target, why)
+    expect(lesson09.rungs_reaching([], close_together, target), WRONG, "b also reaches")
+    expect(lesson09.rungs_reaching(["b"], close_together, target), CORRECT)
+    # Rungs that all measured the same: no target between two, and the sentence says so.
+    target, why = lesson09.exercise_target({"a": 0.05, "b": 0.05})
+    assert target == 0.5 and "all measured the same" in why
+
+
+def test_09_2_the_learners_cpu_ladder_is_not_answered_by_an_empty_list():
+    """The learner's CPU run: every rung within 20 % of the middle of the widest gap; [] was right."""
+    cpu = {"scan_f32": 0.021, "scan_unroll2_f32": 0.024, "unrolled_f32": 0.025, "scan_bf16": 0.03}
+    target, why = lesson09.exercise_target(cpu)
+    assert 0.025 < target < 0.03, (target, why)
+    expect(lesson09.rungs_reaching([], cpu, target), WRONG, "also reach")
+    expect(lesson09.rungs_reaching(["scan_bf16"], cpu, target), CORRECT)
+
+
+def test_09_2_every_wrong_rung_is_named():
+    measured = {"a": 0.1, "b": 0.2, "c": 0.8, "d": 0.9}
+    expect(lesson09.rungs_reaching(["a", "b", "c", "d"], measured, 0.5), WRONG, "a measured 10% and b measured 20%")
+    expect(lesson09.rungs_reaching([], measured, 0.5), WRONG, "c and d also reach")
+
+
+def test_09_1_a_first_unnamed_wrong_try_gets_a_hint_and_a_later_one_the_equation(monkeypatch):
+    monkeypatch.setattr(lesson09, "_WRONG_TRIES", {})
+    w, ridge = 1024, lesson09.H200_BF16_RIDGE
+    first = lesson09.ridge_batch(3000, w, ridge)
+    assert first.status == WRONG and "Solve" not in first.message and "bytes of every array" in first.message
+    second = lesson09.ridge_batch(3000, w, ridge)
+    assert second.status == WRONG and "Solve 2 B W^2" in second.message
 
 
 def test_09_2_rungs_near_the_target_count_either_way():

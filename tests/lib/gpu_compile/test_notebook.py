@@ -151,3 +151,21 @@ def test_the_stored_results_match_what_make_placement_compiled_in_this_run():
         return  # another JAX: the jobs and steps above are what can be held to the stored ones
     differ = [key(r) for r in fresh if comparable(r) != comparable(stored[key(r)])]
     assert not differ, f"stored results differ from this run's compile: {differ}; run `make placement-store`"
+
+
+def test_the_stored_overlap_compiles_are_labelled_stored_with_their_jax_and_date():
+    results, texts = gpu_notebook.stored_overlap("smoke")
+    assert results and all(r.stored.startswith("make placement, 20") and r.jax_version for r in results)
+    assert all(", stored (make placement, " in r.label for r in results)
+    assert all(text.lstrip().startswith("HloModule") for text in texts.values())
+    line = gpu_notebook.stored_overlap_line(results, "the extra is missing")
+    assert line.startswith(f"Stored result (made by {results[0].stored}, JAX {results[0].jax_version}, smoke profile)")
+    assert gpu_notebook.stored_overlap("full") == ([], {})
+
+
+def test_the_stored_overlap_compiles_list_the_forms_in_the_lessons_order():
+    from dpcourse.gpu_compile import overlap_steps
+
+    results, _ = gpu_notebook.stored_overlap("smoke")
+    for res in results:
+        assert list(res.steps) == [k for k in overlap_steps.STEPS if k in res.steps], res.target

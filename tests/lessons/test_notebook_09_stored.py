@@ -1,0 +1,56 @@
+"""Notebook 09's section 8 and exercise 09.3 without the GPU-compile extra (the quick start's default).
+
+They once printed one "not available" line, six silent cells under text that
+reads their tables, and "Cannot check here" for every answer of 09.3, the
+right one too. Here the section's cells and the exercise run as the lesson
+writes them, with the extra reported missing: they show the stored compile,
+labelled stored, and the checker judges answers against it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import jupytext
+
+from dpcourse import costs, show
+from dpcourse.exercises.base import CORRECT, WRONG
+from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.gpu_compile import targets as gpu_targets
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _section_8_and_09_3() -> list[str]:
+    """Section 8's code cells (but the CPU comparison), then exercise 09.3's table cell."""
+    cells = jupytext.read(ROOT / "notebooks" / "09_performance.py").cells
+    heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## ")]
+    start = next(i for i in heads if cells[i].source.startswith("## 8."))
+    end = next(i for i in heads if i > start)
+    # The section's last cell compares with section 7's CPU compile (not GPU, always shown): left out.
+    section = [c.source for c in cells[start:end] if c.cell_type == "code" and "lowered[" not in c.source]
+    ex = next(i for i, c in enumerate(cells) if "09.3" in c.source and c.cell_type == "markdown")
+    exercise = [c.source for c in cells[ex:] if c.cell_type == "code" and "tags" not in c.metadata]
+    imports = next(c.source for c in cells if "lesson09 as check" in c.source)
+    return [*section, imports, *exercise[:1]]
+
+
+def test_section_8_without_the_extra_shows_the_stored_compile_and_09_3_checks_against_it(monkeypatch):
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
+    shown = []
+    names = {"SCHEDULES": True, "show": show, "costs": costs, "gpu_notebook": gpu_notebook}
+    names["display"] = lambda obj: shown.append(repr(obj))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for source in _section_8_and_09_3():
+            exec(compile(source, "<notebook 09 cell>", "exec"), names)
+    printed = out.getvalue()
+    assert "Stored result (made by make placement, 20" in printed and "smoke profile" in printed, printed
+    assert len(shown) >= 6, f"only {len(shown)} tables shown: {printed}"
+    check = names["check"]
+    fractions = names["fractions_09_3"]
+    right = (costs.bound_for(fractions["plain"]), check.CHANGES[0])
+    assert check.overlap_bound(right, fractions).status == CORRECT
+    assert check.overlap_bound((right[0], check.CHANGES[1]), fractions).status == WRONG
