@@ -1,6 +1,6 @@
 """A workshop on one machine (make hub), tried as a room tries it: two learners at once in Chromium, an idle one, the instructor.
 
-One real JupyterHub from hub/launch.py on 127.0.0.1 (ports 8900-8911), the
+One real JupyterHub from hub/launch.py on 127.0.0.1 (ports HUB_TEST_PORT to +11, 8900-8911 by default), the
 smoke profile, a 60 s idle timeout. Learners alice and bob sign in with the
 workshop password in their own browser contexts, get their own servers and
 workspaces, and run lesson 02 at the same time; neither can open the other's
