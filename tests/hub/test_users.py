@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import pwd
 import subprocess
@@ -16,6 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hub"))
 import users  # noqa: E402 - hub/users.py
+
+
+def run(coroutine):
+    """``asyncio.run`` in a thread of its own: the session's Playwright browser keeps a loop running in this one."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making system users needs root (make hub as root)")
 
@@ -50,10 +58,10 @@ def test_the_account_is_made_once_with_a_private_home_of_its_own(tmp_path):
         for path in (home, home / "workspace", home / "workspace" / "note.txt"):
             assert path.stat().st_uid == account.pw_uid, path
         assert os.stat("/etc/hostname").st_uid == 0  # a link is changed, never what it points to
-        said = asyncio.run(users.run_as(account, ["id", "-u"], {"PATH": "/usr/bin:/bin"}))
+        said = run(users.run_as(account, ["id", "-u"], {"PATH": "/usr/bin:/bin"}))
         assert said.strip() == str(account.pw_uid)
         with pytest.raises(RuntimeError, match=f"as {name} failed"):
-            asyncio.run(users.run_as(account, ["cat", "/etc/shadow"], {"PATH": "/usr/bin:/bin"}))
+            run(users.run_as(account, ["cat", "/etc/shadow"], {"PATH": "/usr/bin:/bin"}))
     finally:
         subprocess.run(["userdel", name], capture_output=True)
 
