@@ -412,3 +412,20 @@ def test_the_plan_and_the_example_settings_share_the_hubs_gpu_sharing():
     assert re.search(rf"^max_shared_clients_per_gpu\s*=\s*{clients}$", example, re.M)
     plan = (ROOT / "tools" / "plan_workshop.py").read_text()
     assert re.search(rf"^CLIENTS_PER_GPU = {clients}\b", plan, re.M)
+
+
+def test_a_learners_terminal_on_gke_finds_the_course_with_python():
+    """The card's `python -m coursetools ...` in a terminal of the course image.
+
+    A terminal there is a login shell (jupyter_server_terminals adds -l), whose
+    /etc/profile (Debian's base-files) sets PATH to /usr/local/bin:/usr/bin:/bin
+    for a user who is not root; the python image's interpreter is
+    /usr/local/bin/python, so the course must be installed into it, not into a
+    virtual environment that PATH would miss.
+    """
+    dockerfile = (ROOT / "deploy" / "hub" / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert base.startswith("python:") and "-slim-bookworm" in base
+    assert "venv" not in dockerfile and not re.search(r"^ENV PATH", dockerfile, re.M)
+    assert "pip install --no-deps -e ." in dockerfile and "coursetools-repo.pth" in dockerfile
+    assert "COPY coursetools ./coursetools" in dockerfile
