@@ -29,7 +29,6 @@ PREFIX = "jupyter-"  # TLJH's prefix for its users' system accounts
 NAME_MAX = 32
 
 
-
 def system_name(learner: str) -> str:
     """The system user of the learner ``learner``: ``jupyter-<name>``, or a shortened name with a hash.
 
@@ -56,10 +55,11 @@ def ensure_user(name: str, home: Path, learner: str) -> pwd.struct_passwd:
         return pwd.getpwnam(name)
     except KeyError:
         pass
-    command = ["useradd", "--user-group", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash"]
-    made = subprocess.run(
-        [*command, "--comment", f"workshop learner {learner}"[:60], name], capture_output=True, text=True
-    )
+    # The server gets HOME from the spawner; the account's own field only where useradd takes the path.
+    home_field = "/nonexistent" if re.search(r"[:,\s]", str(home)) else str(home)
+    command = ["useradd", "--user-group", "--no-create-home", "--home-dir", home_field, "--shell", "/bin/bash"]
+    comment = "workshop learner " + re.sub(r"[^\w .@-]", "?", learner)[:40]  # useradd refuses ':' and ','
+    made = subprocess.run([*command, "--comment", comment, name], capture_output=True, text=True)
     try:  # another server's start may have made it a moment before
         return pwd.getpwnam(name)
     except KeyError:

@@ -42,7 +42,7 @@ def test_a_learner_never_gets_an_existing_account_and_two_learners_never_share_o
 
 @as_root
 def test_the_account_is_made_once_with_a_private_home_of_its_own(tmp_path):
-    learner = f"t{uuid.uuid4().hex[:8]}"
+    learner = f"T{uuid.uuid4().hex[:8]}:, x"  # characters useradd refuses in a name and in its comment
     name = users.system_name(learner)
     home = tmp_path / learner
     try:
