@@ -27,6 +27,7 @@ hub: hub-install
 	$(PY) hub/launch.py
 
 # --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
+# HUB_TEST_PORT (default 8900) moves the test hub's 12 ports, for two runs on one machine.
 hub-test: hub-install $(VENV)/.dev-installed
 	$(PY) -m pytest tests/hub --confcutdir=tests/hub -p no:cacheprovider -s
 

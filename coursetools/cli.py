@@ -127,10 +127,14 @@ def _check_collectives(args: argparse.Namespace) -> int:
 
 def _workspace(args: argparse.Namespace) -> int:
     from coursetools import workspace as ws
+    from coursetools.owner import as_owner, other_owner
 
     if args.room:
         return _room(args)
     root = Path(args.dir).expanduser() if args.dir else ws.default_dir()
+    owner = other_owner(root)
+    if owner is not None:  # root on a learner's folder (make hub as root): as the learner
+        return as_owner(owner, lambda: _workspace(args))
     space = ws.Workspace(root)
     try:
         if args.action == "status":

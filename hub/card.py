@@ -1,62 +1,105 @@
-"""A printable one-page card for the room, from the hub's own settings: address, password, what to do when stuck.
+"""A printable one-page card for the room, from the running hub: address, password, what to do when stuck.
 
     python hub/card.py [--out .hub/room-card.html]      (make room-card)
 
-It reads what `make hub` reads (HUB_DIR, HUB_IP, HUB_PORT, HUB_SSL_CERT,
-HUB_PASSWORD or the password kept in HUB_DIR/password; hub/launch.py makes
-that file at the first start), so the card says what the hub does. Print it
-from a browser (one A4 or Letter page) and lay one on each table.
+It reads what hub/launch.py wrote in HUB_DIR when `make hub` started: the
+address learners open (``HUB_DIR/address``: ``HUB_PUBLIC_URL``, else the
+hub's own) and the workshop password (``HUB_DIR/password``), so the card
+says what the hub does, whatever settings this shell has. Print it from a
+browser (one A4 or Letter page) and lay one on each table.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import ipaddress
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 class CardError(RuntimeError):
-    """The settings do not give a card (no password yet); the message says what to do."""
+    """The hub gives no card (not started yet, or an address only this machine opens); the message says what to do."""
+
+
+def _loopback(address: str) -> bool:
+    host = urlsplit(address).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def settings(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The hub's address and workshop password, as hub/launch.py and hub/jupyterhub_config.py read them."""
+    """The address learners open and the workshop password, as the hub in ``HUB_DIR`` was started with.
+
+    Raises:
+        CardError: the hub has not started from ``HUB_DIR`` yet, or its
+            address opens only on this machine (a room needs ``HUB_PUBLIC_URL``).
+    """
     env = dict(os.environ if environ is None else environ)
     hub_dir = Path(env.get("HUB_DIR", ROOT / ".hub")).resolve()
-    password = env.get("HUB_PASSWORD")
-    if not password:
-        kept = hub_dir / "password"
+    found = {}
+    for name in ("address", "password"):
+        kept = hub_dir / name
         if not kept.is_file():
-            raise CardError(f"no workshop password yet: start the hub once (make hub) to make {kept}, or set HUB_PASSWORD.")
-        password = kept.read_text().strip()
-    ip, port = env.get("HUB_IP", "127.0.0.1"), env.get("HUB_PORT", "8000")
-    address = env.get("HUB_PUBLIC_URL") or f"http{'s' if env.get('HUB_SSL_CERT') else ''}://{ip}:{port}/"
-    return {"address": address, "password": password, "admin": env.get("HUB_ADMIN", "instructor")}
+            raise CardError(
+                f"{kept} is missing: start the hub (make hub) with this HUB_DIR first; it writes the {name} there."
+            )
+        found[name] = kept.read_text().strip()
+    if _loopback(found["address"]):
+        raise CardError(
+            f"the hub's address {found['address']} opens only on its own machine: start `make hub` with "
+            "HUB_PUBLIC_URL set to the address learners open (e.g. https://hub.example.org/ of the TLS proxy in "
+            "front, docs/instructor.md 'TLS in front'), then make the card again."
+        )
+    return {**found, "admin": env.get("HUB_ADMIN", "instructor")}
 
 
 def render(found: dict[str, str]) -> str:
     """The card as one HTML page (every value escaped)."""
     e = html.escape
     steps = [
-        ("Sign in", f"Open <b>{e(found['address'])}</b>, type a user name (your own, lower case, the same all day) "
-         f"and the workshop password <b class='pw'>{e(found['password'])}</b>."),
-        ("Your lessons", "The lab opens on your own copy of every lesson (one <code>NN_name.ipynb</code> each). "
-         "Nothing you do there changes anyone else's."),
-        ("Run a lesson", "From the top: Run, Run All Cells, or Shift+Enter cell by cell. Each exercise: replace the "
-         "<code>...</code>, then run the check below it."),
-        ("The kernel died", "Kernel, Restart Kernel and Run All Cells: a lesson works only from its first cell. "
-         "If it dies at the same cell again, raise your hand."),
-        ("A fresh copy of a lesson", "In a terminal of the lab: <code>python -m coursetools workspace reset 05 "
-         "--dir ~/workspace</code> (yours is kept in <code>old/</code>). Then close the lesson's tab without saving "
-         "and open it again."),
-        ("Fell behind", "The instructor can fill the solutions into your copy of a lesson (yours is kept in "
-         "<code>old/</code>). Ask."),
-        ("Your progress", "Each check writes <code>progress.json</code> in your workspace, which the instructor's "
-         "board reads. It is yours: open it or delete it."),
+        (
+            "Sign in",
+            f"Open <b>{e(found['address'])}</b>, type a user name (your own, lower case, the same all day) "
+            f"and the workshop password <b class='pw'>{e(found['password'])}</b>.",
+        ),
+        (
+            "Your lessons",
+            "The lab opens on your own copy of every lesson (one <code>NN_name.ipynb</code> each). "
+            "Nothing you do there changes anyone else's.",
+        ),
+        (
+            "Run a lesson",
+            "From the top: Run, Run All Cells, or Shift+Enter cell by cell. Each exercise: replace the "
+            "<code>...</code>, then run the check below it.",
+        ),
+        (
+            "The kernel died",
+            "Kernel, Restart Kernel and Run All Cells: a lesson works only from its first cell. "
+            "If it dies at the same cell again, raise your hand.",
+        ),
+        (
+            "A fresh copy of a lesson",
+            "In a terminal of the lab: <code>python -m coursetools workspace reset 05 "
+            "--dir ~/workspace</code> (yours is kept in <code>old/</code>). Then close the lesson's tab without saving "
+            "and open it again.",
+        ),
+        (
+            "Fell behind",
+            "The instructor can fill the solutions into your copy of a lesson (yours is kept in "
+            "<code>old/</code>). Ask.",
+        ),
+        (
+            "Your progress",
+            "Each check writes <code>progress.json</code> in your workspace, which the instructor's "
+            "board reads. It is yours: open it or delete it.",
+        ),
         ("Going home", "File, Download, or zip your workspace from a terminal: idle servers stop after an hour."),
     ]
     rows = "".join(f"<tr><th>{e(title)}</th><td>{text}</td></tr>" for title, text in steps)

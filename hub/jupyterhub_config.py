@@ -1,11 +1,19 @@
 """JupyterHub for a workshop on one machine (`make hub`): one password, one server and workspace per learner.
 
+Run as root, each learner's server runs as a system user of their own (hub/users.py);
+without root, as the hub's own user (hub/launch.py asks the instructor to confirm that).
+
 Settings come from the environment (hub/launch.py fills them in; docs/instructor.md):
 
-- ``HUB_DIR``: the hub's state (database, cookie secret, proxy pid, learners' homes)
-- ``HUB_PASSWORD``: the workshop password learners type (8+ characters; required)
-- ``HUB_ADMIN_PASSWORD``: the instructor's password (32+ characters; optional: without
-  it the admin user has no way to sign in)
+- ``HUB_DIR``: the hub's state (database, cookie secret, proxy pid, passwords, the address
+  learners open) and the learners' homes (``users/NAME``)
+- ``HUB_PASSWORD``: the workshop password learners type (8+ characters); hub/launch.py keeps
+  it in ``HUB_DIR/password`` (0600) and takes it out of the environment, and this file reads it there
+- ``HUB_ADMIN_PASSWORD``: the instructor's password (32+ characters), kept the same way in
+  ``HUB_DIR/admin-password``
+- ``HUB_PUBLIC_URL``: the address learners open, when it is not the hub's own (a TLS proxy in
+  front, a DNS name); hub/launch.py writes the address in ``HUB_DIR/address`` for the room card
+- ``HUB_SHARED_USER_OK``: ``1`` to start without root (every server then runs as one user)
 - ``HUB_ADMIN``: the instructor's user name (default ``instructor``), who gets the admin view
 - ``HUB_IP`` / ``HUB_PORT``: where learners connect (default 127.0.0.1:8000); the proxy's API
   and the hub itself listen on 127.0.0.1 at HUB_PORT+1 and HUB_PORT+2
@@ -41,6 +49,26 @@ PORT = int(os.environ.get("HUB_PORT", "8000"))
 ADMIN = os.environ.get("HUB_ADMIN", "instructor")
 BIN = Path(sys.executable).parent
 PROXY = ROOT / "tools" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+# The course's Python first on PATH: `python -m coursetools ...` works in a terminal of the lab.
+COURSE_PATH = f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+AS_ROOT = os.geteuid() == 0  # then each learner is a system user of their own (hub/users.py)
+sys.path.insert(0, str(ROOT / "hub"))
+import board  # noqa: E402 - hub/board.py: the service's scopes
+import users  # noqa: E402 - hub/users.py: learners' system users
+
+
+def kept_secret(name: str) -> str:
+    """A password hub/launch.py keeps in ``HUB_DIR/name`` (0600): never read from the environment.
+
+    Raises:
+        RuntimeError: the file is missing (the hub was not started by hub/launch.py).
+    """
+    path = HUB_DIR / name
+    if not path.is_file():
+        raise RuntimeError(
+            f"{path} is missing: start the hub with `make hub` (hub/launch.py keeps the passwords there)."
+        )
+    return path.read_text().strip()
 
 
 def gpu_ids() -> list[str]:
@@ -60,7 +88,7 @@ def gpu_ids() -> list[str]:
 
 def kernel_environment(user_id: int, gpus: list[str]) -> dict[str, str]:
     """The learner's environment: one GPU round-robin by user id with preallocation off, or 8 CPU devices."""
-    env = {"JUPYTER_CONFIG_PATH": str(ROOT / "jupyter")}
+    env = {"JUPYTER_CONFIG_PATH": str(ROOT / "jupyter"), "PATH": COURSE_PATH}
     if os.environ.get("HUB_ACTIVITY_INTERVAL"):
         env["JUPYTERHUB_ACTIVITY_INTERVAL"] = os.environ["HUB_ACTIVITY_INTERVAL"]
     if os.environ.get("HUB_PROFILE"):
@@ -156,11 +184,27 @@ GPUS = gpu_ids()
 SERVER_PORTS = os.environ.get("HUB_SERVER_PORTS")
 
 
-def pre_spawn_hook(spawner) -> None:
-    """Before each server: its workspace, its GPU share, a port from the range, root's flag."""
+# A terminal in the lab: bash, not a login shell, whose /etc/profile would put the system's PATH
+# back in front of the course's Python (jupyter_server_terminals adds -l unless told a command).
+TERMINAL = "--ServerApp.terminado_settings=" + repr({"shell_command": [shutil.which("bash") or "/bin/sh"]})
+
+
+async def pre_spawn_hook(spawner) -> None:
+    """Before each server: its system user and home (as root), its workspace, GPU share, port, terminal."""
     home = USERS_DIR / spawner.user.name
     workspace = home / "workspace"
-    make_workspace(workspace)
+    if AS_ROOT:
+        # The learner's own account and home; the workspace is made by them, never by root in their folder.
+        USERS_DIR.mkdir(exist_ok=True)
+        os.chmod(USERS_DIR, 0o711)  # each learner may enter it to reach their own home, not list it
+        account = users.ensure_user(users.system_name(spawner.user.name), home, spawner.user.name)
+        users.give_home(home, account)
+        spawner.home_dir = str(home)
+        environment = {"PATH": COURSE_PATH, "HOME": str(home), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        command = [str(BIN / "python"), "-m", "coursetools", "workspace", "init", "--dir", str(workspace)]
+        await users.run_as(account, command, environment)
+    else:
+        make_workspace(workspace)
     spawner.notebook_dir = str(workspace)
     spawner.environment.update(kernel_environment(spawner.user.id, GPUS))
     if SERVER_PORTS:
@@ -168,12 +212,9 @@ def pre_spawn_hook(spawner) -> None:
         ASSIGNED_PORTS.pop(spawner.user.name, None)
         spawner.port = free_port(first, last, set(ASSIGNED_PORTS.values()))
         ASSIGNED_PORTS[spawner.user.name] = spawner.port
+    spawner.args = [*spawner.args, TERMINAL]
     if os.environ.get("HUB_SERVER_ARGS"):
         spawner.args = [*spawner.args, *os.environ["HUB_SERVER_ARGS"].split()]
-    if os.geteuid() == 0:
-        # All servers run as the hub's own user; as root, jupyter_server
-        # refuses to start without this.
-        spawner.args = [*spawner.args, "--ServerApp.allow_root=True"]
 
 
 def post_stop_hook(spawner) -> None:
@@ -206,17 +247,21 @@ c.ConfigurableHTTPProxy.pid_file = str(HUB_DIR / "proxy.pid")
 # One workshop password for every learner; the instructor signs in as HUB_ADMIN
 # with the longer admin password and gets the admin page (/hub/admin).
 c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = os.environ["HUB_PASSWORD"]
-if os.environ.get("HUB_ADMIN_PASSWORD"):
-    c.SharedPasswordAuthenticator.admin_password = os.environ["HUB_ADMIN_PASSWORD"]
+c.SharedPasswordAuthenticator.user_password = kept_secret("password")
+if (HUB_DIR / "admin-password").is_file():
+    c.SharedPasswordAuthenticator.admin_password = kept_secret("admin-password")
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True
 # A name its folder cannot be made for is refused at sign-in, with the reason.
 c.Authenticator.post_auth_hook = refuse_names_the_hub_cannot_serve
 
 # -- Each learner's server ---------------------------------------------------------
-c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
-c.SimpleLocalProcessSpawner.home_dir_template = str(USERS_DIR / "{username}")
+if AS_ROOT:
+    c.JupyterHub.spawner_class = users.LearnerSpawner
+else:
+    # JupyterHub's spawner for one user (it says: no isolation); hub/launch.py has the instructor confirm.
+    c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
+    c.SimpleLocalProcessSpawner.home_dir_template = str(USERS_DIR / "{username}")
 c.Spawner.cmd = [str(BIN / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.pre_spawn_hook = pre_spawn_hook
@@ -248,9 +293,6 @@ c.JupyterHub.load_roles = [
 # -- The instructor's board (hub/board.py): a service only the instructor may open -------
 # It reads each learner's progress.json through the proxy, from their running server's
 # contents API, with its own token; the role board-viewer lets the instructor past its OAuth.
-sys.path.insert(0, str(ROOT / "hub"))
-import board  # noqa: E402 - hub/board.py: the service's scopes
-
 BOARD_HOST = "127.0.0.1" if IP in ("0.0.0.0", "::", "localhost") else IP
 c.JupyterHub.services.append(
     {

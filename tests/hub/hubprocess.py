@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import stat as st_mode
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +19,12 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "hub" / "launch.py"
-# Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub, +3 board), learners' servers after.
-BASE_PORT = 8900
-SERVER_PORTS = "8904-8911"
+# Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub, +3 board), learners' servers at
+# +4 to +11, and +6 for test_launch's refusals. HUB_TEST_PORT moves them, so that two runs on one machine
+# (two checkouts) do not meet.
+BASE_PORT = int(os.environ.get("HUB_TEST_PORT", "8900"))
+SERVER_PORTS = f"{BASE_PORT + 4}-{BASE_PORT + 11}"
+AS_ROOT = os.geteuid() == 0
 PASSWORD = "room-test-password"
 ADMIN_PASSWORD = "instructor-test-password-0123456789"
 # About 3 s on a quiet machine; importing JupyterHub alone took over 60 s on a
@@ -62,6 +68,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def open_the_way(paths: list[Path]) -> list[Path]:
+    """As root: let the learners' users enter the folders above the course and its Python (o+x), as `make hub` asks.
+
+    hub/launch.py refuses to start, naming them, when learners cannot reach
+    the course; on a test machine the course often lies under /root (0700).
+    Returns the folders opened (others may enter them, not list them).
+    """
+    sys.path.insert(0, str(ROOT / "hub"))
+    from launch import closed_folders
+
+    opened = closed_folders(paths)
+    for folder in opened:
+        os.chmod(folder, st_mode.S_IMODE(os.stat(folder).st_mode) | st_mode.S_IXOTH)
+    if opened:
+        print(f"hub test: opened {' '.join(map(str, opened))} to other users (o+x) for the learners' servers")
+    return opened
+
+
 @dataclass
 class Hub:
     """One running hub: its address, folder, process and timings."""
@@ -72,6 +96,7 @@ class Hub:
     log: Path
     started_s: float = 0.0
     timings: dict = field(default_factory=dict)
+    scratch: Path | None = None  # as root: the folder made for HUB_DIR, removed at the stop
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -99,6 +124,8 @@ class Hub:
         for pid in left:  # leave the machine clean even when the test fails
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         return took, left, ports_in_use()
 
 
@@ -112,12 +139,25 @@ def _not_zombie(pid: int) -> bool:
 def start_hub(folder: Path, **settings: str) -> Hub:
     """Start hub/launch.py in the background of this process (SIGINT ignored there, as in a script's `&`).
 
+    As root, the hub's folder is made under /tmp rather than at ``folder`` (pytest's temporary folders are
+    closed to other users, and each learner is one); the log stays beside ``folder``. Without root the
+    shared user is confirmed (HUB_SHARED_USER_OK=1).
+
     Raises:
         RuntimeError: the hub did not answer /hub/health within START_TIMEOUT_S (its log is in the message).
     """
     busy = ports_in_use()
     if busy:
         raise RuntimeError(f"ports {busy} are in use before the hub test: stop what listens there")
+    log = folder.parent / f"{folder.name}.log"
+    scratch = None
+    if AS_ROOT:
+        open_the_way([ROOT, Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix)])
+        scratch = Path(tempfile.mkdtemp(prefix=f"hub-test-{BASE_PORT}-"))
+        os.chmod(scratch, 0o711)
+        folder = scratch / folder.name
+    else:
+        settings = {"HUB_SHARED_USER_OK": "1", **settings}
     env = dict(
         os.environ,
         HUB_DIR=str(folder),
@@ -127,7 +167,6 @@ def start_hub(folder: Path, **settings: str) -> Hub:
         HUB_ADMIN_PASSWORD=ADMIN_PASSWORD,
         **settings,
     )
-    log = folder.parent / f"{folder.name}.log"
     handle = log.open("w")
     start = time.monotonic()
 
@@ -137,7 +176,7 @@ def start_hub(folder: Path, **settings: str) -> Hub:
     process = subprocess.Popen(
         [sys.executable, str(LAUNCH)], env=env, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=ignore_sigint
     )
-    hub = Hub(f"http://127.0.0.1:{BASE_PORT}", folder, process, log)
+    hub = Hub(f"http://127.0.0.1:{BASE_PORT}", folder, process, log, scratch=scratch)
     deadline = start + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -1,4 +1,4 @@
-"""The room card (hub/card.py): made from the hub's settings, escaped, and one printed page."""
+"""The room card (hub/card.py): made from what the running hub wrote, escaped, and one printed page."""
 
 from __future__ import annotations
 
@@ -13,18 +13,31 @@ card = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(card)
 
 
-def test_the_card_says_the_hubs_address_and_the_password_it_keeps(tmp_path):
-    (tmp_path / "password").write_text("kept-password-1\n")
-    found = card.settings({"HUB_DIR": str(tmp_path), "HUB_IP": "10.0.0.5", "HUB_PORT": "8443", "HUB_SSL_CERT": "c.pem"})
-    assert found == {"address": "https://10.0.0.5:8443/", "password": "kept-password-1", "admin": "instructor"}
-    assert card.settings({"HUB_DIR": str(tmp_path), "HUB_PASSWORD": "given-password"})["password"] == "given-password"
+def kept(folder, address: str, password: str = "kept-password-1"):
+    (folder / "address").write_text(address + "\n")
+    (folder / "password").write_text(password + "\n")
+
+
+def test_the_card_says_the_address_the_hub_wrote_whatever_this_shell_sets(tmp_path):
+    kept(tmp_path, "https://room.example.org:8443/")
+    # Settings of this shell that differ from the hub's own are not read again.
+    shell = {"HUB_DIR": str(tmp_path), "HUB_PORT": "9999", "HUB_IP": "0.0.0.0", "HUB_PASSWORD": "other-password"}
+    found = card.settings(shell)
+    assert found == {"address": "https://room.example.org:8443/", "password": "kept-password-1", "admin": "instructor"}
     page = card.render(found)
-    assert "https://10.0.0.5:8443/" in page and "kept-password-1" in page
+    assert "https://room.example.org:8443/" in page and "kept-password-1" in page
     assert "Restart Kernel and Run All Cells" in page and "workspace reset 05 --dir ~/workspace" in page
 
 
-def test_no_password_yet_says_to_start_the_hub_once(tmp_path):
-    with pytest.raises(card.CardError, match="start the hub once"):
+def test_an_address_only_the_hubs_machine_opens_asks_for_hub_public_url(tmp_path):
+    for address in ("http://127.0.0.1:8000/", "http://localhost:8000/", "http://[::1]:8000/"):
+        kept(tmp_path, address)
+        with pytest.raises(card.CardError, match="HUB_PUBLIC_URL"):
+            card.settings({"HUB_DIR": str(tmp_path)})
+
+
+def test_no_hub_started_yet_says_to_start_it(tmp_path):
+    with pytest.raises(card.CardError, match=r"start the hub \(make hub\)"):
         card.settings({"HUB_DIR": str(tmp_path)})
 
 

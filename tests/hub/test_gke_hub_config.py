@@ -1,8 +1,11 @@
 """deploy/hub/config.yaml (Zero to JupyterHub on GKE), checked offline: the chart's schema, the profiles' pods, terraform.
 
-- The config merged over the chart's own values.yaml validates against its
-  values.schema.yaml (../shared/vendor/z2jh-chart-4.4.0, the pinned version),
-  alone and with https.yaml.
+- The values of the install command as docs/gke.md gives it (its --values
+  files, --set-file, --set-string and --set, read from the page), merged over
+  the chart's own values.yaml, validate against its values.schema.yaml
+  (../shared/vendor/z2jh-chart-4.4.0, the pinned version), alone and with the
+  HTTPS options the page adds; no password and no token of the hub's reaches
+  a learner's pod.
 - KubeSpawner (the chart's spawner) renders each profile's pod with a fake
   kubeconfig: image, resources, GPUs and the GKE sharing labels, tolerations,
   the workspace volume. The chart maps `singleuser` to KubeSpawner's settings
@@ -18,6 +21,7 @@ import concurrent.futures
 import copy
 import os
 import re
+import shlex
 from pathlib import Path
 
 import jsonschema
@@ -29,6 +33,12 @@ CHART_VERSION = "4.4.0"
 CHART = ROOT.parent / "shared" / "vendor" / f"z2jh-chart-{CHART_VERSION}"
 CONFIG = ROOT / "deploy" / "hub" / "config.yaml"
 HTTPS = ROOT / "deploy" / "hub" / "https.yaml"
+GKE_DOC = ROOT / "docs" / "gke.md"
+# What the page's shell variables stand for when the command runs: recognisable in any rendered object.
+SHELL_VARIABLES = {
+    "WORKSHOP_PASSWORD": "workshop-pw-sentinel-1f3a",
+    "INSTRUCTOR_PASSWORD": "instructor-pw-sentinel-" * 2,
+}
 PROFILES = {"cpu": 0, "shared-l4": 1, "two-l4": 2}
 
 
@@ -54,10 +64,60 @@ def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def installed(path: Path = CONFIG) -> dict:
-    """The values helm installs: the file, plus the board's source that the install command sets (--set-file)."""
-    board = {"hub": {"extraFiles": {"board": {"stringData": (ROOT / "hub" / "board.py").read_text()}}}}
-    return deep_merge(load(path), board)
+def documented_command(https: bool = False) -> list[str]:
+    """The helm install command of docs/gke.md as words, its shell variables filled in; with ``https``, the options
+    the page adds for a room (the inline ``--values deploy/hub/https.yaml ...``) appended."""
+    text = GKE_DOC.read_text()
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "helm upgrade --install" in b]
+    assert len(blocks) == 1, "docs/gke.md holds the one install command"
+    (line,) = [x for x in blocks[0].replace("\\\n", " ").splitlines() if "helm upgrade --install" in x]
+    words = shlex.split(line)
+    if https:
+        (extra,) = re.findall(r"`(--values deploy/hub/https\.yaml[^`]*)`", re.sub(r"\s*\n\s*", " ", text))
+        words += shlex.split(extra)
+    return [re.sub(r"\$(\w+)", lambda m: SHELL_VARIABLES.get(m[1], m[0]), w) for w in words]
+
+
+def set_value(values: dict, key: str, value) -> None:
+    """helm's ``--set a.b[0]=v``: ``v`` at that path of ``values``, maps and lists made on the way."""
+    parts = [p for piece in key.split(".") for p in re.split(r"\[(\d+)\]", piece) if p != ""]
+    here = values
+    for part, after in zip(parts, [*parts[1:], None]):
+        index = int(part) if part.isdigit() else part
+        if after is None:
+            if isinstance(here, list):
+                here.extend([None] * (index + 1 - len(here)))
+            here[index] = value
+            return
+        fresh = [] if after.isdigit() else {}
+        if isinstance(here, list):
+            here.extend([None] * (index + 1 - len(here)))
+            here[index] = here[index] if here[index] is not None else fresh
+        else:
+            here.setdefault(index, fresh)
+        here = here[index]
+
+
+def values_of(words: list[str]) -> dict:
+    """The values helm installs for the command ``words`` (its --values, --set-file, --set-string, --set, in order)."""
+    values: dict = {}
+    flags = iter(words)
+    for word in flags:
+        if word in ("--values", "-f"):
+            values = deep_merge(values, load(ROOT / next(flags)))
+        elif word in ("--set-file", "--set-string", "--set"):
+            key, _, given = next(flags).partition("=")
+            if word == "--set-file":
+                given = (ROOT / given).read_text()
+            elif word == "--set":
+                given = yaml.safe_load(given)  # helm types --set values (true, 3); --set-string keeps text
+            set_value(values, key, given)
+    return values
+
+
+def installed(https: bool = False) -> dict:
+    """The values the documented install command gives helm (with the room's HTTPS options when ``https``)."""
+    return values_of(documented_command(https))
 
 
 def validate(values: dict) -> list[str]:
@@ -69,7 +129,7 @@ def validate(values: dict) -> list[str]:
 def test_config_validates_against_the_chart_schema_merged_over_its_defaults():
     defaults = load(chart_file("values.yaml"))
     assert validate(deep_merge(defaults, installed())) == []
-    assert validate(deep_merge(deep_merge(defaults, installed()), load(HTTPS))) == []
+    assert validate(deep_merge(defaults, installed(https=True))) == []
     # Without the board's source (an install command missing --set-file) helm refuses the values.
     assert any(e.startswith("hub.extraFiles.board") for e in validate(deep_merge(defaults, load(CONFIG))))
 
@@ -81,10 +141,43 @@ def test_the_schema_check_can_fail():
     assert any("capasity" in e for e in errors) and any(e.startswith("cull.timeout") for e in errors), errors
 
 
-def test_chart_version_pinned_where_the_instructor_reads_it():
-    text = CONFIG.read_text()
-    assert f"--version {CHART_VERSION}" in text
-    assert f"--version {CHART_VERSION}" in (ROOT / "docs" / "gke.md").read_text()
+def test_the_install_command_is_one_in_docs_gke_with_the_pinned_chart_and_the_board():
+    words = documented_command()
+    assert words[:5] == ["helm", "upgrade", "--install", "course", "jupyterhub/jupyterhub"]
+    assert words[words.index("--version") + 1] == CHART_VERSION
+    assert words[words.index("--set-file") + 1] == "hub.extraFiles.board.stringData=hub/board.py"
+    https = documented_command(https=True)
+    assert https[https.index("--values", words.index("--values") + 1) + 1] == "deploy/hub/https.yaml"
+    # No second copy to drift: the files it installs and the other guides point to the page.
+    for path in (CONFIG, HTTPS, ROOT / "docs" / "instructor.md", ROOT / "README.md"):
+        assert "helm upgrade" not in path.read_text(), f"{path.name} repeats the install command: point to docs/gke.md"
+
+
+def test_the_documented_values_check_can_fail():
+    values = values_of([*documented_command(), "--set", "cull.timeout=1h", "--set", "proxy.https.hosts[0]=3"])
+    assert values["proxy"]["https"]["hosts"] == [3]
+    errors = validate(deep_merge(load(chart_file("values.yaml")), values))
+    assert any(e.startswith("cull.timeout") for e in errors), errors
+
+
+def test_no_password_and_no_token_of_the_hubs_reaches_a_learners_pod(pods):
+    values = installed(https=True)
+    shared = values["hub"]["config"]["SharedPasswordAuthenticator"]
+    # The command gives both passwords to the hub's config (the chart keeps it in the hub's own Secret) ...
+    assert set(shared.values()) == set(SHELL_VARIABLES.values())
+    # ... and the board's token is the chart's to make (kept there too): none is given to it here.
+    assert not any("token" in key.lower() for key in values["hub"]["services"]["board"])
+    learners = yaml.safe_dump(values["singleuser"])
+    assert not any(secret in learners for secret in SHELL_VARIABLES.values())
+    for slug, (_, pod) in pods.items():
+        rendered = str(pod.to_dict())
+        assert not any(secret in rendered for secret in SHELL_VARIABLES.values()), slug
+        main = container(pod)
+        assert not main.env_from, f"{slug}: a learner's pod takes environment from a Secret or ConfigMap"
+        from_elsewhere = [e.name for e in main.env if e.value_from is not None]
+        assert from_elsewhere == [], f"{slug}: {from_elsewhere} come from a Secret"
+        volumes = [v if isinstance(v, dict) else v.to_dict() for v in pod.spec.volumes]
+        assert not any(v.get("secret") for v in volumes), f"{slug}: a Secret mounted in a learner's pod"
 
 
 def test_never_an_open_http_endpoint():
@@ -283,7 +376,7 @@ def test_the_board_service_runs_the_mounted_file_on_the_port_the_proxy_may_reach
     assert rule["ports"] == [{"port": port}]
     assert rule["from"][0]["podSelector"]["matchLabels"]["component"] == "proxy"
     assert service["environment"]["BOARD_BIND"] == "0.0.0.0"  # the url's host is the Service's address
-    assert "hub/board.py" in CONFIG.read_text()  # the install command mounts it (--set-file)
+    assert installed()["hub"]["extraFiles"]["board"]["stringData"] == (ROOT / "hub" / "board.py").read_text()
 
 
 def test_only_the_instructor_holds_the_boards_viewer_role_and_the_scopes_are_make_hubs():
@@ -300,7 +393,7 @@ def test_only_the_instructor_holds_the_boards_viewer_role_and_the_scopes_are_mak
 def test_the_board_reads_records_through_the_proxy_with_and_without_https():
     plain = load(CONFIG)
     assert plain["hub"]["services"]["board"]["environment"]["BOARD_SERVERS_URL"] == "http://proxy-public"
-    merged = deep_merge(installed(), load(HTTPS))
+    merged = installed(https=True)
     assert merged["hub"]["services"]["board"]["environment"]["BOARD_SERVERS_URL"] == "http://proxy-http:8000"
     assert merged["hub"]["services"]["board"]["command"] == plain["hub"]["services"]["board"]["command"]
     assert not validate(deep_merge(load(chart_file("values.yaml")), merged))
@@ -319,3 +412,20 @@ def test_the_plan_and_the_example_settings_share_the_hubs_gpu_sharing():
     assert re.search(rf"^max_shared_clients_per_gpu\s*=\s*{clients}$", example, re.M)
     plan = (ROOT / "tools" / "plan_workshop.py").read_text()
     assert re.search(rf"^CLIENTS_PER_GPU = {clients}\b", plan, re.M)
+
+
+def test_a_learners_terminal_on_gke_finds_the_course_with_python():
+    """The card's `python -m coursetools ...` in a terminal of the course image.
+
+    A terminal there is a login shell (jupyter_server_terminals adds -l), whose
+    /etc/profile (Debian's base-files) sets PATH to /usr/local/bin:/usr/bin:/bin
+    for a user who is not root; the python image's interpreter is
+    /usr/local/bin/python, so the course must be installed into it, not into a
+    virtual environment that PATH would miss.
+    """
+    dockerfile = (ROOT / "deploy" / "hub" / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert base.startswith("python:") and "-slim-bookworm" in base
+    assert "venv" not in dockerfile and not re.search(r"^ENV PATH", dockerfile, re.M)
+    assert "pip install --no-deps -e ." in dockerfile and "coursetools-repo.pth" in dockerfile
+    assert "COPY coursetools ./coursetools" in dockerfile

@@ -1,24 +1,33 @@
 """A workshop on one machine (make hub), tried as a room tries it: two learners at once in Chromium, an idle one, the instructor.
 
-One real JupyterHub from hub/launch.py on 127.0.0.1 (ports 8900-8911), the
+One real JupyterHub from hub/launch.py on 127.0.0.1 (ports HUB_TEST_PORT to +11, 8900-8911 by default), the
 smoke profile, a 60 s idle timeout. Learners alice and bob sign in with the
 workshop password in their own browser contexts, get their own servers and
 workspaces, and run lesson 02 at the same time; neither can open the other's
-server or files (403) and an edit of one does not reach the other; carol
-starts a server and leaves it idle until the culler stops it; the instructor
-has the admin page and learners do not; SIGINT stops everything, leaving no
-process and no port. Timings go to results/hub/timings.json.
+server or files (403) and an edit of one does not reach the other. Run as
+root, each is a system user of their own: alice's kernel can read none of
+the hub's files, nothing of bob's (nor write there), and no environment of a
+process that is not hers, and no process of the hub holds a password in its
+environment. The reset command the room card prints works in alice's
+terminal. carol starts a server and leaves it idle until the culler stops
+it; the instructor has the admin page and learners do not; SIGINT stops
+everything, leaving no process and no port. Timings go to
+results/hub/timings.json.
 """
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
-from hubprocess import ADMIN_PASSWORD, ROOT, hub_api, login, start_hub
-from labpage import notebook_text, run_all_from_menu, wait_for_kernel, wait_for_lab, wait_until_run
+from hubprocess import ADMIN_PASSWORD, AS_ROOT, PASSWORD, ROOT, descendants, hub_api, login, start_hub
+from labpage import kernel_execute, notebook_text, run_all_from_menu, wait_for_kernel, wait_for_lab, wait_until_run
 
 LESSON = "02_baseline.ipynb"
 KEY_OUTPUT = "loss before training:"
@@ -96,14 +105,15 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
 
     # Each workspace is the learner's own: alice's edit stays in hers.
     alice, bob = pages["alice"], pages["bob"]
-    from labpage import kernel_execute
-
     out = kernel_execute(alice, LESSON, "import os; open('alice-was-here.txt', 'w').write('x'); print(os.getcwd())")
     assert out.strip() == str(hub.folder / "users" / "alice" / "workspace")
     assert alice.request.get(f"{hub.url}/user/alice/api/contents/alice-was-here.txt").status == 200
     assert bob.request.get(f"{hub.url}/user/bob/api/contents/alice-was-here.txt").status == 404
     out = kernel_execute(bob, LESSON, "import os; print(os.path.exists('alice-was-here.txt'), os.getcwd())")
     assert out.split() == ["False", str(hub.folder / "users" / "bob" / "workspace")]
+    if AS_ROOT:
+        learners_kept_apart(hub, alice)
+    card_command_in_terminal(hub, alice)
 
     # Neither can open the other's server or files.
     for me, other in (("alice", "bob"), ("bob", "alice")):
@@ -136,3 +146,112 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         assert "" in hub_api(instructor, hub, f"/users/{user}").json()["servers"], f"{user}'s server was culled"
     for page in pages.values():
         page.context.close()
+
+
+# Run in alice's kernel: everything of the hub's and of bob's it can read, write or list, and every
+# environment under /proc it can read, with the owner of each process.
+PROBE = """
+import json, os, pathlib
+hub_files, hub, bob = {hub_files!r}, pathlib.Path({hub!r}), pathlib.Path({bob!r})
+found = {{"read": [], "listed": [], "wrote": [], "environ": {{}}, "me": os.getuid()}}
+for path in [*hub_files, bob / "02_baseline.ipynb", bob / ".manifest.json"]:
+    try:
+        open(path, "rb").read(1)
+        found["read"].append(str(path))
+    except OSError:
+        pass
+for folder in (hub, bob.parent, bob):
+    try:
+        os.listdir(folder)
+        found["listed"].append(str(folder))
+    except OSError:
+        pass
+for path in (bob / "from-alice.txt", bob / "02_baseline.ipynb"):
+    try:
+        open(path, "a").close()
+        found["wrote"].append(str(path))
+    except OSError:
+        pass
+for proc in pathlib.Path("/proc").glob("[0-9]*"):
+    try:
+        text, uid = (proc / "environ").read_bytes().decode(errors="replace"), proc.stat().st_uid
+    except OSError:
+        continue
+    pairs = dict(item.split("=", 1) for item in text.split("\\0") if "=" in item)
+    found["environ"][proc.name] = {{"uid": uid, "env": pairs}}
+print(json.dumps(found))
+"""
+
+
+def learners_kept_apart(hub, alice) -> None:
+    """Alice's kernel, as her own system user, finds nothing of the hub's or bob's, and no one else's environment."""
+    users = hub.folder / "users"
+    hub_files = sorted(str(p) for p in hub.folder.iterdir() if p.is_file())
+    assert {"jupyterhub.sqlite", "jupyterhub_cookie_secret", "password", "admin-password"} <= {
+        Path(p).name for p in hub_files
+    }
+    probe = PROBE.format(hub_files=hub_files, hub=str(hub.folder), bob=str(users / "bob" / "workspace"))
+    found = json.loads(kernel_execute(alice, LESSON, probe))
+    assert found["me"] == (users / "alice").stat().st_uid != 0
+    assert found["read"] == [] and found["listed"] == [] and found["wrote"] == [], found
+    assert not (users / "bob" / "workspace" / "from-alice.txt").exists()
+    environ = found["environ"]
+    assert environ, "the kernel could not even read its own environment: the probe would find nothing anyway"
+    assert {e["uid"] for e in environ.values()} == {found["me"]}, "alice read the environment of another user"
+    secrets = {PASSWORD, ADMIN_PASSWORD, (hub.folder / "jupyterhub_cookie_secret").read_text().strip()}
+    tokens = {e["env"].get("JUPYTERHUB_API_TOKEN") for e in environ.values()} - {None}
+    assert len(tokens) == 1, "alice's processes hold more than her own server's token"
+    for pid, entry in environ.items():
+        assert "CONFIGPROXY_AUTH_TOKEN" not in entry["env"], pid
+        assert not any(secret in value for secret in secrets for value in entry["env"].values()), pid
+    # No process of the hub's holds a password in its environment (hub/launch.py keeps them in files).
+    for pid in [hub.process.pid, *descendants(hub.process.pid)]:
+        try:
+            text = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert PASSWORD not in text and ADMIN_PASSWORD not in text, f"a password in the environment of {pid}"
+
+
+def card_command_in_terminal(hub, page) -> None:
+    """The fresh-copy command the room card prints, typed in a terminal of the learner's lab, does what it says."""
+    spec = importlib.util.spec_from_file_location("card", ROOT / "hub" / "card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    printed = card.render({"address": "https://room.example.org/", "password": "x" * 12, "admin": "instructor"})
+    command = html.unescape(re.search(r"<code>(python -m coursetools workspace reset [^<]*)</code>", printed)[1])
+    lesson_number = command.split("reset ")[1][:2]
+    workspace = hub.folder / "users" / "alice" / "workspace"
+    mine = next(workspace.glob(f"{lesson_number}_*.ipynb"))
+    note = "a note alice wrote"
+    edit = f'import pathlib; p = pathlib.Path({str(mine)!r}); p.write_text(p.read_text().replace(\'"source": [\', \'"source": ["# {note}\\\\n", \', 1))'
+    kernel_execute(page, LESSON, edit)
+    assert note in mine.read_text()
+    said = page.evaluate(TERMINAL_RUN, [command, 120_000])
+    assert re.search(r"CARD-DONE=0", said), f"{command!r} in alice's terminal: {said[-1500:]}"
+    kept = list((workspace / "old").glob(f"*/{mine.name}"))
+    assert len(kept) == 1 and note in kept[0].read_text() and note not in mine.read_text()
+    if AS_ROOT:
+        assert os.stat(mine).st_uid == os.stat(workspace).st_uid != 0  # alice's, not root's
+
+
+# A new terminal in the lab (the same shell a learner gets), the command typed into it, its output back.
+TERMINAL_RUN = """async ([command, timeoutMs]) => {
+  const widget = await window.jupyterapp.commands.execute('terminal:create-new');
+  const session = widget.content.session;
+  const start = Date.now();
+  while (session.connectionStatus !== 'connected') {
+    if (Date.now() - start > timeoutMs) return 'the terminal never connected: ' + session.connectionStatus;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  let out = '';
+  const done = new Promise((resolve) => {
+    session.messageReceived.connect((_, msg) => {
+      if (msg.type === 'stdout') { out += msg.content[0]; if (/CARD-DONE=\\d+/.test(out)) resolve(); }
+    });
+  });
+  session.send({type: 'stdin', content: [command + '; echo CARD-DONE=$?\\r']});
+  await Promise.race([done, new Promise((r) => setTimeout(r, timeoutMs))]);
+  widget.dispose();
+  return out;
+}"""

@@ -1,6 +1,6 @@
 """The instructor's board on a real hub (make hub), in Chromium: a wrong then right answer seen live, 403s, catch-up.
 
-One JupyterHub from hub/launch.py on 127.0.0.1 (ports 8900-8911), the smoke
+One JupyterHub from hub/launch.py on 127.0.0.1 (ports HUB_TEST_PORT to +11, 8900-8911 by default), the smoke
 profile. Learner alice answers exercise 03.1 in her kernel, wrong then right;
 the instructor's open board shows the mistake and then "correct" within a
 few seconds (the latency goes to results/hub/board.json). Learner bob gets
