@@ -10,8 +10,17 @@ checkers, see dpcourse/progress.py), fetched through the hub's proxy from
 the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
-server's record is shown as last read. Only jupyterhub, tornado and the
-standard library are imported: on GKE this file runs in the hub's own image.
+server's record is shown as last read. Only jupyterhub, tornado, jsonschema
+(which jupyterhub requires, through jupyter_events) and the standard library
+are imported: on GKE this file runs in the hub's own image.
+
+A record is the learner's file, which they may edit: each is checked against
+:data:`RECORD_SCHEMA` (its shape and a size limit per field and per record)
+before the board uses it, and one that fails is that learner's row, saying
+"record unreadable" and why, while every other row keeps updating. The board
+says in its log which learner's record became unreadable (and readable again)
+once per change, not per refresh, and reads a record again only when its size
+or modification time changed.
 
 Settings (environment; the hub sets the JUPYTERHUB_* ones):
 
@@ -38,6 +47,8 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlparse
 
+import jsonschema
+
 # The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
 # hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
 SERVICE_SCOPES = ["list:users", "read:users", "read:users:activity", "read:servers", "access:servers"]
@@ -45,6 +56,97 @@ VIEWER_SCOPES = ["access:services!service=board"]
 STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.progress.STUCK_TRIES)
 RECORD = "progress.json"
 TOP_MISTAKES = 8
+
+# ---- a learner's record, checked before it is used --------------------------------
+
+MAX_RECORD_BYTES = 256 * 1024  # a course's worth of exercises is about 20 KB
+MAX_REASON = 160  # characters of the reason a row gives for an unreadable record
+_TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
+_EXERCISE_ID = {"type": "string", "pattern": r"^ex\d\d_\d{1,2}$"}
+# The shape dpcourse/progress.py writes (tests/hub/test_board.py checks that every record it writes passes).
+RECORD_SCHEMA = {
+    "type": "object",
+    "required": ["exercises"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"const": 1},
+        "updated": _TIME,
+        "lessons": {
+            "type": "object",
+            "maxProperties": 40,
+            "propertyNames": {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "started": _TIME,
+                    "finished": _TIME,
+                    "last_start": _TIME,
+                    "exercises": {"type": "array", "maxItems": 20, "items": _EXERCISE_ID},
+                },
+            },
+        },
+        "exercises": {
+            "type": "object",
+            "maxProperties": 200,
+            "propertyNames": _EXERCISE_ID,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
+                    "verdict": {"enum": ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]},
+                    "mistake": {"type": "string", "maxLength": 120},
+                    "message": {"type": "string", "maxLength": 300},
+                    "attempts": _COUNT,
+                    "wrong_tries": _COUNT,
+                    "first": _TIME,
+                    "last": _TIME,
+                    "correct_at": _TIME,
+                },
+            },
+        },
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
+
+
+class RecordError(ValueError):
+    """A learner's record the board cannot use; the message says why in a phrase."""
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path) or "the top level"
+
+
+def parse_record(text: str | bytes) -> dict:
+    """The learner's record from the text of their ``progress.json``.
+
+    Raises:
+        RecordError: it is too large, not UTF-8, not JSON, or not of the shape
+            of :data:`RECORD_SCHEMA` (the message names the field and the rule).
+    """
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    if size > MAX_RECORD_BYTES:
+        raise RecordError(f"{size} bytes, more than the {MAX_RECORD_BYTES} a record may have")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise RecordError("nested too deeply to be a record") from None
+    except UnicodeDecodeError:
+        raise RecordError("not UTF-8 text") from None
+    except ValueError as err:
+        raise RecordError(f"not JSON ({str(err)[:80]})") from None
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        said = error.message if len(error.message) <= 100 else error.message[:97] + "..."
+        raise RecordError(f"{_where(error.absolute_path)}: {said}")
+    return data
 
 # ---- the room, from the records (pure: tested without a hub) ----------------------
 
@@ -71,15 +173,19 @@ def current_lesson(record: dict) -> str:
 
 
 def summarise(learners: dict[str, dict], now: float) -> dict:
-    """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None}}``.
+    """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None, "problem": str}}``.
 
     Returns a dict: ``exercises`` (ids in course order), ``rows`` (one per
     learner, sorted by name), ``counts`` (per exercise: correct, stuck, not
     attempted), ``mistakes`` (the most common named mistakes, with how many
-    learners made each and one message).
+    learners made each and one message). A learner with a ``problem`` (an
+    unreadable record, see :func:`parse_record`) has a row that says it and
+    counts in none of the totals.
     """
     exercises: set[str] = set()
     for info in learners.values():
+        if info.get("problem"):
+            continue
         record = info.get("record") or {}
         for lesson in record.get("lessons", {}).values():
             exercises.update(lesson.get("exercises") or [])
@@ -90,6 +196,17 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
     example: dict[tuple[str, str], str] = {}
     for name in sorted(learners):
         info = learners[name]
+        if info.get("problem"):
+            activity = info.get("activity")
+            rows.append(
+                {
+                    "name": name,
+                    "server": info.get("server", ""),
+                    "activity_ago_s": None if activity is None else max(0.0, now - activity),
+                    "problem": info["problem"],
+                }
+            )
+            continue
         record = info.get("record") or {}
         entries = record.get("exercises", {})
         states = {e: exercise_state(entries.get(e)) for e in order}
@@ -152,6 +269,16 @@ def render_room(summary: dict) -> str:
     head2 = "".join(f'<th class="ex">{e(label(x).split(".")[1])}</th>' for x in order)
     body = []
     for row in summary["rows"]:
+        active = f"{e(ago(row['activity_ago_s']))}" + (
+            "" if row["server"] == "running" else " <i>" + e(row["server"] or "no server") + "</i>"
+        )
+        if row.get("problem"):
+            body.append(
+                f'<tr data-learner="{e(row["name"])}" class="unreadable"><td class="who">{e(row["name"])}</td>'
+                f'<td class="lsn"></td><td class="act">{active}</td><td class="problem" colspan="{len(order) + 1}">'
+                f"record unreadable: {e(row['problem'][:MAX_REASON])}</td></tr>"
+            )
+            continue
         cells = []
         for x in order:
             state, entry = row["states"][x], row["entries"][x]
@@ -169,8 +296,7 @@ def render_room(summary: dict) -> str:
                 said += f": {last['mistake']}"
         body.append(
             f'<tr data-learner="{e(row["name"])}"><td class="who">{e(row["name"])}</td>'
-            f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{e(ago(row["activity_ago_s"]))}'
-            f"{'' if row['server'] == 'running' else ' <i>' + e(row['server'] or 'no server') + '</i>'}</td>"
+            f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{active}</td>'
             f'<td class="lastck" title="{e(last.get("message") or "")}">{e(said)}</td>{"".join(cells)}</tr>'
         )
     foot = []
@@ -203,6 +329,7 @@ td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 .correct{color:#1b7a2f}.s.correct{background:#e7f5e9}.wrong{color:#a31515}.s.wrong{background:#fdecea}
 .stuck{color:#fff}.s.stuck{background:#a31515;font-weight:700}.n.stuck{color:#a31515}
 .bad{color:#8a5300}.s.bad{background:#fff4e0}.none{color:#999}
+td.problem{color:#8a5300;background:#fff4e0;max-width:400px;overflow:hidden;text-overflow:ellipsis}
 tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
 aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
 #act{margin:0 0 4px;font-size:11px}#act input,#act button{font-size:11px}#done{color:#1b5e20}
@@ -269,35 +396,108 @@ refresh();
 class Room:
     """The learners as the hub lists them and their records, read with the service's token."""
 
-    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True) -> None:
+    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True, say=print) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.servers_url = servers_url.rstrip("/")
         self.verify_tls = verify_tls
+        self.say = say  # the board's log (the hub's terminal): one line per change of a record's readability
         self.records: dict[str, dict] = {}  # last record read per learner (kept while a server is stopped)
+        self.problems: dict[str, str] = {}  # why a learner's record is unreadable, while it is
+        self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
+        self.users: list[dict] = []  # the hub's last answer to GET /users, and its ETag
+        self.users_etag = ""
         self.read_at = 0.0
         self.cached: dict | None = None
         self.lock = asyncio.Lock()
 
-    async def _get(self, url: str):
-        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+    async def _get(self, url: str, etag: str = ""):
+        """``(HTTP status, parsed JSON body or None, the server's message on an error, the answer's ETag)``.
 
+        With ``etag`` (from an earlier answer) an unchanged answer is ``304``
+        and has no body: the hub and the learners' servers log those at debug
+        level, so a quiet room adds nothing to the hub's terminal.
+        """
+        from tornado.httpclient import AsyncHTTPClient
+
+        headers = {"Authorization": f"token {self.token}", **({"If-None-Match": etag} if etag else {})}
         try:
             answer = await AsyncHTTPClient().fetch(
                 url,
-                headers={"Authorization": f"token {self.token}"},
+                headers=headers,
                 request_timeout=10,
                 validate_cert=self.verify_tls,
+                max_body_size=4 * MAX_RECORD_BYTES,
+                raise_error=False,
             )
-        except HTTPClientError as err:
-            return err.code, None
-        return answer.code, json.loads(answer.body)
+        except OSError as err:  # refused, reset, a body too large
+            return 0, None, str(err), ""
+        if answer.code == 599 or answer.error and not answer.body:
+            return (0 if answer.code == 599 else answer.code), None, str(answer.error), ""
+        try:
+            body = json.loads(answer.body) if answer.body else None
+        except ValueError:
+            return answer.code, None, "the answer was not JSON", ""
+        said = str(body.get("message") or "") if isinstance(body, dict) and answer.code >= 400 else ""
+        return answer.code, body, said, answer.headers.get("Etag", "")
+
+    def note(self, name: str, problem: str) -> None:
+        """Keep ``name``'s problem (``""``: none); the log hears of it when it changes, not at every refresh."""
+        before = self.problems.get(name, "")
+        if problem == before:
+            return
+        if problem:
+            self.problems[name] = problem
+            self.records.pop(name, None)  # never shown as if it were still true
+            self.say(f"board: {name}'s record is unreadable: {problem}", flush=True)
+        else:
+            self.problems.pop(name, None)
+            self.say(f"board: {name}'s record is readable again", flush=True)
+
+    async def read_record(self, name: str, server_url: str) -> None:
+        """Read ``name``'s record from their running server when it changed; note any problem.
+
+        A first request asks for the file's model without its content (and
+        answers 304 while the file is unchanged); only a changed file of at
+        most :data:`MAX_RECORD_BYTES` is fetched and checked.
+        """
+        base = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/{RECORD}"
+        code, model, said, etag = await self._get(f"{base}?content=0&type=file", self.etags.get(name, ""))
+        if code == 304:
+            return  # unchanged since the last read: the same record, or the same problem
+        self.etags.pop(name, None)
+        if code == 404:  # the learner deleted it, or has not checked anything yet
+            self.records.pop(name, None)
+            self.note(name, "")
+            return
+        if code != 200 or not isinstance(model, dict):
+            self.note(name, _no_record(code, said))
+            return
+        size = model.get("size")
+        if isinstance(size, int) and size > MAX_RECORD_BYTES:
+            self.etags[name] = etag
+            self.note(name, f"{size} bytes, more than the {MAX_RECORD_BYTES} a record may have")
+            return
+        code, model, said, _ = await self._get(f"{base}?content=1&format=text&type=file")
+        if code != 200 or not isinstance(model, dict) or not isinstance(model.get("content"), str):
+            self.note(name, _no_record(code, said))
+            return
+        self.etags[name] = etag
+        try:
+            self.records[name] = parse_record(model["content"])
+        except RecordError as err:
+            self.note(name, str(err))
+            return
+        self.note(name, "")
 
     async def learners(self) -> dict[str, dict]:
-        """``{name: {"record", "server", "activity"}}`` for every user but admins; records of running servers read now."""
-        code, users = await self._get(f"{self.api_url}/users")
-        if code != 200 and users is None:
+        """``{name: {"record", "server", "activity", "problem"}}`` for every user but admins; running servers read now."""
+        code, users, _, etag = await self._get(f"{self.api_url}/users", self.users_etag)
+        if code == 304:
+            users, etag = self.users, self.users_etag
+        elif code != 200 or not isinstance(users, list):
             raise RuntimeError(f"the hub's API answered {code} to GET /users: check the board role's scopes")
+        self.users, self.users_etag = users, etag or ""
         found = {}
 
         async def one(user: dict) -> None:
@@ -305,18 +505,13 @@ class Room:
             server = (user.get("servers") or {}).get("", {})
             state = "running" if server.get("ready") else ("starting" if server.get("pending") else "stopped")
             if state == "running":
-                code, model = await self._get(
-                    f"{self.servers_url}{server['url'].rstrip('/')}/api/contents/{RECORD}?content=1&format=text&type=file"
-                )
-                if code == 200 and model and model.get("content"):
-                    try:
-                        self.records[name] = json.loads(model["content"])
-                    except ValueError:
-                        pass  # a half-written file cannot be read: writes are atomic; keep the last one
-                elif code == 404:
-                    self.records.pop(name, None)  # the learner deleted it, or has not checked anything yet
-            activity = user.get("last_activity")
-            found[name] = {"record": self.records.get(name), "server": state, "activity": iso_seconds(activity)}
+                await self.read_record(name, server["url"])
+            found[name] = {
+                "record": self.records.get(name),
+                "server": state,
+                "activity": iso_seconds(user.get("last_activity")),
+                "problem": self.problems.get(name, ""),
+            }
 
         await asyncio.gather(*(one(u) for u in users if not u.get("admin") and u.get("kind", "user") == "user"))
         return found
@@ -328,6 +523,15 @@ class Room:
                 self.cached = summarise(await self.learners(), time.time())
                 self.read_at = time.monotonic()
             return self.cached
+
+
+def _no_record(code: int, said: str) -> str:
+    """Why a record could not be fetched, in a phrase."""
+    if code == 403:
+        return f"their server may not read it ({said[:80] or 'HTTP 403'})"
+    if code == 400:
+        return f"their server cannot read it as text ({said[:80] or 'HTTP 400'})"
+    return f"their server answered HTTP {code} ({said[:80]})" if code else f"their server did not answer ({said[:80]})"
 
 
 def iso_seconds(stamp: str | None) -> float | None:

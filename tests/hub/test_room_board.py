@@ -127,7 +127,8 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     solved = {solutions.cell_id(c): "".join(c["source"]) for c in filled["cells"] if solutions.cell_id(c)}
     assert solved == solutions.read_solutions("04_sharding")
     done = workspace_command("update", "--room", str(users))  # a room-wide update keeps the filled lesson
-    assert done.returncode == 0 and json.loads((users / "bob" / "workspace" / "04_sharding.ipynb").read_text()) == filled
+    assert done.returncode == 0, done.stderr
+    assert json.loads((users / "bob" / "workspace" / "04_sharding.ipynb").read_text()) == filled
 
     # A fresh lesson 05 for the whole room: alice's edited copy is kept aside.
     mine = users / "alice" / "workspace" / "05_shard_map.ipynb"
