@@ -143,10 +143,16 @@ def parse_record(text: str | bytes) -> dict:
     except ValueError as err:
         raise RecordError(f"not JSON ({str(err)[:80]})") from None
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
-    if error is not None:
-        said = error.message if len(error.message) <= 100 else error.message[:97] + "..."
-        raise RecordError(f"{_where(error.absolute_path)}: {said}")
+    if error is not None:  # the schema's own sentence, or the rule alone where that would quote a long value
+        rule = f"breaks the rule {error.validator} {json.dumps(error.validator_value)[:40]}"
+        said = error.message if len(error.message) <= 100 else rule
+        raise RecordError(f"{_where(error.absolute_path)}: {said}"[:MAX_REASON])
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError("holds text that is not valid Unicode (a lone surrogate)") from None
     return data
+
 
 # ---- the room, from the records (pure: tested without a hub) ----------------------
 
@@ -304,8 +310,8 @@ def render_room(summary: dict) -> str:
         numbers = "".join(f'<td class="n {css}">{summary["counts"][x][what]}</td>' for x in order)
         foot.append(f'<tr class="count"><td colspan="4" class="what">{what}</td>{numbers}</tr>')
     mistakes = "".join(
-        f'<li><b>{e(label(m["exercise"]))} {e(m["mistake"])}</b> · {m["learners"]} '
-        f'learner{"s" if m["learners"] != 1 else ""}<br><span>{e(m["message"][:140])}</span></li>'
+        f"<li><b>{e(label(m['exercise']))} {e(m['mistake'])}</b> · {m['learners']} "
+        f"learner{'s' if m['learners'] != 1 else ''}<br><span>{e(m['message'][:140])}</span></li>"
         for m in summary["mistakes"]
     )
     return (
@@ -407,6 +413,7 @@ class Room:
         self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
         self.users: list[dict] = []  # the hub's last answer to GET /users, and its ETag
         self.users_etag = ""
+        self.client = None
         self.read_at = 0.0
         self.cached: dict | None = None
         self.lock = asyncio.Lock()
@@ -420,15 +427,12 @@ class Room:
         """
         from tornado.httpclient import AsyncHTTPClient
 
+        if self.client is None:  # made on the running loop; an answer over the limit is refused, not read
+            self.client = AsyncHTTPClient(force_instance=True, max_body_size=16 * MAX_RECORD_BYTES)
         headers = {"Authorization": f"token {self.token}", **({"If-None-Match": etag} if etag else {})}
         try:
-            answer = await AsyncHTTPClient().fetch(
-                url,
-                headers=headers,
-                request_timeout=10,
-                validate_cert=self.verify_tls,
-                max_body_size=4 * MAX_RECORD_BYTES,
-                raise_error=False,
+            answer = await self.client.fetch(
+                url, headers=headers, request_timeout=10, validate_cert=self.verify_tls, raise_error=False
             )
         except OSError as err:  # refused, reset, a body too large
             return 0, None, str(err), ""
@@ -526,12 +530,14 @@ class Room:
 
 
 def _no_record(code: int, said: str) -> str:
-    """Why a record could not be fetched, in a phrase."""
+    """Why a record could not be fetched, in a phrase (the end of the server's message, which names the cause)."""
+    said = re.sub(r"/(?:[^\s/()]+/)+", "", said)  # the server's folders: the file's name says enough
+    said = said if len(said) <= 80 else "..." + said[-77:]
     if code == 403:
-        return f"their server may not read it ({said[:80] or 'HTTP 403'})"
+        return f"their server may not read it ({said or 'HTTP 403'})"
     if code == 400:
-        return f"their server cannot read it as text ({said[:80] or 'HTTP 400'})"
-    return f"their server answered HTTP {code} ({said[:80]})" if code else f"their server did not answer ({said[:80]})"
+        return f"their server cannot read it as text ({said or 'HTTP 400'})"
+    return f"their server answered HTTP {code} ({said})" if code else f"their server did not answer ({said})"
 
 
 def iso_seconds(stamp: str | None) -> float | None:
@@ -643,4 +649,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

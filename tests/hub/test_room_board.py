@@ -105,6 +105,18 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     (out / "board.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"\nboard latency: {figures}; screenshot {out / 'board-live.png'}")
 
+    # A malformed record is that learner's row alone, said once in the log; the rest of the room keeps updating,
+    # and a quiet room adds nothing to the hub's log (the board's unchanged reads are answered 304, logged at debug).
+    (hub.folder / "users" / "bob" / "workspace" / "progress.json").write_text('{"exercises": {"ex03_1": "3"}}')
+    wait_for_row(instructor, "bob", "record unreadable: exercises.ex03_1", SEEN_WITHIN_S)
+    quiet_from = len(hub.log_text().splitlines())
+    time.sleep(8)  # four refreshes
+    assert "03.1 correct" in instructor.inner_text("tr[data-learner='alice']")
+    assert instructor.inner_text("#status").startswith("updated")
+    quiet = "\n".join(hub.log_text().splitlines()[quiet_from:])
+    assert "progress.json" not in quiet and "GET /hub/api/users" not in quiet, quiet[-2000:]
+    assert hub.log_text().count("board: bob's record is unreadable") == 1
+
     # A learner can open neither the board nor another learner's record.
     assert bob.request.get(f"{hub.url}/services/board/").status == 403
     assert bob.request.get(f"{hub.url}/services/board/room.json").status == 403
