@@ -323,3 +323,48 @@ def test_an_unchanged_record_is_not_fetched_again_and_a_large_one_never(tmp_path
         assert models == [200, 304, 304, 304], (name, models)
     assert sorted(a for a in fake.answers if a[1] == "content") == [("ann", "content", 200), ("cyd", "content", 200)]
     assert len(said) == 1 and "20000" in said[0]
+
+
+def test_thirty_learners_and_one_bad_record_refresh_measured(tmp_path):
+    """Times the board's refresh (read, check, summarise, render) for 30 learners, one record malformed.
+
+    The learners' servers are this file's small app (jupyter_server's file
+    manager) in the same process, so the time includes their side too. Writes
+    results/hub/board-refresh.json; a measurement, asserted only for what it shows.
+    """
+    import statistics
+    import time
+
+    from hubprocess import ROOT
+    from test_board import generated_room
+
+    learners = generated_room(30)
+    records = {name: text(info["record"]) for name, info in learners.items()}
+    bad = sorted(records)[7]
+    records[bad] = MALFORMED["wrong_tries a string"][0]
+    fake = FakeRoom(homes(tmp_path, records), sorted(records))
+
+    async def work(room):
+        times = {"first": [], "unchanged": []}
+        for step in range(11):
+            start = time.perf_counter()
+            page = board.render_room(await room.summary(max_age_s=0))
+            times["first" if step == 0 else "unchanged"].append(time.perf_counter() - start)
+        return times, page
+
+    (times, page), said = fake.serve(work)
+    rows = rows_by_name(page)
+    assert len(rows) == 30 and [n for n, row in rows.items() if "record unreadable" in row] == [bad]
+    assert said == [f"board: {bad}'s record is unreadable: exercises.ex03_1.wrong_tries: '3' is not of type 'integer'"]
+    figures = {
+        "learners": 30,
+        "bad_records": 1,
+        "first_refresh_s": round(times["first"][0], 4),
+        "unchanged_refresh_median_s": round(statistics.median(times["unchanged"]), 4),
+        "unchanged_refreshes": len(times["unchanged"]),
+        "fragment_bytes": len(page.encode()),
+    }
+    out = ROOT / "results" / "hub"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "board-refresh.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"\nboard refresh, 30 learners and one bad record: {figures}")
