@@ -57,3 +57,16 @@ def test_the_lab_guides_first_start_example_counts_the_lessons_there_are():
     first = re.search(r"workspace: (\d+) lessons \((\d+) copied in\)\.", text)
     assert first, "docs/jupyterlab.md: no first-start example line ('N lessons (N copied in).')"
     assert int(first.group(1)) == int(first.group(2)) == len(LESSONS), first.group(0)
+
+
+def test_the_instructors_exercise_table_has_a_row_per_checked_exercise_in_course_order():
+    """docs/instructor.md's table of exercises: one row for each exercise a checker checks, none more."""
+    import re
+
+    from dpcourse import progress
+
+    checked = [e for lesson in LESSONS for e in progress.lesson_exercises(lesson.stem)]
+    text = (ROOT / "docs" / "instructor.md").read_text()
+    table = text.split("| exercise | the task | wrong answers the check recognises |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| (\d\d)\.(\d+) \|", table, flags=re.M)
+    assert [f"ex{lesson}_{n}" for lesson, n in rows] == checked
