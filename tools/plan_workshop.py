@@ -67,14 +67,15 @@ class Measured:
     source: str  # the baseline file, relative to the repository
 
 
-def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> Measured | None:
-    """The largest ``peak_rss_bytes`` or ``peak_gpu_bytes`` (``kind``) of any passed lesson in a baseline run.
+def measured_peaks(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> dict[str, Measured]:
+    """Each lesson's ``peak_rss_bytes`` or ``peak_gpu_bytes`` (``kind``) from the newest baseline run that measured it.
 
     Reads every ``baselines/*.json`` that is a course run (``results.json``:
-    ``profile`` and a list of ``notebooks``) of ``profile``; the newest
-    (``created``) with the figure wins. None when no baseline has it.
+    ``profile`` and a list of ``notebooks``) of ``profile``; per lesson, the
+    newest (``created``) run in which it passed with the figure wins, so a
+    run of one lesson adds that lesson without hiding the others.
     """
-    best = None
+    newest: dict[str, tuple[str, Measured]] = {}
     for path in sorted(folder.glob("*.json")):
         try:
             run = json.loads(path.read_text())
@@ -82,11 +83,22 @@ def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> 
             continue
         if not isinstance(run, dict) or run.get("profile") != profile or not isinstance(run.get("notebooks"), list):
             continue
-        peaks = [(n.get(kind), n["notebook"]) for n in run["notebooks"] if n.get(kind) and n.get("status") == "passed"]
-        if peaks and (best is None or run.get("created", "") > best[0]):
-            value, notebook = max(peaks)
-            best = (run.get("created", ""), Measured(value / GIB, notebook, _shown(path)))
-    return best[1] if best else None
+        created = run.get("created", "")
+        for entry in run["notebooks"]:
+            name = entry.get("notebook")
+            if entry.get(kind) and entry.get("status") == "passed" and created >= newest.get(name, ("",))[0]:
+                newest[name] = (created, Measured(entry[kind] / GIB, name, _shown(path)))
+    return {name: newest[name][1] for name in sorted(newest)}
+
+
+def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> Measured | None:
+    """The largest of :func:`measured_peaks`; None when no baseline has the figure."""
+    return max(measured_peaks(kind, profile, folder).values(), key=lambda m: m.gib, default=None)
+
+
+def course_lessons(notebooks: Path = ROOT / "notebooks") -> list[str]:
+    """The course's lessons (``01_setup``, ...), from its notebooks folder."""
+    return sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
 
 
 def _shown(path: Path) -> str:
@@ -94,8 +106,12 @@ def _shown(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
-def memory_notes(found: dict[str, Profile], folder: Path = BASELINES) -> list[str]:
-    """What the memory requests rest on: the measured peaks where a baseline has them, else 'an estimate'."""
+def memory_notes(found: dict[str, Profile], folder: Path = BASELINES, lessons: list[str] | None = None) -> list[str]:
+    """What the memory requests rest on: the measured peaks where a baseline has them, else 'an estimate'.
+
+    ``lessons``: the course's (:func:`course_lessons` by default); any without a measured peak is named.
+    """
+    lessons = course_lessons() if lessons is None else lessons
     rss = measured_peak("peak_rss_bytes", "cpu", folder)
     gpu = measured_peak("peak_gpu_bytes", "full", folder)
     cpu_request = found["cpu"].memory_gib
@@ -109,6 +125,12 @@ def memory_notes(found: dict[str, Profile], folder: Path = BASELINES) -> list[st
             f"Memory: the largest lesson's peak on the cpu profile, measured: {rss.gib:.2f} GiB ({rss.notebook}, "
             f"kernel and children, {rss.source}); the cpu profile requests {cpu_request:g} GiB."
         ]
+        missing = [name for name in lessons if name not in measured_peaks("peak_rss_bytes", "cpu", folder)]
+        if missing:
+            lines[0] += (
+                f" Not measured, so possibly larger: {', '.join(missing)} (python -m coursetools run --profile cpu "
+                "--notebooks NN writes it; copy its results.json to baselines/)."
+            )
     if gpu is None:
         lines.append(
             "GPU memory per learner: not measured (no GPU baseline records it); 24 GB per L4 shared by "
