@@ -21,7 +21,9 @@ them the cost column says "price not given".
 Time-sharing's effect on each learner's speed is NOT MEASURED here: with N
 learners computing on one L4 at the same moment each gets about 1/N of its
 time at best (GKE time-slices, no memory isolation); idle learners cost the
-others nothing.
+others nothing. How the L4s are shared, and by how many, is terraform's
+(``gpu_sharing_strategy``, ``max_shared_clients_per_gpu``), read here from
+the node labels the hub's shared-L4 profile selects.
 """
 
 from __future__ import annotations
@@ -52,7 +54,22 @@ POOLS = {"cpu": "e2-standard-8", "shared-l4": "g2-standard-24", "two-l4": "g2-st
 SYSTEM_PODS = (0.4, 1.0)  # vCPU, GiB per node for GKE's daemon sets and the pre-puller: an estimate
 HUB_PODS = (1.0, 2.0)  # vCPU, GiB for hub, proxy and user scheduler on the CPU pool: an estimate
 FORCED = "two-l4 (gpu_node_count >= 1)"  # the GPU node terraform makes whatever the mix
-CLIENTS_PER_GPU = 4  # terraform's max_shared_clients_per_gpu default (deploy/hub/config.yaml selects it)
+SHARING_LABELS = ("cloud.google.com/gke-gpu-sharing-strategy", "cloud.google.com/gke-max-shared-clients-per-gpu")
+
+
+def gpu_sharing(config_path: Path = CONFIG) -> tuple[str, int]:
+    """How the shared-L4 profile's GPUs are shared (``"time-sharing"`` or ``"mps"``) and by how many learners.
+
+    Read from the node labels the profile selects in deploy/hub/config.yaml,
+    which tests/hub/test_gke_hub_config.py keeps equal to terraform's
+    ``gpu_sharing_strategy`` and ``max_shared_clients_per_gpu`` (terraform/variables.tf, where they are set).
+    """
+    single = yaml.safe_load(config_path.read_text())["singleuser"]
+    shared = next(e for e in single["profileList"] if e["slug"] == "shared-l4")["kubespawner_override"]["node_selector"]
+    return shared[SHARING_LABELS[0]], int(shared[SHARING_LABELS[1]])
+
+
+STRATEGY, CLIENTS_PER_GPU = gpu_sharing()
 
 
 BASELINES = ROOT / "baselines"
@@ -274,8 +291,9 @@ def table(rows: list[Row], prices: dict[str, float], price_date: str | None) -> 
         f"system pods (an estimate); the first CPU node also holds the hub ({HUB_PODS[0]} vCPU, {HUB_PODS[1]} GiB, "
         "an estimate). The shared-L4 profile: "
         f"{CLIENTS_PER_GPU} learners per L4 (max_shared_clients_per_gpu).",
-        "Time-sharing's effect on a learner's speed: not measured. With k learners computing on one L4 at the "
-        "same moment, each gets at most about 1/k of its time; memory is shared (24 GB per L4).",
+        f"{'Time-sharing' if STRATEGY == 'time-sharing' else STRATEGY.upper()}'s effect on a learner's speed: "
+        "not measured. With k learners computing on one L4 at the same moment, each gets at most about 1/k of its "
+        "time; memory is shared (24 GB per L4).",
     ]
     if prices:
         notes.append(

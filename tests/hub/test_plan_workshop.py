@@ -144,3 +144,14 @@ def test_the_guides_memory_table_is_the_baselines():
         assert f"`{measured.source}`" in guide, f"docs/instructor.md: name {measured.source} beside the memory table"
     peak = plan_workshop.measured_peak("peak_rss_bytes", "cpu")
     assert f"peaked at\n  {peak.gib:.2f} GiB" in guide
+
+
+def test_the_plan_reads_the_gpu_sharing_from_the_hubs_shared_profile(tmp_path):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "deploy" / "hub" / "config.yaml").read_text())
+    shared = next(e for e in config["singleuser"]["profileList"] if e["slug"] == "shared-l4")
+    selector = shared["kubespawner_override"]["node_selector"]
+    selector.update({plan_workshop.SHARING_LABELS[0]: "mps", plan_workshop.SHARING_LABELS[1]: "8"})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    assert plan_workshop.gpu_sharing(tmp_path / "config.yaml") == ("mps", 8)
