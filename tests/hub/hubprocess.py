@@ -17,8 +17,9 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "hub" / "launch.py"
 # Ports given to the hub tests: the hub at BASE_PORT (+1 proxy API, +2 hub, +3 board), learners' servers after.
-BASE_PORT = 8900
-SERVER_PORTS = "8904-8911"
+# HUB_TEST_PORT moves them all (two checkouts running the hub tests on one machine).
+BASE_PORT = int(os.environ.get("HUB_TEST_PORT", "8900"))
+SERVER_PORTS = f"{BASE_PORT + 4}-{BASE_PORT + 11}"
 PASSWORD = "room-test-password"
 ADMIN_PASSWORD = "instructor-test-password-0123456789"
 # About 3 s on a quiet machine; importing JupyterHub alone took over 60 s on a
