@@ -14,13 +14,9 @@ server's record is shown as last read. Only jupyterhub, tornado, jsonschema
 (which jupyterhub requires, through jupyter_events) and the standard library
 are imported: on GKE this file runs in the hub's own image.
 
-A record is the learner's file, which they may edit: each is checked against
-:data:`RECORD_SCHEMA` (its shape and a size limit per field and per record)
-before the board uses it, and one that fails is that learner's row, saying
-"record unreadable" and why, while every other row keeps updating. The board
-says in its log which learner's record became unreadable (and readable again)
-once per change, not per refresh, and reads a record again only when its size
-or modification time changed.
+Learners may edit their record: each is checked against :data:`RECORD_SCHEMA`
+first, and one that fails is that learner's row, "record unreadable: why", said
+once in the log; every other row keeps updating (:meth:`Room.read_record`).
 
 Settings (environment; the hub sets the JUPYTERHUB_* ones):
 
@@ -44,6 +40,7 @@ import re
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -61,10 +58,20 @@ TOP_MISTAKES = 8
 
 MAX_RECORD_BYTES = 256 * 1024  # a course's worth of exercises is about 20 KB
 MAX_REASON = 160  # characters of the reason a row gives for an unreadable record
+RETRY_S = 30.0  # seconds before asking again for a record the learner's server refused
 _TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
-_EXERCISE_ID = {"type": "string", "pattern": r"^ex\d\d_\d{1,2}$"}
-# The shape dpcourse/progress.py writes (tests/hub/test_board.py checks that every record it writes passes).
+_ID = {"type": "string", "pattern": r"^ex\d\d_\d{1,2}$"}
+VERDICTS = ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]
+
+
+def _table(names: dict, fields: dict, most: int) -> dict:
+    """At most ``most`` entries with names of the schema ``names``, each an object of ``fields`` alone."""
+    entry = {"type": "object", "additionalProperties": False, "properties": fields}
+    return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
+
+
+# The shape dpcourse/progress.py writes (tests/hub/test_board_records.py checks that what it writes passes).
 RECORD_SCHEMA = {
     "type": "object",
     "required": ["exercises"],
@@ -72,41 +79,26 @@ RECORD_SCHEMA = {
     "properties": {
         "version": {"const": 1},
         "updated": _TIME,
-        "lessons": {
-            "type": "object",
-            "maxProperties": 40,
-            "propertyNames": {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "started": _TIME,
-                    "finished": _TIME,
-                    "last_start": _TIME,
-                    "exercises": {"type": "array", "maxItems": 20, "items": _EXERCISE_ID},
-                },
+        "lessons": _table(
+            {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
+            {
+                **dict.fromkeys(("started", "finished", "last_start"), _TIME),
+                "exercises": {"type": "array", "maxItems": 20, "items": _ID},
             },
-        },
-        "exercises": {
-            "type": "object",
-            "maxProperties": 200,
-            "propertyNames": _EXERCISE_ID,
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
-                    "verdict": {"enum": ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]},
-                    "mistake": {"type": "string", "maxLength": 120},
-                    "message": {"type": "string", "maxLength": 300},
-                    "attempts": _COUNT,
-                    "wrong_tries": _COUNT,
-                    "first": _TIME,
-                    "last": _TIME,
-                    "correct_at": _TIME,
-                },
+            40,
+        ),
+        "exercises": _table(
+            _ID,
+            {
+                **dict.fromkeys(("first", "last", "correct_at"), _TIME),
+                **dict.fromkeys(("attempts", "wrong_tries"), _COUNT),
+                "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
+                "verdict": {"enum": VERDICTS},
+                "mistake": {"type": "string", "maxLength": 120},
+                "message": {"type": "string", "maxLength": 300},
             },
-        },
+            200,
+        ),
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
@@ -120,16 +112,11 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _where(path) -> str:
-    return ".".join(str(p) for p in path) or "the top level"
-
-
 def parse_record(text: str | bytes) -> dict:
     """The learner's record from the text of their ``progress.json``.
 
     Raises:
-        RecordError: it is too large, not UTF-8, not JSON, or not of the shape
-            of :data:`RECORD_SCHEMA` (the message names the field and the rule).
+        RecordError: too large, not UTF-8, not JSON, or not of :data:`RECORD_SCHEMA`'s shape (names the field).
     """
     size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if size > MAX_RECORD_BYTES:
@@ -146,7 +133,8 @@ def parse_record(text: str | bytes) -> dict:
     if error is not None:  # the schema's own sentence, or the rule alone where that would quote a long value
         rule = f"breaks the rule {error.validator} {json.dumps(error.validator_value)[:40]}"
         said = error.message if len(error.message) <= 100 else rule
-        raise RecordError(f"{_where(error.absolute_path)}: {said}"[:MAX_REASON])
+        where = ".".join(str(p) for p in error.absolute_path) or "the top level"
+        raise RecordError(f"{where}: {said}"[:MAX_REASON])
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -202,16 +190,9 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
     example: dict[tuple[str, str], str] = {}
     for name in sorted(learners):
         info = learners[name]
-        if info.get("problem"):
-            activity = info.get("activity")
-            rows.append(
-                {
-                    "name": name,
-                    "server": info.get("server", ""),
-                    "activity_ago_s": None if activity is None else max(0.0, now - activity),
-                    "problem": info["problem"],
-                }
-            )
+        if info.get("problem"):  # its row says why; the activity is the hub's alone
+            ago_s = None if info.get("activity") is None else max(0.0, now - info["activity"])
+            rows.append({"name": name, "server": info.get("server", ""), "activity_ago_s": ago_s, **info})
             continue
         record = info.get("record") or {}
         entries = record.get("exercises", {})
@@ -411,20 +392,15 @@ class Room:
         self.records: dict[str, dict] = {}  # last record read per learner (kept while a server is stopped)
         self.problems: dict[str, str] = {}  # why a learner's record is unreadable, while it is
         self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
-        self.users: list[dict] = []  # the hub's last answer to GET /users, and its ETag
-        self.users_etag = ""
+        self.users, self.users_etag = [], ""  # the hub's last answer to GET /users, and its ETag
+        self.retry_at: dict[str, float] = {}  # when to ask again for a record its server refused
         self.client = None
         self.read_at = 0.0
         self.cached: dict | None = None
         self.lock = asyncio.Lock()
 
     async def _get(self, url: str, etag: str = ""):
-        """``(HTTP status, parsed JSON body or None, the server's message on an error, the answer's ETag)``.
-
-        With ``etag`` (from an earlier answer) an unchanged answer is ``304``
-        and has no body: the hub and the learners' servers log those at debug
-        level, so a quiet room adds nothing to the hub's terminal.
-        """
+        """``(status, JSON body or None, the server's message on an error, ETag)``; ``etag`` given, unchanged is 304."""
         from tornado.httpclient import AsyncHTTPClient
 
         if self.client is None:  # made on the running loop; an answer over the limit is refused, not read
@@ -447,24 +423,21 @@ class Room:
 
     def note(self, name: str, problem: str) -> None:
         """Keep ``name``'s problem (``""``: none); the log hears of it when it changes, not at every refresh."""
-        before = self.problems.get(name, "")
-        if problem == before:
+        if problem == self.problems.get(name, ""):
             return
         if problem:
             self.problems[name] = problem
             self.records.pop(name, None)  # never shown as if it were still true
-            self.say(f"board: {name}'s record is unreadable: {problem}", flush=True)
         else:
-            self.problems.pop(name, None)
-            self.say(f"board: {name}'s record is readable again", flush=True)
+            del self.problems[name]
+        self.say(f"board: {name}'s record is {f'unreadable: {problem}' if problem else 'readable again'}", flush=True)
 
     async def read_record(self, name: str, server_url: str) -> None:
-        """Read ``name``'s record from their running server when it changed; note any problem.
+        """Read ``name``'s record when it changed (else a 304, logged at debug) and is at most MAX_RECORD_BYTES.
 
-        A first request asks for the file's model without its content (and
-        answers 304 while the file is unchanged); only a changed file of at
-        most :data:`MAX_RECORD_BYTES` is fetched and checked.
-        """
+        One the server refuses (4xx, logged as a warning) is asked for again after :data:`RETRY_S` s."""
+        if time.monotonic() < self.retry_at.get(name, 0.0):
+            return
         base = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/{RECORD}"
         code, model, said, etag = await self._get(f"{base}?content=0&type=file", self.etags.get(name, ""))
         if code == 304:
@@ -475,7 +448,7 @@ class Room:
             self.note(name, "")
             return
         if code != 200 or not isinstance(model, dict):
-            self.note(name, _no_record(code, said))
+            self._refused(name, code, said)
             return
         size = model.get("size")
         if isinstance(size, int) and size > MAX_RECORD_BYTES:
@@ -484,7 +457,7 @@ class Room:
             return
         code, model, said, _ = await self._get(f"{base}?content=1&format=text&type=file")
         if code != 200 or not isinstance(model, dict) or not isinstance(model.get("content"), str):
-            self.note(name, _no_record(code, said))
+            self._refused(name, code, said)
             return
         self.etags[name] = etag
         try:
@@ -493,6 +466,17 @@ class Room:
             self.note(name, str(err))
             return
         self.note(name, "")
+
+    def _refused(self, name: str, code: int, said: str) -> None:
+        """Note that ``name``'s server gave no record, and why; a refusal (4xx) is not asked again for a while."""
+        if 400 <= code < 500:
+            self.retry_at[name] = time.monotonic() + RETRY_S
+        said = re.sub(r"/(?:[^\s/()]+/)+", "", said)  # the server's folders: the file's name says enough
+        said = said if len(said) <= 80 else "..." + said[-77:]
+        what = {0: "did not answer", 400: "cannot read it as text", 403: "may not read it"}.get(
+            code, f"answered {code}"
+        )
+        self.note(name, f"their server {what} ({said or f'HTTP {code}'})")
 
     async def learners(self) -> dict[str, dict]:
         """``{name: {"record", "server", "activity", "problem"}}`` for every user but admins; running servers read now."""
@@ -529,47 +513,9 @@ class Room:
             return self.cached
 
 
-def _no_record(code: int, said: str) -> str:
-    """Why a record could not be fetched, in a phrase (the end of the server's message, which names the cause)."""
-    said = re.sub(r"/(?:[^\s/()]+/)+", "", said)  # the server's folders: the file's name says enough
-    said = said if len(said) <= 80 else "..." + said[-77:]
-    if code == 403:
-        return f"their server may not read it ({said or 'HTTP 403'})"
-    if code == 400:
-        return f"their server cannot read it as text ({said or 'HTTP 400'})"
-    return f"their server answered HTTP {code} ({said})" if code else f"their server did not answer ({said})"
-
-
 def iso_seconds(stamp: str | None) -> float | None:
     """The hub's ISO 8601 times (``2026-12-03T11:50:00.123456Z``) as seconds since the epoch."""
-    if not stamp:
-        return None
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-LESSON_NAME = re.compile(r"^\d\d(_[A-Za-z0-9_]+)?$")
-
-
-def action_command(body: dict, users: Path, python: str) -> list[str]:
-    """The workspace command for a board action: catch-up or a fresh copy, for one learner or every one (``*``).
-
-    Raises:
-        ValueError: an unknown action, a lesson that is not ``NN`` or ``NN_name``, or no such learner.
-    """
-    action, lesson, learner = body.get("action"), str(body.get("lesson", "")), str(body.get("learner", ""))
-    if action not in ("catchup", "reset"):
-        raise ValueError("the action is catchup or reset")
-    if not LESSON_NAME.match(lesson):
-        raise ValueError(f"give the lesson as its number, e.g. 04 (got {lesson[:20]!r})")
-    command = [python, "-m", "coursetools", "workspace", action, lesson]
-    if learner == "*":
-        return [*command, "--room", str(users)]
-    known = {p.parent.name for p in users.glob("*/workspace") if p.is_dir()}
-    if learner not in known:
-        raise ValueError(f"no learner {learner[:40]!r} with a workspace; * is every learner")
-    return [*command, "--dir", str(users / learner / "workspace")]
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
 
 
 def make_app():
@@ -606,6 +552,8 @@ def make_app():
             self.set_header("Content-Type", "application/json")
             if users is None:
                 raise web.HTTPError(404, "this board cannot reach the workspaces: use the commands in the guide")
+            from coursetools.room import action_command  # the course's own tools: on `make hub` only
+
             try:
                 command = action_command(json.loads(self.request.body or b"{}"), users, sys.executable)
             except ValueError as err:

@@ -121,8 +121,9 @@ def in_thread(make):
 class FakeRoom:
     """A hub's user list and learners' servers (jupyter_server's file manager), and the answers they gave."""
 
-    def __init__(self, homes: Path, names: list[str]) -> None:
+    def __init__(self, homes: Path, names: list[str], refuse: dict | None = None) -> None:
         self.homes, self.names = homes, names
+        self.refuse = refuse or {}  # learner -> (status, message) their server answers instead
         self.answers: list[tuple[str, str, int]] = []  # (learner, "content" or "model", status)
 
     def app(self):
@@ -153,6 +154,10 @@ class FakeRoom:
             async def get(self, name):
                 content = self.get_argument("content", "1") == "1"
                 self.what = (name, "content" if content else "model")
+                if name in room.refuse:
+                    self.set_status(room.refuse[name][0])
+                    self.write({"message": room.refuse[name][1]})
+                    return
                 try:
                     model = await managers[name].get(
                         board.RECORD, content=content, type="file", format="text" if content else None
@@ -266,11 +271,31 @@ def test_a_file_the_server_cannot_serve_as_a_record_is_said(tmp_path, make, word
     home = homes(tmp_path, {"ann": text(GOOD), "ben": None, "cyd": text(GOOD)}) / "ben"
     make(home)
     fake = FakeRoom(tmp_path, ["ann", "ben", "cyd"])
-    summary, said = fake.serve(lambda room: room.summary(max_age_s=0))
+
+    async def work(room):
+        for _ in range(3):
+            summary = await room.summary(max_age_s=0)
+        return summary
+
+    summary, said = fake.serve(work)
     rows = rows_by_name(board.render_room(summary))
     assert "03.1 wrong: whole-array" in rows["ann"] and "03.1 wrong: whole-array" in rows["cyd"]
     assert "record unreadable:" in rows["ben"] and word in rows["ben"], rows["ben"]
     assert len(said) == 1 and said[0].startswith("board: ben's record is unreadable: ")
+    refused = [a for a in fake.answers if a[0] == "ben" and a[2] >= 400]
+    # A refusal, which the server logs as a warning, is not asked again at once (a file that is no JSON is served).
+    assert len(refused) == (0 if word == "JSON" else 1), fake.answers
+
+
+def test_a_record_the_server_may_not_read_is_said(tmp_path):
+    # jupyter_server's file manager answers 403 "Permission denied: PATH" where it may not read a file
+    # (jupyter_server/services/contents/filemanager.py); root reads any file, so the answer is given here.
+    homes(tmp_path, {"ann": text(GOOD), "ben": text(GOOD), "cyd": text(GOOD)})
+    fake = FakeRoom(tmp_path, ["ann", "ben", "cyd"], refuse={"ben": (403, "Permission denied: progress.json")})
+    summary, said = fake.serve(lambda room: room.summary(max_age_s=0))
+    rows = rows_by_name(board.render_room(summary))
+    assert "record unreadable: their server may not read it (Permission denied: progress.json)" in rows["ben"]
+    assert "03.1 wrong: whole-array" in rows["ann"] and "03.1 wrong: whole-array" in rows["cyd"]
 
 
 def test_an_unreadable_file_is_said_not_shown_as_last_read(tmp_path):
