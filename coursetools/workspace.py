@@ -18,7 +18,9 @@ What the commands do (each write goes through a temporary file and
 - ``reset``: moves the learner's copy to ``old/<timestamp>/NN_name.ipynb``,
   then lays a fresh copy of the course's version.
 - ``catchup``: the same, with the exercises' solutions filled in (an
-  instructor bringing a learner who fell behind to a lesson).
+  instructor bringing a learner who fell behind to a lesson). The filled copy
+  counts as the learner's own: later ``init``/``update`` runs (a server's
+  start, a room-wide update) keep it, as they keep an edited copy.
 
 Dates go into folder names, not file names, so every name stays short enough
 for the lab's file browser at 1280 px.
@@ -373,14 +375,17 @@ class Workspace:
         lessons = course_lessons(self.source)
         chosen = self.select(names, lessons)
         fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}
+        # The manifest holds the course's version: a caught-up copy differs from it, so `init` and
+        # `update` keep it as the learner's own (a later course change is offered in updates/).
+        course = {lesson: content_hash(json.loads(text)) for lesson, text in fresh.items()}
         if solved:
             fresh = {lesson: solved_copy(lesson, text) for lesson, text in fresh.items()}
         try:
-            return self._reset(chosen, fresh, solved)
+            return self._reset(chosen, fresh, course, solved)
         except OSError as err:
             raise file_system_error(err, self.root, "reset lessons in", f" (a copy moved aside is in {OLD}/)") from None
 
-    def _reset(self, chosen: list[str], fresh: dict[str, str], solved: bool) -> list[Action]:
+    def _reset(self, chosen: list[str], fresh: dict[str, str], course: dict[str, str], solved: bool) -> list[Action]:
         self.ensure()
         manifest = self.load()
         stamp = _stamp()
@@ -398,7 +403,7 @@ class Workspace:
                     os.replace(path, old)
                     kept.append(old.relative_to(self.root).as_posix())
             _write_atomic(self.root / f"{lesson}.ipynb", fresh[lesson])
-            manifest["lessons"][lesson] = {"course_hash": content_hash(json.loads(fresh[lesson])), "copied": stamp}
+            manifest["lessons"][lesson] = {"course_hash": course[lesson], "copied": stamp}
             self.save(manifest)
             where = f"; the old copy is {' and '.join(kept)}" if kept else ""
             what = (

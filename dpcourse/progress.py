@@ -169,7 +169,7 @@ def check_changes(exercise: str, verdict: str, mistake: str, message: str):
             entry["correct_at"] = now
         elif verdict in ("wrong", "bad input"):
             entry["wrong_tries"] = entry.get("wrong_tries", 0) + 1
-        entry.update(verdict=verdict, mistake=mistake, message=message[:300], last=now)
+        entry.update(verdict=verdict, mistake=mistake[:120], message=message[:300], last=now)
         # A lesson is finished once every one of its exercises has been checked correct.
         for lesson in record["lessons"].values():
             names = lesson.get("exercises") or []
@@ -187,7 +187,7 @@ def record_check(exercise: str, verdict: str, mistake: str = "", message: str = 
         exercise: the exercise id, e.g. ``"ex03_1"``.
         verdict: the feedback's status ("correct", "wrong", "not attempted yet", "bad input",
             "cannot check here").
-        mistake: the named mistake's short id for a wrong answer (``""`` otherwise).
+        mistake: the named mistake's short id for a wrong answer (``""`` otherwise; kept up to 120 characters).
         message: the sentence the learner saw (kept up to 300 characters).
     """
     return _safely(check_changes(exercise, verdict, mistake, message))

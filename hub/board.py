@@ -10,8 +10,13 @@ checkers, see dpcourse/progress.py), fetched through the hub's proxy from
 the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
-server's record is shown as last read. Only jupyterhub, tornado and the
-standard library are imported: on GKE this file runs in the hub's own image.
+server's record is shown as last read. Only jupyterhub, tornado, jsonschema
+(which jupyterhub requires, through jupyter_events) and the standard library
+are imported: on GKE this file runs in the hub's own image.
+
+Learners may edit their record: each is checked against :data:`RECORD_SCHEMA`
+first, and one that fails is that learner's row, "record unreadable: why", said
+once in the log; every other row keeps updating (:meth:`Room.read_record`).
 
 Settings (environment; the hub sets the JUPYTERHUB_* ones):
 
@@ -35,8 +40,11 @@ import re
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
+
+import jsonschema
 
 # The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
 # hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
@@ -45,6 +53,94 @@ VIEWER_SCOPES = ["access:services!service=board"]
 STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.progress.STUCK_TRIES)
 RECORD = "progress.json"
 TOP_MISTAKES = 8
+
+# ---- a learner's record, checked before it is used --------------------------------
+
+MAX_RECORD_BYTES = 256 * 1024  # a course's worth of exercises is about 20 KB
+MAX_REASON = 160  # characters of the reason a row gives for an unreadable record
+RETRY_S = 30.0  # seconds before asking again for a record the learner's server refused
+_TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
+_ID = {"type": "string", "pattern": r"^ex\d\d_\d{1,2}$"}
+VERDICTS = ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]
+
+
+def _table(names: dict, fields: dict, most: int) -> dict:
+    """At most ``most`` entries with names of the schema ``names``, each an object of ``fields`` alone."""
+    entry = {"type": "object", "additionalProperties": False, "properties": fields}
+    return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
+
+
+# The shape dpcourse/progress.py writes (tests/hub/test_board_records.py checks that what it writes passes).
+RECORD_SCHEMA = {
+    "type": "object",
+    "required": ["exercises"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"const": 1},
+        "updated": _TIME,
+        "lessons": _table(
+            {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
+            {
+                **dict.fromkeys(("started", "finished", "last_start"), _TIME),
+                "exercises": {"type": "array", "maxItems": 20, "items": _ID},
+            },
+            40,
+        ),
+        "exercises": _table(
+            _ID,
+            {
+                **dict.fromkeys(("first", "last", "correct_at"), _TIME),
+                **dict.fromkeys(("attempts", "wrong_tries"), _COUNT),
+                "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
+                "verdict": {"enum": VERDICTS},
+                "mistake": {"type": "string", "maxLength": 120},
+                "message": {"type": "string", "maxLength": 300},
+            },
+            200,
+        ),
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
+
+
+class RecordError(ValueError):
+    """A learner's record the board cannot use; the message says why in a phrase."""
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_record(text: str | bytes) -> dict:
+    """The learner's record from the text of their ``progress.json``.
+
+    Raises:
+        RecordError: too large, not UTF-8, not JSON, or not of :data:`RECORD_SCHEMA`'s shape (names the field).
+    """
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    if size > MAX_RECORD_BYTES:
+        raise RecordError(f"{size} bytes, more than the {MAX_RECORD_BYTES} a record may have")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise RecordError("nested too deeply to be a record") from None
+    except UnicodeDecodeError:
+        raise RecordError("not UTF-8 text") from None
+    except ValueError as err:
+        raise RecordError(f"not JSON ({str(err)[:80]})") from None
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:  # the schema's own sentence, or the rule alone where that would quote a long value
+        rule = f"breaks the rule {error.validator} {json.dumps(error.validator_value)[:40]}"
+        said = error.message if len(error.message) <= 100 else rule
+        where = ".".join(str(p) for p in error.absolute_path) or "the top level"
+        raise RecordError(f"{where}: {said}"[:MAX_REASON])
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError("holds text that is not valid Unicode (a lone surrogate)") from None
+    return data
+
 
 # ---- the room, from the records (pure: tested without a hub) ----------------------
 
@@ -71,15 +167,19 @@ def current_lesson(record: dict) -> str:
 
 
 def summarise(learners: dict[str, dict], now: float) -> dict:
-    """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None}}``.
+    """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None, "problem": str}}``.
 
     Returns a dict: ``exercises`` (ids in course order), ``rows`` (one per
     learner, sorted by name), ``counts`` (per exercise: correct, stuck, not
     attempted), ``mistakes`` (the most common named mistakes, with how many
-    learners made each and one message).
+    learners made each and one message). A learner with a ``problem`` (an
+    unreadable record, see :func:`parse_record`) has a row that says it and
+    counts in none of the totals.
     """
     exercises: set[str] = set()
     for info in learners.values():
+        if info.get("problem"):
+            continue
         record = info.get("record") or {}
         for lesson in record.get("lessons", {}).values():
             exercises.update(lesson.get("exercises") or [])
@@ -90,6 +190,10 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
     example: dict[tuple[str, str], str] = {}
     for name in sorted(learners):
         info = learners[name]
+        if info.get("problem"):  # its row says why; the activity is the hub's alone
+            ago_s = None if info.get("activity") is None else max(0.0, now - info["activity"])
+            rows.append({"name": name, "server": info.get("server", ""), "activity_ago_s": ago_s, **info})
+            continue
         record = info.get("record") or {}
         entries = record.get("exercises", {})
         states = {e: exercise_state(entries.get(e)) for e in order}
@@ -152,6 +256,16 @@ def render_room(summary: dict) -> str:
     head2 = "".join(f'<th class="ex">{e(label(x).split(".")[1])}</th>' for x in order)
     body = []
     for row in summary["rows"]:
+        active = f"{e(ago(row['activity_ago_s']))}" + (
+            "" if row["server"] == "running" else " <i>" + e(row["server"] or "no server") + "</i>"
+        )
+        if row.get("problem"):
+            body.append(
+                f'<tr data-learner="{e(row["name"])}" class="unreadable"><td class="who">{e(row["name"])}</td>'
+                f'<td class="lsn"></td><td class="act">{active}</td><td class="problem" colspan="{len(order) + 1}">'
+                f"record unreadable: {e(row['problem'][:MAX_REASON])}</td></tr>"
+            )
+            continue
         cells = []
         for x in order:
             state, entry = row["states"][x], row["entries"][x]
@@ -169,8 +283,7 @@ def render_room(summary: dict) -> str:
                 said += f": {last['mistake']}"
         body.append(
             f'<tr data-learner="{e(row["name"])}"><td class="who">{e(row["name"])}</td>'
-            f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{e(ago(row["activity_ago_s"]))}'
-            f"{'' if row['server'] == 'running' else ' <i>' + e(row['server'] or 'no server') + '</i>'}</td>"
+            f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{active}</td>'
             f'<td class="lastck" title="{e(last.get("message") or "")}">{e(said)}</td>{"".join(cells)}</tr>'
         )
     foot = []
@@ -178,8 +291,8 @@ def render_room(summary: dict) -> str:
         numbers = "".join(f'<td class="n {css}">{summary["counts"][x][what]}</td>' for x in order)
         foot.append(f'<tr class="count"><td colspan="4" class="what">{what}</td>{numbers}</tr>')
     mistakes = "".join(
-        f'<li><b>{e(label(m["exercise"]))} {e(m["mistake"])}</b> · {m["learners"]} '
-        f'learner{"s" if m["learners"] != 1 else ""}<br><span>{e(m["message"][:140])}</span></li>'
+        f"<li><b>{e(label(m['exercise']))} {e(m['mistake'])}</b> · {m['learners']} "
+        f"learner{'s' if m['learners'] != 1 else ''}<br><span>{e(m['message'][:140])}</span></li>"
         for m in summary["mistakes"]
     )
     return (
@@ -203,6 +316,7 @@ td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 .correct{color:#1b7a2f}.s.correct{background:#e7f5e9}.wrong{color:#a31515}.s.wrong{background:#fdecea}
 .stuck{color:#fff}.s.stuck{background:#a31515;font-weight:700}.n.stuck{color:#a31515}
 .bad{color:#8a5300}.s.bad{background:#fff4e0}.none{color:#999}
+td.problem{color:#8a5300;background:#fff4e0;max-width:400px;overflow:hidden;text-overflow:ellipsis}
 tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
 aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
 #act{margin:0 0 4px;font-size:11px}#act input,#act button{font-size:11px}#done{color:#1b5e20}
@@ -269,35 +383,109 @@ refresh();
 class Room:
     """The learners as the hub lists them and their records, read with the service's token."""
 
-    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True) -> None:
+    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True, say=print) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.servers_url = servers_url.rstrip("/")
         self.verify_tls = verify_tls
+        self.say = say  # the board's log (the hub's terminal): one line per change of a record's readability
         self.records: dict[str, dict] = {}  # last record read per learner (kept while a server is stopped)
+        self.problems: dict[str, str] = {}  # why a learner's record is unreadable, while it is
+        self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
+        self.users, self.users_etag = [], ""  # the hub's last answer to GET /users, and its ETag
+        self.retry_at: dict[str, float] = {}  # when to ask again for a record its server refused
+        self.client = None
         self.read_at = 0.0
         self.cached: dict | None = None
         self.lock = asyncio.Lock()
 
-    async def _get(self, url: str):
-        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+    async def _get(self, url: str, etag: str = ""):
+        """``(status, JSON body or None, the server's message on an error, ETag)``; ``etag`` given, unchanged is 304."""
+        from tornado.httpclient import AsyncHTTPClient
 
+        if self.client is None:  # made on the running loop; an answer over the limit is refused, not read
+            self.client = AsyncHTTPClient(force_instance=True, max_body_size=16 * MAX_RECORD_BYTES)
+        headers = {"Authorization": f"token {self.token}", **({"If-None-Match": etag} if etag else {})}
         try:
-            answer = await AsyncHTTPClient().fetch(
-                url,
-                headers={"Authorization": f"token {self.token}"},
-                request_timeout=10,
-                validate_cert=self.verify_tls,
+            answer = await self.client.fetch(
+                url, headers=headers, request_timeout=10, validate_cert=self.verify_tls, raise_error=False
             )
-        except HTTPClientError as err:
-            return err.code, None
-        return answer.code, json.loads(answer.body)
+        except OSError as err:  # refused, reset, a body too large
+            return 0, None, str(err), ""
+        if answer.code == 599 or answer.error and not answer.body:
+            return (0 if answer.code == 599 else answer.code), None, str(answer.error), ""
+        try:
+            body = json.loads(answer.body) if answer.body else None
+        except ValueError:
+            return answer.code, None, "the answer was not JSON", ""
+        said = str(body.get("message") or "") if isinstance(body, dict) and answer.code >= 400 else ""
+        return answer.code, body, said, answer.headers.get("Etag", "")
+
+    def note(self, name: str, problem: str) -> None:
+        """Keep ``name``'s problem (``""``: none); the log hears of it when it changes, not at every refresh."""
+        if problem == self.problems.get(name, ""):
+            return
+        if problem:
+            self.problems[name] = problem
+            self.records.pop(name, None)  # never shown as if it were still true
+        else:
+            del self.problems[name]
+        self.say(f"board: {name}'s record is {f'unreadable: {problem}' if problem else 'readable again'}", flush=True)
+
+    async def read_record(self, name: str, server_url: str) -> None:
+        """Read ``name``'s record when it changed (else a 304, logged at debug) and is at most MAX_RECORD_BYTES.
+
+        One the server refuses (4xx, logged as a warning) is asked for again after :data:`RETRY_S` s."""
+        if time.monotonic() < self.retry_at.get(name, 0.0):
+            return
+        base = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/{RECORD}"
+        code, model, said, etag = await self._get(f"{base}?content=0&type=file", self.etags.get(name, ""))
+        if code == 304:
+            return  # unchanged since the last read: the same record, or the same problem
+        self.etags.pop(name, None)
+        if code == 404:  # the learner deleted it, or has not checked anything yet
+            self.records.pop(name, None)
+            self.note(name, "")
+            return
+        if code != 200 or not isinstance(model, dict):
+            self._refused(name, code, said)
+            return
+        size = model.get("size")
+        if isinstance(size, int) and size > MAX_RECORD_BYTES:
+            self.etags[name] = etag
+            self.note(name, f"{size} bytes, more than the {MAX_RECORD_BYTES} a record may have")
+            return
+        code, model, said, _ = await self._get(f"{base}?content=1&format=text&type=file")
+        if code != 200 or not isinstance(model, dict) or not isinstance(model.get("content"), str):
+            self._refused(name, code, said)
+            return
+        self.etags[name] = etag
+        try:
+            self.records[name] = parse_record(model["content"])
+        except RecordError as err:
+            self.note(name, str(err))
+            return
+        self.note(name, "")
+
+    def _refused(self, name: str, code: int, said: str) -> None:
+        """Note that ``name``'s server gave no record, and why; a refusal (4xx) is not asked again for a while."""
+        if 400 <= code < 500:
+            self.retry_at[name] = time.monotonic() + RETRY_S
+        said = re.sub(r"/(?:[^\s/()]+/)+", "", said)  # the server's folders: the file's name says enough
+        said = said if len(said) <= 80 else "..." + said[-77:]
+        what = {0: "did not answer", 400: "cannot read it as text", 403: "may not read it"}.get(
+            code, f"answered {code}"
+        )
+        self.note(name, f"their server {what} ({said or f'HTTP {code}'})")
 
     async def learners(self) -> dict[str, dict]:
-        """``{name: {"record", "server", "activity"}}`` for every user but admins; records of running servers read now."""
-        code, users = await self._get(f"{self.api_url}/users")
-        if code != 200 and users is None:
+        """``{name: {"record", "server", "activity", "problem"}}`` for every user but admins; running servers read now."""
+        code, users, _, etag = await self._get(f"{self.api_url}/users", self.users_etag)
+        if code == 304:
+            users, etag = self.users, self.users_etag
+        elif code != 200 or not isinstance(users, list):
             raise RuntimeError(f"the hub's API answered {code} to GET /users: check the board role's scopes")
+        self.users, self.users_etag = users, etag or ""
         found = {}
 
         async def one(user: dict) -> None:
@@ -305,18 +493,13 @@ class Room:
             server = (user.get("servers") or {}).get("", {})
             state = "running" if server.get("ready") else ("starting" if server.get("pending") else "stopped")
             if state == "running":
-                code, model = await self._get(
-                    f"{self.servers_url}{server['url'].rstrip('/')}/api/contents/{RECORD}?content=1&format=text&type=file"
-                )
-                if code == 200 and model and model.get("content"):
-                    try:
-                        self.records[name] = json.loads(model["content"])
-                    except ValueError:
-                        pass  # a half-written file cannot be read: writes are atomic; keep the last one
-                elif code == 404:
-                    self.records.pop(name, None)  # the learner deleted it, or has not checked anything yet
-            activity = user.get("last_activity")
-            found[name] = {"record": self.records.get(name), "server": state, "activity": iso_seconds(activity)}
+                await self.read_record(name, server["url"])
+            found[name] = {
+                "record": self.records.get(name),
+                "server": state,
+                "activity": iso_seconds(user.get("last_activity")),
+                "problem": self.problems.get(name, ""),
+            }
 
         await asyncio.gather(*(one(u) for u in users if not u.get("admin") and u.get("kind", "user") == "user"))
         return found
@@ -332,34 +515,7 @@ class Room:
 
 def iso_seconds(stamp: str | None) -> float | None:
     """The hub's ISO 8601 times (``2026-12-03T11:50:00.123456Z``) as seconds since the epoch."""
-    if not stamp:
-        return None
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-LESSON_NAME = re.compile(r"^\d\d(_[A-Za-z0-9_]+)?$")
-
-
-def action_command(body: dict, users: Path, python: str) -> list[str]:
-    """The workspace command for a board action: catch-up or a fresh copy, for one learner or every one (``*``).
-
-    Raises:
-        ValueError: an unknown action, a lesson that is not ``NN`` or ``NN_name``, or no such learner.
-    """
-    action, lesson, learner = body.get("action"), str(body.get("lesson", "")), str(body.get("learner", ""))
-    if action not in ("catchup", "reset"):
-        raise ValueError("the action is catchup or reset")
-    if not LESSON_NAME.match(lesson):
-        raise ValueError(f"give the lesson as its number, e.g. 04 (got {lesson[:20]!r})")
-    command = [python, "-m", "coursetools", "workspace", action, lesson]
-    if learner == "*":
-        return [*command, "--room", str(users)]
-    known = {p.parent.name for p in users.glob("*/workspace") if p.is_dir()}
-    if learner not in known:
-        raise ValueError(f"no learner {learner[:40]!r} with a workspace; * is every learner")
-    return [*command, "--dir", str(users / learner / "workspace")]
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
 
 
 def make_app():
@@ -396,6 +552,8 @@ def make_app():
             self.set_header("Content-Type", "application/json")
             if users is None:
                 raise web.HTTPError(404, "this board cannot reach the workspaces: use the commands in the guide")
+            from coursetools.room import action_command  # the course's own tools: on `make hub` only
+
             try:
                 command = action_command(json.loads(self.request.body or b"{}"), users, sys.executable)
             except ValueError as err:
@@ -439,4 +597,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

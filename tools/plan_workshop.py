@@ -21,7 +21,9 @@ them the cost column says "price not given".
 Time-sharing's effect on each learner's speed is NOT MEASURED here: with N
 learners computing on one L4 at the same moment each gets about 1/N of its
 time at best (GKE time-slices, no memory isolation); idle learners cost the
-others nothing.
+others nothing. How the L4s are shared, and by how many, is terraform's
+(``gpu_sharing_strategy``, ``max_shared_clients_per_gpu``), read here from
+the node labels the hub's shared-L4 profile selects.
 """
 
 from __future__ import annotations
@@ -52,7 +54,22 @@ POOLS = {"cpu": "e2-standard-8", "shared-l4": "g2-standard-24", "two-l4": "g2-st
 SYSTEM_PODS = (0.4, 1.0)  # vCPU, GiB per node for GKE's daemon sets and the pre-puller: an estimate
 HUB_PODS = (1.0, 2.0)  # vCPU, GiB for hub, proxy and user scheduler on the CPU pool: an estimate
 FORCED = "two-l4 (gpu_node_count >= 1)"  # the GPU node terraform makes whatever the mix
-CLIENTS_PER_GPU = 4  # terraform's max_shared_clients_per_gpu default (deploy/hub/config.yaml selects it)
+SHARING_LABELS = ("cloud.google.com/gke-gpu-sharing-strategy", "cloud.google.com/gke-max-shared-clients-per-gpu")
+
+
+def gpu_sharing(config_path: Path = CONFIG) -> tuple[str, int]:
+    """How the shared-L4 profile's GPUs are shared (``"time-sharing"`` or ``"mps"``) and by how many learners.
+
+    Read from the node labels the profile selects in deploy/hub/config.yaml,
+    which tests/hub/test_gke_hub_config.py keeps equal to terraform's
+    ``gpu_sharing_strategy`` and ``max_shared_clients_per_gpu`` (terraform/variables.tf, where they are set).
+    """
+    single = yaml.safe_load(config_path.read_text())["singleuser"]
+    shared = next(e for e in single["profileList"] if e["slug"] == "shared-l4")["kubespawner_override"]["node_selector"]
+    return shared[SHARING_LABELS[0]], int(shared[SHARING_LABELS[1]])
+
+
+STRATEGY, CLIENTS_PER_GPU = gpu_sharing()
 
 
 BASELINES = ROOT / "baselines"
@@ -67,14 +84,15 @@ class Measured:
     source: str  # the baseline file, relative to the repository
 
 
-def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> Measured | None:
-    """The largest ``peak_rss_bytes`` or ``peak_gpu_bytes`` (``kind``) of any passed lesson in a baseline run.
+def measured_peaks(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> dict[str, Measured]:
+    """Each lesson's ``peak_rss_bytes`` or ``peak_gpu_bytes`` (``kind``) from the newest baseline run that measured it.
 
     Reads every ``baselines/*.json`` that is a course run (``results.json``:
-    ``profile`` and a list of ``notebooks``) of ``profile``; the newest
-    (``created``) with the figure wins. None when no baseline has it.
+    ``profile`` and a list of ``notebooks``) of ``profile``; per lesson, the
+    newest (``created``) run in which it passed with the figure wins, so a
+    run of one lesson adds that lesson without hiding the others.
     """
-    best = None
+    newest: dict[str, tuple[str, Measured]] = {}
     for path in sorted(folder.glob("*.json")):
         try:
             run = json.loads(path.read_text())
@@ -82,11 +100,22 @@ def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> 
             continue
         if not isinstance(run, dict) or run.get("profile") != profile or not isinstance(run.get("notebooks"), list):
             continue
-        peaks = [(n.get(kind), n["notebook"]) for n in run["notebooks"] if n.get(kind) and n.get("status") == "passed"]
-        if peaks and (best is None or run.get("created", "") > best[0]):
-            value, notebook = max(peaks)
-            best = (run.get("created", ""), Measured(value / GIB, notebook, _shown(path)))
-    return best[1] if best else None
+        created = run.get("created", "")
+        for entry in run["notebooks"]:
+            name = entry.get("notebook")
+            if entry.get(kind) and entry.get("status") == "passed" and created >= newest.get(name, ("",))[0]:
+                newest[name] = (created, Measured(entry[kind] / GIB, name, _shown(path)))
+    return {name: newest[name][1] for name in sorted(newest)}
+
+
+def measured_peak(kind: str, profile: str = "cpu", folder: Path = BASELINES) -> Measured | None:
+    """The largest of :func:`measured_peaks`; None when no baseline has the figure."""
+    return max(measured_peaks(kind, profile, folder).values(), key=lambda m: m.gib, default=None)
+
+
+def course_lessons(notebooks: Path = ROOT / "notebooks") -> list[str]:
+    """The course's lessons (``01_setup``, ...), from its notebooks folder."""
+    return sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
 
 
 def _shown(path: Path) -> str:
@@ -94,8 +123,12 @@ def _shown(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
-def memory_notes(found: dict[str, Profile], folder: Path = BASELINES) -> list[str]:
-    """What the memory requests rest on: the measured peaks where a baseline has them, else 'an estimate'."""
+def memory_notes(found: dict[str, Profile], folder: Path = BASELINES, lessons: list[str] | None = None) -> list[str]:
+    """What the memory requests rest on: the measured peaks where a baseline has them, else 'an estimate'.
+
+    ``lessons``: the course's (:func:`course_lessons` by default); any without a measured peak is named.
+    """
+    lessons = course_lessons() if lessons is None else lessons
     rss = measured_peak("peak_rss_bytes", "cpu", folder)
     gpu = measured_peak("peak_gpu_bytes", "full", folder)
     cpu_request = found["cpu"].memory_gib
@@ -109,6 +142,12 @@ def memory_notes(found: dict[str, Profile], folder: Path = BASELINES) -> list[st
             f"Memory: the largest lesson's peak on the cpu profile, measured: {rss.gib:.2f} GiB ({rss.notebook}, "
             f"kernel and children, {rss.source}); the cpu profile requests {cpu_request:g} GiB."
         ]
+        missing = [name for name in lessons if name not in measured_peaks("peak_rss_bytes", "cpu", folder)]
+        if missing:
+            lines[0] += (
+                f" Not measured, so possibly larger: {', '.join(missing)} (python -m coursetools run --profile cpu "
+                "--notebooks NN writes it; copy its results.json to baselines/)."
+            )
     if gpu is None:
         lines.append(
             "GPU memory per learner: not measured (no GPU baseline records it); 24 GB per L4 shared by "
@@ -252,8 +291,9 @@ def table(rows: list[Row], prices: dict[str, float], price_date: str | None) -> 
         f"system pods (an estimate); the first CPU node also holds the hub ({HUB_PODS[0]} vCPU, {HUB_PODS[1]} GiB, "
         "an estimate). The shared-L4 profile: "
         f"{CLIENTS_PER_GPU} learners per L4 (max_shared_clients_per_gpu).",
-        "Time-sharing's effect on a learner's speed: not measured. With k learners computing on one L4 at the "
-        "same moment, each gets at most about 1/k of its time; memory is shared (24 GB per L4).",
+        f"{'Time-sharing' if STRATEGY == 'time-sharing' else STRATEGY.upper()}'s effect on a learner's speed: "
+        "not measured. With k learners computing on one L4 at the same moment, each gets at most about 1/k of its "
+        "time; memory is shared (24 GB per L4).",
     ]
     if prices:
         notes.append(

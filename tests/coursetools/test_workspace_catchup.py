@@ -85,3 +85,42 @@ def test_room_commands_refuse_unclear_requests(tmp_path):
     ws.init(tmp_path / "ann" / "workspace")
     done = _cli("catchup", "--room", str(tmp_path))
     assert done.returncode == 2 and "Say which lessons" in done.stderr and done.stderr.count("error") == 1
+
+
+def test_a_caught_up_lesson_survives_a_server_start_and_a_room_update(tmp_path):
+    users = tmp_path / "users"
+    root = users / "bob" / "workspace"
+    ws.init(root)
+    ws.catch_up(root, ["04"])
+    filled = (root / "04_sharding.ipynb").read_text()
+    assert exercise_sources(root / "04_sharding.ipynb") == sol.read_solutions("04_sharding")
+    actions = {a.lesson: a for a in ws.init(root)}  # what a server's start runs
+    assert actions["04_sharding"].kind == "edited"
+    done = _cli("update", "--room", str(users))
+    assert done.returncode == 0, done.stderr
+    assert (root / "04_sharding.ipynb").read_text() == filled
+    assert not (root / "updates").exists()
+
+
+def test_a_course_change_after_a_catch_up_is_offered_beside_the_filled_lesson(tmp_path):
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    course = ROOT / "notebooks" / "04_sharding.ipynb"
+    (source / course.name).write_text(course.read_text())
+    root = tmp_path / "ws"
+    ws.init(root, source)
+    ws.Workspace(root, source).reset(["04"], solved=True)
+    filled = (root / "04_sharding.ipynb").read_text()
+    (source / course.name).write_text(course.read_text().replace('"source": [', '"source": ["# new\\n", ', 1))
+    (action,) = ws.update(root, source=source)
+    assert action.kind == "offered"
+    assert (root / "04_sharding.ipynb").read_text() == filled
+    assert "# new" in next((root / "updates").glob("*/04_sharding.ipynb")).read_text()
+
+
+def test_a_fresh_copy_stays_the_course_version_for_later_updates(tmp_path):
+    root = tmp_path / "ws"
+    ws.init(root)
+    ws.reset(root, ["05"])
+    (action,) = ws.update(root, ["05"])
+    assert action.kind == "unchanged"

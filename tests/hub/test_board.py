@@ -137,28 +137,3 @@ def test_the_page_refreshes_itself_from_the_room_fragment():
 @pytest.mark.parametrize("seconds, said", [(None, "-"), (5, "5 s"), (300, "5 min"), (7300, "2 h")])
 def test_activity_is_said_in_the_unit_that_reads(seconds, said):
     assert board.ago(seconds) == said
-
-
-def test_board_actions_name_a_known_learner_and_a_lesson_or_are_refused(tmp_path):
-    (tmp_path / "bob" / "workspace").mkdir(parents=True)
-    command = board.action_command({"action": "catchup", "lesson": "04", "learner": "bob"}, tmp_path, "py")
-    assert command == [
-        "py",
-        "-m",
-        "coursetools",
-        "workspace",
-        "catchup",
-        "04",
-        "--dir",
-        str(tmp_path / "bob" / "workspace"),
-    ]
-    everyone = board.action_command({"action": "reset", "lesson": "05_shard_map", "learner": "*"}, tmp_path, "py")
-    assert everyone[-2:] == ["--room", str(tmp_path)]
-    for bad, said in (
-        ({"action": "rm", "lesson": "04", "learner": "bob"}, "catchup or reset"),
-        ({"action": "reset", "lesson": "../x", "learner": "bob"}, "as its number"),
-        ({"action": "reset", "lesson": "04", "learner": "../bob"}, "no learner"),
-        ({"action": "reset", "lesson": "04", "learner": "carol"}, "no learner"),
-    ):
-        with pytest.raises(ValueError, match=said):
-            board.action_command(bad, tmp_path, "py")

@@ -117,11 +117,41 @@ def test_the_hubs_memory_requests_hold_the_largest_measured_lesson():
         )
 
 
+def test_every_lesson_of_the_course_has_a_measured_peak():
+    peaks = plan_workshop.measured_peaks("peak_rss_bytes", "cpu")
+    missing = [name for name in plan_workshop.course_lessons() if name not in peaks]
+    assert not missing, (
+        f"no cpu baseline measures {missing}: run them with --profile cpu, copy results.json to baselines/"
+    )
+
+
+def test_a_lesson_run_alone_adds_its_peak_and_the_plan_names_lessons_not_measured(tmp_path):
+    fake_run(tmp_path, "course.json", "cpu", "2026-12-01", {"01_setup": 0.5, "10_sharded": 1.5})
+    fake_run(tmp_path, "one.json", "cpu", "2026-12-04", {"11_checkpoint": 3.0})
+    peaks = plan_workshop.measured_peaks("peak_rss_bytes", "cpu", tmp_path)
+    assert {n: m.gib for n, m in peaks.items()} == {"01_setup": 0.5, "10_sharded": 1.5, "11_checkpoint": 3.0}
+    assert plan_workshop.measured_peak("peak_rss_bytes", "cpu", tmp_path).notebook == "11_checkpoint"
+    lessons = ["01_setup", "10_sharded", "11_checkpoint", "12_next"]
+    notes = plan_workshop.memory_notes(plan_workshop.profiles(), tmp_path, lessons)
+    assert "measured: 3.00 GiB (11_checkpoint" in notes[0] and "Not measured, so possibly larger: 12_next" in notes[0]
+
+
 def test_the_guides_memory_table_is_the_baselines():
-    run = json.loads((ROOT / "baselines" / "cpu-jax0.10.2.json").read_text())
     guide = (ROOT / "docs" / "instructor.md").read_text()
-    for notebook in run["notebooks"]:
-        row = f"| {notebook['notebook']} | {notebook['peak_rss_bytes'] / 2**30:.2f} GiB |"
+    for name, measured in plan_workshop.measured_peaks("peak_rss_bytes", "cpu").items():
+        row = f"| {name} | {measured.gib:.2f} GiB |"
         assert row in guide, f"docs/instructor.md: the memory row {row} is missing or differs from the baseline"
+        assert f"`{measured.source}`" in guide, f"docs/instructor.md: name {measured.source} beside the memory table"
     peak = plan_workshop.measured_peak("peak_rss_bytes", "cpu")
     assert f"peaked at\n  {peak.gib:.2f} GiB" in guide
+
+
+def test_the_plan_reads_the_gpu_sharing_from_the_hubs_shared_profile(tmp_path):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "deploy" / "hub" / "config.yaml").read_text())
+    shared = next(e for e in config["singleuser"]["profileList"] if e["slug"] == "shared-l4")
+    selector = shared["kubespawner_override"]["node_selector"]
+    selector.update({plan_workshop.SHARING_LABELS[0]: "mps", plan_workshop.SHARING_LABELS[1]: "8"})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    assert plan_workshop.gpu_sharing(tmp_path / "config.yaml") == ("mps", 8)

@@ -6,7 +6,9 @@ the instructor's open board shows the mistake and then "correct" within a
 few seconds (the latency goes to results/hub/board.json). Learner bob gets
 403 on the board and on alice's record. The instructor catches bob up to
 lesson 04 from the board and hands the room a fresh lesson 05 with the command
-the guide gives; the workspaces then hold what the guide says.
+the guide gives; the workspaces then hold what the guide says. Bob's caught-up
+lesson survives a restart of his server and a room-wide update; a malformed
+record of his is his row alone on the board.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import time
 
 import pytest
-from hubprocess import ADMIN_PASSWORD, PASSWORD, ROOT, start_hub
+from hubprocess import ADMIN_PASSWORD, PASSWORD, ROOT, hub_api, login, start_hub, xsrf
 from labpage import kernel_execute, wait_for_kernel, wait_for_lab
 from test_hub_room import sign_in
 
@@ -59,6 +61,20 @@ def wait_for_row(page, learner: str, text: str, timeout_s: float) -> float:
         timeout=timeout_s * 1000,
     )
     return time.monotonic() - start
+
+
+def restart_server(hub, user: str, timeout_s: float = 150) -> None:
+    """Stop ``user``'s server and start it again through the hub's API, as the instructor."""
+    admin = login(hub, "instructor", ADMIN_PASSWORD)
+    headers = {"X-XSRFToken": xsrf(admin)}
+    api = f"{hub.url}/hub/api/users/{user}"
+    for method, done in (("delete", lambda s: not s), ("post", lambda s: s.get("ready"))):
+        answer = admin.request(method, f"{api}/server", headers=headers, timeout=timeout_s)
+        assert answer.status_code in (201, 202, 204), (method, answer.status_code, answer.text)
+        deadline = time.monotonic() + timeout_s
+        while not done(hub_api(admin, hub, f"/users/{user}").json()["servers"].get("", {})):
+            assert time.monotonic() < deadline, f"{user}'s server did not {method} within {timeout_s} s"
+            time.sleep(1)
 
 
 def workspace_command(*args: str) -> subprocess.CompletedProcess:
@@ -105,6 +121,18 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     (out / "board.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"\nboard latency: {figures}; screenshot {out / 'board-live.png'}")
 
+    # A malformed record is that learner's row alone, said once in the log; the rest of the room keeps updating,
+    # and a quiet room adds nothing to the hub's log (the board's unchanged reads are answered 304, logged at debug).
+    (hub.folder / "users" / "bob" / "workspace" / "progress.json").write_text('{"exercises": {"ex03_1": "3"}}')
+    wait_for_row(instructor, "bob", "record unreadable: exercises.ex03_1", SEEN_WITHIN_S)
+    quiet_from = len(hub.log_text().splitlines())
+    time.sleep(8)  # four refreshes
+    assert "03.1 correct" in instructor.inner_text("tr[data-learner='alice']")
+    assert instructor.inner_text("#status").startswith("updated")
+    quiet = "\n".join(hub.log_text().splitlines()[quiet_from:])
+    assert "(board@" not in quiet, quiet[-2000:]  # the hub and the servers log requests as NAME@ADDRESS
+    assert hub.log_text().count("board: bob's record is unreadable") == 1
+
     # A learner can open neither the board nor another learner's record.
     assert bob.request.get(f"{hub.url}/services/board/").status == 403
     assert bob.request.get(f"{hub.url}/services/board/room.json").status == 403
@@ -126,6 +154,12 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
 
     solved = {solutions.cell_id(c): "".join(c["source"]) for c in filled["cells"] if solutions.cell_id(c)}
     assert solved == solutions.read_solutions("04_sharding")
+    # A restart of bob's server (the culler, the admin page: its start runs `workspace init`) and a room-wide
+    # update keep the filled lesson.
+    restart_server(hub, "bob")
+    done = workspace_command("update", "--room", str(users))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((users / "bob" / "workspace" / "04_sharding.ipynb").read_text()) == filled
 
     # A fresh lesson 05 for the whole room: alice's edited copy is kept aside.
     mine = users / "alice" / "workspace" / "05_shard_map.ipynb"

@@ -122,3 +122,16 @@ def test_no_cell_ends_showing_what_recording_returns(path):
         if call is not None and ast.unparse(call.func).startswith("record."):
             bare.append(ast.unparse(last)[:80])
     assert not bare, f"{path.name}: cells that end by showing the records' list: {bare}"
+
+
+def test_the_instructors_exercise_table_has_a_row_per_checked_exercise_in_course_order():
+    """docs/instructor.md's table of exercises: one row for each exercise a checker checks, none more."""
+    import re
+
+    from dpcourse import progress
+
+    checked = [e for lesson in LESSONS for e in progress.lesson_exercises(lesson.stem)]
+    text = (ROOT / "docs" / "instructor.md").read_text()
+    table = text.split("| exercise | the task | wrong answers the check recognises |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| (\d\d)\.(\d+) \|", table, flags=re.M)
+    assert [f"ex{lesson}_{n}" for lesson, n in rows] == checked

@@ -56,3 +56,43 @@ def test_an_empty_cache_packs_nothing_and_says_how_to_fill_it(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "has no Fashion-MNIST files" in done.stdout
+
+
+def test_a_cache_with_one_file_missing_is_refused_naming_it(cache, tmp_path):
+    (cache / wd.data.TRAIN_FILES[1]).unlink()
+    with pytest.raises(ValueError, match=f"not {wd.data.TRAIN_FILES[1]}.*Nothing was copied"):
+        wd.pack(tmp_path / "wheelhouse", cache)
+    assert not (tmp_path / "wheelhouse").exists()
+
+
+def test_pack_on_the_command_line_refuses_half_the_data_with_status_2(cache, tmp_path):
+    (cache / wd.data.TRAIN_FILES[0]).unlink()
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "pack", "--dest", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"DPCOURSE_DATA_DIR": str(cache), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 2 and wd.data.TRAIN_FILES[0] in done.stderr, done.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_damaged_second_file_leaves_the_first_uncopied(cache, tmp_path):
+    (cache / wd.data.TRAIN_FILES[1]).write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="not the published"):
+        wd.pack(tmp_path / "wheelhouse", cache)
+    assert not (tmp_path / "wheelhouse").exists()
+
+
+def test_unpack_refuses_half_a_wheelhouse_unless_the_cache_has_the_rest(cache, tmp_path):
+    stick = tmp_path / "wheelhouse"
+    wd.pack(stick, cache)
+    (stick / wd.FOLDER / wd.data.TRAIN_FILES[1]).unlink()
+    laptop = tmp_path / "laptop"
+    with pytest.raises(ValueError, match=wd.data.TRAIN_FILES[1]):
+        wd.unpack(stick, laptop)
+    assert not laptop.exists() or not any(laptop.iterdir())
+    laptop.mkdir(exist_ok=True)
+    (laptop / wd.data.TRAIN_FILES[1]).write_bytes((cache / wd.data.TRAIN_FILES[1]).read_bytes())
+    assert wd.unpack(stick, laptop) == [wd.data.TRAIN_FILES[0]]

@@ -1,0 +1,32 @@
+"""The board's actions on `make hub` (coursetools/room.py): a known learner and a lesson, or refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from coursetools.room import action_command
+
+
+def test_board_actions_name_a_known_learner_and_a_lesson_or_are_refused(tmp_path):
+    (tmp_path / "bob" / "workspace").mkdir(parents=True)
+    command = action_command({"action": "catchup", "lesson": "04", "learner": "bob"}, tmp_path, "py")
+    assert command == [
+        "py",
+        "-m",
+        "coursetools",
+        "workspace",
+        "catchup",
+        "04",
+        "--dir",
+        str(tmp_path / "bob" / "workspace"),
+    ]
+    everyone = action_command({"action": "reset", "lesson": "05_shard_map", "learner": "*"}, tmp_path, "py")
+    assert everyone[-2:] == ["--room", str(tmp_path)]
+    for bad, said in (
+        ({"action": "rm", "lesson": "04", "learner": "bob"}, "catchup or reset"),
+        ({"action": "reset", "lesson": "../x", "learner": "bob"}, "as its number"),
+        ({"action": "reset", "lesson": "04", "learner": "../bob"}, "no learner"),
+        ({"action": "reset", "lesson": "04", "learner": "carol"}, "no learner"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            action_command(bad, tmp_path, "py")
