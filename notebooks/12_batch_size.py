@@ -53,9 +53,10 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import batch_size, bench, memory, model, record, show, train
+from dpcourse import bench, memory, model, record, show, train
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
+from dpcourse.large_batch import batch_size
 
 devs = lesson.devices.devices
 n, backend = len(devs), devs[0].platform
@@ -106,7 +107,7 @@ def sq_norm(tree):
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(tree))
 
 
-def local_grads(params, x, y):
+def grads_and_norms(params, x, y):
     """On one device: x [per_device_batch, 784]. Averaged gradient, metrics, two squared norms."""
     params = jax.lax.pcast(params, "data", to="varying")  # this device's own copy (05)
     grad_fn = jax.value_and_grad(model.loss_and_metrics, has_aux=True)
@@ -120,7 +121,7 @@ def local_grads(params, x, y):
 def make_noise_step(optimizer, mesh):
     """step(params, opt_state, x [global_batch, 784], y) -> (params, opt_state, metrics, norms)."""
     specs = dict(in_specs=(P(), P("data", None), P("data")), out_specs=(P(), P(), P()))
-    sharded = jax.shard_map(local_grads, mesh=mesh, **specs)
+    sharded = jax.shard_map(grads_and_norms, mesh=mesh, **specs)
 
     def step(params, opt_state, x, y):
         grads, metrics, norms = sharded(params, x, y)
@@ -134,7 +135,7 @@ def make_noise_step(optimizer, mesh):
 # The optimizer is AdamW with its learning rate kept in its state
 # (`optax.inject_hyperparams`), so one compiled step serves every learning
 # rate below. `check_against` compares your cell with the package's
-# (`dpcourse.batch_size.make_noise_step`), leaf by leaf; and the extra
+# (`dpcourse.large_batch.batch_size.make_noise_step`), leaf by leaf; and the extra
 # `pmean` must leave the training itself alone: the parameters, AdamW's
 # state and the metrics after one step, against notebook 05's step.
 
@@ -315,8 +316,8 @@ assert mine_steps == package_run.steps and mine_losses == package_run.held_out
 
 # %% [markdown]
 # The table: steps to the target for each global batch and learning-rate
-# rule (the learning rate at the smallest batch is the base; "sqrt"
-# multiplies it by `sqrt(B / B0)`, "linear" by `B / B0`).
+# rule ("same" keeps the smallest batch's learning rate, `plan.base_lr`;
+# "sqrt" multiplies it by `sqrt(B / B0)`, "linear" by `B / B0`).
 
 # %%
 rows = []
@@ -324,8 +325,9 @@ for batch in sizes:
     row = {"global batch": batch, "per-device batch": batch // n}
     for rule in batch_size.LR_RULES:
         steps = runs[rule, batch][0]
-        lr = batch_size.scaled_learning_rate(plan.base_lr, sizes[0], batch, rule)
-        row[f"steps ({rule}, lr {lr:.2g})"] = steps if steps is not None else "not reached"
+        row[f"steps ({rule})"] = steps if steps is not None else "not reached"
+    for rule in ("sqrt", "linear"):
+        row[f"lr ({rule})"] = batch_size.scaled_learning_rate(plan.base_lr, sizes[0], batch, rule)
     row["noise scale (sqrt run)"] = runs["sqrt", batch][2].b_simple
     rows.append(row)
 display(
@@ -494,15 +496,17 @@ print(
 # step time from the course's cost model, for the per-device batch of this
 # run's smallest global batch: the training FLOPs at each GPU's dense
 # datasheet peak plus a ring all-reduce of the gradient over its datasheet
-# link (`batch_size.gpu_step_s`). Both terms are lower bounds (no kernel
-# reaches the peak, a real link adds latency), so the times are too, and
-# beyond one node (2 L4s, 8 H200s) the link between nodes is slower than
-# the one assumed. On a GPU machine, the measured table below replaces the
-# model for this run's devices.
+# link (`batch_size.gpu_step_s`), from 2 devices up. Both terms are lower
+# bounds (no kernel reaches the peak, a real link adds latency, and the
+# model has no fixed cost per step, which for a model this small is most
+# of a real step: one device is left out, since without the all-reduce it
+# would be all that is left), so the times are too; beyond one node (2
+# L4s, 8 H200s) the link between nodes is slower than the one assumed. On
+# a GPU machine, the measured table below gives this run's devices.
 
 # %%
 b_dev = sizes[0] // n
-counts_n = [2**k for k in range(int(np.log2(sizes[-1] // b_dev)) + 1)]
+counts_n = [2**k for k in range(1, int(np.log2(sizes[-1] // b_dev)) + 1)]
 gpu_tables, stalls = {}, {}
 for label, kind in (("L4", "NVIDIA L4"), ("H200", "NVIDIA H200")):
     table = batch_size.time_to_target_rows(
@@ -520,14 +524,21 @@ node_s = {
     for label, node in (("L4", 2), ("H200", 8))
 }
 for label, node in (("L4", 2), ("H200", 8)):
-    if node_s[label] is None:
-        continue
-    best_n = min(gpu_tables[label], key=lambda r: r["time to target s"])["devices"]
-    print(
-        f"{node} x {label}: {node_s[label] * 1e3:.2f} ms "
-        f"to the target (model); past {stalls[label]} devices, doubling them cuts the time by "
-        f"less than 10% while examples/s still grow; fewest seconds at {best_n} devices."
-    )
+    if node_s[label] is not None:
+        print(
+            f"{node} x {label}: {node_s[label] * 1e3:.3g} ms to the target (model, a lower bound)"
+        )
+    if stalls[label] is None:
+        print(
+            f"{label}: up to {counts_n[-1]} devices, "
+            "every doubling still cuts the time by 10% or more"
+        )
+    else:
+        print(
+            f"{label}: past {stalls[label]} devices (global batch {stalls[label] * b_dev}, B_crit "
+            f"{fit.b_crit:,.0f}), doubling them cuts the time by less than 10% while examples/s "
+            "still double"
+        )
 
 # %% [markdown]
 # And measured here: each run's loop time over its steps, on this run's
@@ -547,8 +558,8 @@ measured = [
 display(show.table(measured, caption=f"Measured, square-root rule, {lesson.devices.label}"))
 if lesson.devices.simulated:
     print(
-        "Simulated devices share this machine's cores: a bigger global batch costs proportionally "
-        "more time here, so only the step counts carry over to real devices."
+        "Simulated devices share this machine's cores: a bigger global batch costs\n"
+        "proportionally more time here, so only the step counts carry over to real devices."
     )
 
 # %% [markdown]
@@ -569,7 +580,7 @@ if lesson.devices.simulated:
 #   step counts, and with them `S_min`.
 
 # %%
-record.figures(
+_ = record.figures(
     {
         **{
             f"steps_to_target_{rule}_{b}": (runs[rule, b][0], "steps")
@@ -584,6 +595,11 @@ record.figures(
         "noise_scale_vs_b_crit_factor": (factor, "ratio"),
         "one_vs_n_held_out_loss_max_abs_diff": (curve_diff, "abs"),
         "seed_spread": (spread, "fraction"),
+        **{
+            f"devices_past_which_time_stalls_{label}": (stalls[label], "count")
+            for label in gpu_tables
+            if stalls[label] is not None
+        },
         **{
             f"time_to_target_s_{node}x{label}": (node_s[label], "s")
             for label, node in (("L4", 2), ("H200", 8))

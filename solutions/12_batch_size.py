@@ -2,11 +2,8 @@
 # (see solutions/02_baseline.py for how they are used).
 
 # %% tags=["ex12_1"]
-# Squared norms; b = 32 is one device's batch, B = 256 the global one.
-b, big_b = 32, 256
-local_sq, global_sq = 1.30**2, 0.60**2
-g2 = (big_b * global_sq - b * local_sq) / (big_b - b)
-trace = (local_sq - global_sq) / (1 / b - 1 / big_b)
+# Squared norms; b = 32 is one device's batch, B = 256 the global one (section 2's noise_terms).
+g2, trace = noise_terms(1.30**2, 0.60**2, 32, 256)
 noise_scale = trace / g2
 
 # %% tags=["ex12_2"]

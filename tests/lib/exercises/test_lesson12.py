@@ -2,9 +2,9 @@
 
 import pytest
 
-from dpcourse.batch_size import TradeOff
 from dpcourse.exercises import lesson12
 from dpcourse.exercises.base import BAD_INPUT, CORRECT, NOT_ATTEMPTED, WRONG
+from dpcourse.large_batch.batch_size import TradeOff
 
 
 def expect(feedback, status, mistake=""):
