@@ -502,11 +502,14 @@ print(
 # of a real step: one device is left out, since without the all-reduce it
 # would be all that is left), so the times are too; beyond one node (2
 # L4s, 8 H200s) the link between nodes is slower than the one assumed. On
-# a GPU machine, the measured table below gives this run's devices.
+# a GPU machine, the measured table below gives this run's devices. The
+# last two rows go past the largest batch trained here (the fit's
+# extrapolation, towards `S_min`).
 
 # %%
 b_dev = sizes[0] // n
-counts_n = [2**k for k in range(1, int(np.log2(sizes[-1] // b_dev)) + 1)]
+# Up to 4 x the largest batch measured: the last two rows extrapolate the fit.
+counts_n = [2**k for k in range(1, int(np.log2(4 * sizes[-1] // b_dev)) + 1)]
 gpu_tables, stalls = {}, {}
 for label, kind in (("L4", "NVIDIA L4"), ("H200", "NVIDIA H200")):
     table = batch_size.time_to_target_rows(
