@@ -387,9 +387,10 @@ _ = show.figure(fig, "steps_to_target")
 # ## 4. The noise scale beside the critical batch
 #
 # Each run averaged `B_simple` over its steps. McCandlish et al. find that
-# `B_simple` predicts `B_crit` to within an order of magnitude or so, not
-# exactly (the noise scale grows as the loss falls, and `B_simple` ignores
-# the curvature). What this run shows:
+# `B_simple` tracks `B_crit` across their tasks, but only roughly: the noise
+# scale grows as the loss falls (so it depends on when it is read), and
+# `B_simple` leaves out the curvature of the loss. How close the two come
+# here is a result of this run, not a rule:
 
 # %%
 noise_by_batch = {b: runs["sqrt", b][2].b_simple for b in sizes}
