@@ -52,12 +52,12 @@ def test_noise_scale_of_least_squares_matches_the_closed_form():
         local_sq = float(np.mean(np.sum(per_device**2, axis=1)))
         averaged = per_device.mean(axis=0)
         noise.update(local_sq, float(averaged @ averaged))
-    # 4000 steps: the averages' relative sampling errors are about 1.5% (trace) and 3% (|G|^2) for
-    # this data (measured over seeds); 10% is several standard errors and far from a wrong formula
-    # (b and B swapped gives a negative trace, norms not squared a factor of about 3 here).
-    assert noise.trace_sum / steps == pytest.approx(trace, rel=0.10)
-    assert noise.g2_sum / steps == pytest.approx(g2, rel=0.10)
-    assert noise.b_simple == pytest.approx(expected, rel=0.15)
+    # 4000 steps, measured over 20 seeds: relative errors with standard deviations 0.4% (trace),
+    # 1.0% (|G|^2) and 0.6% (B_simple), at most 1.3%, 2.6% and 1.5%. 5% leaves room for other
+    # seeds and is far from a wrong estimator (b and B swapped makes the trace negative).
+    assert noise.trace_sum / steps == pytest.approx(trace, rel=0.05)
+    assert noise.g2_sum / steps == pytest.approx(g2, rel=0.05)
+    assert noise.b_simple == pytest.approx(expected, rel=0.05)
 
 
 def test_noise_terms_are_exact_for_expected_norms():
@@ -88,7 +88,7 @@ def _placed(n_devices, global_batch=32, seed=0):
     return mesh, optimizer, params, optimizer.init(params), xs, ys
 
 
-@pytest.mark.parametrize("n_devices", [2, 8])
+@pytest.mark.parametrize("n_devices", [8])  # the lesson checks it at its own count
 def test_the_extra_pmean_leaves_the_step_bitwise_unchanged(n_devices):
     mesh, optimizer, params, opt_state, xs, ys = _placed(n_devices)
     noise_step = jax.jit(batch_size.make_noise_step(CFG, optimizer, mesh))
@@ -106,9 +106,13 @@ def test_the_norms_are_the_per_device_and_the_averaged_gradient():
     host = jax.tree.map(np.asarray, params)
     x, y = np.asarray(xs[0]), np.asarray(ys[0])
 
-    def sq_grad(xb, yb):
+    @jax.jit
+    def sq_grad_jit(xb, yb):  # one device, the whole batch or one device's rows
         grads = jax.grad(lambda p: model.loss_and_metrics(p, xb, yb, CFG)[0])(host)
-        return sum(float(np.sum(np.square(g))) for g in jax.tree.leaves(grads))
+        return sum(jax.numpy.sum(jax.numpy.square(g)) for g in jax.tree.leaves(grads))
+
+    def sq_grad(xb, yb):
+        return float(sq_grad_jit(xb, yb))
 
     b = len(y) // 8
     local = np.mean([sq_grad(x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]) for i in range(8)])
