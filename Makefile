@@ -227,7 +227,7 @@ site-test: $(VENV)/.dev-installed
 
 # The second environment: the newest JAX release (requirements-newest.txt) on
 # Python 3.12, in .venv-newest: the learner's library's tests (tests/lib) and the lessons'
-# (tests/lessons, with the whole-lesson runs: 04-11 solved with a global mesh, Auto and
+# (tests/lessons, with the whole-lesson runs: 04-12 solved with a global mesh, Auto and
 # Explicit, and the missing-package matrix), 01, and 02-03 with their solutions, smoke
 # profile: every cell of every lesson. The toolkit's tests (tests/coursetools) and
 # `make placement` run in the pinned environment only: the lessons that compile for GPUs

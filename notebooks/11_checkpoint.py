@@ -746,6 +746,9 @@ print("removed", root.name)
 # **The costs here** (the tables above, this run): the checkpoint's size on
 # disk against parameters x 12 bytes in section 7, the synchronous and
 # asynchronous save times and the restore time beside them.
+#
+# **Next:** [12_batch_size](12_batch_size.ipynb): a bigger global batch,
+# and whether it reaches the target sooner.
 
 # %% [markdown]
 # ## Exercises

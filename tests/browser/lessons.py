@@ -31,6 +31,8 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "10_sharded": ("each form vs replicated DP", "Collectives per step, "),
     # The resumed runs against the straight one, and the restores onto other meshes.
     "11_checkpoint": ("resumed to", "Restored leaves against the saved state"),
+    # The steps-to-target table and the 1-vs-N comparison.
+    "12_batch_size": ("Steps to held-out loss", "Same global batch, 1 device vs N devices"),
 }
 
 

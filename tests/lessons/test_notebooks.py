@@ -25,6 +25,7 @@ EXPECTED = [
     "09_performance",
     "10_sharded",
     "11_checkpoint",
+    "12_batch_size",
 ]
 PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 

@@ -1,0 +1,451 @@
+"""Lesson 12's tools: steps to a held-out target, the gradient noise scale, and the steps-examples fit.
+
+Taught in notebook 12 (``notebooks/12_batch_size.py``), which writes the
+noise step, the estimator and the steps-to-target loop in its own cells and
+checks them against these. Sources:
+
+- McCandlish, Kaplan, Amodei et al. 2018, "An Empirical Model of Large-Batch
+  Training", arXiv:1812.06162: the simple noise scale
+  ``B_simple = tr(Sigma) / |G|^2`` (section 2.2), its unbiased estimate from
+  gradient norms at two batch sizes (Appendix A), and the trade-off
+  ``(S / S_min - 1)(E / E_min - 1) = 1`` with ``B_crit = E_min / S_min``
+  (section 2.3).
+- Shallue, Lee, Antognini et al. 2018, "Measuring the Effects of Data
+  Parallelism on Neural Network Training", arXiv:1811.03600: steps to a
+  fixed target against batch size (perfect scaling, then diminishing returns).
+- Goyal et al. 2017, "Accurate, Large Minibatch SGD", arXiv:1706.02677: the
+  linear learning-rate rule (for SGD, with warm-up); Malladi, Lyu, Panigrahi
+  and Arora 2022, "On the SDEs and Scaling Rules for Adaptive Gradient
+  Algorithms", arXiv:2205.10287: the square-root rule for Adam-type optimizers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpcourse import costs
+from dpcourse.config import Config
+from dpcourse.model import loss_and_metrics
+
+LR_RULES = ("same", "sqrt", "linear")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sizes of lesson 12 for one profile.
+
+    Attributes:
+        global_batches: global batches trained to the target (examples), smallest
+            first, rounded down to multiples of the device count by the lesson;
+            the learning-rate rules scale from the smallest.
+        base_lr: AdamW learning rate at the smallest global batch.
+        target_loss: the held-out mean cross-entropy to reach.
+        max_steps: a run that has not reached the target by then stops ("not reached").
+        patience: a run stops ("not reached") after this many steps without a
+            new best held-out loss (a diverged or stalled run).
+        held_out: examples held out at the end of the training set (never trained on).
+        width, block_repeats: the model's sizes for this lesson (smaller than
+            the profile's, so that some 20 runs to a target fit the budget).
+        seeds: seeds of the spread shown at the second global batch.
+        chunk_examples: examples per call of the training loop (``k`` steps of
+            ``B`` examples, ``k = chunk_examples // B``, at least 1, at most 64).
+    """
+
+    global_batches: tuple[int, ...]
+    base_lr: float
+    target_loss: float
+    max_steps: int
+    patience: int
+    held_out: int
+    width: int
+    block_repeats: int
+    seeds: tuple[int, ...]
+    chunk_examples: int
+
+    def chunk(self, global_batch: int) -> int:
+        """Steps per call of the training loop at ``global_batch``."""
+        return max(1, min(64, self.chunk_examples // global_batch))
+
+
+PLANS: dict[str, Plan] = {
+    "full": Plan((64, 256, 1024, 4096, 16384), 1e-3, 0.35, 4000, 200, 4096, 256, 16, (0, 1, 2), 65536),
+    "cpu": Plan((64, 256, 512, 1024, 2048), 1e-3, 0.1, 500, 30, 1024, 32, 1, (0, 1, 2), 16384),
+    "smoke": Plan((16, 64, 256), 1e-3, 1.2, 400, 30, 128, 16, 1, (0, 1), 4096),
+}
+
+
+def plan_for(profile: str) -> Plan:
+    """The :class:`Plan` of a profile.
+
+    Raises:
+        ValueError: an unknown profile (the message lists the known ones).
+    """
+    if profile not in PLANS:
+        raise ValueError(f"No lesson 12 plan for profile {profile!r}: use one of {', '.join(PLANS)}.")
+    return PLANS[profile]
+
+
+def scaled_learning_rate(base_lr: float, base_batch: int, global_batch: int, rule: str) -> float:
+    """The learning rate at ``global_batch`` under a scaling rule.
+
+    ``"same"``: ``base_lr``; ``"sqrt"``: ``base_lr * sqrt(B / B0)`` (Malladi et
+    al. 2022, for Adam-type optimizers); ``"linear"``: ``base_lr * B / B0``
+    (Goyal et al. 2017, for SGD with momentum, after a warm-up).
+
+    Raises:
+        ValueError: an unknown rule, or a batch < 1.
+    """
+    if rule not in LR_RULES:
+        raise ValueError(f"Unknown learning-rate rule {rule!r}: use one of {', '.join(LR_RULES)}.")
+    if base_batch < 1 or global_batch < 1:
+        raise ValueError(f"Batches must be >= 1, got base {base_batch} and global {global_batch}.")
+    ratio = global_batch / base_batch
+    return base_lr * {"same": 1.0, "sqrt": math.sqrt(ratio), "linear": ratio}[rule]
+
+
+def make_noise_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, axis: str = "data") -> Callable:
+    """Notebook 05's ``shard_map`` step that also returns two squared gradient norms.
+
+    Each device computes its local gradient ``g_b`` (of its per-device batch
+    ``b``) and its squared norm; one more scalar ``pmean`` gives the mean of
+    the per-device ``|g_b|^2``; the averaged gradient ``G_B`` (global batch
+    ``B``) gives ``|G_B|^2`` with no collective. The training step itself is
+    the same as :func:`dpcourse.train.make_shard_map_step`'s.
+
+    Returns:
+        ``step(params, opt_state, x, y) -> (params, opt_state, metrics, norms)``
+        with ``x`` the global batch ``[B, 784]`` sharded ``P(axis, None)`` and
+        ``norms = {"local_sq": mean over devices of |g_b|^2, "global_sq": |G_B|^2}``
+        (float32 scalars, replicated), not jitted.
+    """
+
+    def sq_norm(tree):
+        return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(tree))
+
+    def local_grads(params, x, y):
+        params = jax.lax.pcast(params, axis, to="varying")
+        grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+        (_, metrics), grads = grad_fn(params, x, y, cfg)
+        local_sq = jax.lax.pmean(sq_norm(grads), axis)  # the one extra scalar collective
+        grads = jax.lax.pmean(grads, axis)
+        metrics = jax.lax.pmean(metrics, axis)
+        return grads, metrics, {"local_sq": local_sq, "global_sq": sq_norm(grads)}
+
+    sharded = jax.shard_map(local_grads, mesh=mesh, in_specs=(P(), P(axis, None), P(axis)), out_specs=(P(), P(), P()))
+
+    def step(params, opt_state, x, y):
+        grads, metrics, norms = sharded(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics, norms
+
+    return step
+
+
+def noise_terms(local_sq: float, global_sq: float, b: int, big_b: int) -> tuple[float, float]:
+    """Unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` from one step (McCandlish et al. 2018, App. A).
+
+    ``|G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)`` and
+    ``tr(Sigma) ~ (|G_b|^2 - |G_B|^2) / (1/b - 1/B)``. Each is noisy and may
+    be negative on one step: average each over steps before dividing
+    (:class:`NoiseScale`).
+
+    Args:
+        local_sq: ``|G_b|^2``, the squared norm of a gradient over ``b`` examples
+            (in data parallelism: the per-device gradient, averaged over devices).
+        global_sq: ``|G_B|^2``, over ``B`` examples (the averaged gradient).
+        b, big_b: the two batch sizes, ``b < B`` (per-device and global batch).
+
+    Raises:
+        ValueError: ``b >= B`` or ``b < 1`` (one device gives no second batch size).
+    """
+    if not 1 <= b < big_b:
+        raise ValueError(
+            f"Need two batch sizes 1 <= b < B, got b={b}, B={big_b}: on one device the per-device and the "
+            "global batch are the same; use 2 or more devices."
+        )
+    g2 = (big_b * global_sq - b * local_sq) / (big_b - b)
+    trace = (local_sq - global_sq) / (1.0 / b - 1.0 / big_b)
+    return g2, trace
+
+
+@dataclass
+class NoiseScale:
+    """Running means of the two estimates over steps; ``b_simple`` is their ratio.
+
+    ``b_simple = mean tr(Sigma) / mean |G|^2`` (the numerator and the
+    denominator averaged separately, as McCandlish et al. 2018 do, App. A).
+    """
+
+    b: int
+    big_b: int
+    g2_sum: float = 0.0
+    trace_sum: float = 0.0
+    count: int = 0
+
+    def update(self, local_sq: float, global_sq: float) -> None:
+        """Add one step's squared norms (``|G_b|^2``, ``|G_B|^2``)."""
+        g2, trace = noise_terms(float(local_sq), float(global_sq), self.b, self.big_b)
+        self.g2_sum += g2
+        self.trace_sum += trace
+        self.count += 1
+
+    @property
+    def b_simple(self) -> float:
+        """The simple noise scale in examples; NaN before any step or when mean ``|G|^2 <= 0``."""
+        if self.count == 0 or self.g2_sum <= 0:
+            return float("nan")
+        return self.trace_sum / self.g2_sum
+
+
+def make_optimizer(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
+    """AdamW with its learning rate in the optimizer state (``optax.inject_hyperparams``).
+
+    The same compiled step then trains at any learning rate: the rules of
+    :func:`scaled_learning_rate` change a number in the state, not the program.
+    """
+    return optax.inject_hyperparams(optax.adamw)(learning_rate=learning_rate, weight_decay=weight_decay)
+
+
+def make_run_steps(step: Callable, held_out_loss: Callable) -> Callable:
+    """``k`` noise steps in one call (``lax.scan``), with the held-out loss after each.
+
+    Args:
+        step: a noise step (:func:`make_noise_step`, not jitted).
+        held_out_loss: ``(params, x_held, y_held) -> scalar`` mean loss.
+
+    Returns:
+        ``run_steps(params, opt_state, xs, ys, x_held, y_held) -> (params, opt_state,
+        held [k], local_sq [k], global_sq [k])`` with ``xs`` ``[k, B, 784]`` (global
+        batches, sharded over the batch axis), not jitted.
+    """
+
+    def run_steps(params, opt_state, xs, ys, x_held, y_held):
+        def body(carry, batch):
+            params, opt_state, _, norms = step(*carry, *batch)
+            held = held_out_loss(params, x_held, y_held)
+            return (params, opt_state), (held, norms["local_sq"], norms["global_sq"])
+
+        (params, opt_state), (held, local_sq, global_sq) = jax.lax.scan(body, (params, opt_state), (xs, ys))
+        return params, opt_state, held, local_sq, global_sq
+
+    return run_steps
+
+
+@dataclass
+class Run:
+    """One training run to the target.
+
+    Attributes:
+        steps: the first step after which the held-out loss was at or below
+            the target; None if not reached (the step limit, or no new best
+            held-out loss for ``patience`` steps).
+        held_out: the held-out loss after each step run (up to ``steps``).
+        seconds: wall time of the loop (steps, held-out losses, noise updates).
+        noise: the running noise scale over the steps counted (None: not estimated).
+    """
+
+    steps: int | None
+    held_out: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    noise: NoiseScale | None = None
+
+
+def steps_to_target(
+    run_steps: Callable,
+    params,
+    opt_state,
+    batches: Callable[[int, int], tuple],
+    held_out: tuple,
+    target: float,
+    max_steps: int,
+    chunk: int,
+    noise: NoiseScale | None = None,
+    patience: int | None = None,
+) -> Run:
+    """Train until the held-out loss is at or below ``target``; count the steps.
+
+    Runs ``chunk`` steps per call; the count is exact (the held-out loss is
+    taken after every step), the steps after the crossing in the last
+    chunk are not counted.
+
+    Args:
+        run_steps: :func:`make_run_steps`' function, jitted.
+        batches: ``(start, k) -> (xs, ys)``, the global batches of steps
+            ``start`` to ``start + k - 1`` stacked ``[k, B, ...]``, placed.
+        held_out: ``(x_held, y_held)``, placed.
+        noise: updated with each counted step's norms, when given.
+        patience: stop ("not reached") after this many steps without a new
+            best held-out loss (a diverged or stalled run); None: never.
+
+    Returns:
+        A :class:`Run`.
+    """
+    start = time.perf_counter()
+    losses: list[float] = []
+    best, since_best = math.inf, 0
+    while len(losses) < max_steps:
+        xs, ys = batches(len(losses), chunk)
+        params, opt_state, held, local_sq, global_sq = run_steps(params, opt_state, xs, ys, *held_out)
+        for loss, lsq, gsq in zip(np.asarray(held), np.asarray(local_sq), np.asarray(global_sq)):
+            losses.append(float(loss))
+            if noise is not None:
+                noise.update(lsq, gsq)
+            if losses[-1] <= target:
+                return Run(len(losses), losses, time.perf_counter() - start, noise)
+            best, since_best = (losses[-1], 0) if losses[-1] < best else (best, since_best + 1)
+            if len(losses) >= max_steps or (patience is not None and since_best >= patience):
+                return Run(None, losses, time.perf_counter() - start, noise)
+    return Run(None, losses, time.perf_counter() - start, noise)
+
+
+def batch_stream(
+    x: np.ndarray, y: np.ndarray, global_batch: int, seed: int, mesh: Mesh, axis: str = "data"
+) -> Callable:
+    """``batches(start, k)``: the global batches of steps ``start`` to ``start + k - 1``, placed on ``mesh``.
+
+    The examples are read in an order shuffled with ``seed``, wrapping
+    around (epochs); step ``i`` always gets the same batch, however the
+    steps are grouped into calls.
+
+    Args:
+        x, y: host arrays ``[n, 784]`` and ``[n]`` (the training slice).
+
+    Returns:
+        ``batches(start, k) -> (xs [k, B, 784], ys [k, B])``, sharded over
+        ``axis`` along the batch (the second) dimension.
+    """
+    order = np.random.default_rng(seed).permutation(len(y))
+    x_sharding = NamedSharding(mesh, P(None, axis, None))
+    y_sharding = NamedSharding(mesh, P(None, axis))
+
+    def batches(start: int, k: int):
+        idx = order[(start * global_batch + np.arange(k * global_batch)) % len(order)]
+        xs = x[idx].reshape(k, global_batch, -1)
+        return jax.device_put(xs, x_sharding), jax.device_put(y[idx].reshape(k, global_batch), y_sharding)
+
+    return batches
+
+
+@dataclass(frozen=True)
+class TradeOff:
+    """The fit ``S = S_min + E_min / B`` (the trade-off ``(S/S_min - 1)(E/E_min - 1) = 1`` with ``E = B S``).
+
+    Attributes:
+        s_min: fewest steps (an infinite batch), steps.
+        e_min: fewest examples (batch -> 0), examples.
+        worst_error: largest relative error of the fit at the batches fitted.
+    """
+
+    s_min: float
+    e_min: float
+    worst_error: float
+
+    @property
+    def b_crit(self) -> float:
+        """The critical batch ``E_min / S_min`` (examples): twice the fewest steps and twice the fewest examples."""
+        return self.e_min / self.s_min
+
+    def steps_at(self, global_batch: float) -> float:
+        """Predicted steps to the target at ``global_batch``: ``S_min (1 + B_crit / B)``."""
+        return self.s_min + self.e_min / global_batch
+
+
+def fit_trade_off(global_batches: Sequence[int], steps: Sequence[float]) -> TradeOff:
+    """Fit ``S = S_min + E_min / B`` to measured steps by least squares in ``1 / B``.
+
+    From ``(S/S_min - 1)(E/E_min - 1) = 1`` and ``E = B S``:
+    ``S = S_min + E_min / B`` exactly (McCandlish et al. 2018, eq. 2.11 with
+    ``B_crit = E_min / S_min``), a straight line in ``1 / B``.
+
+    Raises:
+        ValueError: fewer than 2 distinct batches, or a fit with ``S_min <= 0``
+            or ``E_min <= 0`` (the steps do not fall with the batch as the model needs).
+    """
+    batches = np.asarray(global_batches, dtype=float)
+    s = np.asarray(steps, dtype=float)
+    if batches.shape != s.shape or len(set(batches.tolist())) < 2:
+        raise ValueError(f"Need steps at 2 or more distinct batches, got batches {list(batches)} and steps {list(s)}.")
+    design = np.stack([np.ones_like(batches), 1.0 / batches], axis=1)
+    (s_min, e_min), *_ = np.linalg.lstsq(design, s, rcond=None)
+    if s_min <= 0 or e_min <= 0:
+        raise ValueError(
+            f"The fit gives S_min={s_min:.3g} and E_min={e_min:.3g}; both must be > 0. The steps do not fall "
+            "with the batch as the model expects: add batches, or a target that takes more steps."
+        )
+    worst = float(np.max(np.abs(design @ np.array([s_min, e_min]) - s) / s))
+    return TradeOff(float(s_min), float(e_min), worst)
+
+
+def gpu_step_s(cfg: Config, per_device_batch: int, n_devices: int, device_kind: str, precision: str = "tf32") -> float:
+    """A lower bound on the data-parallel step on ``n_devices`` GPUs of ``device_kind``, seconds.
+
+    The training FLOPs of the per-device batch at the datasheet's dense peak
+    (:func:`dpcourse.costs.train_flops_per_step`, :data:`dpcourse.costs.PEAKS`)
+    plus a ring all-reduce of the float32 gradient over the datasheet link
+    (:func:`dpcourse.costs.ring_allreduce_s`, no latency): no kernel reaches
+    the peak and a real link adds latency, so a real step is slower.
+
+    Raises:
+        ValueError: a device not in the course's peak table.
+    """
+    peak = costs.find_peak(device_kind)
+    if peak is None:
+        raise ValueError(f"No datasheet peak for {device_kind!r}: use a kind in dpcourse.costs.PEAKS (L4, H100, H200).")
+    compute_s = costs.train_flops_per_step(cfg, per_device_batch) / peak.peak(precision)
+    allreduce_s = 0.0
+    if n_devices > 1:
+        allreduce_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n_devices, peak.link_bytes_per_s)
+    return compute_s + allreduce_s
+
+
+def time_to_target_rows(
+    trade_off: TradeOff, per_device_batch: int, device_counts: Sequence[int], step_s: Callable[[int], float]
+) -> list[dict]:
+    """Predicted steps, step time and time to the target at ``B = N x per_device_batch`` for each N.
+
+    Args:
+        step_s: ``N -> seconds per step`` on N devices (a model or a measurement).
+
+    Returns:
+        One dict per N: ``devices``, ``global batch``, ``steps``, ``ms/step``,
+        ``examples/s``, ``time to target s``.
+    """
+    rows = []
+    for n in device_counts:
+        batch = n * per_device_batch
+        seconds = step_s(n)
+        steps = trade_off.steps_at(batch)
+        rows.append(
+            {
+                "devices": n,
+                "global batch": batch,
+                "steps": steps,
+                "ms/step": seconds * 1e3,
+                "examples/s": batch / seconds,
+                "time to target s": steps * seconds,
+            }
+        )
+    return rows
+
+
+def devices_past_which_time_stalls(rows: Sequence[dict], gain: float = 0.10) -> int | None:
+    """The first device count from which the next row (more devices) cuts time to the target by less than ``gain``.
+
+    Throughput (examples/s) may still grow past it: a bigger global batch
+    needs more examples to reach the target. None when every row's next
+    one still cuts the time by ``gain`` or more.
+    """
+    for here, more in zip(rows, rows[1:]):
+        if more["time to target s"] > (1.0 - gain) * here["time to target s"]:
+            return here["devices"]
+    return None
