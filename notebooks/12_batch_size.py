@@ -59,6 +59,7 @@ from dpcourse.exercises.cells import check_against
 from dpcourse.large_batch import batch_size
 
 devs = lesson.devices.devices
+lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
 n, backend = len(devs), devs[0].platform
 mesh = Mesh(np.array(devs), ("data",))  # Auto axes, as in 04 and 05
 plan = batch_size.plan_for(lesson.cfg.profile)
@@ -635,8 +636,8 @@ print("freed:", before, "->", after)
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #
-# **Next:** this is the course's last lesson. The exercises below, then
-# your own workload: measure its noise scale before you buy devices.
+# **Next:** the exercises below, then your own workload: measure its
+# noise scale before you buy devices.
 
 # %% [markdown]
 # ## Exercises
