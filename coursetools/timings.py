@@ -206,20 +206,25 @@ def merge_runs(runs: list[dict], new: list[dict], lessons: list[str]) -> list[di
     """The record's runs once ``new`` runs are added: a run of some lessons replaces only theirs.
 
     A new run of every lesson in ``lessons`` (the course's stems) replaces
-    the earlier runs of its profile; one of some lessons removes those
-    lessons from the earlier runs of its profile (a run left with none is
-    dropped) and is kept beside them, with its own commit and machine.
-    Smoke runs first, then by profile, each profile's runs in the order given.
+    the earlier runs of its profile. A run of some lessons replaces those
+    lessons in the earlier run of its profile, each entry keeping its own
+    commit and load average at its start (the README says "measured
+    alone"), so a profile keeps one line; with no earlier run of its
+    profile it is kept as a run of its own. Smoke runs first, then by
+    profile, each profile's runs in the order given.
     """
     runs = [dict(r, notebooks=dict(r["notebooks"])) for r in runs]
     for entry in new:
         whole = set(lessons) <= set(entry["notebooks"])
-        for run in runs:
-            if run["profile"] == entry["profile"]:
-                run["notebooks"] = (
-                    {} if whole else {k: v for k, v in run["notebooks"].items() if k not in entry["notebooks"]}
-                )
-        runs = [r for r in runs if r["notebooks"]] + [entry]
+        same = [r for r in runs if r["profile"] == entry["profile"]]
+        if whole or not same:
+            runs = [r for r in runs if r["profile"] != entry["profile"]] + [entry]
+            continue
+        for run in same:
+            run["notebooks"] = {k: v for k, v in run["notebooks"].items() if k not in entry["notebooks"]}
+        alone = {"commit": entry.get("commit"), "load_average_start": entry["machine"].get("load_average_start")}
+        same[0]["notebooks"].update({name: dict(nb, **alone) for name, nb in entry["notebooks"].items()})
+        runs = [r for r in runs if r["notebooks"]]
     return sorted(runs, key=lambda r: (r["profile"] != "smoke", r["profile"]))
 
 

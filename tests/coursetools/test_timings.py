@@ -279,10 +279,11 @@ def test_a_run_of_some_lessons_updates_only_theirs(tmp_path):
     one.write_text(json.dumps(payload))
     timings.update([one], None, record, lessons, readme, sync=False)
     runs = json.loads(record.read_text())["runs"]
-    assert [(r["commit"], sorted(r["notebooks"])) for r in runs] == [
-        ("abc1234", ["05_shard_map"]),
-        ("def5678", ["06_model"]),
-    ]
+    # One line per profile: the lesson timed alone sits in the earlier run with its own commit.
+    assert [(r["commit"], sorted(r["notebooks"])) for r in runs] == [("abc1234", ["05_shard_map", "06_model"])]
+    assert runs[0]["notebooks"]["06_model"]["commit"] == "def5678"
+    assert runs[0]["notebooks"]["06_model"]["wall_s"] == 20.0
+    assert "measured alone: 06_model at commit def5678" in readme.read_text()
     assert "1-2 min with `smoke`" in (lessons / "05_shard_map.py").read_text()  # kept, not erased
     assert "under 30 s with `smoke`" in (lessons / "06_model.py").read_text()
     # A run of every lesson again replaces both.
