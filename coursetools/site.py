@@ -465,14 +465,13 @@ def stage(
         nb.cells.insert(1, note)
         if section:
             nb.cells.append(nbformat.v4.new_markdown_cell(section))
+        folders = {str(run.folder.resolve()): "<the run's folder>", **streams.machine_folders(ROOT)}
         for cell in nb.cells:  # nbformat wants ids; the runner's copies have them, nbmake's may not
             cell.setdefault("id", f"c{abs(hash(cell.source)) % 10**10}")
             image_alt(cell)
             cell["outputs"] = streams.merged_streams(cell.get("outputs", []))
             for out in cell.get("outputs", []):
-                streams.publishable(
-                    out, {str(run.folder.resolve()): "<the run's folder>", **streams.machine_folders(ROOT)}
-                )
+                streams.publishable(out, folders)
                 html = out.get("data", {}).get("text/html")
                 if html:
                     out["data"]["text/html"] = readable_colours("".join(html) if isinstance(html, list) else html)
@@ -548,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vendor", type=Path, default=ROOT / "tools" / "site" / "node_modules")
     args = parser.parse_args(argv)
     from coursetools.runner import find_notebooks
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
     from dpcourse.config import profile_names
 
     if args.profile not in profile_names():  # before any lesson runs with it
@@ -579,8 +579,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_run:
                 raise SiteBuildError(f"{len(missing)} lesson(s) have no current executed copy (--no-run)")
             todo = [p for p in lessons if p.stem not in chosen]
-            from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
-
             exit_on_bad_xla_flags()  # before the kernels start: XLA would end each one on a bad token
             fresh = run_lessons(todo, args.profile, own, args.cell_timeout)
             more, still = choose(todo, [fresh], 0.0)

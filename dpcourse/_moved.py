@@ -19,6 +19,7 @@ MOVED = {
     "dpcourse.results": "dpcourse.record",
     "dpcourse.cellcheck": "dpcourse.exercises.checks",
     "dpcourse.checks": "dpcourse.exercises.checks",
+    "dpcourse.progress": "dpcourse.exercises.progress",
     "dpcourse.xlaflags": "dpcourse.backend.xlaflags",
     "dpcourse.gpuinfo": "dpcourse.backend.gpuinfo",
     "dpcourse.health": "dpcourse.backend.health",

@@ -179,7 +179,7 @@ def start_lesson(
         device_count=chosen.count,
     )
     check_global_mesh(_data_mesh(chosen.devices))  # a notebook run again in a kernel where a mesh is set
-    from dpcourse import progress
+    from dpcourse.exercises import progress
 
     progress.record_lesson_start(notebook, progress.lesson_exercises(notebook))
     if show:

@@ -6,7 +6,7 @@ the scope ``access:services!service=board`` (the role ``board-viewer``, the
 instructor's) gets past the hub's OAuth; anyone else gets 403.
 
 What it reads: each learner's own ``progress.json`` (written by the course's
-checkers, see dpcourse/progress.py), fetched through the hub's proxy from
+checkers, see dpcourse/exercises/progress.py), fetched through the hub's proxy from
 the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
@@ -50,7 +50,7 @@ import jsonschema
 # hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
 SERVICE_SCOPES = ["list:users", "read:users", "read:users:activity", "read:servers", "access:servers"]
 VIEWER_SCOPES = ["access:services!service=board"]
-STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.progress.STUCK_TRIES)
+STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.exercises.progress.STUCK_TRIES)
 RECORD = "progress.json"
 TOP_MISTAKES = 8
 
@@ -71,7 +71,7 @@ def _table(names: dict, fields: dict, most: int) -> dict:
     return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
 
 
-# The shape dpcourse/progress.py writes (tests/hub/test_board_records.py checks that what it writes passes).
+# The shape dpcourse/exercises/progress.py writes (tests/hub/test_board_records.py checks that what it writes passes).
 RECORD_SCHEMA = {
     "type": "object",
     "required": ["exercises"],

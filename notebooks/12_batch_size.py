@@ -314,7 +314,11 @@ package_run = batch_size.steps_to_target(
 )
 mine_steps, mine_losses = runs["same", sizes[0]][:2]
 print(f"steps: yours {mine_steps}, the package's {package_run.steps}")
-assert mine_steps == package_run.steps and mine_losses == package_run.held_out
+assert mine_steps == package_run.steps and mine_losses == package_run.held_out, (
+    f"Your loop reached the target in {mine_steps} steps and the package's in {package_run.steps} "
+    "(or their held-out losses differ): both run the same program on the same batches, "
+    "so compare your train_to_target with batch_size.steps_to_target."
+)
 
 # %% [markdown]
 # The table: steps to the target for each global batch and learning-rate

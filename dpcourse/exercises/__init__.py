@@ -1,4 +1,4 @@
-"""Exercise checkers for lessons 02 to 11: one call per exercise, feedback in a sentence or two.
+"""Exercise checkers for lessons 02 to 12: one call per exercise, feedback in a sentence or two.
 
 Each lesson imports its module (``from dpcourse.exercises import lesson04 as check``)
 and calls one checker per exercise with the learner's answer. Solutions

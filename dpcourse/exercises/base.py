@@ -197,7 +197,7 @@ def checker(exercise: str, expects: str) -> Callable:
                     )
             if feedback.status == BAD_INPUT and not feedback.mistake:
                 feedback = Feedback(exercise, BAD_INPUT, feedback.message, "bad-input")
-            from dpcourse import progress
+            from dpcourse.exercises import progress
 
             progress.record_check(exercise, feedback.status, feedback.mistake, feedback.message)
             if strict() and feedback.status not in (CORRECT, UNAVAILABLE):

@@ -212,7 +212,7 @@ def test_a_malformed_record_is_refused_with_its_reason(shape):
 
 
 def test_a_record_the_course_writes_passes(tmp_path):
-    from dpcourse import progress
+    from dpcourse.exercises import progress
 
     path = tmp_path / "progress.json"
     progress._update(

@@ -128,7 +128,7 @@ def test_the_instructors_exercise_table_has_a_row_per_checked_exercise_in_course
     """docs/instructor.md's table of exercises: one row for each exercise a checker checks, none more."""
     import re
 
-    from dpcourse import progress
+    from dpcourse.exercises import progress
 
     checked = [e for lesson in LESSONS for e in progress.lesson_exercises(lesson.stem)]
     text = (ROOT / "docs" / "instructor.md").read_text()

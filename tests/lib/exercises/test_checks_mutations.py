@@ -137,10 +137,11 @@ def lesson_10_accumulation(source: str, mesh, opt, args):
     """Run lesson 10's accumulation cell (it also compiles its step on the lesson's first batch)."""
     from jax.sharding import NamedSharding as Named
 
-    from dpcourse.sharded import forms as sharded  # the lesson's import
+    from dpcourse import costs
+    from dpcourse.sharded import forms as sharded  # the lesson's imports
 
     params, opt_state, x, y = args
-    names = dict(ACCUM_K=4, mesh=mesh, NamedSharding=Named, optimizer=opt, compiled={}, sharded=sharded)
+    names = dict(ACCUM_K=4, mesh=mesh, NamedSharding=Named, optimizer=opt, compiled={}, sharded=sharded, costs=costs)
     names.update(params=params, opt_state=opt_state, batches=[(x, y)])
     return run_cells(source, **names)["accum_step"]
 

@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from dpcourse import progress
-from dpcourse.exercises import base, lesson03
+from dpcourse.exercises import base, lesson03, progress
 
 
 @pytest.fixture()
