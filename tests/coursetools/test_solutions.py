@@ -169,7 +169,9 @@ def test_every_lesson_with_exercises_runs_solved_in_solutions_test_and_the_newes
     alone = {p.stem for p in ROOT.glob(pattern.group(1))}
     with_exercises = {stem for stem in LESSONS if solutions.exercise_cells(_nb(stem))}
     assert with_exercises <= alone | set(MESH_LESSONS), with_exercises - alone - set(MESH_LESSONS)
-    assert not alone & set(MESH_LESSONS), f"the newest lane runs these solved twice: {sorted(alone & set(MESH_LESSONS))}"
+    assert not alone & set(MESH_LESSONS), (
+        f"the newest lane runs these solved twice: {sorted(alone & set(MESH_LESSONS))}"
+    )
     every = re.search(r"^SOLUTIONS_TEST_PATHS \?= \$\(wildcard (\S+)\)$", text, re.M)
     assert every and with_exercises <= {p.stem for p in ROOT.glob(every.group(1))}
 
