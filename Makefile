@@ -160,10 +160,10 @@ notebook-test: $(VENV)/.dev-installed
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
-# profile; strict mode makes any checker that does not report success fail. It runs every
-# lesson, at SOLUTIONS_TEST_DEVICES: the unit layer's global-mesh runs (tests/lessons/variants.py)
-# run the lessons from 04 solved too, but at other device counts. The newest-JAX lane runs only
-# SOLVED_ALONE here, the lessons before 04, which have no global-mesh run.
+# profile; strict mode makes any checker that does not report success fail. `make test`
+# runs only SOLVED_ALONE here, the lessons before 04: from 04 on, the unit layer's
+# global-mesh runs (Auto and Explicit, tests/lessons/variants.py) are solved runs, so no
+# lesson is run solved twice. `make solutions-test` alone runs every lesson.
 SOLVED_DIR ?= build/solved
 SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
@@ -267,7 +267,8 @@ newest-install:
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
 PINNED_SIDE = infra-test browser-test site-test hub-test
 test-pinned:
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_CORE) $(PINNED_SIDE) wheelhouse-test
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
+	  $(PINNED_CORE) $(PINNED_SIDE) wheelhouse-test
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
@@ -299,7 +300,7 @@ test: $(VENV)/.dev-installed
 	  $(MAKE) --no-print-directory wheelhouse-test > build/wheelhouse-test.log 2>&1; echo $$? > build/wheelhouse-test.rc ) & \
 	background=$$!; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
-	  $(MAKE) --no-print-directory $(PINNED_CORE); core=$$?; \
+	  $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
