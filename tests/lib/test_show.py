@@ -128,9 +128,10 @@ def test_number_formatting(value, text):
 
 def test_show_figure_closes_the_figure_and_shows_it_once(monkeypatch):
     shown = []
+    # The figure first: pyplot's first figure in a process picks its backend and asks IPython for a shell.
+    fig, ax = plt.subplots()
     monkeypatch.setattr("IPython.get_ipython", lambda: object())
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
-    fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4])
     display.show_figure(fig)
     display.show_figure(fig)  # a second call shows nothing more
