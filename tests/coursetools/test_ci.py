@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,7 +73,58 @@ def test_make_test_runs_both_environments(tmp_path):
         found = sorted(m.group(1) for m in re.finditer(re.escape(count) + r"(\d+)\" .*" + re.escape(marker), plan))
         assert found == devices, (marker, found)
     assert sorted(re.findall(r"DPCOURSE_TEST_DEVICES=(\d+) ", plan)) == ["3", "8"]
+    # the pinned solutions-test: every lesson, as a learner without the GPU-compile extra
+    strict = [line for line in plan.splitlines() if "DPCOURSE_EXERCISES_STRICT=1" in line]
+    pinned = [line for line in strict if ".venv-newest" not in line]
+    assert len(pinned) == 1 and "DPCOURSE_GPU_COMPILE_PATH=" in pinned[0], strict
+    assert all("DPCOURSE_GPU_COMPILE_PATH=" not in line for line in strict if line not in pinned)
+    solved = re.findall(r"coursetools\.solutions --out build/solved --notebooks (.*)", plan)
+    assert len(solved) == 1 and len(solved[0].split()) == len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
+    # what the side layers need installs in the background lane, before they run
+    background = (checkout / "build" / "side-install.log").read_text()
+    for needed in (
+        "requirements-infra.txt",
+        "requirements-checkov.txt",
+        "requirements-site.txt",
+        "requirements-hub.txt",
+    ):
+        assert f"-r {needed}" in background, needed
+    assert background.count("npm ci") == 2
+
+
+def pins(name: str) -> dict[str, str]:
+    """``{distribution: version}`` of the ``name==version`` lines of a requirements file (its -r files too)."""
+    found = {}
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#")[0].split(";")[0].strip()
+        if line.startswith("-r "):
+            found |= pins(line[3:].strip())
+        elif "==" in line:
+            dist, version = line.split("==")
+            found[re.sub(r"[-_.]+", "-", dist).lower()] = version.strip()
+    return found
+
+
+@pytest.mark.parametrize("extra", ["requirements-hub.txt", "requirements-infra.txt"])
+def test_the_background_installs_into_the_test_environment_replace_no_package(extra):
+    # make test installs these into .venv while the unit layer runs there: a package they share with
+    # the test environment must be at the same version, or pip would swap it under the running tests.
+    from importlib import metadata
+
+    test_pins = pins("requirements-dev.txt")
+    for dist, version in pins(extra).items():
+        if dist in test_pins:
+            assert test_pins[dist] == version, f"{extra} pins {dist}=={version}, requirements-dev.txt {test_pins[dist]}"
+        else:
+            try:
+                installed = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue  # added by the install, replacing nothing
+            assert installed == version, (
+                f"{extra} pins {dist}=={version}; the test environment has {installed} from its own "
+                f"requirements: pin {dist}=={version} in requirements-dev.txt"
+            )
 
 
 def test_ci_runs_make_test_as_ci():
@@ -83,3 +136,34 @@ def test_ci_runs_make_test_as_ci():
 def test_make_sync_goes_through_the_conflict_check():
     plan = make("-n", "sync", ci=None).stdout
     assert "-m coursetools sync" in plan and "jupytext --sync" not in plan
+
+
+def test_the_unit_layers_scopes_keep_a_file_together_and_each_whole_lesson_run_alone():
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    run = "tests/lessons/test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh"
+    assert run in conftest.WHOLE_LESSON_TESTS
+    assert conftest.xdist_scope(f"{run}[05_shard_map-Explicit]") == f"{run}[05_shard_map-Explicit]"
+    assert conftest.xdist_scope("tests/lessons/test_global_mesh.py::test_an_unknown_setting_names_the_choices") == (
+        "tests/lessons/test_global_mesh.py"
+    )
+    assert conftest.xdist_scope("tests/lib/test_show.py::test_number_formatting[1.5-1.5]") == "tests/lib/test_show.py"
+
+
+def test_make_unit_tests_xdist_options_run_a_file_on_one_worker():
+    # The Makefile's options on a file of quick tests: pytest-xdist's own grouping (loadgroup) stopped
+    # working under pytest 9.2 without a word, so the test reads which worker ran each test.
+    options = re.search(r"\$\(XDIST\) (--dist \S+ --no-loadscope-reorder) ", (ROOT / "Makefile").read_text())
+    assert options, "the unit-test recipe's xdist options moved: update this test"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/coursetools/test_choose.py", "-n", "2", *options.group(1).split()]
+        + ["-v", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout[-2000:]
+    workers = re.findall(r"^\[(gw\d+)\] .*PASSED", out.stdout, re.M)
+    assert len(workers) >= 4 and len(set(workers)) == 1, workers

@@ -156,8 +156,9 @@ def test_the_command_line_fills_only_the_notebooks_named_and_refuses_one_that_is
 
 
 def test_every_lesson_with_exercises_runs_solved_in_solutions_test_or_in_the_global_mesh_runs():
-    # make test's solutions-test runs the lessons before 04 (SOLVED_ALONE); the unit layer's global-mesh runs
-    # (tests/lessons/variants.py, always solved) run the others, so each is run solved once per variant.
+    # test-newest's solutions-test runs the lessons before 04 (SOLVED_ALONE); the unit layer's global-mesh runs
+    # (tests/lessons/variants.py, always solved) run the others, so on the newest JAX each is run solved once.
+    # (make test's pinned solutions-test runs every lesson: the 4-device and no-GPU-extra run, docs/testing.md.)
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "lessons"))

@@ -18,8 +18,9 @@ every (lesson, kind) pair once. Unset (``both``, any run outside
 Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
 does: so a lesson with a global-mesh run is run solved here, in both mesh
-kinds, and solutions-test runs only the lessons before 04
-(``SOLUTIONS_TEST_PATHS``).
+kinds, and the newest lane's solutions-test runs only the lessons before 04
+(``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
+and without the GPU-compile extra (docs/testing.md).
 
 The device count is a dimension of its own, set per layer by the Makefile
 (docs/testing.md says which layer runs which count): these runs' kernels get
