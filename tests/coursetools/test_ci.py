@@ -32,8 +32,17 @@ def dry_run_checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def makefile_variables() -> set[str]:
+    """The variables the Makefile and its included files set."""
+    text = "\n".join(p.read_text() for p in [ROOT / "Makefile", *ROOT.glob("*.mk")])
+    return set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*[?:+]?=", text, re.M))
+
+
 def make(*args: str, ci: str | None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MAKELEVEL")}
+    # Under `make test` this process's environment holds what the Makefile passed down (a variable
+    # set on a make command line is exported): the plan must be the Makefile's own.
+    dropped = {"CI", "MAKEFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MFLAGS"} | makefile_variables()
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     if ci is not None:
         env["CI"] = ci
     return subprocess.run(
