@@ -33,7 +33,6 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import costs
 from dpcourse.config import Config
 from dpcourse.model import loss_and_metrics
 
@@ -384,28 +383,6 @@ def fit_trade_off(global_batches: Sequence[int], steps: Sequence[float]) -> Trad
         )
     worst = float(np.max(np.abs(design @ np.array([s_min, e_min]) - s) / s))
     return TradeOff(float(s_min), float(e_min), worst)
-
-
-def gpu_step_s(cfg: Config, per_device_batch: int, n_devices: int, device_kind: str, precision: str = "tf32") -> float:
-    """A lower bound on the data-parallel step on ``n_devices`` GPUs of ``device_kind``, seconds.
-
-    The training FLOPs of the per-device batch at the datasheet's dense peak
-    (:func:`dpcourse.costs.train_flops_per_step`, :data:`dpcourse.costs.PEAKS`)
-    plus a ring all-reduce of the float32 gradient over the datasheet link
-    (:func:`dpcourse.costs.ring_allreduce_s`, no latency): no kernel reaches
-    the peak and a real link adds latency, so a real step is slower.
-
-    Raises:
-        ValueError: a device not in the course's peak table.
-    """
-    peak = costs.find_peak(device_kind)
-    if peak is None:
-        raise ValueError(f"No datasheet peak for {device_kind!r}: use a kind in dpcourse.costs.PEAKS (L4, H100, H200).")
-    compute_s = costs.train_flops_per_step(cfg, per_device_batch) / peak.peak(precision)
-    allreduce_s = 0.0
-    if n_devices > 1:
-        allreduce_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n_devices, peak.link_bytes_per_s)
-    return compute_s + allreduce_s
 
 
 def time_to_target_rows(

@@ -173,7 +173,12 @@ def ceiling_for(compute_dtype: str) -> str:
     return table[compute_dtype]
 
 
-def datasheet_precision(compute_dtype: str) -> str:
-    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype ("tf32" or "bf16")."""
+def datasheet_precision(compute_dtype: str) -> str | None:
+    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype: "bf16", or None for float32.
+
+    None is the precision a float32 matmul runs at under JAX's default
+    precision on the device (:attr:`dpcourse.costs.DevicePeak.float32_matmul`):
+    TF32 on the NVIDIA GPUs listed, one bf16 pass on a TPU.
+    """
     ceiling_for(compute_dtype)  # validates
-    return "bf16" if compute_dtype == "bfloat16" else "tf32"
+    return "bf16" if compute_dtype == "bfloat16" else None

@@ -198,14 +198,6 @@ def test_time_to_target_and_where_more_devices_stop_paying():
     assert batch_size.devices_past_which_time_stalls(rows, gain=0.2) == 32
 
 
-def test_gpu_step_time_is_compute_plus_all_reduce():
-    one = batch_size.gpu_step_s(CFG, 64, 1, "NVIDIA H200")
-    eight = batch_size.gpu_step_s(CFG, 64, 8, "NVIDIA H200")
-    assert 0 < one < eight
-    with pytest.raises(ValueError, match="No datasheet peak"):
-        batch_size.gpu_step_s(CFG, 64, 2, "Imaginary GPU")
-
-
 def test_every_profile_has_a_plan():
     from dpcourse.config import profile_names
 

@@ -3,6 +3,7 @@
 import jax
 import pytest
 
+from dpcourse.costs import find_peak
 from dpcourse.perf import ceilings
 
 
@@ -55,7 +56,11 @@ def test_bad_arguments_raise(cpu0):
 def test_each_compute_dtype_has_its_ceiling_and_datasheet_precision():
     assert ceilings.ceiling_for("float32") == "float32 default"  # the step runs at default precision
     assert ceilings.ceiling_for("bfloat16") == "bfloat16"
-    assert ceilings.datasheet_precision("float32") == "tf32"
+    assert ceilings.datasheet_precision("float32") is None  # the device's float32 matmul: TF32 or a TPU's bf16
+    assert find_peak("NVIDIA H200").peak(ceilings.datasheet_precision("float32")) == find_peak("NVIDIA H200").peak(
+        "tf32"
+    )
+    assert find_peak("TPU v5 lite").peak(ceilings.datasheet_precision("float32")) == 197e12
     assert ceilings.datasheet_precision("bfloat16") == "bf16"
     with pytest.raises(ValueError, match="float32, bfloat16"):
         ceilings.ceiling_for("float16")
