@@ -210,6 +210,43 @@ def tpu_slice_allreduce_s(n_bytes: float, peak: DevicePeak, shape: tuple[int, ..
     )
 
 
+def tpu_collective_s(
+    kind: str, n_bytes: float, peak: DevicePeak, shape: tuple[int, ...], latency: bool = True
+) -> float:
+    """One ``"all-reduce"``, ``"reduce-scatter"`` or ``"all-gather"`` of ``n_bytes`` over a whole TPU slice, seconds.
+
+    A reduce-scatter or an all-gather is one of the all-reduce's two phases
+    (the book: the all-reduce "has 2x the above cost"): half of
+    :func:`tpu_slice_allreduce_s`, bandwidth and hops alike.
+
+    Raises:
+        ValueError: another kind, or the errors of :func:`tpu_slice_allreduce_s`.
+    """
+    if kind not in ("all-reduce", "reduce-scatter", "all-gather"):
+        raise ValueError(f"kind must be 'all-reduce', 'reduce-scatter' or 'all-gather', got {kind!r}.")
+    full = tpu_slice_allreduce_s(n_bytes, peak, shape, latency)
+    return full if kind == "all-reduce" else full / 2
+
+
+def tpu_slice_shape(coords: list[tuple[int, ...]], peak: DevicePeak) -> tuple[int, ...]:
+    """The slice's shape from its chips' ``device.coords`` (JAX's TPU devices carry them).
+
+    Chips along each axis (the largest coordinate + 1), trimmed to the torus's
+    axes: a v5e's coords are ``(x, y, 0)``, so a v5e-8 gives ``(2, 4)`` or
+    ``(4, 2)`` as its coordinates run.
+
+    Raises:
+        ValueError: no coordinates, ``peak`` not a TPU, or chips beyond the torus's axes.
+    """
+    if not coords or peak.ici is None:
+        raise ValueError("Give the coords of at least one TPU chip (device.coords) and a TPU's peak.")
+    shape = tuple(max(c[i] for c in coords) + 1 for i in range(len(coords[0])))
+    dims = peak.ici.torus_dims
+    if any(s != 1 for s in shape[dims:]):
+        raise ValueError(f"Coordinates span {shape}: more axes than {peak.name}'s {dims}-D torus.")
+    return shape[:dims]
+
+
 def slice_name(peak: DevicePeak, shape: tuple[int, ...]) -> str:
     """A slice's name and topology, e.g. ``"v5e-8 (2x4 mesh)"`` or ``"v5e-256 (16x16 torus)"``."""
     chips = math.prod(shape)

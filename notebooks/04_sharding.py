@@ -515,34 +515,44 @@ _ = record.save_figure(fig, "throughput")
 # 1.0 and 1.8 from run to run. Read it as scheduling noise, not as scaling.
 
 # %%
-# The same link rule as notebook 02: the device's own link where it is listed,
-# else PCIe Gen4 x16 (32 GB/s each way, assumed); simulated devices have no link.
+# The same link rule as notebook 02: the device's own link where it is listed
+# (a TPU's chips all-reduce over ICI, over the slice's axes), else PCIe Gen4
+# x16 (32 GB/s each way, assumed); simulated devices have no link.
 peak = costs.find_peak(single.device_kind)
-if lesson.devices.simulated:
-    link_bytes_per_s, link_name = (
-        None,
-        "none: simulated devices share host memory (all-reduce time left out)",
-    )
-elif peak is not None:
+per_example_s = res_1.ms_per_step / 1000.0 / global_batch
+if peak is not None and peak.is_tpu and not lesson.devices.simulated:
+    shape = costs.tpu_slice_shape([tuple(d.coords) for d in mesh.devices.flat], peak)
     link_bytes_per_s, link_name = (
         peak.link_bytes_per_s,
-        f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way",
+        f"ICI over a {costs.slice_name(peak, shape)}, "
+        f"{peak.link_bytes_per_s / 1e9:.0f} GB/s each way per link",
     )
+    pred = costs.predict_tpu_step(cfg, cfg.per_device_batch, peak, shape, 0.0, per_example_s)
 else:
-    link_bytes_per_s, link_name = (
-        32e9,
-        "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)",
+    if lesson.devices.simulated:
+        link_bytes_per_s, link_name = (
+            None,
+            "none: simulated devices share host memory (all-reduce time left out)",
+        )
+    elif peak is not None:
+        link_bytes_per_s, link_name = (
+            peak.link_bytes_per_s,
+            f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way",
+        )
+    else:
+        link_bytes_per_s, link_name = (
+            32e9,
+            "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)",
+        )
+    pred = costs.predict_step(
+        cfg,
+        cfg.per_device_batch,
+        n,
+        0.0,
+        per_example_s,
+        link_bytes_per_s,
+        shared_cores=lesson.devices.simulated,
     )
-per_example_s = res_1.ms_per_step / 1000.0 / global_batch
-pred = costs.predict_step(
-    cfg,
-    cfg.per_device_batch,
-    n,
-    0.0,
-    per_example_s,
-    link_bytes_per_s,
-    shared_cores=lesson.devices.simulated,
-)
 display(
     show.key_values(
         {

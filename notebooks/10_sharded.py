@@ -898,7 +898,9 @@ for res in gpu_results:
 # ## 7. The cost model: communication per step, predicted
 #
 # The ring collectives of `dpcourse.costs` (bytes each device sends, and
-# the bandwidth term of the time over a datasheet link, no latency):
+# the bandwidth term of the time over a datasheet link, no latency; on TPU
+# v5e slices the ICI model of `costs.tpu_collective_s`, where a
+# reduce-scatter or an all-gather is half an all-reduce):
 # all-reduce `2 (N - 1) / N x bytes`, reduce-scatter and all-gather
 # `(N - 1) / N x bytes` each, for an array of `bytes` in all. An
 # all-reduce is a reduce-scatter followed by an all-gather, so ZeRO and
@@ -915,6 +917,22 @@ links = {
     "H200 NVLink4": costs.find_peak("NVIDIA H200"),
     "L4 PCIe Gen4": costs.find_peak("NVIDIA L4"),
 }
+v5e = costs.find_peak("TPU v5 lite")
+slices = {"v5e-8 ICI": (2, 4), "v5e-256 ICI": (16, 16)}  # a 2 x 4 mesh; a 16 x 16 torus
+
+
+def ici_time_s(form, shape):
+    """The form's collectives over a v5e slice of `shape`, at that slice's chip count."""
+    at = census.predict_communication(
+        grad_bytes, block_bytes, math.prod(shape), ACCUM_K, cfg.block_repeats
+    )[form]
+    return sum(
+        at[kind] * costs.tpu_collective_s(kind, at["payload"][kind] / at[kind], v5e, shape, False)
+        for kind in census.KINDS
+        if at[kind]
+    )
+
+
 pred_rows = []
 for form, p in pred.items():
     row = {
@@ -924,9 +942,16 @@ for form, p in pred.items():
     }
     for label, peak in links.items():
         row[f"us on {label}"] = f"{census.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
+    for label, shape in slices.items():
+        row[f"us on {label}"] = f"{ici_time_s(form, shape) * 1e6:.1f}"
     pred_rows.append(row)
 display(
     show.table(pred_rows, caption=f"Predicted collectives per step, {n} devices, K = {ACCUM_K}")
+)
+print(
+    f"GPU columns: rings of {n} devices; TPU columns: whole v5e slices at their own chip counts,\n"
+    "over ICI (a v5e-8 is a 2 x 4 mesh without wraparound links, a v5e-256 a 16 x 16 torus);\n"
+    "all bandwidth terms only, no latency."
 )
 
 # %% [markdown]

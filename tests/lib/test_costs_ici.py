@@ -87,3 +87,25 @@ def test_predict_tpu_step_adds_the_ici_allreduce():
     assert pred.n_devices == 8 and pred.global_batch == 8192
     assert pred.allreduce_s == pytest.approx(89.45712e-6, rel=1e-9)  # no hop latency unless asked
     assert pred.step_s == pytest.approx(13.29e-3 + 89.45712e-6, rel=1e-9)
+
+
+def test_a_reduce_scatter_or_all_gather_over_a_slice_is_half_an_all_reduce():
+    full = costs.tpu_slice_allreduce_s(V, TPU_V5E, (2, 4))
+    assert costs.tpu_collective_s("all-reduce", V, TPU_V5E, (2, 4)) == full
+    assert costs.tpu_collective_s("all-gather", V, TPU_V5E, (2, 4)) == full / 2
+    assert costs.tpu_collective_s("reduce-scatter", V, TPU_V5E, (2, 4)) == pytest.approx(48.72856e-6, rel=1e-9)
+    with pytest.raises(ValueError, match="kind must be"):
+        costs.tpu_collective_s("all-to-all", V, TPU_V5E, (2, 4))
+
+
+def test_the_slice_shape_is_read_from_the_chips_coordinates():
+    v5e_8 = [(x, y, 0) for x in range(2) for y in range(4)]
+    assert costs.tpu_slice_shape(v5e_8, TPU_V5E) == (2, 4)
+    assert costs.tpu_slice_shape([(0, 0, 0)], TPU_V5E) == (1, 1)
+    assert costs.tpu_slice_shape([(x, y, z) for x in range(2) for y in range(2) for z in range(2)], TPU_V5P) == (
+        2,
+        2,
+        2,
+    )
+    with pytest.raises(ValueError, match="more axes"):
+        costs.tpu_slice_shape([(0, 0, 0), (0, 0, 1)], TPU_V5E)
