@@ -516,8 +516,8 @@ _ = record.save_figure(fig, "throughput")
 
 # %%
 # The same link rule as notebook 02: the device's own link where it is listed
-# (a TPU's chips all-reduce over ICI, over the slice's axes), else PCIe Gen4
-# x16 (32 GB/s each way, assumed); simulated devices have no link.
+# (a TPU's chips all-reduce over ICI, over the slice's axes),
+# else PCIe Gen4 x16 (32 GB/s each way, assumed); simulated devices have no link.
 peak = costs.find_peak(single.device_kind)
 per_example_s = res_1.ms_per_step / 1000.0 / global_batch
 if peak is not None and peak.is_tpu and not lesson.devices.simulated:

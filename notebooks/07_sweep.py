@@ -310,11 +310,13 @@ if fit is not None:
 
 # %% [markdown]
 # The same all-reduce of the `full` profile's gradient on the datasheet
-# links, without and with their latencies: two GPU rings (NCCL's latencies
-# from its tuning tables: 8.4 µs a call, 3.4 µs a ring step over NVLink,
-# 5.7 µs over PCIe) and two TPU v5e slices over ICI (about 1 µs a hop). A
-# v5e-8 is a 2 x 4 mesh without wraparound links, a v5e-256 a 16 x 16
-# torus; the model over a slice's axes is `costs.ici_allreduce_s`'s.
+# links, without and with their latencies: two GPU rings, with NCCL's
+# latencies from its tuning tables (8.4 µs a call, 3.4 µs a ring step over
+# NVLink, 5.7 µs over PCIe);
+# and two TPU v5e slices over ICI, about 1 µs a hop (Austin et al., "How
+# to Scale Your Model"). A v5e-8 is a 2 x 4 mesh without wraparound links,
+# a v5e-256 a 16 x 16 torus; the model over a slice's axes is
+# `costs.ici_allreduce_s`'s.
 
 # %%
 datasheet_rows = []

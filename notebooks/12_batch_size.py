@@ -516,10 +516,11 @@ print(
 # own fixed cost (launches, the update) is left out, as nothing measured it
 # on these machines; for a model this small, the compute term is a
 # fraction of a microsecond and the all-reduce's latency is most of the
-# step. Neither a lower nor an upper bound, then: an estimate, whose rows
-# say whether their global batch was trained here or lies between or
-# beyond the trained ones (the fit's extrapolation, worst error printed
-# above). One device is left out: with no all-reduce and no fixed cost its
+# step. Neither a lower nor an upper bound, then: an estimate. Each row's
+# global batch is marked **trained** (run to the target here),
+# **interpolated** (between two trained ones) or **extrapolated** (beyond
+# them); the steps of every row come from the fit, whose worst error at the
+# trained batches is printed above. One device is left out: with no all-reduce and no fixed cost its
 # modelled step would be the compute term alone. Beyond one node (2 L4s,
 # 8 H200s) the link between nodes is slower than the one assumed. On a GPU
 # or TPU machine, the measured table below gives this run's devices.
