@@ -45,8 +45,9 @@ def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, la
     pays a fixed ``latency_s`` (launch and synchronisation). With the
     default ``latency_s=0`` this is the bandwidth term alone, a lower bound.
     For a 7.45 MB gradient over NVLink4 (450 GB/s) the bandwidth term of 8
-    GPUs is 29 us, while its 14 ring steps at an illustrative 2 us each
-    would add 28 us: the same order. Measure both terms with
+    GPUs is 29 us, while its 14 ring steps at the 3.4 us NCCL's own tuning
+    model gives an NVLink ring step (:data:`dpcourse.backend.peaks.NCCL_RING_STEP_NVLINK_S`)
+    add 48 us: the same order. Measure both terms with
     :mod:`dpcourse.perf.linkbench` rather than assuming them.
 
     Args:
