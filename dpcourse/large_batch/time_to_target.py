@@ -163,8 +163,8 @@ def reading(table: Sequence[dict], label: str) -> str:
     )
     if best is last:
         return f"{where}, the largest count in the table: it still falls there."
-    which = "the smallest count in the table" if best is table[0] else "not the largest"
+    which = ", the smallest count in the table" if best is table[0] else ""
     return (
-        f"{where}, {which}; every larger count in the table takes at least as long "
+        f"{where}{which}; every larger count in the table takes at least as long "
         f"({last['time to target ms']:.3g} ms at {last['devices']})."
     )
