@@ -60,9 +60,10 @@ class Ici:
 
         v5e and v6e: an axis of 16 chips, so a v5e-8 (2 x 4) has none and an
         8 x 16 has one, on its long axis (Austin et al., the TPU chapter).
-        v5p: every axis, when every axis is a multiple of 4 (whole cubes;
-        Google: "All 4x4x4 and larger slices (one cube) have full 3D torus"),
-        else none (a 2 x 4 x 4 has none).
+        v5p: every axis, when every axis is a multiple of 4 (whole cubes:
+        Google's v5p page gives slices of one 4x4x4 cube and larger a full 3D
+        torus), else none (a 2 x 4 x 4 has none: Austin et al., the wraparounds
+        come from the optical switches of whole cubes).
 
         Raises:
             ValueError: a shape with more axes than the torus or an axis < 1.
