@@ -76,3 +76,34 @@ def test_the_workspace_command_as_root_leaves_the_learners_files_theirs(open_dir
     assert done.returncode == 0, done.stderr
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in (home / "workspace").rglob("*")}
     assert owners == {NOBODY}
+
+
+@as_root
+def test_root_reads_the_course_before_it_becomes_a_learner_who_may_not_enter_the_clone(open_dir, monkeypatch):
+    """A clone in a folder closed to others (mktemp -d is 0700): the learner's files are still theirs."""
+    from coursetools import cli, solutions
+    from coursetools import workspace as ws
+
+    closed = Path(tempfile.mkdtemp(prefix="owner-course-"))  # 0700: the learner may not enter it
+    try:
+        shutil.copytree(ws.COURSE_NOTEBOOKS, closed / "notebooks")
+        shutil.copytree(solutions.SOLUTIONS_DIR, closed / "solutions")
+        monkeypatch.setattr(ws, "COURSE_NOTEBOOKS", closed / "notebooks")
+        monkeypatch.setattr(solutions, "SOLUTIONS_DIR", closed / "solutions")
+        home = open_dir / "bob"
+        home.mkdir()
+        os.chown(home, *NOBODY)
+        workspace = home / "workspace"
+        assert cli.main(["workspace", "init", "--dir", str(workspace)]) == 0
+        assert cli.main(["workspace", "catchup", "03", "--dir", str(workspace)]) == 0
+        assert cli.main(["workspace", "status", "--dir", str(workspace)]) == 0
+        lessons = sorted(p.name for p in (closed / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        assert sorted(p.name for p in workspace.glob("*.ipynb")) == lessons
+        solved = ws.solved_copy("03_mesh", ws.learner_copy(closed / "notebooks" / "03_mesh.ipynb"))
+        assert (workspace / "03_mesh.ipynb").read_text(encoding="utf-8") == solved
+        assert len(list((workspace / "old").glob("*/03_mesh.ipynb"))) == 1
+        owners = {(p.stat().st_uid, p.stat().st_gid) for p in workspace.rglob("*")}
+        assert owners == {NOBODY}
+        assert cli.main(["workspace", "update", "99", "--dir", str(workspace)]) == 2  # refused as root, in a sentence
+    finally:
+        shutil.rmtree(closed)
