@@ -87,6 +87,10 @@ MALFORMED = {
     "Infinity": (text(GOOD).replace("1800000000.0", "Infinity"), "Infinity"),
     "a number of 5000 digits": (text(GOOD).replace("1800000000.0", "9" * 5000), "JSON"),
     "a lone surrogate": (text(changed("exercises/ex03_1/message", "x")).replace('"x"', '"\\ud800"'), "Unicode"),
+    "lessons a list": (text(changed("lessons", [])), "lessons"),
+    "attempts null": (text(changed("exercises/ex03_1/attempts", None)), "attempts"),
+    "a made-up exercise": (text(changed("exercises/ex99_1", GOOD["exercises"]["ex03_1"])), "ex99_1"),
+    "a lesson listing a made-up exercise": (text(changed("lessons/03_mesh/exercises", ["ex03_9"])), "exercises"),
 }
 
 
@@ -209,6 +213,23 @@ def test_a_malformed_record_is_refused_with_its_reason(shape):
         board.parse_record(content)
     reason = str(caught.value)
     assert word.lower() in reason.lower() and len(reason) <= board.MAX_REASON, reason
+
+
+def test_the_board_checks_records_against_the_schema_the_course_checks_its_own_against():
+    from dpcourse.exercises import progress
+
+    assert json.loads(json.dumps(board.RECORD_SCHEMA)) == json.loads(json.dumps(progress.SCHEMA))
+    assert list(progress.EXERCISES) == board.EXERCISES and board.MAX_RECORD_BYTES == progress.MAX_BYTES
+
+
+@pytest.mark.parametrize("shape", [s for s in MALFORMED if s != "a lone surrogate"])  # the course writes it escaped
+def test_a_record_the_board_refuses_is_one_the_course_sets_aside(tmp_path, shape):
+    from dpcourse.exercises import progress
+
+    path = tmp_path / "progress.json"
+    path.write_text(MALFORMED[shape][0])
+    with pytest.raises(progress.RecordError):
+        progress.read(path)
 
 
 def test_a_record_the_course_writes_passes(tmp_path):
