@@ -397,6 +397,8 @@ def run_course(
                 "profile": profile or "auto",
                 "commit": commit,
                 "machine": {**machine, "load_average_end": load_average()},
+                "solutions": solutions,  # what the timings record checks: a learner's lessons, at their own devices
+                "cpu_devices": forced_cpu_devices(),
                 "notebooks": [asdict(r) for r in runs],
                 "records": read_records(records_file),
             }
@@ -437,6 +439,12 @@ def run_course(
     finally:
         release_lock(lock)
     return payload
+
+
+def forced_cpu_devices() -> int | None:
+    """The CPU device count ``XLA_FLAGS`` forces on the lessons' kernels, or None (the lessons' own)."""
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
 
 
 def recorded_words(saved: list[int], runs: list[NotebookRun]) -> str:

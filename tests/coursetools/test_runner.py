@@ -595,3 +595,18 @@ def test_a_disk_that_fills_after_some_notebooks_says_which_ones_results_json_hol
     said = str(err.value)
     assert "results.json there holds the 1 notebook(s) run before the disk filled (01_a); the rest" in said
     assert [nb["notebook"] for nb in json.loads((out / "results.json").read_text())["notebooks"]] == ["01_a"]
+
+
+def test_results_json_says_whether_the_solutions_were_in_and_the_cpu_devices_forced(tmp_path, monkeypatch):
+    from coursetools import timings
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "01_a.ipynb", "pass")
+    _disk_that_fails(monkeypatch, lambda path: False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3")
+    payload = runner.run_course("smoke", [nb], tmp_path / "out", solutions=True)
+    assert payload["solutions"] is True and payload["cpu_devices"] == 3
+    assert timings.read_results(tmp_path / "out" / "results.json")["cpu_devices"] == 3  # of the record's schema
+    monkeypatch.delenv("XLA_FLAGS")
+    assert runner.run_course("smoke", [nb], tmp_path / "out")["cpu_devices"] is None
