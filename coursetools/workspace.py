@@ -214,8 +214,7 @@ class Workspace:
 
     def lessons(self) -> dict[str, Path]:
         """The course's lessons (:func:`course_lessons` of ``source``), read once."""
-        if self._lessons is None:
-            self._lessons = course_lessons(self.source)
+        self._lessons = course_lessons(self.source) if self._lessons is None else self._lessons
         return self._lessons
 
     def course_copy(self, lesson: str) -> str:
@@ -231,20 +230,12 @@ class Workspace:
         return self._solved[lesson]
 
     def read_course(self, names: list[str] | None = None, solved: bool = False) -> None:
-        """Read now what a command on the lessons ``names`` (all when none) needs of the course.
+        """Read now what a command on ``names`` (all when none) needs of the course, raising as it would.
 
-        Root working on a learner's folder does this before it becomes the
-        learner (coursetools/owner.py), who may not enter the course's clone.
-
-        Raises:
-            WorkspaceError: as the command itself would (unknown lesson, unreadable notebook,
-                solutions that do not match).
+        Root on a learner's folder does this before it becomes the learner, who may not enter the clone.
         """
         for lesson in self.select(names, self.lessons()):
-            if solved:
-                self.solved(lesson)
-            else:
-                self.course_copy(lesson)
+            self.solved(lesson) if solved else self.course_copy(lesson)  # read and kept
 
     # -- set-up and manifest --
 
