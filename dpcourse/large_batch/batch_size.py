@@ -412,6 +412,12 @@ class TradeOff:
     e_min: float
     worst_error: float
 
+    def __post_init__(self) -> None:  # a fit with no finite prediction (a NaN step count) never exists
+        _finite(self.s_min, "S_min")
+        _finite(self.e_min, "E_min")
+        if _finite(self.worst_error, "The fit's worst error", above=None) < 0:
+            raise ValueError(f"The fit's worst error is a relative error >= 0, got {self.worst_error!r}.")
+
     @property
     def b_crit(self) -> float:
         """The critical batch ``E_min / S_min`` (examples): twice the fewest steps and twice the fewest examples."""

@@ -316,6 +316,8 @@ def test_the_other_public_functions_check_their_numbers_in_one_sentence():
         (lambda: batch_size.NoiseScale(64, 64), "Need two batch sizes 1 <= b < B"),
         (lambda: batch_size.NoiseScale(None, 64), "The per-device batch b must be a whole number"),
         (lambda: fit.steps_at(0), "The global batch must be a finite number > 0, got 0."),
+        (lambda: batch_size.TradeOff(math.nan, 1e5, 0.0), "S_min must be a finite number > 0, got nan."),
+        (lambda: batch_size.TradeOff(100.0, -1.0, 0.0), "E_min must be a finite number > 0, got -1.0."),
         (lambda: batch_size.time_to_target_rows(fit, 64, [0, 2], lambda n: 0.01), "Each device count must be"),
         (lambda: batch_size.time_to_target_rows(fit, 64, [1, 2], lambda n: 0.0), "The step time on 1 devices"),
         (lambda: batch_size.time_to_target_rows(fit, None, [1], lambda n: 0.01), "The per-device batch must be"),
