@@ -414,3 +414,37 @@ def test_thirty_learners_and_one_bad_record_refresh_measured(tmp_path):
     out.mkdir(parents=True, exist_ok=True)
     (out / "board-refresh.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"\nboard refresh, 30 learners and one bad record: {figures}")
+
+
+def test_a_board_action_whose_body_is_not_a_json_object_is_a_400_with_a_sentence(tmp_path, monkeypatch):
+    from tornado import httpclient
+
+    (tmp_path / "bob" / "workspace").mkdir(parents=True)
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://127.0.0.1:1/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "token")
+    monkeypatch.setenv("BOARD_SERVERS_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("BOARD_WORKSPACES", str(tmp_path))
+    app = board.make_app()
+    action = next(
+        r.target for r in app.wildcard_router.rules if r.matcher.regex.pattern.startswith("/services/board/action")
+    )
+    monkeypatch.setattr(action, "get_current_user", lambda self: {"name": "instructor", "kind": "user"})  # past OAuth
+    monkeypatch.setattr(action, "check_xsrf_cookie", lambda self: None)
+
+    async def post_each(bodies):
+        server, port = listen(app)
+        try:
+            client, answers = httpclient.AsyncHTTPClient(), []
+            for body in bodies:
+                url = f"http://127.0.0.1:{port}/services/board/action"
+                answer = await client.fetch(url, method="POST", body=body, raise_error=False)
+                answers.append((answer.code, json.loads(answer.body)))
+            return answers
+        finally:
+            server.stop()
+
+    bodies = [b"[]", b'"catchup"', b"[" * 100_000 + b"]" * 100_000, b"{half", b'{"action": "rm", "lesson": "04"}']
+    answers = in_thread(lambda: post_each(bodies))
+    for code, said in answers[:4]:
+        assert code == 400 and said["ok"] is False and said["output"].startswith("The action's body is not"), said
+    assert answers[4] == (200, {"ok": False, "output": "the action is catchup or reset"})  # said on the page
