@@ -80,8 +80,8 @@ def owner_problem(account: pwd.struct_passwd, learner: str) -> str | None:
     whom = "was made for another learner" if found else "was not made by this course's hub"
     return (
         f"The system user {account.pw_name} {whom} (its comment: {gecos!r}), so it is not given to the learner "
-        f"{learner!r}: have them sign in under another name, or, if that account is left from an earlier workshop "
-        f"and its files are no longer needed, remove it (`userdel {account.pw_name}`) and start their server again."
+        f"{learner!r}: sign in under another name, or, if that account is left from an earlier workshop and its "
+        f"files are no longer needed, the instructor can remove it (`userdel {account.pw_name}`) and start the server again."
     )
 
 
