@@ -48,13 +48,18 @@ def is_disk_full(err: BaseException) -> bool:
     return False
 
 
-def disk_full_message(folder: Path) -> str:
-    """One line: the folder and what to do about the lack of space."""
+def disk_full_message(folder: Path, recorded: str = "") -> str:
+    """One line: the folder, what to do about the lack of space, and what the run could record there.
+
+    ``recorded``: what this run's ``results.json`` there holds, as the runner
+    knows it (e.g. "results.json there says which notebook stopped and
+    why"); by default nothing of the run was recorded.
+    """
+    said = recorded or "Nothing of this run could be recorded there"
     return (
         f"No space left on the disk that holds {folder}: the run stopped. Free some space "
         f"(`df -h {folder}` shows how much is left) or pass --out on another disk, then run again. "
-        "results.json there says which notebook stopped and why; every file the course wrote there is whole "
-        "(one it could not finish was removed)."
+        f"{said}; every file the course wrote there is whole (one it could not finish was removed)."
     )
 
 

@@ -357,6 +357,8 @@ def run_course(
     check_kernel_interpreter()
     out_dir = check_output_folder(out_dir, notebooks)
     lock = acquire_lock(out_dir, command=" ".join(["python -m coursetools", *sys.argv[1:]]))
+    runs: list[NotebookRun] = []
+    saved: list[int] = []  # how many notebooks each results.json this run wrote holds
     try:
         kept = keep_previous_results(out_dir, notebooks)
         if kept is not None:
@@ -367,7 +369,6 @@ def run_course(
         records_file = out_dir / "records.jsonl"
         if records_file.exists():
             records_file.unlink()
-        runs: list[NotebookRun] = []
         payload: dict = {}
         machine = machine_info()
         commit = course_commit()
@@ -396,10 +397,13 @@ def run_course(
                 "profile": profile or "auto",
                 "commit": commit,
                 "machine": {**machine, "load_average_end": load_average()},
+                "solutions": solutions,  # what the timings record checks: a learner's lessons, at their own devices
+                "cpu_devices": forced_cpu_devices(),
                 "notebooks": [asdict(r) for r in runs],
                 "records": read_records(records_file),
             }
             write_json_atomic(out_dir / "results.json", payload)
+            saved.append(len(runs))
             write_atomic(out_dir / FIGURES_FILE, figures_text(payload) + "\n")
             return payload
 
@@ -430,9 +434,27 @@ def run_course(
             bar.close()
             with contextlib.suppress(FileNotFoundError):
                 reserve.unlink()
+    except DiskFullError as err:  # said once what this run's results.json holds, as it is now
+        raise DiskFullError(disk_full_message(out_dir, recorded_words(saved, runs))) from err.__cause__
     finally:
         release_lock(lock)
     return payload
+
+
+def forced_cpu_devices() -> int | None:
+    """The CPU device count ``XLA_FLAGS`` forces on the lessons' kernels, or None (the lessons' own)."""
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
+
+
+def recorded_words(saved: list[int], runs: list[NotebookRun]) -> str:
+    """What a run stopped by a full disk recorded: ``saved`` counts the notebooks of each results.json it wrote."""
+    if not saved or not saved[-1]:
+        return ""  # disk_full_message's own words: nothing of this run could be recorded
+    if saved[-1] == len(runs) and runs[-1].status != "passed":
+        return "results.json there says which notebook stopped and why"
+    finished = ", ".join(run.notebook for run in runs[: saved[-1]])
+    return f"results.json there holds the {saved[-1]} notebook(s) run before the disk filled ({finished}); the rest are not in it"
 
 
 def keep_previous_results(out_dir: Path, notebooks: list[Path]) -> Path | None:

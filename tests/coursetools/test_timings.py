@@ -326,3 +326,45 @@ def test_a_lesson_timed_alone_says_its_own_commit_and_load_in_the_readme():
     block = timings.readme_block({"runs": [run]})
     assert "85 s of notebook time for 2 notebooks" in block
     assert "measured alone: 11_checkpoint at commit abc1234, load average 2.56 at its start" in block
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            lambda p: p["notebooks"].append({"notebook": "99_made_up", "status": "passed", "wall_s": 3.0}),
+            "'99_made_up' is not one of the course's lessons (05_shard_map to 06_model)",
+        ),
+        (lambda p: p.update(solutions=True), "this run had the exercises' solutions filled in (--solutions)"),
+        (lambda p: p.update(cpu_devices=3), "this run forced 3 CPU devices (XLA_FLAGS), not the lessons' own 8"),
+        (lambda p: p.update(solutions=True, cpu_devices=3), "solutions filled in"),
+    ],
+)
+def test_a_run_that_is_not_the_course_as_a_learner_runs_it_is_refused_and_nothing_is_written(tmp_path, change, says):
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    timings.update([results_json(tmp_path, "smoke", {"06_model": 20.0})], None, record, lessons, readme, sync=False)
+    path = results_json(tmp_path, "smoke", {"06_model": 2.0})
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError) as err:
+        timings.update([path], None, record, lessons, readme, sync=False)
+    said = str(err.value)
+    assert says in said and "nothing was recorded" in said and "\n" not in said
+    assert _snapshot(tmp_path) == before  # lesson 06's measured 20 s stays
+
+
+@pytest.mark.parametrize("devices", [None, 8])
+def test_a_run_at_the_lessons_own_devices_without_solutions_is_recorded(tmp_path, devices):
+    import inspect
+
+    from dpcourse import devices as dpdevices
+
+    assert inspect.signature(dpdevices.setup_devices).parameters["n_cpu_devices"].default == timings.LESSON_CPU_DEVICES
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"06_model": 20.0})
+    path.write_text(json.dumps({**json.loads(path.read_text()), "solutions": False, "cpu_devices": devices}))
+    timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
+    assert json.loads((tmp_path / "timings.json").read_text())["runs"][0]["notebooks"]["06_model"]["wall_s"] == 20.0

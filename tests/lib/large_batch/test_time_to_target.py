@@ -1,5 +1,7 @@
 """dpcourse.large_batch.time_to_target: the modelled step with its latencies, the rows' marks and the sentence read from them."""
 
+import math
+
 import pytest
 
 from dpcourse import costs
@@ -71,3 +73,17 @@ def test_unknown_machines_are_refused_with_what_to_use():
         ttt.tpu_slices("L4", "NVIDIA L4", [(2, 4)])
     with pytest.raises(ValueError, match="No rows"):
         ttt.fastest([])
+
+
+@pytest.mark.parametrize("devices", [0, -1, None, math.nan, 1.5])
+def test_a_machine_needs_one_device_or_more(devices):
+    with pytest.raises(ValueError, match=f"^The number of devices must be a whole number >= 1, got {devices!r}.$"):
+        ttt.gpus("H200", "NVIDIA H200", [2, devices])
+    with pytest.raises(ValueError, match=f"^A side of a TPU slice must be a whole number >= 1, got {devices!r}.$"):
+        ttt.tpu_slices("TPU v5e", "TPU v5 lite", [(2, devices)])
+
+
+def test_rows_need_a_per_device_batch_of_one_or_more():
+    machine = ttt.gpus("H200", "NVIDIA H200", [2])
+    with pytest.raises(ValueError, match="^The per-device batch must be a whole number >= 1, got 0.$"):
+        ttt.rows(TradeOff(100.0, 1000.0, 0.1), 0, machine, make_config("smoke"), [64])
