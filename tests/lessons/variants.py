@@ -30,7 +30,9 @@ the other), so an array the lesson makes without a device would land
 outside its devices, as it lands on the chip there. The run must pass, and
 a lesson on simulated devices must end with no array left on the default
 backend. ``make test`` thus runs every lesson from 04 so once, in one of its
-two JAX environments.
+two JAX environments. 08's stand-in run is also on a host that refuses every
+internet socket (``NO_TCP_LESSONS``; a sandboxed TPU host says errno 97): it
+must say so in one sentence and run the rest.
 
 The device count is a dimension of its own, set per layer by the Makefile
 (docs/testing.md says which layer runs which count): these runs' kernels get
@@ -183,6 +185,28 @@ STAND_IN_CHECK = (
     ")\n"
 )
 
+# Lessons whose stand-in run is also on a host that refuses every internet socket (a sandboxed TPU host:
+# errno 97), set in the kernel right after the lesson starts: the lesson must say so and run the rest.
+NO_TCP_LESSONS = ("08_multihost",)
+NO_TCP_SAYS = "This machine lets no process open a TCP socket, not even on 127.0.0.1 (OSError: [Errno 97]"
+SET_NO_TCP = (
+    "{i}import socket as _socket  # this host refuses every internet socket, loopback included\n"
+    "{i}class _Refusing(_socket.socket):\n"
+    "{i}    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):\n"
+    "{i}        if fileno is None and family in (-1, _socket.AF_INET, _socket.AF_INET6):\n"
+    "{i}            raise OSError(97, 'Address family not supported by protocol')\n"
+    "{i}        super().__init__(family, type, proto, fileno)\n"
+    "{i}_socket.socket = _Refusing\n"
+)
+
+
+def with_no_tcp(source: str) -> str:
+    """``source`` with every internet socket of the kernel refused (errno 97) right after ``lesson = start_lesson(...)``."""
+    match = START_LINE.search(source)
+    assert match, "the lesson has no `lesson = start_lesson(...)` line"
+    inserted = SET_NO_TCP.format(i=match.group("indent"))
+    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+
 
 # --- the runs ---
 class Variant(NamedTuple):
@@ -256,6 +280,8 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
     if variant.stand_in:
         monkeypatch.setenv(STAND_IN, "1")
         source += STAND_IN_CHECK
+        if variant.lesson in NO_TCP_LESSONS:
+            source = with_no_tcp(source)
     path = tmp_path / f"{variant.lesson}.ipynb"
     nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
     out = tmp_path / "out"
@@ -278,6 +304,8 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     )
     executed = nbformat.read(tmp_path / "out" / f"{variant.lesson}.ipynb", as_version=4)
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
+    if variant.stand_in and variant.lesson in NO_TCP_LESSONS:
+        assert NO_TCP_SAYS in text, f"{variant.id} on a host without TCP does not say so in its sentence"
     if variant.missing:
         assert SAYS[variant.missing] in text, (
             f"{variant.lesson} without {variant.missing} does not say what it would add"
