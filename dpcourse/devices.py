@@ -97,7 +97,14 @@ def backend_failure_message(err: BaseException) -> str:
     JAX 0.10 to 0.12 end with a bare ``AssertionError`` when ``JAX_PLATFORMS``
     names only backends this machine lacks (``cuda`` without a visible GPU:
     jax/_src/xla_bridge.py, ``backends()``); this message says what happened.
+    Where another process holds this host's TPU chips, the message names it
+    (:func:`dpcourse.backend.chips.held_message`).
     """
+    from dpcourse.backend.chips import held_message
+
+    held = held_message(str(err))  # another process holds this host's TPU chips
+    if held:
+        return held
     detail = f"{type(err).__name__}: {err}" if str(err).strip() else "no backend of that kind could start here"
     platforms = os.environ.get("JAX_PLATFORMS")
     if platforms:
