@@ -373,7 +373,9 @@ else:
 # `python -m dpcourse.checkpoints.resume` does that (the package's `train_until`, the
 # same loop), for replicated DP and for FSDP on all the lesson's devices, and for
 # replicated DP on half of them, in three processes at once; each works
-# on its own copy of the checkpoint folder.
+# on its own copy of the checkpoint folder. (TPU chips are held by this
+# notebook's process, and no other can open them: there the fresh processes
+# resume on as many simulated CPU devices.)
 
 # %%
 jobs = {f"replicated, {n} devices": ("replicated", n), f"fsdp, {n} devices": ("fsdp", n)}
@@ -392,7 +394,7 @@ for label, (form, n_dev) in jobs.items():
         "--until",
         str(STEPS),
     ]
-    command += ["--devices", str(n_dev), "--platform", devs[0].platform]
+    command += ["--devices", str(n_dev), "--platform", resume.fresh_process_platform(devs)]
     command += ["--form", form, "--profile", cfg.profile]
     command += ["--global-batch", str(global_batch), "--n-batches", str(N_BATCHES)]
     command += ["--data-source", dataset.source]
@@ -463,7 +465,8 @@ command = [
     str(killed_dir),
     "--kill-at-commit",
 ]
-command += ["--devices", str(n), "--platform", devs[0].platform, "--profile", cfg.profile]
+command += ["--devices", str(n), "--platform", resume.fresh_process_platform(devs)]
+command += ["--profile", cfg.profile]
 command += ["--global-batch", str(global_batch)]
 command += ["--n-batches", str(N_BATCHES), "--data-source", dataset.source]
 killed = subprocess.run(command, capture_output=True, text=True)

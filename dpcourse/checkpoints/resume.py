@@ -96,6 +96,18 @@ def train_until(state, step_fn, noisy, xs, ys, until: int):
     return state, losses
 
 
+def fresh_process_platform(devices: list) -> str:
+    """The platform a fresh process started by the notebook resumes on (its ``--platform``).
+
+    The notebook's own devices' platform, except TPU chips: the notebook's
+    process holds them and no other process can open them
+    (:mod:`dpcourse.backend.chips`), so a fresh process there resumes on as
+    many simulated CPU devices.
+    """
+    platform = devices[0].platform
+    return "cpu" if platform == "tpu" else platform
+
+
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
 
 
