@@ -143,6 +143,22 @@ def what_runs_where(one_device: str, multi_label: str | None, multi_simulated: b
     return sentence + "."
 
 
+def _quiet_tpu_error() -> str | None:
+    """The held-chip sentence for a TPU backend that JAX failed to start and recorded without raising, else None.
+
+    JAX 0.10 registers its built-in TPU backend to fail quietly
+    (``fail_quietly=True`` in jax/_src/xla_bridge.py): where that one is
+    used, a held chip leaves the kernel on the CPU with the error only in
+    ``xla_bridge._backend_errors`` (private).
+    """
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - no JAX
+        return None
+    recorded = getattr(xla_bridge, "_backend_errors", {}) or {}
+    return held_message(str(recorded.get("tpu", "")))
+
+
 def describe() -> str:
     """Start JAX (as :func:`dpcourse.devices.start_backend`) and say what runs where in one sentence (notebook 01).
 
@@ -154,6 +170,11 @@ def describe() -> str:
 
     default = devices.start_backend()
     first = default[0]
+    quiet = _quiet_tpu_error()
+    if quiet and first.platform != "tpu":  # JAX fell back to the CPU without a word
+        raise devices.DeviceSetupError(
+            f"JAX started on the CPU, not on this host's TPU chips: {quiet[0].lower()}{quiet[1:]}"
+        )
     try:
         multi = devices.lesson_devices(2)
         label, simulated = multi.label, multi.simulated

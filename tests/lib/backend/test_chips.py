@@ -116,3 +116,15 @@ def test_this_kernel_is_described(cpu_devices):
     said = chips.describe()
     assert said.startswith(f"One-device work runs on 1 x {jax.devices()[0].device_kind}, the multi-device lessons on")
     assert "\n" not in said
+
+
+def test_a_kernel_that_fell_back_to_the_cpu_from_a_held_chip_is_told(cpu_devices, monkeypatch):
+    """JAX's built-in TPU backend fails quietly: the held chip's error is only recorded, and JAX runs on the CPU."""
+    from jax._src import xla_bridge
+
+    monkeypatch.setattr(xla_bridge, "_backend_errors", {"tpu": ABORTED}, raising=False)
+    with pytest.raises(devices.DeviceSetupError) as err:
+        chips.describe()
+    assert str(err.value).startswith(
+        "JAX started on the CPU, not on this host's TPU chips: the TPU chips of this host are held by process 4242"
+    )
