@@ -178,6 +178,7 @@ STAND_IN_KIND = "Explicit"  # the global-mesh runs that carry it
 # The last cell of such a run: a lesson on simulated devices leaves no array on the default backend.
 STAND_IN_CHECK = (
     "\n# %%\nimport jax\n\n"
+    "assert not any(jax.devices()[0] is d for d in jax.devices('cpu')), 'the stand-in is not the default backend'\n"
     "_left = jax.live_arrays() if lesson.devices.simulated else []  # the default backend's live arrays\n"
     "assert not _left, (\n"
     "    f'{len(_left)} array(s) left on the default backend {jax.devices()[0]}, outside the lesson\\'s '\n"
