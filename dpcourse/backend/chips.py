@@ -23,7 +23,9 @@ import re
 LOCKFILE = "/tmp/libtpu_lockfile"
 # The files libtpu looks for in other processes' open files (tpu_initialize_util.cc, GetTpuDriverFile).
 CHIP_FILES = ("/dev/accel0", "/dev/vfio/0")
-# One file per chip: /dev/accel0.. on TPU v4 and earlier, /dev/vfio/0.. from v5e on.
+# One file per chip: /dev/accel0.. or /dev/vfio/0.. (the two libtpu looks for, above).
+# The variables that give a process a subset of the chips: TPU_VISIBLE_DEVICES and
+# TPU_CHIPS_PER_PROCESS_BOUNDS (skye's gist tpu_topology_env_vars.py, a JAX developer's; tpu_initialize_util.cc).
 CHIP_GLOBS = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
 _HELD = re.compile(
     r"TPU is already in use by (?:process with pid (?P<pid>\d+)|another process)|libtpu multi-process lockfile"
@@ -137,8 +139,8 @@ def what_runs_where(one_device: str, multi_label: str | None, multi_simulated: b
     if on_host > seen:
         sentence += (
             f"; this kernel sees {seen} of this host's {on_host} TPU chips (TPU_VISIBLE_DEVICES or "
-            "TPU_PROCESS_BOUNDS limit it, or another process holds the rest: restart the kernel without them "
-            "to use every chip)"
+            "TPU_CHIPS_PER_PROCESS_BOUNDS limit it, or another process holds the rest: restart the kernel "
+            "without them to use every chip)"
         )
     return sentence + "."
 

@@ -89,7 +89,7 @@ def test_a_kernel_that_finds_the_chips_held_stops_with_that_sentence():
             ("1 x TPU v5 lite", "8 simulated CPU devices", True, 1, 8),
             "One-device work runs on 1 x TPU v5 lite, the multi-device lessons on 8 simulated CPU devices "
             "(placement and correctness, not speed); this kernel sees 1 of this host's 8 TPU chips "
-            "(TPU_VISIBLE_DEVICES or TPU_PROCESS_BOUNDS limit it, or another process holds the rest: restart the "
+            "(TPU_VISIBLE_DEVICES or TPU_CHIPS_PER_PROCESS_BOUNDS limit it, or another process holds the rest: restart the "
             "kernel without them to use every chip).",
         ),
         (
