@@ -176,7 +176,7 @@ display(
             "collective executions per step": report.runs_per_step,
             "bytes through collectives per step": report.bytes_per_step,
         },
-        caption=f"Automatic data parallelism on {jax.default_backend()}, JAX {jax.__version__}",
+        caption=f"Automatic data parallelism on {lesson.devices.label}, JAX {jax.__version__}",
     )
 )
 backend = devs[0].platform

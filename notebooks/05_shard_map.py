@@ -189,7 +189,7 @@ display(
                 "bytes per step": ideal,
             },
         ],
-        caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}",
+        caption=f"Collectives per step, {lesson.devices.label}, JAX {jax.__version__}",
     )
 )
 backend = devs[0].platform
