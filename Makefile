@@ -57,7 +57,7 @@ dev-install: $(VENV)/.dev-installed
 # The optional extra that compiles for NVIDIA GPUs without a GPU
 # (jax-cuda12-plugin and -pjrt at the jaxlib's version, nvidia-cuda-nvcc-cu12;
 # about 510 MB), in its own folder $(VENV)/gpu-compile that only the compile
-# subprocess puts on its path (dpcourse.gpu_compile.targets): installed into the
+# subprocess puts on its path (dpcourse.cross_compile.targets): installed into the
 # environment itself, the plugin's failed CUDA check would print a traceback
 # at every `import jax` on a machine without a GPU. test-newest points it at
 # requirements-gpu-compile-newest.txt.
@@ -74,7 +74,7 @@ gpu-compile: $(VENV)/.gpu-compile-installed
 # for 8 simulated CPU devices; prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.steps.SHARDED_STEPS) on 8 devices of each target;
+# --lesson10 adds lesson 10's steps (dpcourse.cross_compile.steps.SHARDED_STEPS) on 8 devices of each target;
 # --overlap the overlap table (coursetools.overlap_report): the fraction of bytes sent inside windows of
 # compute per form and target, which fails the run when it moves.
 placement: $(VENV)/.gpu-compile-installed
@@ -82,7 +82,7 @@ placement: $(VENV)/.gpu-compile-installed
 
 # The results the lessons show when the GPU-compile extra is missing (04, 05, 10: labelled
 # stored, with their JAX version and date): a whole `make placement` (smoke and full), also
-# written into the package (dpcourse/gpu_compile/stored/lessons.json; commit it). tests/lib/gpu_compile/test_notebook.py
+# written into the package (dpcourse/cross_compile/stored/lessons.json; commit it). tests/lib/cross_compile/test_notebook.py
 # fails when it no longer matches what `make placement` compiles.
 placement-store: $(VENV)/.gpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --store

@@ -1,14 +1,14 @@
 """Both compilers' answer to "where does the all-reduce land?": the table, placement.json, the notebook cell.
 
 ``python -m coursetools.compile_report`` (``make placement``) compiles the
-course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`) for
-every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
+course's data-parallel steps (:data:`dpcourse.cross_compile.compile.COURSE_STEPS`) for
+every GPU target of :mod:`dpcourse.cross_compile.targets` at 2, 4 and 8 GPUs without a
 GPU, and for 8 simulated CPU devices, prints one table and writes
 ``results/placement/placement.json``: one record per (backend, target,
 device count, profile, step), and ``lessons.json`` beside it: the whole
 results (every collective) the lessons show when the GPU-compile extra is
 missing; ``--store`` (``make placement-store``) also writes them into the
-package, where :mod:`dpcourse.gpu_compile.notebook` reads them.
+package, where :mod:`dpcourse.cross_compile.notebook` reads them.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 from coursetools import overlap_report
 from coursetools.outfolder import write_atomic
 from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.notebook import PASS_NAME
-from dpcourse.gpu_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.notebook import PASS_NAME
+from dpcourse.cross_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
 
 DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # `make placement` compiles the smoke profile for every target and device
@@ -34,7 +34,7 @@ DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
 FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
-# Lesson 10's forms (dpcourse.gpu_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+# Lesson 10's forms (dpcourse.cross_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
 # --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
 # the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
 LESSON10_DEVICES = 8
@@ -82,7 +82,7 @@ def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
     """
     from dpcourse import config, costs
     from dpcourse.compiled import census
-    from dpcourse.gpu_compile import steps as sharded_steps
+    from dpcourse.cross_compile import steps as sharded_steps
 
     cfg = config.make_config(profile)
     pred = census.predict_communication(
@@ -173,7 +173,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def stored_payload(results: list[deviceless.CompileResult]) -> dict:
-    """What :mod:`dpcourse.gpu_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
+    """What :mod:`dpcourse.cross_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
     from dataclasses import asdict
     from datetime import UTC, datetime
 
@@ -191,15 +191,15 @@ def stored_payload(results: list[deviceless.CompileResult]) -> dict:
 
 
 def stored_path() -> Path:
-    """Where the package keeps the stored results (:data:`dpcourse.gpu_compile.notebook.STORED_FILE`)."""
+    """Where the package keeps the stored results (:data:`dpcourse.cross_compile.notebook.STORED_FILE`)."""
     from coursetools.paths import ROOT
-    from dpcourse.gpu_compile.notebook import STORED_FILE
+    from dpcourse.cross_compile.notebook import STORED_FILE
 
     return ROOT.joinpath("dpcourse", *STORED_FILE)
 
 
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
-    """:func:`dpcourse.gpu_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
+    """:func:`dpcourse.cross_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
 
     The jobs are dealt round-robin (so the slow full-profile jobs spread out).
     A compile keeps about one core busy: two subprocesses take about half the
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
     if args.lesson10:
-        from dpcourse.gpu_compile import steps
+        from dpcourse.cross_compile import steps
 
         results += compile_in_parallel(lesson10_jobs(profiles, targets), steps.SHARDED_STEPS, args.workers)
     # What the lessons show without the extra (lessons.json, the stored file): not the overlap forms.
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
     if args.store and targets:  # notebook 09's section 8, stored
         from coursetools.paths import ROOT
-        from dpcourse.gpu_compile.notebook import OVERLAP_FILE
+        from dpcourse.cross_compile.notebook import OVERLAP_FILE
 
         path = overlap_report.store(ROOT.joinpath("dpcourse", *OVERLAP_FILE))
         print(f"placement: notebook 09's overlap compiles stored in {path}")

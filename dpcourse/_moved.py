@@ -36,13 +36,23 @@ MOVED = {
     "dpcourse.worker": "dpcourse.multihost.worker",
     "dpcourse.ports": "dpcourse.multihost.ports",
     "dpcourse.multihost_plan": "dpcourse.multihost.plan",
-    "dpcourse.gpu_targets": "dpcourse.gpu_compile.targets",
-    "dpcourse.deviceless": "dpcourse.gpu_compile.compile",
-    "dpcourse.gpu_placement": "dpcourse.gpu_compile.mocked",
-    "dpcourse.course_steps": "dpcourse.gpu_compile.steps",
-    "dpcourse.sharded_steps": "dpcourse.gpu_compile.steps",
-    # Lesson 10's builders joined the others in gpu_compile.steps.
-    "dpcourse.gpu_compile.sharded_steps": "dpcourse.gpu_compile.steps",
+    "dpcourse.gpu_targets": "dpcourse.cross_compile.targets",
+    "dpcourse.deviceless": "dpcourse.cross_compile.compile",
+    # What lessons 04, 05 and 09 called on it (show_gpu_placement, CPU_ONLY_CAVEAT, PASS_NAME) is the notebook's.
+    "dpcourse.gpu_placement": "dpcourse.cross_compile.notebook",
+    "dpcourse.course_steps": "dpcourse.cross_compile.steps",
+    "dpcourse.sharded_steps": "dpcourse.cross_compile.steps",
+    # Compiling for GPUs and TPUs you do not have: one package, cross_compile (it was gpu_compile).
+    "dpcourse.gpu_compile": "dpcourse.cross_compile",
+    "dpcourse.gpu_compile.compile": "dpcourse.cross_compile.compile",
+    "dpcourse.gpu_compile.mocked": "dpcourse.cross_compile.mocked",
+    "dpcourse.gpu_compile.notebook": "dpcourse.cross_compile.notebook",
+    "dpcourse.gpu_compile.overlap_steps": "dpcourse.cross_compile.overlap_steps",
+    "dpcourse.gpu_compile.result": "dpcourse.cross_compile.result",
+    "dpcourse.gpu_compile.steps": "dpcourse.cross_compile.steps",
+    "dpcourse.gpu_compile.targets": "dpcourse.cross_compile.targets",
+    # Lesson 10's builders joined the others in the steps module.
+    "dpcourse.gpu_compile.sharded_steps": "dpcourse.cross_compile.steps",
 }
 
 

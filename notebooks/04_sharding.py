@@ -48,7 +48,7 @@ from dpcourse import bench, costs, data, memory, model, placement, record, show,
 from dpcourse.compiled import collectives
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -238,7 +238,7 @@ gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 no_motion = gpu_notebook.show_gpu_placement(
     cfg.profile,
     backend,
-    steps={"jit": "dpcourse.gpu_compile.steps:jit_step"},
+    steps={"jit": "dpcourse.cross_compile.steps:jit_step"},
     disable_passes=(gpu_notebook.PASS_NAME,),
 )
 

@@ -43,7 +43,7 @@ from dpcourse import bench, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none

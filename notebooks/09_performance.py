@@ -723,12 +723,12 @@ if multi.devices[0].platform == "cpu":
 # figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
 
 # %%
-from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import notebook as gpu_notebook
 
 fast_gpu = gpu_notebook.show_gpu_placement(
     cfg.profile,
     multi.devices[0].platform,
-    steps={"fast": "dpcourse.gpu_compile.steps:fast_jit_step"},
+    steps={"fast": "dpcourse.cross_compile.steps:fast_jit_step"},
 )
 gpu_fast = [r for r in fast_gpu if r.platform == "gpu" and r.error is None]
 if gpu_fast and gpu_fast[0].steps["fast"].cost:
@@ -917,9 +917,9 @@ print("still held by name:", held or "none")
 import tempfile
 
 from dpcourse.compiled import schedule
-from dpcourse.gpu_compile import compile as gpu_compile
-from dpcourse.gpu_compile import overlap_steps
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import compile as gpu_compile
+from dpcourse.cross_compile import overlap_steps
+from dpcourse.cross_compile import targets as gpu_targets
 
 OVERLAP_PROFILE = "smoke"
 forms = overlap_steps.STEPS  # plain, small_threshold, o1, fsdp_gathered, accum_reduced

@@ -57,8 +57,8 @@ from jax.sharding import PartitionSpec as P
 from dpcourse import config, costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
 from dpcourse.exercises import checks
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import steps as sharded_steps
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices
@@ -727,7 +727,7 @@ for form, out in final.items():
 #
 # The package keeps the reusable version of each form
 # (`dpcourse.sharded.forms`, compiled by `make placement` through
-# `dpcourse.gpu_compile.steps`). Your cells above against it, same start, same
+# `dpcourse.cross_compile.steps`). Your cells above against it, same start, same
 # batches (edit a cell above and this says which form now differs):
 
 # %%
@@ -799,7 +799,7 @@ if backend == "cpu":
 # **For GPUs, without a GPU.** The package's twins of this lesson's seven
 # steps compiled for N x H200 and N x L4, N as many GPUs as this run has
 # devices (the L4 description is approximate, made from its datasheet), by
-# XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile`
+# XLA's GPU compiler on this machine, through `dpcourse.cross_compile.compile`
 # (the optional extra, `make gpu-compile`; without it, the result `make
 # placement` stored for 8 GPUs, labelled as stored): the background process
 # started at the top of the lesson, one for all targets, a second or two per step.
@@ -824,7 +824,7 @@ for res in gpu_results:
     )
 
 # %% [markdown]
-# What the GPU compiler did (the tests in `tests/lib/gpu_compile/test_sharded_steps.py` hold
+# What the GPU compiler did (the tests in `tests/lib/cross_compile/test_sharded_steps.py` hold
 # it to this on 8 x H200, so a JAX or XLA change that moves a collective
 # fails CI), on 2, 4 or 8 devices:
 #

@@ -144,7 +144,7 @@ def no_ipv6(monkeypatch):
 @pytest.fixture()
 def extra():
     """Skip (fail in CI) when the gpu-compile extra is not installed; names what is missing."""
-    from dpcourse.gpu_compile import targets
+    from dpcourse.cross_compile import targets
 
     missing = targets.extra_missing()
     if missing:

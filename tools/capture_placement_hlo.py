@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpcourse.backend.xlaflags import exit_on_bad_xla_flags  # noqa: E402
 from dpcourse.compiled import collectives  # noqa: E402
-from dpcourse.gpu_compile import compile as deviceless  # noqa: E402
+from dpcourse.cross_compile import compile as deviceless  # noqa: E402
 
 KEEP = re.compile(
     r"\s(while|all-reduce(-start|-done)?|all-gather(-start|-done)?|reduce-scatter|collective-permute"

@@ -11,7 +11,7 @@ import pytest
 from coursetools import compile_report as placement_report
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.cross_compile import compile as deviceless
 
 SMOKE = make_config("smoke")
 METRIC_BYTES = 8  # loss and accuracy, float32, reduced with the gradient

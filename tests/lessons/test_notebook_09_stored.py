@@ -17,8 +17,8 @@ import jupytext
 
 from dpcourse import costs, show
 from dpcourse.exercises.base import CORRECT, WRONG
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import targets as gpu_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 

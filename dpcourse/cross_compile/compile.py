@@ -14,7 +14,7 @@ Every compile runs in a fresh subprocess (:func:`compile_jobs`) with
 ``JAX_PLATFORMS=cpu`` (and the extra's folder on ``PYTHONPATH``), where the GPU devices come from
 ``jax.experimental.topologies.get_topology_desc(platform="cuda",
 target_config=<text proto>, topology="1x1xN")`` with a target of
-:mod:`dpcourse.gpu_compile.targets`. That needs the optional extra
+:mod:`dpcourse.cross_compile.targets`. That needs the optional extra
 (``requirements-gpu-compile.txt``); :func:`compile_jobs` checks it before
 starting the subprocess and returns a result with a clear ``error`` when it
 is missing. ``disable_passes`` names XLA passes to switch off
@@ -49,15 +49,15 @@ from dataclasses import dataclass
 
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
 from dpcourse.exercises.checks import first_sentence
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
 
 COURSE_STEPS: dict[str, str] = {
-    "jit": "dpcourse.gpu_compile.steps:jit_step",
-    "device_axis": "dpcourse.gpu_compile.steps:device_axis_step",
-    "shard_map": "dpcourse.gpu_compile.steps:shard_map_step",
+    "jit": "dpcourse.cross_compile.steps:jit_step",
+    "device_axis": "dpcourse.cross_compile.steps:device_axis_step",
+    "shard_map": "dpcourse.cross_compile.steps:shard_map_step",
 }
-FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.gpu_compile.steps:fast_jit_step"}
+FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.cross_compile.steps:fast_jit_step"}
 BACKENDS = ("gpu", "mocked", "cpu")
 COST_KEYS = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
 KERNEL_CACHE_OPTION = "xla_gpu_kernel_cache_file"  # an XLA debug option, passed per compile
@@ -94,9 +94,9 @@ class Job:
     """One (backend, target, device count, profile) to compile.
 
     ``backend`` is one of :data:`BACKENDS`: ``"gpu"`` (``target`` a key of
-    :data:`dpcourse.gpu_compile.targets.TARGETS`, compiled without a GPU),
+    :data:`dpcourse.cross_compile.targets.TARGETS`, compiled without a GPU),
     ``"mocked"`` (``target`` a mocked topology such as ``"1x4x1"``, compiled
-    on a machine with one NVIDIA GPU, :mod:`dpcourse.gpu_compile.mocked`), or
+    on a machine with one NVIDIA GPU, :mod:`dpcourse.cross_compile.mocked`), or
     ``"cpu"`` (simulated CPU devices; ``target`` is ``"cpu"``).
 
     Raises:
@@ -117,7 +117,7 @@ class Job:
         if not isinstance(self.n_devices, int) or self.n_devices < 1:
             raise ValueError(f"n_devices must be a whole number >= 1, got {self.n_devices!r}.")
         if self.backend == "mocked":
-            from dpcourse.gpu_compile.mocked import topology_device_count
+            from dpcourse.cross_compile.mocked import topology_device_count
 
             if topology_device_count(self.target) != self.n_devices:
                 raise ValueError(
@@ -352,7 +352,7 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
     GPU targets and CPU jobs: the CPU platform only, enough simulated CPU
     devices, and the extra's folder on ``PYTHONPATH``. A mocked topology (one
     job alone, as JAX reads it when it starts): the CUDA platform with
-    :func:`dpcourse.gpu_compile.mocked.mocked_env`.
+    :func:`dpcourse.cross_compile.mocked.mocked_env`.
 
     Raises:
         ValueError: a mocked job together with other jobs.
@@ -369,7 +369,7 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
     passes = ["--xla_disable_hlo_passes=" + ",".join(disabled)] if disabled else []
     env["PYTHONUNBUFFERED"] = "1"
     if mocked:
-        from dpcourse.gpu_compile.mocked import mocked_env
+        from dpcourse.cross_compile.mocked import mocked_env
 
         return {**mocked_env(mocked[0].target, env), "XLA_FLAGS": " ".join(flags + passes)}
     cpu = max([j.n_devices for j in jobs if j.backend == "cpu"], default=1)
@@ -464,14 +464,14 @@ def start_jobs(
     disabled = tuple(disable_passes)
     missing = gpu_targets.extra_missing() if any(j.backend == "gpu" for j in jobs) else None
     if any(j.backend == "mocked" for j in jobs):
-        from dpcourse.gpu_compile.mocked import gpu_unavailable_reason
+        from dpcourse.cross_compile.mocked import gpu_unavailable_reason
 
         worker_env(jobs, disabled, base={})  # raises for a mocked job among others
         missing = gpu_unavailable_reason()
     runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
     if runnable:  # the worker inherits the caller's XLA_FLAGS: a bad token would end it with XLA's flag list
         check_xla_flags(" ".join(_own_flags(os.environ.get("XLA_FLAGS", ""))))
-    cmd = [sys.executable, "-m", "dpcourse.gpu_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
+    cmd = [sys.executable, "-m", "dpcourse.cross_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
     cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
     cmd += ["--disable-pass", ",".join(disabled)] if disabled else []
     cmd += ["--hlo-dir", str(hlo_dir)] if hlo_dir else []
@@ -496,9 +496,9 @@ def compile_jobs(
 
     Returns:
         Results; a GPU job gets an ``error`` (nothing compiled, no process
-        started) when the extra is missing (:func:`dpcourse.gpu_compile.targets.extra_missing`),
+        started) when the extra is missing (:func:`dpcourse.cross_compile.targets.extra_missing`),
         a mocked job when this machine has no NVIDIA GPU or CUDA plugin
-        (:func:`dpcourse.gpu_compile.mocked.gpu_unavailable_reason`), and every job
+        (:func:`dpcourse.cross_compile.mocked.gpu_unavailable_reason`), and every job
         does when the worker fails or times out.
 
     Raises:
@@ -509,7 +509,7 @@ def compile_jobs(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker: ``python -m dpcourse.gpu_compile.compile --job gpu:h200:8:smoke --step jit=dpcourse.gpu_compile.compile:jit_step``.
+    """The worker: ``python -m dpcourse.cross_compile.compile --job gpu:h200:8:smoke --step jit=dpcourse.cross_compile.compile:jit_step``.
 
     Run it through :func:`compile_jobs`, which sets the environment.
     """

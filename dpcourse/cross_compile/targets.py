@@ -3,8 +3,8 @@
 XLA compiles for a GPU it does not have from a ``GpuTargetConfigProto``
 text (the device's limits, clocks, memory) handed to
 ``jax.experimental.topologies.get_topology_desc``. This module holds three:
-the H200 and H100 SXM files XLA ships (``dpcourse/gpu_compile/configs/``, Apache-2.0,
-attribution in ``dpcourse/gpu_compile/configs/NOTICE.md``) and an **approximate** L4
+the H200 and H100 SXM files XLA ships (``dpcourse/cross_compile/configs/``, Apache-2.0,
+attribution in ``dpcourse/cross_compile/configs/NOTICE.md``) and an **approximate** L4
 written from NVIDIA's L4 datasheet (its header says which fields are
 estimates). It also says whether the optional extra that makes such a compile
 possible is installed (:data:`EXTRA_PACKAGES`), without starting JAX.
@@ -49,7 +49,7 @@ class GpuTarget:
     Attributes:
         name: the key (``"h200"``), used on command lines and in records.
         label: how tables show it (``"H200"``, ``"L4 (approximate)"``).
-        file: the text proto in ``dpcourse/gpu_compile/configs/``.
+        file: the text proto in ``dpcourse/cross_compile/configs/``.
         approximate: True when the description was estimated, not XLA's own.
         source: where the description comes from.
     """
@@ -121,7 +121,7 @@ def config_text(name: str, jaxlib_version: str | None = None) -> str:
         ValueError: an unknown target.
     """
     spec = target(name)
-    text = importlib.resources.files("dpcourse").joinpath("gpu_compile", "configs", spec.file).read_text()
+    text = importlib.resources.files("dpcourse").joinpath("cross_compile", "configs", spec.file).read_text()
     if jaxlib_version is None:
         jaxlib_version = importlib.metadata.version("jaxlib")
     if _version_tuple(jaxlib_version) < (0, 12):

@@ -1,6 +1,6 @@
 """Mocked GPU topologies: compile the course's steps for N GPUs on a machine with one NVIDIA GPU.
 
-One backend of :mod:`dpcourse.gpu_compile.compile` (``Job("mocked", "1x4x1", 4,
+One backend of :mod:`dpcourse.cross_compile.compile` (``Job("mocked", "1x4x1", 4,
 profile)``), for a machine with a GPU and without the GPU-compile extra
 (docs/gpu.md). JAX compiles for a *mocked* multi-GPU topology (config
 ``jax_mock_gpu_topology``, environment ``JAX_MOCK_GPU_TOPOLOGY``, read when
@@ -8,7 +8,7 @@ the backend starts; form ``<slices>x<hosts per slice>x<GPUs per host>``, e.g.
 ``1x4x1`` for 4 GPUs). Nothing runs on the mocked GPUs: the programs are
 only compiled, so one real GPU is enough. Each topology needs a fresh
 process (:func:`compile_mocked` starts one per topology), and the results
-are :class:`dpcourse.gpu_compile.result.CompileResult`, as for a GPU target
+are :class:`dpcourse.cross_compile.result.CompileResult`, as for a GPU target
 description or simulated CPU devices.
 """
 
@@ -122,18 +122,18 @@ def compile_mocked(
         profile: the workload profile (``"full"``, ``"cpu"``, ``"smoke"``).
         topologies: mocked topologies (:data:`GPU_TOPOLOGIES`).
         steps: step name -> builder ``"module:function"`` (default
-            :data:`dpcourse.gpu_compile.compile.COURSE_STEPS`).
+            :data:`dpcourse.cross_compile.compile.COURSE_STEPS`).
         disable_passes: XLA passes to switch off.
 
     Returns:
-        :class:`dpcourse.gpu_compile.result.CompileResult` list, backend
+        :class:`dpcourse.cross_compile.result.CompileResult` list, backend
         ``"mocked"``; each has ``error`` set when this machine cannot compile
         them (:func:`gpu_unavailable_reason`) or its worker failed.
 
     Raises:
         ValueError: a bad topology or builder name.
     """
-    from dpcourse.gpu_compile import compile as deviceless
+    from dpcourse.cross_compile import compile as deviceless
 
     jobs = [deviceless.Job("mocked", t, topology_device_count(t), profile) for t in topologies]
     return [deviceless.compile_jobs([job], steps, disable_passes, timeout_s)[0] for job in jobs]
@@ -170,8 +170,8 @@ def record(results: list) -> list:
 
 def report(profile: str, topologies: tuple[str, ...] = GPU_TOPOLOGIES, cpu_devices: int = 8) -> list:
     """Mocked GPUs (where this machine can) and ``cpu_devices`` simulated CPU devices; prints the table."""
-    from dpcourse.gpu_compile import compile as deviceless
-    from dpcourse.gpu_compile.result import records, table_rows
+    from dpcourse.cross_compile import compile as deviceless
+    from dpcourse.cross_compile.result import records, table_rows
 
     reason = gpu_unavailable_reason()
     results = [] if reason else compile_mocked(profile, topologies)
@@ -184,7 +184,7 @@ def report(profile: str, topologies: tuple[str, ...] = GPU_TOPOLOGIES, cpu_devic
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dpcourse.gpu_compile.mocked --report --profile full``: mocked 2, 4 and 8 GPUs and 8 CPU devices.
+    """``python -m dpcourse.cross_compile.mocked --report --profile full``: mocked 2, 4 and 8 GPUs and 8 CPU devices.
 
     Exits 1 when a compile that could run here failed.
     """
@@ -206,12 +206,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def __getattr__(name: str):
-    # What notebooks 04, 05 and 09 called here before dpcourse.gpu_compile.notebook held it.
+    # What notebooks 04, 05 and 09 called here before dpcourse.cross_compile.notebook held it.
     if name in ("CPU_ONLY_CAVEAT", "PASS_NAME", "show_gpu_placement", "records", "table_rows"):
         from dpcourse import _moved
-        from dpcourse.gpu_compile import notebook as gpu_notebook
+        from dpcourse.cross_compile import notebook as gpu_notebook
 
-        _moved.warn_moved(f"dpcourse.gpu_compile.mocked.{name}", f"dpcourse.gpu_compile.notebook.{name}")
+        _moved.warn_moved(f"dpcourse.cross_compile.mocked.{name}", f"dpcourse.cross_compile.notebook.{name}")
         return getattr(gpu_notebook, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import targets as gpu_targets
 
 PASS = "while-loop-all-reduce-code-motion"
 

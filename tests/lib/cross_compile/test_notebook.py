@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.notebook: the GPU cells of 04, 05, 09 and 10 show a compile, a mocked one or the stored one.
+"""dpcourse.cross_compile.notebook: the GPU cells of 04, 05, 09 and 10 show a compile, a mocked one or the stored one.
 
 The stored results (dpcourse/gpu_stored/lessons.json, written by `make
 placement-store`) are held to what the code compiles: they cover every job
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from coursetools import compile_report as placement_report
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import mocked as gpu_placement
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import steps
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.result import CompileResult
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import mocked as gpu_placement
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import steps
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.result import CompileResult
 
 ROOT = Path(__file__).resolve().parents[3]
 THIS_RUN = ROOT / placement_report.DEFAULT_JSON.parent / placement_report.STORED_NAME
@@ -164,7 +164,7 @@ def test_the_stored_overlap_compiles_are_labelled_stored_with_their_jax_and_date
 
 
 def test_the_stored_overlap_compiles_list_the_forms_in_the_lessons_order():
-    from dpcourse.gpu_compile import overlap_steps
+    from dpcourse.cross_compile import overlap_steps
 
     results, _ = gpu_notebook.stored_overlap("smoke")
     for res in results:

@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.result: the one result type of every compile backend, its records and table rows."""
+"""dpcourse.cross_compile.result: the one result type of every compile backend, its records and table rows."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import asdict
 
 import pytest
 
-from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult, records, table_rows
+from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResult, records, table_rows
 
 
 def result(backend: str, target: str, n: int, **kw) -> CompileResult:
-    step = StepResult("jit", "dpcourse.gpu_compile.steps:jit_step", count=1, runs_per_step=1, bytes_per_step=64)
+    step = StepResult("jit", "dpcourse.cross_compile.steps:jit_step", count=1, runs_per_step=1, bytes_per_step=64)
     label = {"gpu": "H200", "cpu": "CPU", "mocked": f"mocked GPU ({target})"}[backend]
     return CompileResult(backend, target, n, "smoke", label, steps={"jit": step}, jax_version="0.10.2", **kw)
 

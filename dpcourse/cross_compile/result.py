@@ -2,7 +2,7 @@
 
 Every way this course compiles without running (a GPU target description on
 a machine without a GPU, a mocked GPU topology on a machine with one, or
-simulated CPU devices; :mod:`dpcourse.gpu_compile.compile`) returns a
+simulated CPU devices; :mod:`dpcourse.cross_compile.compile`) returns a
 :class:`CompileResult` per (backend, target, device count, profile), holding
 one :class:`StepResult` per step. :func:`records` flattens them to the rows
 of ``placement.json``; :func:`table_rows` to the rows a notebook shows.
@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import targets as gpu_targets
 
 RESULT_PREFIX = "DPCOURSE_DEVICELESS_RESULT "
 
@@ -37,7 +37,7 @@ class StepResult:
         memory: ``compiled.memory_analysis()`` fields, bytes (per device).
         cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present),
             for a whole step; a ``while`` body (``lax.scan``) is counted once.
-        cost_source: how ``cost`` was obtained (see :func:`dpcourse.gpu_compile.compile._cost`).
+        cost_source: how ``cost`` was obtained (see :func:`dpcourse.cross_compile.compile._cost`).
         compile_s: seconds to build, lower and compile (wall clock, in the worker; a GPU
             job's later steps reuse the kernels of its earlier ones, see the module's notes).
         error: why it could not be built or compiled (then the rest is empty).

@@ -1,9 +1,9 @@
 """What lessons 04, 05, 09 and 10 call to show the GPU compiler's collectives, on any machine.
 
-Three ways to the same :class:`dpcourse.gpu_compile.result.CompileResult`, tried
+Three ways to the same :class:`dpcourse.cross_compile.result.CompileResult`, tried
 in order: the GPU-compile extra (a target description, no GPU needed,
-:mod:`dpcourse.gpu_compile.compile`); else, on a machine with an NVIDIA GPU, mocked
-topologies (:mod:`dpcourse.gpu_compile.mocked`); else the result ``make
+:mod:`dpcourse.cross_compile.compile`); else, on a machine with an NVIDIA GPU, mocked
+topologies (:mod:`dpcourse.cross_compile.mocked`); else the result ``make
 placement`` stored in the package (:data:`STORED_FILE`), labelled as stored,
 with the JAX version and the date it was made. A stored result is read back,
 never recorded as this run's figure.
@@ -14,10 +14,10 @@ from __future__ import annotations
 import importlib.resources
 import json
 
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import mocked as gpu_placement
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.result import CompileResult, records, table_rows
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import mocked as gpu_placement
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.result import CompileResult, records, table_rows
 
 PASS_NAME = "while-loop-all-reduce-code-motion"
 CPU_ONLY_CAVEAT = (
@@ -27,7 +27,7 @@ CPU_ONLY_CAVEAT = (
     "below shows it."
 )
 STORED_FILE = (
-    "gpu_compile",
+    "cross_compile",
     "stored",
     "lessons.json",
 )  # package data, written by `make placement` (coursetools.compile_report)
@@ -127,7 +127,7 @@ def show_gpu_placement(
 
     Args:
         steps: step name -> builder ``"module:function"`` (default
-            :data:`dpcourse.gpu_compile.compile.COURSE_STEPS`).
+            :data:`dpcourse.cross_compile.compile.COURSE_STEPS`).
         disable_passes: XLA passes to switch off in the compile (experiments).
 
     Returns:
@@ -186,7 +186,7 @@ def start_gpu_compile(steps: dict[str, str], targets: tuple[str, ...], n_devices
 
 # Notebook 09's section 8: each program's optimised text, as `make placement-store` compiled it
 # (coursetools.overlap_report.store), so that a machine without the extra reads the same schedules.
-OVERLAP_FILE = ("gpu_compile", "stored", "overlap.json.gz")
+OVERLAP_FILE = ("cross_compile", "stored", "overlap.json.gz")
 
 
 def stored_overlap(profile: str) -> tuple[list[CompileResult], dict[tuple[str, str], str]]:
@@ -211,7 +211,7 @@ def stored_overlap(profile: str) -> tuple[list[CompileResult], dict[tuple[str, s
         raise ValueError(
             f"The stored GPU compile {'/'.join(OVERLAP_FILE)} cannot be read ({err}): reinstall dpcourse."
         ) from err
-    from dpcourse.gpu_compile.overlap_steps import STEPS
+    from dpcourse.cross_compile.overlap_steps import STEPS
 
     order = list(STEPS)  # the lesson's order of the forms, whatever order the file kept
     results = [

@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.mocked: mocked GPU topologies, one backend of dpcourse.gpu_compile.compile with the same result type.
+"""dpcourse.cross_compile.mocked: mocked GPU topologies, one backend of dpcourse.cross_compile.compile with the same result type.
 
 This machine has no GPU, so the mocked path is checked with stand-ins for
 ``nvidia-smi`` and the CUDA plugin, its environment is checked as built, and
@@ -17,9 +17,9 @@ import pytest
 from dpcourse import record as results
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import mocked as gp
-from dpcourse.gpu_compile.result import CompileResult, StepResult, records, table_rows
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import mocked as gp
+from dpcourse.cross_compile.result import CompileResult, StepResult, records, table_rows
 
 SMOKE = make_config("smoke")
 BLOCK_GRAD_BYTES = (SMOKE.width * SMOKE.width + SMOKE.width) * 4  # w_block + b_block, float32
@@ -164,7 +164,7 @@ def test_report_command_needs_report():
 
 
 def test_notebooks_old_names_still_resolve():
-    from dpcourse.gpu_compile import notebook as gpu_notebook
+    from dpcourse.cross_compile import notebook as gpu_notebook
 
     assert gp.CPU_ONLY_CAVEAT == gpu_notebook.CPU_ONLY_CAVEAT and gp.PASS_NAME == gpu_notebook.PASS_NAME
     assert gp.show_gpu_placement is gpu_notebook.show_gpu_placement

@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.compile, gpu_targets and placement_report: compiling for GPUs this machine does not have.
+"""dpcourse.cross_compile.compile, gpu_targets and placement_report: compiling for GPUs this machine does not have.
 
 The first tests read optimised HLO captured from both JAX versions
 (tests/data/hlo_*_jax<version>.txt, written by tools/capture_placement_hlo.py)
@@ -16,7 +16,7 @@ import pytest
 from dpcourse.compiled import collectives
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.cross_compile import compile as deviceless
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 SMOKE = make_config("smoke")
@@ -87,14 +87,14 @@ def test_bad_jobs_are_refused(text, match):
 
 def test_bad_builder_names_are_refused():
     with pytest.raises(ValueError, match="module:function"):
-        deviceless.load_builder("dpcourse.gpu_compile.steps.jit_step")
+        deviceless.load_builder("dpcourse.cross_compile.steps.jit_step")
     with pytest.raises(ValueError, match="no function"):
-        deviceless.load_builder("dpcourse.gpu_compile.compile:nope")
+        deviceless.load_builder("dpcourse.cross_compile.compile:nope")
 
 
 @pytest.mark.slow
 def test_own_builders_compile_and_a_bad_one_is_reported_per_step():
-    steps = {"fast": "dpcourse.gpu_compile.steps:fast_jit_step", "bad": "dpcourse.gpu_compile.compile:nope"}
+    steps = {"fast": "dpcourse.cross_compile.steps:fast_jit_step", "bad": "dpcourse.cross_compile.compile:nope"}
     (res,) = deviceless.compile_jobs([deviceless.Job("cpu", "cpu", 2, "smoke")], steps)
     assert res.error is None and res.label == "compiled for 2 simulated CPU devices"
     fast = res.steps["fast"]
