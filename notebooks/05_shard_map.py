@@ -41,9 +41,9 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
+from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.cross_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none

@@ -56,9 +56,9 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse import config, costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
-from dpcourse.exercises import checks
 from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.cross_compile import steps as sharded_steps
+from dpcourse.exercises import checks
 from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices

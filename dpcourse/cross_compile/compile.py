@@ -48,9 +48,9 @@ import time
 from dataclasses import dataclass
 
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
-from dpcourse.exercises.checks import first_sentence
 from dpcourse.cross_compile import targets as gpu_targets
 from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
+from dpcourse.exercises.checks import first_sentence
 
 COURSE_STEPS: dict[str, str] = {
     "jit": "dpcourse.cross_compile.steps:jit_step",
@@ -471,7 +471,9 @@ def start_jobs(
     runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
     if runnable:  # the worker inherits the caller's XLA_FLAGS: a bad token would end it with XLA's flag list
         check_xla_flags(" ".join(_own_flags(os.environ.get("XLA_FLAGS", ""))))
-    cmd = [sys.executable, "-m", "dpcourse.cross_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
+    cmd = [sys.executable, "-m", "dpcourse.cross_compile.compile"] + [
+        a for j in runnable for a in ("--job", j.to_arg())
+    ]
     cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
     cmd += ["--disable-pass", ",".join(disabled)] if disabled else []
     cmd += ["--hlo-dir", str(hlo_dir)] if hlo_dir else []

@@ -16,9 +16,9 @@ from pathlib import Path
 import jupytext
 
 from dpcourse import costs, show
-from dpcourse.exercises.base import CORRECT, WRONG
 from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.exercises.base import CORRECT, WRONG
 
 ROOT = Path(__file__).resolve().parents[2]
 
