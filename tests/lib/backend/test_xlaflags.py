@@ -215,9 +215,9 @@ def _resume(argv):
 
 
 def _mocked(argv):
-    from dpcourse.cross_compile import mocked
+    from dpcourse.cross_compile import notebook
 
-    return mocked.main(["--report", "--profile", "smoke", *argv])
+    return notebook.main(["--report", "--profile", "smoke", *argv])
 
 
 def _worker(argv):
@@ -258,8 +258,8 @@ def test_a_lessons_gpu_compile_names_a_bad_token_and_starts_no_worker(flags, mon
     monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv("XLA_FLAGS", flags)
     monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, "XLA refuses the value 'big'."))
-    monkeypatch.setattr(deviceless.gpu_targets, "extra_missing", lambda: None)
-    monkeypatch.setattr(notebook.gpu_targets, "extra_missing", lambda: None)
+    monkeypatch.setattr(deviceless.gpu_targets, "extra_missing", lambda platform="gpu": None)
+    monkeypatch.setattr(notebook.gpu_targets, "extra_missing", lambda platform="gpu": None)
     monkeypatch.setattr(deviceless.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(XlaFlagsError, match="XLA_FLAGS="):  # lesson 10's background compile
         notebook.start_gpu_compile(deviceless.COURSE_STEPS, ("h200",), 8, "smoke")

@@ -1,4 +1,4 @@
-"""GPU target descriptions and the GPU-compile extra: which targets, which text for which jaxlib, what is missing."""
+"""GPU and TPU targets and their extras: which targets, which text for which jaxlib, what is missing."""
 
 from __future__ import annotations
 
@@ -15,14 +15,59 @@ PASS = "while-loop-all-reduce-code-motion"
 
 
 def test_targets_and_the_approximate_l4():
-    assert set(gpu_targets.TARGETS) == {"h100_sxm", "h200", "l4"}
+    assert set(gpu_targets.GPU_TARGETS) == {"h100_sxm", "h200", "l4"}
     l4 = gpu_targets.target("L4")
     assert l4.approximate and "approximate" in l4.label and "approximate" in l4.devices_label(2)
     text = gpu_targets.config_text("l4")
     assert "core_count: 58" in text and "memory_bandwidth: 300000000000" in text and "minor: 9" in text
     assert not gpu_targets.target("h200").approximate
-    with pytest.raises(ValueError, match="h100_sxm, h200, l4"):
+    with pytest.raises(ValueError, match="h100_sxm, h200, l4, v5e_2x4"):
         gpu_targets.target("a100")
+    with pytest.raises(ValueError, match="Unknown GPU target 'v5e_2x4': use one of h100_sxm, h200, l4.$"):
+        gpu_targets.config_text("v5e_2x4")
+
+
+def test_tpu_targets_are_slices_with_their_chip_counts_under_one_interface():
+    assert set(gpu_targets.TARGETS) == set(gpu_targets.GPU_TARGETS) | set(gpu_targets.TPU_TARGETS)
+    v5e = gpu_targets.target("v5e:2x4")
+    assert v5e is gpu_targets.target("V5E_2X4") and (v5e.platform, v5e.topology, v5e.chips) == ("tpu", "v5e:2x4", 8)
+    assert v5e.label == "TPU v5e 2x4" and v5e.devices_label(8) == "8 x TPU v5e (2x4 slice)"
+    assert [t.chips for t in gpu_targets.TPU_TARGETS.values()] == [8, 64, 256]
+    assert all(t.platform == "gpu" and t.chips == 0 for t in gpu_targets.GPU_TARGETS.values())
+    assert gpu_targets.GpuTarget is gpu_targets.Target
+
+
+def test_the_libtpu_wanted_is_the_one_jaxs_tpu_extra_names():
+    lines = ['requests; extra == "tpu"', 'libtpu==0.0.42.*; extra == "tpu"', "numpy>=1.26"]
+    assert gpu_targets.libtpu_wanted(lines) == "0.0.42"
+    assert gpu_targets.libtpu_wanted(["libtpu==0.0.50.*; extra == 'tpu'"]) == "0.0.50"
+    assert gpu_targets.libtpu_wanted(["numpy"]) is None
+    # The pinned JAX and the newest: requirements-tpu-compile*.txt name what their tpu extra takes.
+    root = Path(__file__).resolve().parents[3]
+    for name in ("requirements-tpu-compile.txt", "requirements-tpu-compile-newest.txt"):
+        pins = [ln for ln in (root / name).read_text().splitlines() if ln.startswith("libtpu==")]
+        assert len(pins) == 1, name
+    pinned = (root / "requirements-tpu-compile.txt").read_text()
+    if gpu_targets._installed("jax") == "0.10.2":
+        assert f"libtpu=={gpu_targets.libtpu_wanted()}\n" in pinned
+
+
+def test_a_missing_or_wrong_libtpu_is_named_with_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPCOURSE_TPU_COMPILE_PATH", str(tmp_path))
+    monkeypatch.setattr(gpu_targets, "libtpu_wanted", lambda: "0.0.42")
+    monkeypatch.setattr(gpu_targets, "_installed", lambda d, p="gpu": None if d == "libtpu" else "0.10.2")
+    reason = gpu_targets.extra_missing("tpu")
+    assert reason.startswith("libtpu is not installed. Install the TPU-compile extra: make tpu-compile")
+    assert reason.endswith("pip install --no-deps --target <environment>/tpu-compile libtpu==0.0.42")
+    monkeypatch.setattr(gpu_targets, "_installed", lambda d, p="gpu": "0.0.40" if d == "libtpu" else "0.10.2")
+    assert gpu_targets.extra_missing("tpu").startswith("libtpu is 0.0.40, not the 0.0.42 that JAX 0.10.2 takes")
+    monkeypatch.setattr(gpu_targets, "_installed", lambda d, p="gpu": "0.0.42" if d == "libtpu" else "0.10.2")
+    assert "without its libtpu.so" in gpu_targets.extra_missing("tpu")
+    (tmp_path / "libtpu").mkdir()
+    (tmp_path / "libtpu" / "libtpu.so").write_bytes(b"")
+    assert gpu_targets.extra_missing("tpu") is None
+    with pytest.raises(ValueError, match="use 'gpu' or 'tpu'"):
+        gpu_targets.extra_missing("xpu")
 
 
 def test_jaxlib_010_gets_the_text_without_the_newer_field():
