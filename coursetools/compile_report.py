@@ -33,7 +33,10 @@ DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # count, and the full profile where it is cheap: one GPU target at 8 devices
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
-FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))  # and every TPU slice (seconds each, measured)
+FULL_JOBS = (("gpu", "h200", 8), ("tpu", "v5e_2x4", 8), ("cpu", "cpu", 8))
+# TPU slices at the full profile: 8 to 35 s per step on a shared 2-core machine (measured), so the
+# v5e 2x4 only, and for lesson 10's forms none (the lessons show the smoke profile's, labelled).
+LESSON10_FULL_BACKENDS = ("gpu", "cpu")
 # Lesson 10's forms (dpcourse.cross_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
 # --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
 # the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
@@ -43,6 +46,21 @@ LESSON10_DEVICES = 8
 STORED_NAME = "lessons.json"
 TPU_STORED_NAME = "lessons_tpu.json"
 NO_MOTION_STEPS = {"jit": deviceless.COURSE_STEPS["jit"]}
+NO_MOTION_TPU = "v5e_2x4"  # the TPU slice of 04's experiment (the smoke profile)
+# Lesson 09's fast step (repeats unrolled, bfloat16), as its data-parallel section names it: the smoke
+# profile on 8 x H200 and the lessons' TPU slices (a full unroll at the full profile compiles for
+# tens of seconds; a run of another profile shows the smoke one, labelled).
+FAST_LESSON_STEPS = {"fast": deviceless.FAST_STEPS["jit_unrolled_bf16"]}
+
+
+def fast_jobs(profiles: list[str], targets: list[str]) -> list:
+    """The jobs of lesson 09's fast step that ``make placement`` stores: smoke, on H200 x 8 and the lessons' slices."""
+    from dpcourse.cross_compile.notebook import LESSON_TPU_TARGETS
+
+    if "smoke" not in profiles:
+        return []
+    jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, "smoke")] if "h200" in targets else []
+    return jobs + [j for j in _tpu_jobs(targets, "smoke") if j.target in LESSON_TPU_TARGETS]
 
 
 def _tpu_jobs(targets: list[str], profile: str, chips: int | None = None) -> list:
@@ -62,12 +80,12 @@ def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
     """
     jobs = []
     for profile in profiles:
-        jobs_tpu = _tpu_jobs(targets, profile, LESSON10_DEVICES)
         if profile == "full":
-            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
-            jobs += jobs_tpu
+            full = [(b, t, n) for b, t, n in FULL_JOBS if b in LESSON10_FULL_BACKENDS]
+            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in full if b == "cpu" or t in targets]
             continue
-        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in _gpus(targets)] + jobs_tpu
+        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in _gpus(targets)]
+        jobs += _tpu_jobs(targets, profile, LESSON10_DEVICES)
         jobs.append(deviceless.Job("cpu", "cpu", LESSON10_DEVICES, profile))
     return jobs
 
@@ -78,7 +96,6 @@ def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], c
     for profile in profiles:
         if profile == "full" and len(profiles) > 1:
             jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
-            jobs += _tpu_jobs(targets, profile)
             continue
         jobs += [deviceless.Job("gpu", t, n, profile) for t in _gpus(targets) for n in counts]
         jobs += _tpu_jobs(targets, profile)
@@ -333,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     if "h200" in targets:  # 04's experiment: the pass switched off
         jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, p) for p in profiles]
         lessons += deviceless.compile_jobs(jobs, NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
+    fast = (
+        deviceless.compile_jobs(fast_jobs(profiles, targets), FAST_LESSON_STEPS) if fast_jobs(profiles, targets) else []
+    )
+    lessons += [r for r in fast if r.backend == "gpu"]
+    lessons_tpu += [r for r in fast if r.backend == "tpu"]
+    if NO_MOTION_TPU in targets and "smoke" in profiles:  # the same experiment on the TPU compiler
+        job = deviceless.Job("tpu", NO_MOTION_TPU, gpu_targets.target(NO_MOTION_TPU).chips, "smoke")
+        lessons_tpu += deviceless.compile_jobs([job], NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))

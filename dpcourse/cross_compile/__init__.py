@@ -1,1 +1,1 @@
-"""Compiling the course's steps for NVIDIA GPUs on a machine without one (lessons 04, 05, 09, 10 and ``make placement``)."""
+"""Compiling the course's steps for devices you do not have, GPUs and TPU slices (lessons 04, 05, 09, 10, ``make placement``)."""

@@ -178,11 +178,16 @@ def expected_keys(platform: str = "gpu") -> set[tuple]:
     lesson10 = [j for j in placement_report.lesson10_jobs(profiles, targets) if j.backend == platform]
     keys = {(j.backend, j.target, j.n_devices, j.profile, (), tuple(deviceless.COURSE_STEPS)) for j in course}
     keys |= {(j.backend, j.target, j.n_devices, j.profile, (), tuple(steps.SHARDED_STEPS)) for j in lesson10}
+    no_motion = (gpu_notebook.PASS_NAME,), tuple(placement_report.NO_MOTION_STEPS)
     if platform == "gpu":
-        keys |= {
-            ("gpu", "h200", n, p, (gpu_notebook.PASS_NAME,), tuple(placement_report.NO_MOTION_STEPS)) for p in profiles
-        }
-    return keys
+        keys |= {("gpu", "h200", n, p, *no_motion) for p in profiles}
+    else:
+        keys |= {("tpu", placement_report.NO_MOTION_TPU, 8, "smoke", *no_motion)}
+    fast = tuple(placement_report.FAST_LESSON_STEPS)
+    keys |= {
+        (j.backend, j.target, j.n_devices, j.profile, (), fast) for j in placement_report.fast_jobs(profiles, targets)
+    }
+    return {k for k in keys if k[0] == platform}
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
