@@ -76,10 +76,7 @@ def test_the_experiment_without_the_pass_is_stored_too(no_extra_no_gpu):
 
 
 def test_a_compile_nobody_stored_says_so_in_one_short_line(no_extra_no_gpu, capsys):
-    assert (
-        gpu_notebook.show_gpu_placement("smoke", "cpu", steps={"fast": deviceless.FAST_STEPS["jit_unrolled_bf16"]})
-        == []
-    )
+    assert gpu_notebook.show_gpu_placement("smoke", "cpu", steps={"unstored": deviceless.COURSE_STEPS["jit"]}) == []
     gpu_line, tpu_line = capsys.readouterr().out.strip().splitlines()
     assert gpu_line.startswith("Not shown: no stored result of this compile") and "make gpu-compile" in gpu_line
     assert tpu_line.startswith("Not shown: no stored result of this compile") and "make tpu-compile" in tpu_line
