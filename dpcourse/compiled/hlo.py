@@ -80,7 +80,7 @@ class ProgramSummary:
             "while loops": self.while_loops,
             "trip counts": ", ".join("?" if t is None else str(t) for t in self.trip_counts) or "none",
             "fusions per step": self.fusions,
-            "matmuls (dot / GEMM) per step": self.matmuls,
+            "matmuls (dot / GEMM / TPU convolution) per step": self.matmuls,
             "instructions per step": self.instructions,
         }
 

@@ -126,3 +126,8 @@ def test_the_tpu_programs_collectives_run_as_often_as_their_loops(version):
     assert [(c.kind, c.bytes, c.in_loop, c.runs_per_step) for c in jit.collectives] == [
         ("all-reduce", 106032, False, 1)
     ]
+
+
+def test_a_tpu_programs_summary_row_has_no_unknown_trip_count_and_counts_its_matmuls():
+    row = hlo.summarize(tpu_program("jit", "0.12.0.1")).row()
+    assert row["trip counts"] == "2, 2" and row["matmuls (dot / GEMM / TPU convolution) per step"] == 11
