@@ -54,6 +54,9 @@ MOVED = {
     # Lesson 10's builders joined the others in the steps module.
     "dpcourse.gpu_compile.sharded_steps": "dpcourse.cross_compile.steps",
 }
+# Old names whose command (``python -m``) moved to another module than their code: the report of
+# mocked GPU topologies is ``python -m dpcourse.cross_compile.notebook --report`` now.
+MOVED_COMMANDS = {"dpcourse.gpu_compile.mocked": "dpcourse.cross_compile.notebook"}
 
 
 def warn_moved(old: str, new: str, stacklevel: int = 3, frame=None) -> None:
@@ -98,8 +101,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._own_specs.get(module.__name__, module.__spec__)
 
     def get_code(self, fullname):
-        """``python -m`` with an old name runs the new module's code."""
-        new = MOVED[fullname]
+        """``python -m`` with an old name runs the new module's code (or the command's, :data:`MOVED_COMMANDS`)."""
+        new = MOVED_COMMANDS.get(fullname, MOVED[fullname])
         warn_moved(fullname, new, stacklevel=2)
         spec = importlib.util.find_spec(new)
         return spec.loader.get_code(new)

@@ -223,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Exits 1 when a compile that could run here failed.
     """
-    parser = argparse.ArgumentParser(description="Compile the course's steps for mocked GPU topologies and the CPU.")
+    parser = argparse.ArgumentParser(
+        prog="python -m dpcourse.cross_compile.notebook",  # also when run by an old name (sys.argv[0] unset)
+        description="Compile the course's steps for mocked GPU topologies and the CPU.",
+    )
     parser.add_argument("--report", action="store_true", help="every mocked topology (with a GPU) and 8 CPU devices")
     parser.add_argument("--profile", required=True)
     args = parser.parse_args(argv)
