@@ -738,8 +738,9 @@ fast_gpu = gpu_notebook.show_gpu_placement(
 compiled_fast = [r for r in fast_gpu if r.error is None and r.platform in ("gpu", "tpu")]
 for res in compiled_fast:
     f = res.steps["fast"]
+    print(f"The fast step, {res.label}:")
     print(
-        f"fast step, {res.label}: {f.count} collective(s), {f.in_loop} inside a loop, "
+        f"  {f.count} collective(s), {f.in_loop} inside a loop, "
         f"{f.bytes_per_step:,} bytes per step; "
         f"temporaries {f.memory.get('temp_size_in_bytes', 0):,} bytes"
     )

@@ -857,11 +857,9 @@ for res in tpu_results:
     gpu = next((g for g in gpu_results if not g.error and g.profile == res.profile), None)
     for name, s in res.steps.items() if gpu is not None else ():
         if name in gpu.steps and kinds(s) != kinds(gpu.steps[name]):
-            on_gpu, on_tpu = ", ".join(kinds(gpu.steps[name])), ", ".join(kinds(s))
-            print(
-                f"{sharded_steps.FORM_LABELS[name]}: {gpu.target_label} runs {on_gpu}; "
-                f"{res.target_label} runs {on_tpu}"
-            )
+            print(f"{sharded_steps.FORM_LABELS[name]}, the kinds of collective it runs:")
+            print(f"  {gpu.target_label}: {', '.join(kinds(gpu.steps[name]))}")
+            print(f"  {res.target_label}: {', '.join(kinds(s))}")
 
 # %% [markdown]
 # What the TPU compiler did differently (libtpu 0.0.42 and 0.0.50, the

@@ -80,9 +80,11 @@ def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compi
         exec(compile(cell, "<notebook 09 cell>", "exec"), names)
     printed = out.getvalue()
     assert "no stored result" not in printed, printed
+    lines = printed.splitlines()
     for where in ("8 x H200 without a GPU", "8 x TPU v5e (2x4 slice) without a TPU", "256 x TPU v6e (16x16 slice)"):
-        line = next(ln for ln in printed.splitlines() if ln.startswith(f"fast step, compiled for {where}"))
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"The fast step, compiled for {where}"))
         # Repeats unrolled: no loop; the bfloat16 gradients and the two float32 metrics, after the backward pass.
-        assert ": 2 collective(s), 0 inside a loop, 53,020 bytes per step" in line and "stored" in line, line
+        assert "stored (make placement, 20" in lines[at], lines[at]
+        assert lines[at + 1].startswith("  2 collective(s), 0 inside a loop, 53,020 bytes per step"), lines[at + 1]
     table = repr(shown[-1])  # the model beside XLA's cost analysis of each stored program
     assert "(smoke profile, stored)" in table and "XLA, H200" in table and "XLA, TPU v5e 2x4" in table, table
