@@ -12,7 +12,7 @@ from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResu
 
 def result(backend: str, target: str, n: int, **kw) -> CompileResult:
     step = StepResult("jit", "dpcourse.cross_compile.steps:jit_step", count=1, runs_per_step=1, bytes_per_step=64)
-    label = {"gpu": "H200", "cpu": "CPU", "mocked": f"mocked GPU ({target})"}[backend]
+    label = {"gpu": "H200", "tpu": "TPU v5e 2x4", "cpu": "CPU", "mocked": f"mocked GPU ({target})"}[backend]
     return CompileResult(backend, target, n, "smoke", label, steps={"jit": step}, jax_version="0.10.2", **kw)
 
 
@@ -21,6 +21,12 @@ def result(backend: str, target: str, n: int, **kw) -> CompileResult:
     [
         (result("gpu", "h200", 8, deviceless=True), "compiled for 8 x H200 without a GPU", "gpu"),
         (result("cpu", "cpu", 8), "compiled for 8 simulated CPU devices", "cpu"),
+        (result("tpu", "v5e_2x4", 8, deviceless=True), "compiled for 8 x TPU v5e (2x4 slice) without a TPU", "tpu"),
+        (
+            result("tpu", "v5e_2x4", 8, deviceless=True, stored="make placement, 2026-12-06"),
+            "compiled for 8 x TPU v5e (2x4 slice) without a TPU, stored (make placement, 2026-12-06, JAX 0.10.2)",
+            "tpu",
+        ),
         (
             result("mocked", "1x2x1", 2, device_kind="NVIDIA L4"),
             "compiled for 2 mocked GPUs (topology 1x2x1, NVIDIA L4) on a GPU",
