@@ -47,9 +47,13 @@ def test_the_libtpu_wanted_is_the_one_jaxs_tpu_extra_names():
     for name in ("requirements-tpu-compile.txt", "requirements-tpu-compile-newest.txt"):
         pins = [ln for ln in (root / name).read_text().splitlines() if ln.startswith("libtpu==")]
         assert len(pins) == 1, name
-    pinned = (root / "requirements-tpu-compile.txt").read_text()
-    if gpu_targets._installed("jax") == "0.10.2":
-        assert f"libtpu=={gpu_targets.libtpu_wanted()}\n" in pinned
+    # This environment's JAX: its tpu extra's libtpu is the one its requirements file pins.
+    for jax_pins, extra in (
+        ("requirements.txt", "requirements-tpu-compile.txt"),
+        ("requirements-newest.txt", "requirements-tpu-compile-newest.txt"),
+    ):
+        if f"jax=={gpu_targets._installed('jax')}\n" in (root / jax_pins).read_text():
+            assert f"libtpu=={gpu_targets.libtpu_wanted()}\n" in (root / extra).read_text(), extra
 
 
 def test_a_missing_or_wrong_libtpu_is_named_with_how_to_install_it(monkeypatch, tmp_path):
