@@ -81,7 +81,7 @@ def machine_info() -> dict:
     """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
     whether the GPU-compile extra was installed (04, 09 and 10 compile for GPUs without one only with it,
     which adds seconds to each)."""
-    from dpcourse.gpu_compile.targets import extra_missing
+    from dpcourse.cross_compile.targets import extra_missing
 
     return {
         "cpu": _cpu_model(),

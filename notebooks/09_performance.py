@@ -711,55 +711,67 @@ if multi.devices[0].platform == "cpu":
 # is then rounded to 8 significant bits: check the loss when you do it.
 
 # %% [markdown]
-# ### Where the fast step's all-reduce lands on the GPU
+# ### Where the fast step's all-reduce lands on the GPU and the TPU
 #
 # The table above is this run's compiler's. The next cell compiles the fast
 # step (plain `jit`, repeats unrolled, bfloat16 compute) with XLA's GPU
 # compiler for 8 x H200 without a GPU (a fresh process, the extra of `make
-# gpu-compile`), reads where its all-reduce lands, and sets XLA's own cost
-# analysis of that GPU program beside the roofline model of section 2, per
-# device (each GPU runs `per_device_batch` examples). A program compiled for
-# GPUs that are not here has no `compiled.cost_analysis()` (None); the
-# figures are XLA's `HloCostAnalysis` run over the same optimised GPU module.
+# gpu-compile`) and with the TPU compiler for a v5e 2x4 and a v6e 16x16
+# slice without a TPU (`make tpu-compile`), reads where its all-reduce
+# lands, and sets XLA's own cost analysis of those programs beside the
+# roofline model of section 2, per device (each device runs
+# `per_device_batch` examples). Without an extra it shows the compile `make
+# placement` stored (the smoke profile), labelled as stored, and the model
+# beside it is taken at that profile's sizes. A program compiled for GPUs
+# that are not here has no `compiled.cost_analysis()` (None); the GPU
+# figures are XLA's `HloCostAnalysis` run over the same optimised GPU
+# module. The TPU compiler gives its own.
 
 # %%
-from dpcourse.gpu_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import notebook as gpu_notebook
 
 fast_gpu = gpu_notebook.show_gpu_placement(
     cfg.profile,
     multi.devices[0].platform,
-    steps={"fast": "dpcourse.gpu_compile.steps:fast_jit_step"},
+    steps={"fast": "dpcourse.cross_compile.steps:fast_jit_step"},
 )
-gpu_fast = [r for r in fast_gpu if r.platform == "gpu" and r.error is None]
-if gpu_fast and gpu_fast[0].steps["fast"].cost:
-    g = gpu_fast[0].steps["fast"]
-    fast_c = cfg.with_overrides(block_unroll="full", compute_dtype="bfloat16")
+compiled_fast = [r for r in fast_gpu if r.error is None and r.platform in ("gpu", "tpu")]
+for res in compiled_fast:
+    f = res.steps["fast"]
+    print(f"The fast step, {res.label}:")
+    print(
+        f"  {f.count} collective(s), {f.in_loop} inside a loop, "
+        f"{f.bytes_per_step:,} bytes per step; "
+        f"temporaries {f.memory.get('temp_size_in_bytes', 0):,} bytes"
+    )
+with_cost = [r for r in compiled_fast if r.steps["fast"].cost]
+made_at = with_cost[0].profile if with_cost else cfg.profile
+with_cost = [r for r in with_cost if r.profile == made_at]  # one profile's sizes per table
+if with_cost:
+    # The model at the sizes the programs were compiled at (a stored one: the smoke profile's).
+    compiled_cfg = cfg if made_at == cfg.profile else config.make_config(made_at)
+    fast_c = compiled_cfg.with_overrides(block_unroll="full", compute_dtype="bfloat16")
     b_dev = fast_c.per_device_batch
     model_cost = {
         "FLOPs": costs.train_flops_per_step(fast_c, b_dev),
         "bytes": roofline.elementwise_bytes_per_step(fast_c, b_dev),
     }
-    xla_cost = {"FLOPs": g.cost["flops"], "bytes": g.cost["bytes accessed"]}
+    rows = []
+    for k in model_cost:
+        row = {"per device, per step": k, "roofline model": f"{model_cost[k]:,.0f}"}
+        for res in with_cost:
+            xla = res.steps["fast"].cost["flops" if k == "FLOPs" else "bytes accessed"]
+            row[f"XLA, {res.target_label}"] = f"{xla:,.0f}"
+            row[f"{res.target_label} / model"] = round(xla / model_cost[k], 2)
+        rows.append(row)
     display(
         show.table(
-            [
-                {
-                    "per device, per step": k,
-                    "roofline model": f"{model_cost[k]:,.0f}",
-                    "XLA cost analysis (GPU)": f"{xla_cost[k]:,.0f}",
-                    "XLA / model": round(xla_cost[k] / model_cost[k], 2),
-                }
-                for k in model_cost
-            ],
+            rows,
             caption=(
-                f"Fast step, {gpu_fast[0].label}, batch {b_dev} per GPU ({cfg.profile} profile)"
+                f"Fast step, XLA's cost analysis and the model, batch {b_dev} per device "
+                f"({with_cost[0].profile} profile{', stored' if with_cost[0].stored else ''})"
             ),
         )
-    )
-    print(
-        f"fast step on the GPU: {g.count} collective(s), {g.in_loop} inside a loop, "
-        f"{g.bytes_per_step:,} bytes per step; "
-        f"temporaries {g.memory.get('temp_size_in_bytes', 0):,} bytes"
     )
 
 # %% [markdown]
@@ -770,12 +782,16 @@ if gpu_fast and gpu_fast[0].steps["fast"].cost:
 # plain `jit` the SPMD partitioner reduces the bfloat16 gradients the
 # bfloat16 matmuls produce, and the GPU compiler keeps that dtype, where the
 # CPU compiler promotes it to float32) and the two float32 metrics apart
-# (XLA combines all-reduces of one dtype only).
+# (XLA combines all-reduces of one dtype only). The TPU compiler's programs
+# (v5e 2x4 and v6e 16x16, libtpu 0.0.42) do the same: two all-reduces after
+# the backward pass, 53,012 bytes of bfloat16 gradients and 8 of metrics.
 #
-# The FLOPs agree within about 10% (smoke: XLA 1.10 x the model): both count
-# the matmuls, and XLA adds the element-wise FLOPs (GELU, the mix, the
-# softmax, the optimizer), a few per value. The bytes do not agree, and the
-# gap depends on the profile (smoke: XLA counts about 100 x the model). The
+# The FLOPs agree within about 15% (smoke: XLA 1.10 x the model for the
+# H200, the TPU compiler's own cost analysis 1.14 x for the v5e and 1.11 x
+# for the v6e): both count the matmuls, and XLA adds the element-wise FLOPs
+# (GELU, the mix, the softmax, the optimizer), a few per value. The bytes do
+# not agree, and the gap depends on the profile and the compiler (smoke: XLA
+# counts about 100 x the model for the H200, the TPU compiler about 260 x). The
 # model counts only the element-wise passes over `[batch, width]`
 # activations per repeat; XLA's figure is the bytes every instruction of
 # the optimised program reads and writes (each fusion at its boundary), so
@@ -917,9 +933,9 @@ print("still held by name:", held or "none")
 import tempfile
 
 from dpcourse.compiled import schedule
-from dpcourse.gpu_compile import compile as gpu_compile
-from dpcourse.gpu_compile import overlap_steps
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import compile as gpu_compile
+from dpcourse.cross_compile import overlap_steps
+from dpcourse.cross_compile import targets as gpu_targets
 
 OVERLAP_PROFILE = "smoke"
 forms = overlap_steps.STEPS  # plain, small_threshold, o1, fsdp_gathered, accum_reduced

@@ -165,7 +165,7 @@ def test_a_run_says_whether_it_compiled_for_gpus_without_one():
 
 
 def test_machine_info_records_the_extra(monkeypatch):
-    from dpcourse.gpu_compile import targets as gpu_targets
+    from dpcourse.cross_compile import targets as gpu_targets
 
     monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
     assert timings.machine_info()["gpu_compile_extra"] is False

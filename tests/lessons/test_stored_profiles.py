@@ -21,8 +21,8 @@ import pytest
 
 from dpcourse import config, costs, model
 from dpcourse.compiled import census
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import steps as sharded_steps
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 ROOT = Path(__file__).resolve().parents[2]

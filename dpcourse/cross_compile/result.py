@@ -1,8 +1,9 @@
-"""What compiling a step for GPUs (or CPU devices) found: one result type, its records and table rows.
+"""What compiling a step for GPUs, TPUs or CPU devices found: one result type, its records and table rows.
 
 Every way this course compiles without running (a GPU target description on
-a machine without a GPU, a mocked GPU topology on a machine with one, or
-simulated CPU devices; :mod:`dpcourse.gpu_compile.compile`) returns a
+a machine without a GPU, a TPU slice's topology on a machine without a TPU,
+a mocked GPU topology on a machine with one GPU, or simulated CPU devices;
+:mod:`dpcourse.cross_compile.compile`) returns a
 :class:`CompileResult` per (backend, target, device count, profile), holding
 one :class:`StepResult` per step. :func:`records` flattens them to the rows
 of ``placement.json``; :func:`table_rows` to the rows a notebook shows.
@@ -14,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import targets as gpu_targets
 
 RESULT_PREFIX = "DPCOURSE_DEVICELESS_RESULT "
 
@@ -37,7 +38,7 @@ class StepResult:
         memory: ``compiled.memory_analysis()`` fields, bytes (per device).
         cost: ``compiled.cost_analysis()`` figures (:data:`COST_KEYS` present),
             for a whole step; a ``while`` body (``lax.scan``) is counted once.
-        cost_source: how ``cost`` was obtained (see :func:`dpcourse.gpu_compile.compile._cost`).
+        cost_source: how ``cost`` was obtained (see :func:`dpcourse.cross_compile.compile._cost`).
         compile_s: seconds to build, lower and compile (wall clock, in the worker; a GPU
             job's later steps reuse the kernels of its earlier ones, see the module's notes).
         error: why it could not be built or compiled (then the rest is empty).
@@ -67,7 +68,7 @@ class CompileResult:
 
     Attributes:
         backend, target, n_devices, profile: the job.
-        target_label: ``"H200"``, ``"L4 (approximate)"``, ``"CPU"``.
+        target_label: ``"H200"``, ``"L4 (approximate)"``, ``"TPU v5e 2x4"``, ``"CPU"``.
         approximate: the target description is an estimate (the L4).
         deviceless: compiled for devices this machine does not have.
         device_kind: the devices' kind as JAX reports it.
@@ -96,18 +97,21 @@ class CompileResult:
 
     @property
     def platform(self) -> str:
-        """The devices' platform: ``"gpu"`` (a target description or a mocked topology) or ``"cpu"``."""
-        return "cpu" if self.backend == "cpu" else "gpu"
+        """The devices' platform: ``"gpu"`` (a target description or a mocked topology), ``"tpu"`` or ``"cpu"``."""
+        return self.backend if self.backend in ("cpu", "tpu") else "gpu"
 
     @property
     def label(self) -> str:
         """Where it was compiled for, in words: ``"compiled for 8 x H200 without a GPU"``.
 
+        A TPU slice: ``"compiled for 8 x TPU v5e (2x4 slice) without a TPU"``.
+
         A mocked topology: ``"compiled for 4 mocked GPUs (topology 1x4x1, NVIDIA H200) on a GPU"``;
         a stored result ends with ``", stored (make placement, 2026-12-03, JAX 0.10.2)"``.
         """
-        if self.backend == "gpu":
-            how = "without a GPU" if self.deviceless else "on a GPU"
+        if self.backend in ("gpu", "tpu"):
+            device = self.backend.upper()
+            how = f"without a {device}" if self.deviceless else f"on a {device}"
             text = f"compiled for {gpu_targets.target(self.target).devices_label(self.n_devices)} {how}"
         elif self.backend == "mocked":
             kind = f", {self.device_kind}" if self.device_kind else ""

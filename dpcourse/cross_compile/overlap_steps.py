@@ -1,7 +1,7 @@
 """The steps notebook 09 reads for overlap, as compile-only builders: ``build(cfg, mesh) -> (jitted, abstract_args)``.
 
-The interface of :mod:`dpcourse.gpu_compile.compile`. Two builders change
-only how the course's plain-``jit`` step (:func:`dpcourse.gpu_compile.steps.jit_step`)
+The interface of :mod:`dpcourse.cross_compile.compile`. Two builders change
+only how the course's plain-``jit`` step (:func:`dpcourse.cross_compile.steps.jit_step`)
 is compiled: :func:`small_threshold` sets XLA's
 ``xla_gpu_all_reduce_combine_threshold_bytes`` (the size up to which the
 all-reduce combiner merges all-reduces) to :data:`SMALL_COMBINE_THRESHOLD_BYTES`,
@@ -27,11 +27,11 @@ COMBINE_THRESHOLD_OPTION = "xla_gpu_all_reduce_combine_threshold_bytes"
 # metrics (32 x 10 x 4 + 8 = 1,288 bytes), and the three biases together ((32 + 32 + 10) x 4 = 296 bytes).
 SMALL_COMBINE_THRESHOLD_BYTES = 4096
 STEPS: dict[str, str] = {
-    "plain": "dpcourse.gpu_compile.steps:jit_step",
-    "small_threshold": "dpcourse.gpu_compile.overlap_steps:small_threshold",
-    "o1": "dpcourse.gpu_compile.overlap_steps:o1",
-    "fsdp_gathered": "dpcourse.gpu_compile.steps:fsdp_gathered",
-    "accum_reduced": "dpcourse.gpu_compile.steps:accum_reduced",
+    "plain": "dpcourse.cross_compile.steps:jit_step",
+    "small_threshold": "dpcourse.cross_compile.overlap_steps:small_threshold",
+    "o1": "dpcourse.cross_compile.overlap_steps:o1",
+    "fsdp_gathered": "dpcourse.cross_compile.steps:fsdp_gathered",
+    "accum_reduced": "dpcourse.cross_compile.steps:accum_reduced",
 }
 LABELS: dict[str, str] = {
     "plain": "plain jit step",
@@ -77,7 +77,7 @@ class CompiledWith:
 
 def small_threshold(cfg, mesh):
     """The plain-``jit`` step compiled with a combine threshold of :data:`SMALL_COMBINE_THRESHOLD_BYTES`."""
-    from dpcourse.gpu_compile import steps
+    from dpcourse.cross_compile import steps
 
     fn, args = steps.jit_step(cfg, mesh)
     return CompiledWith(fn, {COMBINE_THRESHOLD_OPTION: SMALL_COMBINE_THRESHOLD_BYTES}), args
@@ -85,7 +85,7 @@ def small_threshold(cfg, mesh):
 
 def o1(cfg, mesh):
     """The plain-``jit`` step compiled at ``optimization_level="O1"``."""
-    from dpcourse.gpu_compile import steps
+    from dpcourse.cross_compile import steps
 
     fn, args = steps.jit_step(cfg, mesh)
     return CompiledWith(fn, level="O1"), args

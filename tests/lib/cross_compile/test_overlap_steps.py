@@ -1,11 +1,11 @@
-"""dpcourse.gpu_compile.overlap_steps: lesson 09's compile-only variants pass their option and level to XLA, and restore JAX's."""
+"""dpcourse.cross_compile.overlap_steps: lesson 09's compile-only variants pass their option and level to XLA, and restore JAX's."""
 
 import importlib
 
 import jax
 
 from dpcourse.config import make_config
-from dpcourse.gpu_compile import overlap_steps
+from dpcourse.cross_compile import overlap_steps
 
 
 class _Recorder:

@@ -1,9 +1,10 @@
-"""dpcourse.gpu_compile.compile, gpu_targets and placement_report: compiling for GPUs this machine does not have.
+"""dpcourse.cross_compile.compile, targets and placement_report: compiling for GPUs and TPUs this machine does not have.
 
 The first tests read optimised HLO captured from both JAX versions
 (tests/data/hlo_*_jax<version>.txt, written by tools/capture_placement_hlo.py)
 and need nothing installed. The compile tests need the gpu-compile extra
-(`make gpu-compile`); without it they skip with the reason, except in CI
+(`make gpu-compile`), the TPU ones the tpu-compile extra (`make
+tpu-compile`, libtpu); without it they skip with the reason, except in CI
 (CI=true), where a missing extra is a failure.
 """
 
@@ -16,7 +17,7 @@ import pytest
 from dpcourse.compiled import collectives
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.cross_compile import compile as deviceless
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 SMOKE = make_config("smoke")
@@ -78,7 +79,15 @@ def test_type_tree_nests_tuples():
 
 @pytest.mark.parametrize(
     "text, match",
-    [("gpu:h200:8", "backend:target"), ("gpu:a100:8:smoke", "Unknown GPU target"), ("tpu:x:2:smoke", "backend")],
+    [
+        ("gpu:h200:8", "backend:target"),
+        ("gpu:a100:8:smoke", "Unknown GPU target"),
+        ("tpu:x:2:smoke", "Unknown TPU target"),
+        ("gpu:v5e_2x4:8:smoke", "Unknown GPU target"),
+        ("tpu:h200:8:smoke", "Unknown TPU target"),
+        ("tpu:v5e_2x4:4:smoke", "has 8 chips, not n_devices=4"),
+        ("xpu:h200:8:smoke", "Unknown backend"),
+    ],
 )
 def test_bad_jobs_are_refused(text, match):
     with pytest.raises(ValueError, match=match):
@@ -87,14 +96,14 @@ def test_bad_jobs_are_refused(text, match):
 
 def test_bad_builder_names_are_refused():
     with pytest.raises(ValueError, match="module:function"):
-        deviceless.load_builder("dpcourse.gpu_compile.steps.jit_step")
+        deviceless.load_builder("dpcourse.cross_compile.steps.jit_step")
     with pytest.raises(ValueError, match="no function"):
-        deviceless.load_builder("dpcourse.gpu_compile.compile:nope")
+        deviceless.load_builder("dpcourse.cross_compile.compile:nope")
 
 
 @pytest.mark.slow
 def test_own_builders_compile_and_a_bad_one_is_reported_per_step():
-    steps = {"fast": "dpcourse.gpu_compile.steps:fast_jit_step", "bad": "dpcourse.gpu_compile.compile:nope"}
+    steps = {"fast": "dpcourse.cross_compile.steps:fast_jit_step", "bad": "dpcourse.cross_compile.compile:nope"}
     (res,) = deviceless.compile_jobs([deviceless.Job("cpu", "cpu", 2, "smoke")], steps)
     assert res.error is None and res.label == "compiled for 2 simulated CPU devices"
     fast = res.steps["fast"]
@@ -140,3 +149,45 @@ def test_without_the_pass_the_gpu_all_reduce_is_back_in_the_loop(extra):
     inside = [c for c in jit.collectives if c["in_loop"]]
     assert len(inside) == 1 and inside[0]["bytes"] == BLOCK_GRAD_BYTES
     assert inside[0]["runs_per_step"] == SMOKE.block_repeats
+
+
+# ---- the TPU compile itself (needs the tpu-compile extra) ----
+
+
+def test_a_tpu_job_names_its_slice_and_runs_with_libtpu_quiet_beside_other_processes(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPCOURSE_TPU_COMPILE_PATH", str(tmp_path))
+    job = deviceless.Job("tpu", "v5e_2x4", 8, "smoke")
+    assert deviceless.Job.from_arg(job.to_arg()) == job and job.to_arg() == "tpu:v5e_2x4:8:smoke"
+    env = deviceless.worker_env([job], base={"XLA_FLAGS": ""})
+    assert env["JAX_PLATFORMS"] == "cpu" and str(tmp_path) in env["PYTHONPATH"].split(":")
+    assert {k: env[k] for k in deviceless.TPU_ENV} == deviceless.TPU_ENV
+    assert "TPU_WORKER_HOSTNAMES" not in deviceless.worker_env([deviceless.Job("cpu", "cpu", 8, "smoke")], base={})
+
+
+def test_without_libtpu_a_tpu_job_starts_nothing_and_the_cpu_job_still_compiles(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPCOURSE_TPU_COMPILE_PATH", str(tmp_path / "none"))
+    started = []
+    monkeypatch.setattr(deviceless, "PendingCompile", lambda jobs, runnable, *a: started.append(runnable) or None)
+    deviceless.start_jobs([deviceless.Job("tpu", "v5e_2x4", 8, "smoke"), deviceless.Job("cpu", "cpu", 2, "smoke")])
+    assert started == [[deviceless.Job("cpu", "cpu", 2, "smoke")]]
+
+
+@pytest.mark.slow
+def test_the_course_step_compiled_for_tpu_slices_reduces_once_after_the_loop(tpu_extra):
+    import time
+
+    jobs = [deviceless.Job("tpu", "v5e_2x4", 8, "smoke"), deviceless.Job("tpu", "v6e_16x16", 256, "smoke")]
+    t0 = time.perf_counter()
+    results = deviceless.compile_jobs(jobs, {"jit": deviceless.COURSE_STEPS["jit"]}, timeout_s=300)
+    wall = time.perf_counter() - t0
+    for res, kind in zip(results, ("TPU v5 lite", "TPU v6 lite")):
+        assert res.error is None, res.error
+        assert res.device_kind == kind and res.deviceless and res.platform == "tpu"
+        assert res.label.startswith(f"compiled for {res.n_devices} x TPU v")
+        jit = res.steps["jit"]
+        # As on the GPU compiler: one all-reduce of the gradient and the two metrics, after the loop.
+        assert [(c["kind"], c["bytes"], c["in_loop"]) for c in jit.collectives] == [
+            ("all-reduce", gradient_bytes(SMOKE) + METRIC_BYTES, False)
+        ]
+        assert jit.runs_per_step == 1 and jit.memory["argument_size_in_bytes"] > 0 and jit.cost["flops"] > 0
+    assert wall < 120, f"two TPU compiles took {wall:.0f} s"

@@ -1,7 +1,7 @@
 """Lesson 10's steps compiled for 8 x H200 without a GPU: the collective pattern the lesson teaches.
 
 Needs the gpu-compile extra (``make gpu-compile``); skipped without it,
-failed without it in CI, like tests/lib/gpu_compile/test_compile.py.
+failed without it in CI, like tests/lib/cross_compile/test_compile.py.
 """
 
 import os
@@ -14,9 +14,9 @@ from coursetools import compile_report as collective_report
 from dpcourse import costs, model
 from dpcourse.compiled import census
 from dpcourse.config import make_config
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import steps
-from dpcourse.gpu_compile import targets as gpu_targets
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import steps
+from dpcourse.cross_compile import targets as gpu_targets
 from dpcourse.sharded import forms as sharded
 
 SMOKE = make_config("smoke")

@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.mocked: mocked GPU topologies, one backend of dpcourse.gpu_compile.compile with the same result type.
+"""dpcourse.cross_compile.mocked: mocked GPU topologies, one backend of dpcourse.cross_compile.compile with the same result type.
 
 This machine has no GPU, so the mocked path is checked with stand-ins for
 ``nvidia-smi`` and the CUDA plugin, its environment is checked as built, and
@@ -17,9 +17,10 @@ import pytest
 from dpcourse import record as results
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import mocked as gp
-from dpcourse.gpu_compile.result import CompileResult, StepResult, records, table_rows
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import mocked as gp
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile.result import CompileResult, StepResult, records, table_rows
 
 SMOKE = make_config("smoke")
 BLOCK_GRAD_BYTES = (SMOKE.width * SMOKE.width + SMOKE.width) * 4  # w_block + b_block, float32
@@ -44,17 +45,17 @@ def test_a_mocked_job_names_its_topology_and_must_match_its_device_count():
         deviceless.Job("mocked", "1x4x1", 8, "smoke")
     with pytest.raises(ValueError, match="1x4x1"):
         deviceless.Job("mocked", "four", 4, "smoke")
-    with pytest.raises(ValueError, match="'gpu', 'mocked', 'cpu'"):
-        deviceless.Job("tpu", "v5e", 4, "smoke")
+    with pytest.raises(ValueError, match="'gpu', 'tpu', 'mocked', 'cpu'"):
+        deviceless.Job("xpu", "v5e", 4, "smoke")
 
 
 def test_mocked_worker_mocks_the_topology_on_one_visible_gpu_without_preallocation():
     base = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --foo", "CUDA_VISIBLE_DEVICES": "3,5"}
-    env = deviceless.worker_env([deviceless.Job("mocked", "1x4x1", 4, "smoke")], (gp.PASS_NAME,), base=base)
+    env = deviceless.worker_env([deviceless.Job("mocked", "1x4x1", 4, "smoke")], (gpu_notebook.PASS_NAME,), base=base)
     assert env["JAX_PLATFORMS"] == "cuda" and env[gp.MOCK_TOPOLOGY_ENV] == "1x4x1"
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    assert env["XLA_FLAGS"] == f"--foo --xla_disable_hlo_passes={gp.PASS_NAME}"
+    assert env["XLA_FLAGS"] == f"--foo --xla_disable_hlo_passes={gpu_notebook.PASS_NAME}"
     assert "PYTHONPATH" not in env  # the real CUDA plugin, not the extra's folder
 
 
@@ -91,7 +92,7 @@ def test_mocked_topologies_need_a_gpu_and_the_cuda_plugin(tmp_path, monkeypatch)
 
 def test_without_a_gpu_a_mocked_compile_starts_nothing_and_says_why(monkeypatch):
     monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
-    (res,) = gp.compile_mocked("smoke", ("1x2x1",))
+    (res,) = deviceless.compile_mocked("smoke", ("1x2x1",))
     assert isinstance(res, CompileResult) and res.steps == {}
     assert (res.backend, res.target, res.n_devices, res.platform) == ("mocked", "1x2x1", 2, "gpu")
     assert res.error == "not compiled: no NVIDIA GPU here (stand-in)"
@@ -104,7 +105,7 @@ def test_a_mocked_worker_without_a_gpu_fails_with_its_reason(monkeypatch):
     # Past the check (as if a GPU were here): the worker's CUDA backend cannot start on this machine.
     monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    (res,) = gp.compile_mocked("smoke", ("1x2x1",), {"jit": deviceless.COURSE_STEPS["jit"]}, timeout_s=300)
+    (res,) = deviceless.compile_mocked("smoke", ("1x2x1",), {"jit": deviceless.COURSE_STEPS["jit"]}, timeout_s=300)
     if res.error is None:
         pytest.skip("this machine can compile for mocked GPUs")
     assert res.steps == {} and res.n_devices == 2
@@ -135,7 +136,7 @@ def test_records_carry_backend_and_topology(tmp_path):
     results.enable(tmp_path / "r.jsonl")
     results.set_context("04_sharding", "smoke", "synthetic", "cpu", "cpu", 8, jax_version="0.10.2")
     try:
-        gp.record([cpu, mocked_result("1x4x1"), failed])
+        gpu_notebook.record([cpu, mocked_result("1x4x1"), failed])
     finally:
         results.disable()
     recs = {r["metric"]: r for r in results.read_records(tmp_path / "r.jsonl")}
@@ -149,7 +150,7 @@ def test_records_carry_backend_and_topology(tmp_path):
 
 def test_report_command_prints_the_cpu_placement_and_why_mocked_gpus_are_missing(monkeypatch, capsys):
     monkeypatch.setattr(gp, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
-    assert gp.main(["--report", "--profile", "smoke"]) == 0
+    assert gpu_notebook.main(["--report", "--profile", "smoke"]) == 0
     out = capsys.readouterr().out
     assert "Mocked GPU topologies cannot be compiled here: no NVIDIA GPU here (stand-in)." in out
     jit = next(line for line in out.splitlines() if "step=jit " in line)
@@ -160,20 +161,21 @@ def test_report_command_prints_the_cpu_placement_and_why_mocked_gpus_are_missing
 
 def test_report_command_needs_report():
     with pytest.raises(SystemExit):
-        gp.main(["--profile", "smoke"])
+        gpu_notebook.main(["--profile", "smoke"])
 
 
-def test_notebooks_old_names_still_resolve():
-    from dpcourse.gpu_compile import notebook as gpu_notebook
+def test_the_topologies_module_imports_no_compile():
+    # The compile uses mocked topologies; mocked imports nothing of the package (no import circle).
+    import ast
 
-    assert gp.CPU_ONLY_CAVEAT == gpu_notebook.CPU_ONLY_CAVEAT and gp.PASS_NAME == gpu_notebook.PASS_NAME
-    assert gp.show_gpu_placement is gpu_notebook.show_gpu_placement
-    with pytest.raises(AttributeError):
-        gp.PlacementReport  # noqa: B018 - the old result type is gone: CompileResult is the one
+    tree = ast.parse(Path(gp.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(name and name.startswith("dpcourse") for name in imported), imported
 
 
 def test_the_report_refuses_an_unknown_profile_before_any_compile(monkeypatch, capsys):
-    monkeypatch.setattr(gp, "report", lambda *a, **k: pytest.fail("compiled before checking"))
+    monkeypatch.setattr(gpu_notebook, "report", lambda *a, **k: pytest.fail("compiled before checking"))
     with pytest.raises(SystemExit) as exit_:
-        gp.main(["--report", "--profile", "nosuch"])
+        gpu_notebook.main(["--report", "--profile", "nosuch"])
     assert exit_.value.code == 2 and "--profile 'nosuch' is not a profile" in capsys.readouterr().err

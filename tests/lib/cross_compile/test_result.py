@@ -1,4 +1,4 @@
-"""dpcourse.gpu_compile.result: the one result type of every compile backend, its records and table rows."""
+"""dpcourse.cross_compile.result: the one result type of every compile backend, its records and table rows."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import asdict
 
 import pytest
 
-from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult, records, table_rows
+from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResult, records, table_rows
 
 
 def result(backend: str, target: str, n: int, **kw) -> CompileResult:
-    step = StepResult("jit", "dpcourse.gpu_compile.steps:jit_step", count=1, runs_per_step=1, bytes_per_step=64)
-    label = {"gpu": "H200", "cpu": "CPU", "mocked": f"mocked GPU ({target})"}[backend]
+    step = StepResult("jit", "dpcourse.cross_compile.steps:jit_step", count=1, runs_per_step=1, bytes_per_step=64)
+    label = {"gpu": "H200", "tpu": "TPU v5e 2x4", "cpu": "CPU", "mocked": f"mocked GPU ({target})"}[backend]
     return CompileResult(backend, target, n, "smoke", label, steps={"jit": step}, jax_version="0.10.2", **kw)
 
 
@@ -21,6 +21,12 @@ def result(backend: str, target: str, n: int, **kw) -> CompileResult:
     [
         (result("gpu", "h200", 8, deviceless=True), "compiled for 8 x H200 without a GPU", "gpu"),
         (result("cpu", "cpu", 8), "compiled for 8 simulated CPU devices", "cpu"),
+        (result("tpu", "v5e_2x4", 8, deviceless=True), "compiled for 8 x TPU v5e (2x4 slice) without a TPU", "tpu"),
+        (
+            result("tpu", "v5e_2x4", 8, deviceless=True, stored="make placement, 2026-12-06"),
+            "compiled for 8 x TPU v5e (2x4 slice) without a TPU, stored (make placement, 2026-12-06, JAX 0.10.2)",
+            "tpu",
+        ),
         (
             result("mocked", "1x2x1", 2, device_kind="NVIDIA L4"),
             "compiled for 2 mocked GPUs (topology 1x2x1, NVIDIA L4) on a GPU",

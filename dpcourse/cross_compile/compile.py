@@ -1,4 +1,4 @@
-"""Compile training steps for N GPUs on a machine without one, or for simulated CPU devices, and report them.
+"""Compile training steps for GPUs or TPU slices this machine does not have, or for simulated CPU devices.
 
 A step is named by a dotted builder path ``"module:function"``; the function
 has the signature ``build(cfg, mesh) -> (jitted_fn, abstract_args)``, where
@@ -11,13 +11,20 @@ collectives (:mod:`dpcourse.compiled.collectives`), ``memory_analysis()`` and
 lessons pass their own builders.
 
 Every compile runs in a fresh subprocess (:func:`compile_jobs`) with
-``JAX_PLATFORMS=cpu`` (and the extra's folder on ``PYTHONPATH``), where the GPU devices come from
-``jax.experimental.topologies.get_topology_desc(platform="cuda",
-target_config=<text proto>, topology="1x1xN")`` with a target of
-:mod:`dpcourse.gpu_compile.targets`. That needs the optional extra
-(``requirements-gpu-compile.txt``); :func:`compile_jobs` checks it before
-starting the subprocess and returns a result with a clear ``error`` when it
-is missing. ``disable_passes`` names XLA passes to switch off
+``JAX_PLATFORMS=cpu`` (and the extras' folders on ``PYTHONPATH``), where the
+devices come from ``jax.experimental.topologies.get_topology_desc``, for a
+target of :mod:`dpcourse.cross_compile.targets`: GPUs with
+``platform="cuda", target_config=<text proto>, topology="1x1xN"``, a TPU
+slice with ``platform="tpu", topology_name="v5e:2x4"`` (libtpu describes
+the slice; no TPU needed, measured with libtpu 0.0.42 and JAX 0.10.2 on a
+2-core machine without one). Each needs its platform's optional extra
+(``requirements-gpu-compile.txt``, ``requirements-tpu-compile.txt``);
+:func:`compile_jobs` checks it before starting the subprocess and returns
+a result with a clear ``error`` when it is missing. libtpu, started on a
+machine that is not a TPU VM, looks for the TPU workers' host names and
+the cloud metadata server, and takes a lock that one process at a time may
+hold: the worker's environment names this machine and lets it load beside
+other processes (:data:`TPU_ENV`). ``disable_passes`` names XLA passes to switch off
 (``--xla_disable_hlo_passes``), for experiments such as turning off
 ``while-loop-all-reduce-code-motion``. :func:`start_jobs` starts the same
 subprocess without waiting for it (a lesson starts it early and collects
@@ -48,17 +55,26 @@ import time
 from dataclasses import dataclass
 
 from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
+from dpcourse.cross_compile import mocked
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
 from dpcourse.exercises.checks import first_sentence
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.result import RESULT_PREFIX, CompileResult, StepResult  # noqa: F401 - this module's results
 
 COURSE_STEPS: dict[str, str] = {
-    "jit": "dpcourse.gpu_compile.steps:jit_step",
-    "device_axis": "dpcourse.gpu_compile.steps:device_axis_step",
-    "shard_map": "dpcourse.gpu_compile.steps:shard_map_step",
+    "jit": "dpcourse.cross_compile.steps:jit_step",
+    "device_axis": "dpcourse.cross_compile.steps:device_axis_step",
+    "shard_map": "dpcourse.cross_compile.steps:shard_map_step",
 }
-FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.gpu_compile.steps:fast_jit_step"}
-BACKENDS = ("gpu", "mocked", "cpu")
+FAST_STEPS: dict[str, str] = {"jit_unrolled_bf16": "dpcourse.cross_compile.steps:fast_jit_step"}
+BACKENDS = ("gpu", "tpu", "mocked", "cpu")
+DEVICELESS = ("gpu", "tpu")  # backends whose devices this machine does not have
+# libtpu on a machine that is no TPU VM: one worker, this host (else it logs an error about
+# the worker host names it could not find), and no query of the cloud's metadata server. And
+# load it beside other processes: libtpu takes /tmp/libtpu_lockfile, and a second process that
+# loads it meanwhile (a second compile worker, a notebook holding the chips) stops with "ABORTED:
+# Internal error when accessing libtpu multi-process lockfile" (measured, libtpu 0.0.42); a
+# compile opens no chip.
+TPU_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 COST_KEYS = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
 KERNEL_CACHE_OPTION = "xla_gpu_kernel_cache_file"  # an XLA debug option, passed per compile
 MEMORY_FIELDS = (
@@ -94,14 +110,16 @@ class Job:
     """One (backend, target, device count, profile) to compile.
 
     ``backend`` is one of :data:`BACKENDS`: ``"gpu"`` (``target`` a key of
-    :data:`dpcourse.gpu_compile.targets.TARGETS`, compiled without a GPU),
+    :data:`dpcourse.cross_compile.targets.TARGETS`, compiled without a GPU),
+    ``"tpu"`` (``target`` a key of :data:`dpcourse.cross_compile.targets.TPU_TARGETS`,
+    a slice, compiled without a TPU; ``n_devices`` is its chip count),
     ``"mocked"`` (``target`` a mocked topology such as ``"1x4x1"``, compiled
-    on a machine with one NVIDIA GPU, :mod:`dpcourse.gpu_compile.mocked`), or
+    on a machine with one NVIDIA GPU, :mod:`dpcourse.cross_compile.mocked`), or
     ``"cpu"`` (simulated CPU devices; ``target`` is ``"cpu"``).
 
     Raises:
         ValueError: an unknown backend or target, ``n_devices`` below 1, or a
-            mocked topology of another device count.
+            mocked topology or TPU slice of another device count.
     """
 
     backend: str
@@ -112,18 +130,21 @@ class Job:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"Unknown backend {self.backend!r}: use one of {', '.join(map(repr, BACKENDS))}.")
-        if self.backend == "gpu":
-            gpu_targets.target(self.target)
+        if self.backend in DEVICELESS:
+            gpu_targets.target(self.target, self.backend)
         if not isinstance(self.n_devices, int) or self.n_devices < 1:
             raise ValueError(f"n_devices must be a whole number >= 1, got {self.n_devices!r}.")
-        if self.backend == "mocked":
-            from dpcourse.gpu_compile.mocked import topology_device_count
-
-            if topology_device_count(self.target) != self.n_devices:
-                raise ValueError(
-                    f"Mocked topology {self.target!r} has {topology_device_count(self.target)} GPUs, "
-                    f"not n_devices={self.n_devices}: give the topology's own count."
-                )
+        if self.backend == "tpu" and gpu_targets.target(self.target).chips != self.n_devices:
+            spec = gpu_targets.target(self.target)
+            raise ValueError(
+                f"TPU slice {spec.topology!r} has {spec.chips} chips, not n_devices={self.n_devices}: "
+                "give the slice's own count."
+            )
+        if self.backend == "mocked" and mocked.topology_device_count(self.target) != self.n_devices:
+            raise ValueError(
+                f"Mocked topology {self.target!r} has {mocked.topology_device_count(self.target)} GPUs, "
+                f"not n_devices={self.n_devices}: give the topology's own count."
+            )
 
     def to_arg(self) -> str:
         return f"{self.backend}:{self.target}:{self.n_devices}:{self.profile}"
@@ -139,11 +160,11 @@ class Job:
 def _label(job: Job) -> str:
     if job.backend == "mocked":
         return f"mocked GPU ({job.target})"
-    return gpu_targets.target(job.target).label if job.backend == "gpu" else "CPU"
+    return gpu_targets.target(job.target).label if job.backend in DEVICELESS else "CPU"
 
 
 def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileResult:
-    approx = job.backend == "gpu" and gpu_targets.target(job.target).approximate
+    approx = job.backend in DEVICELESS and gpu_targets.target(job.target).approximate
     return CompileResult(
         job.backend,
         job.target,
@@ -151,7 +172,7 @@ def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileRe
         job.profile,
         target_label=_label(job),
         approximate=approx,
-        deviceless=job.backend == "gpu",
+        deviceless=job.backend in DEVICELESS,
         disabled_passes=list(disabled),
         error=message,
     )
@@ -222,7 +243,7 @@ def compile_step(
     from dpcourse.compiled import collectives, schedule
 
     t0 = time.perf_counter()
-    gpu = mesh.devices.flat[0].platform != "cpu"
+    gpu = mesh.devices.flat[0].platform in ("gpu", "cuda")
     with tempfile.TemporaryDirectory(prefix="dpcourse-passes-") as dump:
         try:
             fn, args = load_builder(builder)(cfg, mesh)
@@ -286,6 +307,9 @@ def _devices(job: Job) -> list:
         return devs
     from jax.experimental import topologies
 
+    if job.backend == "tpu":
+        topo = topologies.get_topology_desc(platform="tpu", topology_name=gpu_targets.target(job.target).topology)
+        return list(topo.devices)
     text = gpu_targets.config_text(job.target)
     topo = topologies.get_topology_desc(
         platform="cuda", topology_name=job.target, target_config=text, topology=f"1x1x{job.n_devices}"
@@ -326,8 +350,8 @@ def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] =
             job.n_devices,
             job.profile,
             target_label=_label(job),
-            approximate=job.backend == "gpu" and gpu_targets.target(job.target).approximate,
-            deviceless=job.backend == "gpu",
+            approximate=job.backend in DEVICELESS and gpu_targets.target(job.target).approximate,
+            deviceless=job.backend in DEVICELESS,
             device_kind=devices[0].device_kind,
             jax_version=jax.__version__,
             jaxlib_version=jaxlib.__version__,
@@ -349,18 +373,18 @@ def _own_flags(flags: str) -> list[str]:
 def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | None = None) -> dict[str, str]:
     """The worker's environment, set before JAX starts: the platform its jobs need, passes switched off.
 
-    GPU targets and CPU jobs: the CPU platform only, enough simulated CPU
-    devices, and the extra's folder on ``PYTHONPATH``. A mocked topology (one
-    job alone, as JAX reads it when it starts): the CUDA platform with
-    :func:`dpcourse.gpu_compile.mocked.mocked_env`.
+    GPU and TPU targets and CPU jobs: the CPU platform only, enough simulated
+    CPU devices, the extras' folders on ``PYTHONPATH`` and, for a TPU job,
+    :data:`TPU_ENV`. A mocked topology (one job alone, as JAX reads it when
+    it starts): the CUDA platform with :func:`dpcourse.cross_compile.mocked.mocked_env`.
 
     Raises:
         ValueError: a mocked job together with other jobs.
     """
     from dpcourse.devices import CPU_COUNT_FLAG
 
-    mocked = [j for j in jobs if j.backend == "mocked"]
-    if mocked and len(jobs) > 1:
+    mocked_jobs = [j for j in jobs if j.backend == "mocked"]
+    if mocked_jobs and len(jobs) > 1:
         raise ValueError("A mocked GPU topology is read when JAX starts: compile each mocked job on its own.")
     env = dict(os.environ if base is None else base)
     for key in ("DPCOURSE_RESULTS", "JAX_NUM_CPU_DEVICES", "JAX_MOCK_GPU_TOPOLOGY"):
@@ -368,18 +392,18 @@ def worker_env(jobs: list[Job], disabled: tuple[str, ...] = (), base: dict | Non
     flags = _own_flags(env.get("XLA_FLAGS", ""))
     passes = ["--xla_disable_hlo_passes=" + ",".join(disabled)] if disabled else []
     env["PYTHONUNBUFFERED"] = "1"
-    if mocked:
-        from dpcourse.gpu_compile.mocked import mocked_env
-
-        return {**mocked_env(mocked[0].target, env), "XLA_FLAGS": " ".join(flags + passes)}
+    if mocked_jobs:
+        return {**mocked.mocked_env(mocked_jobs[0].target, env), "XLA_FLAGS": " ".join(flags + passes)}
     cpu = max([j.n_devices for j in jobs if j.backend == "cpu"], default=1)
     flags += [f"{CPU_COUNT_FLAG}={cpu}"] + passes
     # The plugin's start-up check needs a driver; with the CPU platform only it
     # is skipped, and get_topology_desc still compiles for CUDA.
     env.update({"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "XLA_FLAGS": " ".join(flags)})
-    side = gpu_targets.extra_path()
-    if side is not None:  # the extra's own folder, on this process's path only
-        env["PYTHONPATH"] = os.pathsep.join([str(side)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if any(j.backend == "tpu" for j in jobs):
+        env.update(TPU_ENV)
+    sides = [str(p) for p in (gpu_targets.extra_path("gpu"), gpu_targets.extra_path("tpu")) if p is not None]
+    if sides:  # the extras' own folders, on this process's path only
+        env["PYTHONPATH"] = os.pathsep.join(sides + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
 
@@ -390,7 +414,8 @@ class PendingCompile:
     blocks on a full pipe while nobody reads it.
     """
 
-    def __init__(self, jobs: list[Job], runnable: list[Job], missing: str | None, disabled, timeout_s: float, cmd):
+    def __init__(self, jobs: list[Job], runnable: list[Job], missing, disabled, timeout_s: float, cmd):
+        # missing: why the jobs left out cannot compile here: one reason, or a reason per backend.
         self.jobs, self.runnable, self.missing, self.disabled = list(jobs), list(runnable), missing, disabled
         self.timeout_s, self.started = timeout_s, time.monotonic()
         self._results: list[CompileResult] | None = None
@@ -434,7 +459,8 @@ class PendingCompile:
             for j in self.runnable:
                 results.setdefault(j, _failed(j, reason, self.disabled))
         for j in self.jobs:
-            results.setdefault(j, _failed(j, f"not compiled: {self.missing}", self.disabled))
+            why = self.missing.get(j.backend) if isinstance(self.missing, dict) else self.missing
+            results.setdefault(j, _failed(j, f"not compiled: {why}", self.disabled))
         self._results = [results[j] for j in self.jobs]
         return self._results
 
@@ -462,16 +488,16 @@ def start_jobs(
         if ":" not in builder:
             load_builder(builder)  # raises with the example
     disabled = tuple(disable_passes)
-    missing = gpu_targets.extra_missing() if any(j.backend == "gpu" for j in jobs) else None
+    missing = {p: gpu_targets.extra_missing(p) for p in DEVICELESS if any(j.backend == p for j in jobs)}
     if any(j.backend == "mocked" for j in jobs):
-        from dpcourse.gpu_compile.mocked import gpu_unavailable_reason
-
         worker_env(jobs, disabled, base={})  # raises for a mocked job among others
-        missing = gpu_unavailable_reason()
-    runnable = [j for j in jobs if j.backend == "cpu" or missing is None]
+        missing["mocked"] = mocked.gpu_unavailable_reason()
+    runnable = [j for j in jobs if missing.get(j.backend) is None]
     if runnable:  # the worker inherits the caller's XLA_FLAGS: a bad token would end it with XLA's flag list
         check_xla_flags(" ".join(_own_flags(os.environ.get("XLA_FLAGS", ""))))
-    cmd = [sys.executable, "-m", "dpcourse.gpu_compile.compile"] + [a for j in runnable for a in ("--job", j.to_arg())]
+    cmd = [sys.executable, "-m", "dpcourse.cross_compile.compile"] + [
+        a for j in runnable for a in ("--job", j.to_arg())
+    ]
     cmd += [a for name, b in steps.items() for a in ("--step", f"{name}={b}")]
     cmd += ["--disable-pass", ",".join(disabled)] if disabled else []
     cmd += ["--hlo-dir", str(hlo_dir)] if hlo_dir else []
@@ -495,10 +521,10 @@ def compile_jobs(
         hlo_dir: a folder to write each optimised program to (None: none).
 
     Returns:
-        Results; a GPU job gets an ``error`` (nothing compiled, no process
-        started) when the extra is missing (:func:`dpcourse.gpu_compile.targets.extra_missing`),
+        Results; a GPU or TPU job gets an ``error`` (nothing compiled for it)
+        when its platform's extra is missing (:func:`dpcourse.cross_compile.targets.extra_missing`),
         a mocked job when this machine has no NVIDIA GPU or CUDA plugin
-        (:func:`dpcourse.gpu_compile.mocked.gpu_unavailable_reason`), and every job
+        (:func:`dpcourse.cross_compile.mocked.gpu_unavailable_reason`), and every job
         does when the worker fails or times out.
 
     Raises:
@@ -508,12 +534,39 @@ def compile_jobs(
     return start_jobs(jobs, steps, disable_passes, timeout_s, hlo_dir).results()
 
 
+def compile_mocked(
+    profile: str,
+    topologies: tuple[str, ...] = mocked.GPU_TOPOLOGIES,
+    steps: dict[str, str] | None = None,
+    disable_passes: tuple[str, ...] = (),
+    timeout_s: float = 600.0,
+) -> list[CompileResult]:
+    """Compile ``steps`` for each mocked GPU topology, one fresh process each; one result per topology.
+
+    Args:
+        profile: the workload profile (``"full"``, ``"cpu"``, ``"smoke"``).
+        topologies: mocked topologies (:data:`dpcourse.cross_compile.mocked.GPU_TOPOLOGIES`).
+        steps: step name -> builder ``"module:function"`` (default :data:`COURSE_STEPS`).
+        disable_passes: XLA passes to switch off.
+
+    Returns:
+        Results of backend ``"mocked"``; each has ``error`` set when this
+        machine cannot compile them (:func:`dpcourse.cross_compile.mocked.gpu_unavailable_reason`)
+        or its worker failed.
+
+    Raises:
+        ValueError: a bad topology or builder name.
+    """
+    jobs = [Job("mocked", t, mocked.topology_device_count(t), profile) for t in topologies]
+    return [compile_jobs([job], steps, disable_passes, timeout_s)[0] for job in jobs]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The worker: ``python -m dpcourse.gpu_compile.compile --job gpu:h200:8:smoke --step jit=dpcourse.gpu_compile.compile:jit_step``.
+    """The worker: ``python -m dpcourse.cross_compile.compile --job gpu:h200:8:smoke --step jit=dpcourse.cross_compile.compile:jit_step``.
 
     Run it through :func:`compile_jobs`, which sets the environment.
     """
-    parser = argparse.ArgumentParser(description="Compile steps for GPUs without a GPU, or for CPU devices.")
+    parser = argparse.ArgumentParser(description="Compile steps for GPUs or TPUs without them, or for CPU devices.")
     parser.add_argument("--job", action="append", required=True, help="backend:target:n_devices:profile")
     parser.add_argument("--step", action="append", help="name=module:function (default: the course's steps)")
     parser.add_argument("--disable-pass", default="", help="comma-separated XLA passes to switch off")
@@ -524,9 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.step:
         steps = dict(s.split("=", 1) for s in args.step)
     disabled = tuple(p for p in args.disable_pass.split(",") if p)
-    if any(j.backend == "gpu" for j in jobs):
-        missing = gpu_targets.extra_missing()  # checked again here: a missing libdevice segfaults
-        if missing:
+    for platform in DEVICELESS:
+        missing = gpu_targets.extra_missing(platform) if any(j.backend == platform for j in jobs) else None
+        if missing:  # checked again here: a missing libdevice segfaults
             print(f"error: {missing}", file=sys.stderr)
             return 1
     for res in run_jobs(jobs, steps, disabled, args.hlo_dir):

@@ -9,7 +9,7 @@ is allocated; :func:`abstract_args`). The global batch is
 ``cfg.per_device_batch x N``: ``x`` float32 ``[global_batch, 784]`` sharded
 ``P('data', None)``, ``y`` int32 ``[global_batch]`` sharded ``P('data')``.
 
-:mod:`dpcourse.gpu_compile.compile` names them as ``"module:function"``:
+:mod:`dpcourse.cross_compile.compile` names them as ``"module:function"``:
 ``COURSE_STEPS`` and ``FAST_STEPS`` there (the data-parallel steps of 04, 05
 and 09), :data:`SHARDED_STEPS` here (lesson 10's forms, in the lesson's
 order; the accumulation steps split the batch into :data:`ACCUM_K`

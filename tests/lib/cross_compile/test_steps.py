@@ -1,4 +1,4 @@
-"""Tests of dpcourse.gpu_compile.steps: each builder gives a jitted step and abstract arguments that lower on a mesh."""
+"""Tests of dpcourse.cross_compile.steps: each builder gives a jitted step and abstract arguments that lower on a mesh."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec
 
 from dpcourse import config
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import steps as course_steps
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import steps as course_steps
 
 
 @pytest.fixture()
@@ -30,7 +30,7 @@ def test_abstract_args_replicate_the_state_and_split_the_batch(mesh):
 @pytest.mark.parametrize("name", sorted({**deviceless.COURSE_STEPS, **deviceless.FAST_STEPS}))
 def test_every_named_builder_exists_and_lowers(name, mesh):
     path = {**deviceless.COURSE_STEPS, **deviceless.FAST_STEPS}[name]
-    assert path.startswith("dpcourse.gpu_compile.steps:")
+    assert path.startswith("dpcourse.cross_compile.steps:")
     build = deviceless.load_builder(path)
     step, args = build(config.get_config("smoke"), mesh)
     out = jax.eval_shape(step, *args)
