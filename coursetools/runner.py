@@ -56,6 +56,11 @@ class NotebookRun:
     # Peaks over the run (coursetools/memwatch.py): the kernel and its children's RSS; GPU memory via nvidia-smi.
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
+    # JAX's own high-water mark of the accelerator (peak_bytes_in_use, largest device); shell kernel only.
+    peak_device_bytes: int | None = None
+
+
+KERNELS = ("ipykernel", "shell")  # how a notebook runs: a Jupyter kernel, or IPython's shell in a process
 
 
 class KernelSetupError(RuntimeError):
@@ -183,8 +188,14 @@ def run_notebook(
     cell_timeout_s: int,
     on_cell=None,
     solutions: bool = False,
+    kernel: str = "ipykernel",
 ) -> NotebookRun:
     """Execute one notebook in a fresh kernel with nbclient and save it executed.
+
+    With ``kernel="shell"`` the notebook runs in a fresh Python process of
+    its own with IPython's shell instead (:mod:`coursetools.shellrun`): no
+    kernel and no sockets, for hosts where processes cannot open TCP
+    sockets; ``cell_timeout_s`` then bounds the whole notebook.
 
     The kernel runs with this interpreter (:func:`kernel_argv`), never with
     another Python that an installed ``python3`` kernelspec names.
@@ -231,9 +242,11 @@ def run_notebook(
     )
     import tempfile
 
+    if kernel not in KERNELS:
+        raise ValueError(f"Unknown kernel {kernel!r}. Valid: {', '.join(KERNELS)}.")
     start = time.perf_counter()
     status, error, error_cell = "passed", None, None
-    interrupted = False
+    interrupted, device_peak = False, None
     # The kernel's own stderr (XLA's fatal lines land there, not in the notebook).
     kernel_stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 - closed in the finally below
     # The kernel inherits these; set only now, right before the try whose finally puts them back, so
@@ -247,7 +260,21 @@ def run_notebook(
     if os.environ.get(DATA_DIR_ENV):  # the kernel runs in notebooks/: keep relative paths the user's
         os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     try:
-        client.execute(stderr=kernel_stderr)
+        if kernel == "shell":
+            from coursetools.shellrun import run_in_process
+
+            if on_cell is not None:
+                on_cell(path.stem, 0, len(nb.cells))
+            outcome = run_in_process(nb, path.parent.resolve(), out_dir / path.name, memory.watch, cell_timeout_s)
+            nb = nbformat.read(out_dir / path.name, as_version=4) if (out_dir / path.name).exists() else nb
+            error_cell, error, device_peak = outcome["error_cell"], outcome["error"], outcome.get("peak_device_bytes")
+            if outcome.get("interrupted"):
+                status, interrupted = "interrupted", True
+                error = error or "KeyboardInterrupt: run stopped"
+            elif error:
+                status = "failed"
+        else:
+            client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:
         status, error, error_cell, interrupted = "interrupted", "KeyboardInterrupt: run stopped", current["index"], True
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
@@ -291,6 +318,7 @@ def run_notebook(
         output=out_path.name,
         error_code_cell=code_cell,
         **peaks,
+        peak_device_bytes=device_peak,
     )
     if interrupted:
         raise RunInterrupted(run)
@@ -331,7 +359,12 @@ def _progress(notebooks: list[Path]):
 
 
 def run_course(
-    profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800, solutions: bool = False
+    profile: str | None,
+    notebooks: list[Path],
+    out_dir: Path,
+    cell_timeout_s: int = 1800,
+    solutions: bool = False,
+    kernel: str = "ipykernel",
 ) -> dict:
     """Run ``notebooks`` in order and write ``results.json`` in ``out_dir``.
 
@@ -406,7 +439,11 @@ def run_course(
         try:
             for path in bar:
                 try:
-                    runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions))
+                    runs.append(
+                        run_notebook(
+                            path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions, kernel=kernel
+                        )
+                    )
                     if runs[-1].error and ("No space left on device" in runs[-1].error or "Errno 28" in runs[-1].error):
                         raise DiskFullError(disk_full_message(out_dir))  # the kernel's own writes (records)
                 except RunInterrupted as stop:
