@@ -49,23 +49,24 @@ PROBE = (
 )
 
 
-def plan(out: Path, python: str = sys.executable) -> list[Step]:
-    """The check's commands, in order, writing under ``out``."""
+def plan(out: Path, python: str = sys.executable, notebooks: list[str] | None = None) -> list[Step]:
+    """The check's commands, in order, writing under ``out``; ``notebooks``: only these lessons (default all)."""
+    argv = [
+        python,
+        "-m",
+        "coursetools",
+        "run",
+        "--profile",
+        PROFILE,
+        "--kernel",
+        "shell",
+        "--out",
+        str(out / "lessons"),
+    ]
     return [
         Step(
             "lessons",
-            [
-                python,
-                "-m",
-                "coursetools",
-                "run",
-                "--profile",
-                PROFILE,
-                "--kernel",
-                "shell",
-                "--out",
-                str(out / "lessons"),
-            ],
+            argv + (["--notebooks", *notebooks] if notebooks else []),
             f"every lesson with the {PROFILE} profile, each in a process of its own with IPython's shell (no "
             "kernel, no sockets): 01, 02 and 09 on the chip, the multi-device lessons on simulated CPU devices "
             "as each banner says; wall time and the chip's peak memory per lesson",
@@ -170,15 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help=f"time budget in s (default {BUDGET_S})")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; start nothing (not even JAX)")
+    parser.add_argument(
+        "--notebooks", nargs="+", metavar="NAME", help="only these lessons (e.g. 01 09); the check passes only with all"
+    )
     args = parser.parse_args(argv)
     if args.budget_s <= 0:
         print(f"error: --budget-s must be a positive number of seconds, got {args.budget_s:g}.", file=sys.stderr)
         return 2
-    steps = plan(args.out)
+    steps = plan(args.out, notebooks=args.notebooks) if args.notebooks else plan(args.out)
     if args.dry_run:
         for i, step in enumerate(steps, 1):
             print(f"{i}. {step.name}: {step.what}\n   {' '.join(step.argv)}")
-        print(f"results: {args.out / results_name('<chip>', '<version>')} (budget {args.budget_s:.0f} s)")
+        print(f"results: {args.out}/<chip>-{PROFILE}-jax<version>.json (budget {args.budget_s:.0f} s)")
         return 0
     from coursetools.outfolder import write_json_atomic
     from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
@@ -204,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     fresh = lessons_file.exists() and lessons_file.stat().st_mtime >= started_at  # not an earlier check's
     lessons = json.loads(lessons_file.read_text(encoding="utf-8")) if fresh else None
     payload = results_payload(lessons, probe, done, time.monotonic() - start, args.budget_s)
+    if args.notebooks:  # a part of the course is not the course's check
+        payload["tpu_check"].update(passed=False, only=args.notebooks)
     name = results_name(probe["device_kind"], payload["tpu_check"]["jax_version"] or "unknown")
     path = write_json_atomic(args.out / name, payload)
     print(summary(payload))
