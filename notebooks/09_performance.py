@@ -711,7 +711,7 @@ if best is not None:
     mfu = best.mfu_datasheet(cfg, device.device_kind, device.platform)
     print(
         f"{best.rung.name}: {best.result.ms_per_step:.2f} ms per step at global batch "
-        f"{best.rung.global_batch}, {achieved / 1e12:,.1f} TFLOP/s"
+        f"{best.rung.global_batch}, {achieved / 1e12:,.3g} TFLOP/s"
         + (
             f" = {mfu:.0%} of the datasheet peak ({peak.name}, "
             f"{ceilings.datasheet_precision(best.rung.compute_dtype, device.platform).upper()})"
