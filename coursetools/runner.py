@@ -261,18 +261,12 @@ def run_notebook(
         os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     try:
         if kernel == "shell":
-            from coursetools.shellrun import run_in_process
+            from coursetools.shellrun import run_for_runner
 
-            if on_cell is not None:
-                on_cell(path.stem, 0, len(nb.cells))
-            outcome = run_in_process(nb, path.parent.resolve(), out_dir / path.name, memory.watch, cell_timeout_s)
-            nb = nbformat.read(out_dir / path.name, as_version=4) if (out_dir / path.name).exists() else nb
-            error_cell, error, device_peak = outcome["error_cell"], outcome["error"], outcome.get("peak_device_bytes")
-            if outcome.get("interrupted"):
-                status, interrupted = "interrupted", True
-                error = error or "KeyboardInterrupt: run stopped"
-            elif error:
-                status = "failed"
+            nb, status, error, error_cell, device_peak = run_for_runner(
+                nb, path, out_dir, memory, cell_timeout_s, on_cell
+            )
+            interrupted = status == "interrupted"
         else:
             client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:

@@ -297,6 +297,29 @@ def run_in_process(nb, cwd: Path, out_path: Path, on_start=None, timeout_s: floa
         }
 
 
+def run_for_runner(nb, path: Path, out_dir: Path, memory, timeout_s: float, on_cell=None) -> tuple:
+    """The runner's ``--kernel shell``: ``nb`` (from ``path``) run by :func:`run_in_process` into ``out_dir``.
+
+    ``memory``: the runner's :class:`coursetools.memwatch.PeakMemory`, set
+    on the notebook's process. Returns ``(executed notebook, status, error,
+    error cell, the accelerator's peak bytes)``, status "passed", "failed"
+    or "interrupted".
+    """
+    import nbformat
+
+    if on_cell is not None:
+        on_cell(path.stem, 0, len(nb.cells))
+    out = out_dir / path.name
+    outcome = run_in_process(nb, path.parent.resolve(), out, memory.watch, timeout_s)
+    executed = nbformat.read(out, as_version=4) if out.exists() else nb
+    error = outcome["error"]
+    if outcome.get("interrupted"):
+        status, error = "interrupted", error or "KeyboardInterrupt: run stopped"
+    else:
+        status = "failed" if error else "passed"
+    return executed, status, error, outcome["error_cell"], outcome.get("peak_device_bytes")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Execute one notebook (see the module docstring); exit 0 when every cell ran, 1 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m coursetools.shellrun", description=__doc__.splitlines()[0])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
 
     exit_on_bad_xla_flags()
+    # A process started in the background by a non-interactive shell ignores Ctrl-C, and its children
+    # inherit that: the budget's Ctrl-C to the runner would do nothing. Handled here, it is reset in them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     start, started_at = time.monotonic(), time.time()
     probe = probe_tpu()
     problem = refusal(probe)
