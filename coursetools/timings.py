@@ -95,14 +95,21 @@ def machine_info() -> dict:
     }
 
 
+COMMIT_ENV = "DPCOURSE_COMMIT"  # the commit of a copy of the course without its .git (a lent machine's)
+
+
 def course_commit() -> str | None:
-    """The course's git commit (short), with ``+changes`` when the work tree differs; None outside git."""
+    """The course's git commit (short), with ``+changes`` when the work tree differs.
+
+    Outside git, ``$DPCOURSE_COMMIT`` when set (a copy of the course without
+    its ``.git``, for example on a lent TPU host), else None.
+    """
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
         )
         if head.returncode != 0:
-            return None
+            return os.environ.get(COMMIT_ENV) or None
         dirty = subprocess.run(
             ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
@@ -110,7 +117,7 @@ def course_commit() -> str | None:
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return os.environ.get(COMMIT_ENV) or None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 

@@ -352,3 +352,11 @@ def test_a_lesson_timed_alone_says_its_own_commit_and_load_in_the_readme():
     block = timings.readme_block({"runs": [run]})
     assert "85 s of notebook time for 2 notebooks" in block
     assert "measured alone: 11_checkpoint at commit abc1234, load average 2.56 at its start" in block
+
+
+def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
+    monkeypatch.setattr(timings, "ROOT", timings.Path("/"))  # no repository there
+    monkeypatch.delenv("DPCOURSE_COMMIT", raising=False)
+    assert timings.course_commit() is None
+    monkeypatch.setenv("DPCOURSE_COMMIT", "abc1234")
+    assert timings.course_commit() == "abc1234"
