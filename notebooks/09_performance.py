@@ -284,7 +284,7 @@ for r in runs:
             "status": r.status,
             "ms/step": res.ms_per_step if res else None,
             "examples/s": res.examples_per_s if res else None,
-            "MFU (datasheet)": r.mfu_datasheet(cfg, device.device_kind, device.platform),
+            "MFU (datasheet)": r.mfu_datasheet(cfg, device.device_kind),
             "of measured ceiling": r.fraction_of_ceiling(cfg, measured),
             "compile s": res.compile_s if res else None,
             "program MB": None if r.program_bytes is None else r.program_bytes / MB,
@@ -709,13 +709,12 @@ if best is not None:
     print(best_census.sentence(best.rung.name))
     rc = best.rung.config(cfg)
     achieved = costs.achieved_flops_per_s(rc, best.rung.global_batch, best.result.ms_per_step)
-    mfu = best.mfu_datasheet(cfg, device.device_kind, device.platform)
+    mfu = best.mfu_datasheet(cfg, device.device_kind)
     print(
         f"{best.rung.name}: {best.result.ms_per_step:.2f} ms per step at global batch "
         f"{best.rung.global_batch}, {achieved / 1e12:,.3g} TFLOP/s"
         + (
-            f" = {mfu:.0%} of the datasheet peak ({peak.name}, "
-            f"{ceilings.datasheet_precision(best.rung.compute_dtype, device.platform).upper()})"
+            f" = {mfu:.0%} of {peak.name}'s datasheet peak"
             if mfu is not None
             else " (no datasheet peak for this device)"
         )

@@ -224,12 +224,7 @@ def ceiling_for(compute_dtype: str) -> str:
     return table[compute_dtype]
 
 
-def datasheet_precision(compute_dtype: str, platform: str = "gpu") -> str:
-    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype ("tf32" or "bf16").
-
-    On a TPU both are "bf16": the float32 step at default precision runs
-    one bfloat16 pass on the matrix units, so the BF16 peak is its MFU's
-    denominator.
-    """
+def datasheet_precision(compute_dtype: str) -> str:
+    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype ("tf32" or "bf16")."""
     ceiling_for(compute_dtype)  # validates
-    return "bf16" if compute_dtype == "bfloat16" or platform == "tpu" else "tf32"
+    return "bf16" if compute_dtype == "bfloat16" else "tf32"

@@ -138,13 +138,8 @@ class RungResult:
     program_bytes: int | None = None
     peak_bytes: int | None = None
 
-    def mfu_datasheet(self, cfg: Config, device_kind: str, platform: str = "gpu") -> float | None:
-        """MFU against the datasheet peak of the rung's precision; None if unknown.
-
-        TF32 or BF16 on a GPU; BF16 for both dtypes on a TPU (``platform``
-        "tpu"), where float32 at default precision is one bfloat16 pass
-        (:func:`dpcourse.perf.ceilings.datasheet_precision`).
-        """
+    def mfu_datasheet(self, cfg: Config, device_kind: str) -> float | None:
+        """MFU against the datasheet peak of the rung's precision (TF32 or BF16); None if unknown."""
         if self.result is None:
             return None
         return costs.mfu(
@@ -153,7 +148,7 @@ class RungResult:
             self.result.ms_per_step,
             1,
             device_kind,
-            ceilings.datasheet_precision(self.rung.compute_dtype, platform),
+            ceilings.datasheet_precision(self.rung.compute_dtype),
         )
 
     def fraction_of_ceiling(self, cfg: Config, measured: dict) -> float | None:

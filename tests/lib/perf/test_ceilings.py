@@ -57,8 +57,6 @@ def test_each_compute_dtype_has_its_ceiling_and_datasheet_precision():
     assert ceilings.ceiling_for("bfloat16") == "bfloat16"
     assert ceilings.datasheet_precision("float32") == "tf32"
     assert ceilings.datasheet_precision("bfloat16") == "bf16"
-    # On a TPU float32 at default precision is one bfloat16 pass: the BF16 peak is its MFU's denominator.
-    assert ceilings.datasheet_precision("float32", "tpu") == ceilings.datasheet_precision("bfloat16", "tpu") == "bf16"
     with pytest.raises(ValueError, match="float32, bfloat16"):
         ceilings.ceiling_for("float16")
 

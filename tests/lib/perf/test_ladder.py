@@ -61,14 +61,16 @@ def test_a_compile_that_failed_fails_its_rung(dataset, cpu0):
     assert r.status == "failed" and r.reason.startswith("RuntimeError: RESOURCE_EXHAUSTED")
 
 
-def test_mfu_on_a_tpu_takes_the_bf16_peak_for_float32_too(scan_and_unrolled, monkeypatch):
+def test_mfu_divides_by_the_peak_the_device_is_found_with(scan_and_unrolled, monkeypatch):
+    """A chip that find_peak knows (a TPU once its figures are listed) gets its MFU; an unknown one none."""
     from dpcourse import costs
 
     _, (scan, _) = scan_and_unrolled
-    chip = costs.DevicePeak("TPU v5e (test)", 0.0, 0.0, 197e12, "ICI", 1e11, "a test figure")
+    chip = costs.DevicePeak("a test chip", 197e12, 197e12, 197e12, "ICI", 1e11, "a test figure")
     monkeypatch.setattr(costs, "find_peak", lambda kind: chip if kind == "TPU v5 lite" else None)
     achieved = costs.achieved_flops_per_s(CFG, scan.rung.global_batch, scan.result.ms_per_step)
-    assert scan.mfu_datasheet(CFG, "TPU v5 lite", "tpu") == pytest.approx(achieved / 197e12)
+    assert scan.mfu_datasheet(CFG, "TPU v5 lite") == pytest.approx(achieved / 197e12)
+    assert scan.mfu_datasheet(CFG, "TPU v9") is None
 
 
 def test_a_rung_is_measured_with_the_harness_and_keeps_its_program(scan_and_unrolled):
