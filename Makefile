@@ -102,7 +102,7 @@ $(VENV)/.cuda-installed: requirements.txt $(VENV)/.installed
 
 # One TPU host, one command (coursetools/tpucheck.py, the sibling of gpu-check): every lesson with the
 # full profile, each in a process of its own with IPython's shell (a TPU host may let no process open a
-# socket, so no Jupyter kernel), in under 10 minutes on one v5e chip; writes
+# socket, so no Jupyter kernel), stopped at 9 minutes (--budget-s); writes
 # $(TPU_CHECK_OUT)/<chip>-full-jax<version>.json (each lesson's time and the chip's peak memory).
 # Refuses in one sentence without a TPU or with the chip held by another process. TPU_PYTHON: an
 # interpreter that already has the course's packages (a TPU host's own JAX, the rest from a wheelhouse

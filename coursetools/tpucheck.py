@@ -39,7 +39,7 @@ from pathlib import Path
 from coursetools.gpucheck import Step, run_step
 
 PROFILE = "full"
-BUDGET_S = 9 * 60  # every lesson on one v5e chip took about 8 minutes; a lent machine's command gets 10
+BUDGET_S = 9 * 60  # a lent TPU machine gives one command 10 minutes, the install included
 DEFAULT_OUT = Path("results") / "tpu-check"
 PROBE = (
     "import json, jax\n"
