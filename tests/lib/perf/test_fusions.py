@@ -56,3 +56,8 @@ def test_the_cpu_compiler_keeps_the_gelu_apart():
 def test_the_sentence_says_when_the_element_wise_work_rides_in_the_matmuls():
     c = fusions.FusionCensus(kernels=419, matmul_kernels=389, matmul_with_gelu=323, elementwise_kernels=30)
     assert c.gelu_in_matmuls and "rides in the matmuls' kernels" in c.sentence("unrolled_bf16")
+
+
+def test_the_stored_h200_schedule_runs_its_gemms_apart_from_the_element_wise_work():
+    c = fusions.census((DATA / "sched_h200_plain_smoke_8_jax0.10.2.txt").read_text())
+    assert (c.matmul_kernels, c.matmul_with_gelu, c.elementwise_kernels) == (8, 0, 44)
