@@ -115,6 +115,23 @@ $(VENV)/.cuda-installed: requirements.txt $(VENV)/.installed
 	$(PY) -m pip install --quiet "jax[cuda12]==$$(sed -n 's/^jax==//p' requirements.txt)"
 	touch $@
 
+# One TPU host, one command (coursetools/tpucheck.py, the sibling of gpu-check): every lesson with the
+# full profile, each in a process of its own with IPython's shell (a TPU host may let no process open a
+# socket, so no Jupyter kernel), stopped at 9 minutes (--budget-s); writes
+# $(TPU_CHECK_OUT)/<chip>-full-jax<version>.json (each lesson's time and the chip's peak memory).
+# Refuses in one sentence without a TPU or with the chip held by another process. TPU_PYTHON: an
+# interpreter that already has the course's packages (a TPU host's own JAX, the rest from a wheelhouse
+# or the host's package index) and the repository on its path; without it the course's .venv is made,
+# with JAX's TPU extra at the pinned version.
+TPU_PYTHON ?=
+TPU_CHECK_OUT ?= results/tpu-check
+.PHONY: tpu-check
+tpu-check: $(if $(TPU_PYTHON),,$(VENV)/.tpu-installed)
+	$(or $(TPU_PYTHON),$(PY)) -m coursetools.tpucheck --out $(TPU_CHECK_OUT)
+$(VENV)/.tpu-installed: requirements.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) "jax[tpu]==$$(sed -n 's/^jax==//p' requirements.txt)"
+	touch $@
+
 course: $(VENV)/.installed
 	$(PY) -m coursetools run $(if $(PROFILE),--profile $(PROFILE),)
 

@@ -75,7 +75,9 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     out = Path(args.out) if args.out else Path("results") / (f"{profile}-solutions" if args.solutions else profile)
     try:
-        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions)
+        payload = run_course(
+            profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions, kernel=args.kernel
+        )
     except (OutputFolderError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -258,6 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         "--solutions",
         action="store_true",
         help="fill the exercises' solutions (solutions/) in; every checker must then pass (default out: results/<profile>-solutions/)",
+    )
+    run.add_argument(
+        "--kernel",
+        choices=["ipykernel", "shell"],
+        default="ipykernel",
+        help="how each notebook runs: a Jupyter kernel (default), or IPython's shell in a process of its own, "
+        "for hosts where no socket can be opened (make tpu-check)",
     )
     run.add_argument(
         "--figures",

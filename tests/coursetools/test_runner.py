@@ -165,7 +165,8 @@ def test_run_notebook_failing_names_the_cell_and_the_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", ["ipykernel", "shell"])
+def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypatch, kernel):
     monkeypatch.setenv("DPCOURSE_PROFILE", "cpu")  # the runner must override, then restore it
     nb = write_notebook(
         tmp_path / "07_rec.ipynb",
@@ -184,7 +185,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
     nb_dir.mkdir()
     nb = nb.rename(nb_dir / nb.name)
     out = tmp_path / "results" / "smoke"
-    payload = runner.run_course("smoke", [nb], Path("results") / "smoke", cell_timeout_s=120)
+    payload = runner.run_course("smoke", [nb], Path("results") / "smoke", cell_timeout_s=120, kernel=kernel)
 
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == payload
@@ -201,6 +202,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
         "output": "07_rec.ipynb",
         "peak_rss_bytes": nb_run["peak_rss_bytes"],
         "peak_gpu_bytes": None,  # no GPU here
+        "peak_device_bytes": None,  # recorded by the shell kernel only
     }
     assert nb_run["peak_rss_bytes"] > 20 * 1024 * 1024  # a kernel's resident memory, measured
     first, second = payload["records"]
@@ -412,7 +414,7 @@ def test_no_such_kernel_says_what_to_install():
 def _fake_runs(monkeypatch):
     """run_notebook without a kernel: each notebook 'passes' at once."""
 
-    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None, solutions=False):
+    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None, solutions=False, kernel="ipykernel"):
         return runner.NotebookRun(path.stem, "passed", 0.0, output=path.name)
 
     monkeypatch.setattr(runner, "run_notebook", fake)

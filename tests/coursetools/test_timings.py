@@ -210,6 +210,32 @@ def test_timing_again_within_the_buckets_rewrites_the_record_and_readme_only(tmp
     assert timings.time_line("04_x", record) == timings.time_line("04_x", again)
 
 
+def test_a_tpu_run_gets_its_own_machine_in_the_line_and_replaces_only_tpu_runs():
+    cpu = {
+        "profile": "cpu",
+        "machine": {"cores": 2, "gpus": []},
+        "notebooks": {"09_x": {"wall_s": 34, "status": "passed"}},
+    }
+    tpu = {
+        "profile": "full",
+        "machine": {"cores": 13, "gpus": [], "tpus": ["TPU v5 lite"]},
+        "notebooks": {"09_x": {"wall_s": 150, "status": "passed"}},
+    }
+    gpu = {
+        "profile": "full",
+        "machine": {"cores": 8, "gpus": ["NVIDIA H200"]},
+        "notebooks": {"09_x": {"wall_s": 50, "status": "passed"}},
+    }
+    line = timings.time_line("09_x", {"runs": [cpu, tpu]})
+    assert line == (
+        "# **Time**: under 1 min with `cpu`, on a 2-core CPU; 2-5 min with `full`, on 1 x TPU v5 lite\n"
+        "# (measured; the run's details are in `baselines/timings.json`)."
+    )
+    runs = timings.merge_runs([cpu, tpu], [gpu], ["09_x"])
+    assert runs == [cpu, tpu, gpu]  # a GPU's full run does not replace the TPU's
+    assert timings.merge_runs(runs, [dict(tpu)], ["09_x"]) == [cpu, gpu, tpu]
+
+
 def _course(tmp_path, stems=("05_shard_map", "06_model")):
     lessons = tmp_path / "notebooks"
     lessons.mkdir()
@@ -368,3 +394,11 @@ def test_a_run_at_the_lessons_own_devices_without_solutions_is_recorded(tmp_path
     path.write_text(json.dumps({**json.loads(path.read_text()), "solutions": False, "cpu_devices": devices}))
     timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
     assert json.loads((tmp_path / "timings.json").read_text())["runs"][0]["notebooks"]["06_model"]["wall_s"] == 20.0
+
+
+def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
+    monkeypatch.setattr(timings, "ROOT", timings.Path("/"))  # no repository there
+    monkeypatch.delenv("DPCOURSE_COMMIT", raising=False)
+    assert timings.course_commit() is None
+    monkeypatch.setenv("DPCOURSE_COMMIT", "abc1234")
+    assert timings.course_commit() == "abc1234"
