@@ -57,7 +57,7 @@ from jax.sharding import Mesh
 
 from dpcourse import config, model, record, show, train
 from dpcourse.checkpoints import checkpoint, resume
-from dpcourse.multihost import launcher, worker
+from dpcourse.multihost import launcher, ports, worker
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -516,7 +516,16 @@ multi_rows = []
 # only other split, 4 x 1, failed its save when tried (JAX 0.10.2, orbax-checkpoint 0.12.8:
 # "the input arrays must have one shard each"), so 4 and the odd counts skip this section.
 SPLITS = ((2, n // 2), (n // 2, 2)) if n in (6, 8) else None
-if MULTIHOST and SPLITS:
+# One sentence, or None where processes can open a TCP socket on 127.0.0.1 (notebook 08).
+no_tcp = ports.tcp_unavailable() if MULTIHOST and SPLITS else None
+if no_tcp:
+    display(
+        show.banner(
+            f"{no_tcp} This section's multi-process runs are skipped; the rest of the lesson runs.",
+            "warning",
+        )
+    )
+elif MULTIHOST and SPLITS:
     mh_dir = root / "multihost"
     common = dict(profile=cfg.profile, steps=STEPS, data_source=dataset.source)
     common.update(global_batch=global_batch, checkpoint_dir=str(mh_dir), save_every=2)

@@ -161,3 +161,17 @@ def test_lesson_12_reads_its_time_to_the_target_from_the_table_and_calls_it_no_b
     assert "time_to_target.reading(" in section, "the conclusion on device counts must be read from the table"
     assert "lower bound" not in section, "fitted steps x a modelled step is an estimate, not a bound"
     assert "with latency" in section and "extrapolated" in section
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_lesson_that_starts_processes_asks_first_whether_this_host_allows_tcp(path):
+    """On a sandboxed TPU host no process may open a TCP socket: 11's multi-process section stopped there
+    with ``TcpUnavailable`` in a cell (a real v5e host, 2026-12-06); 08 had said so in one sentence."""
+    text = path.read_text(encoding="utf-8")
+    first_launch = text.find("launch_local(")
+    if first_launch < 0:
+        return
+    asked = text.find("ports.tcp_unavailable()")
+    assert 0 <= asked < first_launch, (
+        f"{path.name} starts processes (launch_local) without asking ports.tcp_unavailable() first"
+    )
