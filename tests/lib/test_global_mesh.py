@@ -1,0 +1,227 @@
+"""Tests of dpcourse.global_mesh: a foreign global mesh named in one sentence, in IPython and in a plain script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from dpcourse import global_mesh
+
+CLEAR = "clear it with jax.set_mesh(None) (or restart the kernel), then run this cell again."
+
+
+def _meshes(devs):
+    import jax
+    import numpy as np
+
+    explicit = (jax.sharding.AxisType.Explicit,)
+    own = jax.sharding.Mesh(np.array(devs), ("data",))
+    half = len(devs) // 2
+    foreign = {
+        "2-D Explicit": jax.make_mesh((half, 2), ("data", "model"), axis_types=explicit * 2, devices=devs),
+        "2-D Auto": jax.make_mesh((half, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2),
+        "another axis name": jax.sharding.Mesh(np.array(devs), ("batch",)),
+        "devices in another order": jax.sharding.Mesh(np.array(devs[::-1]), ("data",)),
+        "half the devices": jax.sharding.Mesh(np.array(devs[:half]), ("data",)),
+    }
+    return own, jax.sharding.Mesh(np.array(devs), ("data",), axis_types=explicit), foreign
+
+
+def _lesson_step_error(own):
+    """The error JAX raises for the lesson's jitted step on its own mesh's arrays under whatever mesh is set."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    x = jax.device_put(np.ones((16, 8), np.float32), NamedSharding(own, P("data")))
+    try:
+        jax.block_until_ready(jax.jit(lambda a: a @ a.T)(x))
+    except Exception as err:  # noqa: BLE001 - whatever JAX raises is the cause to name
+        return err
+    return None
+
+
+def test_no_global_mesh_or_the_lessons_own_of_either_axis_type_explains_nothing(cpu_devices):
+    import jax
+
+    own, own_explicit, _ = _meshes(cpu_devices)
+    error = ValueError("anything")
+    assert global_mesh.explain(error, own) is None
+    for mesh in (own, own_explicit):
+        with jax.set_mesh(mesh):
+            assert global_mesh.foreign_mesh(own) is None
+    with jax.set_mesh(own):
+        assert global_mesh.explain(error, own) is None
+
+
+def test_the_explicit_twin_of_the_lessons_mesh_is_named_once_a_step_stops_under_it(cpu_devices):
+    """Set before the lesson places its arrays the lessons run under it; set after, a step stops (JAX 0.10.2)."""
+    import jax
+
+    own, own_explicit, _ = _meshes(cpu_devices)
+    with jax.set_mesh(own_explicit):
+        cause = _lesson_step_error(own)
+        assert isinstance(cause, ValueError)
+        assert "A global mesh {'data': 8} (Explicit axes) is set" in str(global_mesh.explain(cause, own))
+
+
+def test_a_step_stopped_by_a_foreign_mesh_is_named_with_its_cause_in_one_sentence(cpu_devices):
+    """A 2-D Explicit mesh set after the lesson's own: lessons 04, 05, 10 and 12 stopped with 26 to 80 lines of JAX."""
+    import jax
+
+    own, _, foreign = _meshes(cpu_devices)
+    stopped = []
+    for name, mesh in foreign.items():
+        with jax.set_mesh(mesh):
+            cause = _lesson_step_error(own)
+            err = global_mesh.explain(cause or IndexError("a later cell's error"), own)
+        stopped += [name] if cause is not None else []
+        cause = err.__cause__
+        text = str(err)
+        assert isinstance(err, global_mesh.ForeignMeshError), name
+        assert "\n" not in text and ". " not in text and text.endswith(CLEAR), name
+        assert f"its own mesh {{'data': 8}} (Auto axes), stopped under it ({type(cause).__name__})" in text, name
+        assert text.startswith(f"A global mesh {global_mesh.describe(mesh)} is set"), name
+    # JAX 0.10.2: a step on the lesson's arrays runs under an Auto mesh of the same devices, whatever its shape
+    assert stopped == ["2-D Explicit", "devices in another order", "half the devices"]
+    assert global_mesh.describe(foreign["2-D Explicit"]) == "{'data': 4, 'model': 2} (Explicit, Explicit axes)"
+
+
+def test_the_sentence_says_what_to_do_in_a_script_and_for_work_that_needs_no_mesh(cpu_devices):
+    import jax
+
+    own, _, foreign = _meshes(cpu_devices)
+    with jax.set_mesh(foreign["2-D Auto"]):
+        assert str(global_mesh.explain(KeyError("k"), own, script=True)).endswith(
+            "(KeyError): clear it (jax.set_mesh(None)), then run the script again."
+        )
+        assert "which needs no mesh, stopped" in str(global_mesh.explain(KeyError("k"), None))
+        assert global_mesh.explain(KeyboardInterrupt(), own) is None  # an interruption is the learner's own
+        assert global_mesh.explain(global_mesh.ForeignMeshError("x"), own) is None  # already the sentence
+
+
+def test_a_state_that_cannot_be_read_shows_the_error_as_it_is(cpu_devices, monkeypatch):
+    import jax
+
+    own, _, foreign = _meshes(cpu_devices)
+
+    def broken():
+        raise RuntimeError("no mesh state")
+
+    with jax.set_mesh(foreign["2-D Auto"]):
+        monkeypatch.setattr(jax.sharding, "get_abstract_mesh", broken)
+        assert global_mesh.explain(ValueError("x"), own) is None
+
+
+def test_start_lesson_installs_the_guard_with_the_lessons_mesh(cpu_devices, monkeypatch):
+    from dpcourse import lesson
+
+    given = []
+    monkeypatch.setattr(global_mesh, "guard", lambda mesh: given.append(mesh) or "script")
+    started = lesson.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
+    assert [(m.axis_names, [d.id for d in m.devices.flat]) for m in given] == [
+        (("data",), [d.id for d in started.devices.devices])
+    ]
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    opening = "from dpcourse.devices import setup_devices\nsetup_devices(8)\n"
+    return subprocess.run(
+        [sys.executable, "-c", opening + textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+SETUP = """
+import contextlib, io, json
+import jax, numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from dpcourse import global_mesh
+mesh = Mesh(np.array(jax.devices()), ("data",))
+x = jax.device_put(np.ones((16, 8), np.float32), NamedSharding(mesh, P("data")))
+foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+"""
+
+IPYTHON = (
+    SETUP
+    + """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.set_custom_exc((ZeroDivisionError,), lambda *a, **k: None)
+print(global_mesh.guard(mesh), shell.custom_exceptions)  # another handler is left in place
+shell.set_custom_exc((), None)
+shell.user_ns.update(globals())
+cells = [
+    "print(global_mesh.guard(mesh), global_mesh.guard(mesh))",
+    "jax.set_mesh(foreign)",  # a cell of its own, after the lesson's mesh
+    "y = jax.jit(lambda a: a @ a.T)(x)",
+    "1 / 0",
+    "jax.set_mesh(None)",
+    "y = jax.jit(lambda a: a @ a.T)(x)",
+    "1 / 0",
+    "jax.set_mesh(mesh)",  # the lesson's own
+    "y = jax.jit(lambda a: a @ a.T)(x); 1 / 0",
+    "def (",
+]
+seen = []
+for cell in cells:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = shell.run_cell(cell)
+    err = result.error_in_exec or result.error_before_exec
+    seen.append([type(err).__name__ if err else None, [l for l in out.getvalue().splitlines() if l.strip()]])
+print(json.dumps(seen))
+"""
+)
+
+
+def test_in_ipython_a_mesh_set_in_a_later_cell_stops_the_next_step_with_the_sentence_alone():
+    out = _run(IPYTHON)
+    assert out.returncode == 0, out.stderr[-3000:]
+    left, *_, last = out.stdout.splitlines()
+    assert left == "left (<class 'ZeroDivisionError'>,)"
+    seen = json.loads(last)
+    assert seen[0] == [None, ["ipython ipython"]]
+    error, lines = seen[2]  # the step under the foreign mesh
+    assert error == "ForeignMeshError" and len(lines) == 2 and "%tb" in lines[0], lines
+    assert "A global mesh {'data': 4, 'model': 2} (Explicit, Explicit axes) is set" in lines[1]
+    assert lines[1].endswith(f"stopped under it (ValueError): {CLEAR}")
+    assert seen[3][0] == "ForeignMeshError" and "(ZeroDivisionError)" in seen[3][1][-1]
+    assert seen[5] == [None, []]  # cleared: the step runs
+    for plain in (seen[6], seen[8]):  # no mesh, or the lesson's own: IPython's traceback as before
+        assert plain[0] == "ZeroDivisionError" and "Traceback" in " ".join(plain[1]) and len(plain[1]) > 2
+    assert seen[9][0] == "SyntaxError" and "SyntaxError" in seen[9][1][-1]
+
+
+def test_in_a_plain_script_the_sentence_is_the_whole_report():
+    out = _run(
+        SETUP
+        + """
+global_mesh.guard(mesh)
+global_mesh.guard(mesh)  # a lesson started again wraps the hook once
+jax.set_mesh(foreign)
+jax.jit(lambda a: a @ a.T)(x)
+"""
+    )
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("ForeignMeshError: A global mesh {'data': 4, 'model': 2} (Explicit, Explicit axes)")
+    assert lines[0].endswith("(ValueError): clear it (jax.set_mesh(None)), then run the script again.")
+
+
+def test_in_a_script_any_other_error_goes_to_the_previous_hook(cpu_devices, monkeypatch):
+    import jax
+
+    own, _, foreign = _meshes(cpu_devices)
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: seen.append(exc[1]))
+    assert global_mesh.guard(own) == "script" and global_mesh.guard(own) == "script"
+    error = ZeroDivisionError("division by zero")
+    sys.excepthook(ZeroDivisionError, error, None)
+    with jax.set_mesh(own):
+        sys.excepthook(ZeroDivisionError, error, None)
+    assert seen == [error, error]
