@@ -159,6 +159,7 @@ cells = [
     "print(global_mesh.guard(mesh), global_mesh.guard(mesh))",
     "jax.set_mesh(foreign)",  # a cell of its own, after the lesson's mesh
     "y = jax.jit(lambda a: a @ a.T)(x)",
+    "%tb",
     "1 / 0",
     "jax.set_mesh(None)",
     "y = jax.jit(lambda a: a @ a.T)(x)",
@@ -190,11 +191,13 @@ def test_in_ipython_a_mesh_set_in_a_later_cell_stops_the_next_step_with_the_sent
     assert error == "ForeignMeshError" and len(lines) == 2 and "%tb" in lines[0], lines
     assert "A global mesh {'data': 4, 'model': 2} (Explicit, Explicit axes) is set" in lines[1]
     assert lines[1].endswith(f"stopped under it (ValueError): {CLEAR}")
-    assert seen[3][0] == "ForeignMeshError" and "(ZeroDivisionError)" in seen[3][1][-1]
-    assert seen[5] == [None, []]  # cleared: the step runs
-    for plain in (seen[6], seen[8]):  # no mesh, or the lesson's own: IPython's traceback as before
+    tb = "\n".join(seen[3][1])  # %tb: JAX's own error, then the sentence it caused
+    assert "context mesh" in tb and "direct cause" in tb and tb.rstrip().endswith(CLEAR)
+    assert seen[4][0] == "ForeignMeshError" and "(ZeroDivisionError)" in seen[4][1][-1]
+    assert seen[6] == [None, []]  # cleared: the step runs
+    for plain in (seen[7], seen[9]):  # no mesh, or the lesson's own: IPython's traceback as before
         assert plain[0] == "ZeroDivisionError" and "Traceback" in " ".join(plain[1]) and len(plain[1]) > 2
-    assert seen[9][0] == "SyntaxError" and "SyntaxError" in seen[9][1][-1]
+    assert seen[10][0] == "SyntaxError" and "SyntaxError" in seen[10][1][-1]
 
 
 def test_in_a_plain_script_the_sentence_is_the_whole_report():
