@@ -5,7 +5,7 @@ profile, chooses the devices, loads the data, sets the results context and
 shows the banners a learner must see (data source, simulated devices).
 Notebook 01 does the same steps one by one to teach them.
 A global mesh the learner sets that the lesson's own mesh cannot run under
-is named in one sentence (:mod:`dpcourse.global_mesh`).
+is named in one sentence (:mod:`dpcourse.backend.mesh_guard`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from dpcourse import config as _config
 from dpcourse import data as _data
 from dpcourse import devices as _devices
-from dpcourse import global_mesh as _global_mesh
 from dpcourse import record as _results
 from dpcourse import show as _display
-from dpcourse.global_mesh import ForeignMeshError, check_global_mesh  # noqa: F401 - the lessons' names
+from dpcourse.backend import mesh_guard as _mesh_guard
+from dpcourse.backend.mesh_guard import ForeignMeshError, check_global_mesh  # noqa: F401 - the lessons' names
 
 
 def _data_mesh(devices: list):
@@ -137,7 +137,7 @@ def start_lesson(
         device_kind=chosen.devices[0].device_kind,
         device_count=chosen.count,
     )
-    _global_mesh.guard(_data_mesh(chosen.devices))  # a mesh set in any later cell: one sentence
+    _mesh_guard.guard(_data_mesh(chosen.devices))  # a mesh set in any later cell: one sentence
     check_global_mesh(_data_mesh(chosen.devices))  # a notebook run again in a kernel where a mesh is set
     from dpcourse.exercises import progress
 

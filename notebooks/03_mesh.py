@@ -146,7 +146,7 @@ display(
 #   `jax.set_mesh(None)`, which clears the context mesh for a block. A
 #   global mesh other than a lesson's own, set in any cell, stops the first
 #   cell that cannot run under it with one sentence naming the mesh and how
-#   to clear it (`dpcourse.global_mesh`; `%tb` shows JAX's own error).
+#   to clear it (`dpcourse.backend.mesh_guard`; `%tb` shows JAX's own error).
 # - **Sharding-in-types**: each result's sharding follows from its inputs
 #   (a sum over the sharded axis is replicated; over the other axis it stays
 #   split). Where that is ambiguous, JAX raises an error and asks for an

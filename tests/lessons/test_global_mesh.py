@@ -111,7 +111,7 @@ def test_each_kind_builds_the_mesh_the_sentence_names():
     import jax
     import numpy as np
 
-    from dpcourse.global_mesh import describe
+    from dpcourse.backend.mesh_guard import describe
 
     for kind, (code, named) in FOREIGN_KINDS.items():
         mesh = eval(code, {"jax": jax, "np": np})  # noqa: S307 - the variant's own expression

@@ -31,7 +31,7 @@ A foreign mesh (``FOREIGN``: a mesh of the learner's own, ``FOREIGN_KINDS``,
 set globally right after the lesson starts or in a cell of its own after
 the lesson's first mesh) is tried in every lesson from 03: the lesson must
 either run under it or stop with the one sentence of
-``dpcourse.global_mesh``. Such a run stops a few cells in, so it costs a
+``dpcourse.backend.mesh_guard``. Such a run stops a few cells in, so it costs a
 kernel start, not a lesson (each lesson's kind is one it stops under:
 ``KIND_OF``); ``make test`` shares these runs between its two JAX
 environments as it shares the mesh kinds (:func:`foreign_runs`).
@@ -119,7 +119,7 @@ def foreign_kind(lesson: str) -> str:
 
 
 def refusal(kind: str) -> re.Pattern:
-    """The one sentence a lesson may stop with under ``kind`` (dpcourse.global_mesh), as the runner's error line."""
+    """The one sentence a lesson may stop with under ``kind`` (dpcourse.backend.mesh_guard), as the runner's error line."""
     return re.compile(
         rf"^ForeignMeshError: A global mesh {FOREIGN_KINDS[kind][1]} is set \(jax\.set_mesh without `with`\), "
         r"and this lesson.*: clear it with jax\.set_mesh\(None\) \(or restart the kernel\), then run this cell again\.$"

@@ -1,4 +1,4 @@
-"""Tests of dpcourse.global_mesh: a foreign global mesh named in one sentence, in IPython and in a plain script."""
+"""Tests of dpcourse.backend.mesh_guard: a foreign global mesh named in one sentence, in IPython and in a plain script."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from dpcourse import global_mesh
+from dpcourse.backend import mesh_guard
 
 CLEAR = "clear it with jax.set_mesh(None) (or restart the kernel), then run this cell again."
 
@@ -50,12 +50,12 @@ def test_no_global_mesh_or_the_lessons_own_of_either_axis_type_explains_nothing(
 
     own, own_explicit, _ = _meshes(cpu_devices)
     error = ValueError("anything")
-    assert global_mesh.explain(error, own) is None
+    assert mesh_guard.explain(error, own) is None
     for mesh in (own, own_explicit):
         with jax.set_mesh(mesh):
-            assert global_mesh.foreign_mesh(own) is None
+            assert mesh_guard.foreign_mesh(own) is None
     with jax.set_mesh(own):
-        assert global_mesh.explain(error, own) is None
+        assert mesh_guard.explain(error, own) is None
 
 
 def test_the_explicit_twin_of_the_lessons_mesh_is_named_once_a_step_stops_under_it(cpu_devices):
@@ -66,7 +66,7 @@ def test_the_explicit_twin_of_the_lessons_mesh_is_named_once_a_step_stops_under_
     with jax.set_mesh(own_explicit):
         cause = _lesson_step_error(own)
         assert isinstance(cause, ValueError)
-        assert "A global mesh {'data': 8} (Explicit axes) is set" in str(global_mesh.explain(cause, own))
+        assert "A global mesh {'data': 8} (Explicit axes) is set" in str(mesh_guard.explain(cause, own))
 
 
 def test_a_step_stopped_by_a_foreign_mesh_is_named_with_its_cause_in_one_sentence(cpu_devices):
@@ -78,17 +78,17 @@ def test_a_step_stopped_by_a_foreign_mesh_is_named_with_its_cause_in_one_sentenc
     for name, mesh in foreign.items():
         with jax.set_mesh(mesh):
             cause = _lesson_step_error(own)
-            err = global_mesh.explain(cause or IndexError("a later cell's error"), own)
+            err = mesh_guard.explain(cause or IndexError("a later cell's error"), own)
         stopped += [name] if cause is not None else []
         cause = err.__cause__
         text = str(err)
-        assert isinstance(err, global_mesh.ForeignMeshError), name
+        assert isinstance(err, mesh_guard.ForeignMeshError), name
         assert "\n" not in text and ". " not in text and text.endswith(CLEAR), name
         assert f"its own mesh {{'data': 8}} (Auto axes), stopped under it ({type(cause).__name__})" in text, name
-        assert text.startswith(f"A global mesh {global_mesh.describe(mesh)} is set"), name
+        assert text.startswith(f"A global mesh {mesh_guard.describe(mesh)} is set"), name
     # JAX 0.10.2: a step on the lesson's arrays runs under an Auto mesh of the same devices, whatever its shape
     assert stopped == ["2-D Explicit", "devices in another order", "half the devices"]
-    assert global_mesh.describe(foreign["2-D Explicit"]) == "{'data': 4, 'model': 2} (Explicit, Explicit axes)"
+    assert mesh_guard.describe(foreign["2-D Explicit"]) == "{'data': 4, 'model': 2} (Explicit, Explicit axes)"
 
 
 def test_the_sentence_says_what_to_do_in_a_script_and_for_work_that_needs_no_mesh(cpu_devices):
@@ -96,12 +96,12 @@ def test_the_sentence_says_what_to_do_in_a_script_and_for_work_that_needs_no_mes
 
     own, _, foreign = _meshes(cpu_devices)
     with jax.set_mesh(foreign["2-D Auto"]):
-        assert str(global_mesh.explain(KeyError("k"), own, script=True)).endswith(
+        assert str(mesh_guard.explain(KeyError("k"), own, script=True)).endswith(
             "(KeyError): clear it (jax.set_mesh(None)), then run the script again."
         )
-        assert "which needs no mesh, stopped" in str(global_mesh.explain(KeyError("k"), None))
-        assert global_mesh.explain(KeyboardInterrupt(), own) is None  # an interruption is the learner's own
-        assert global_mesh.explain(global_mesh.ForeignMeshError("x"), own) is None  # already the sentence
+        assert "which needs no mesh, stopped" in str(mesh_guard.explain(KeyError("k"), None))
+        assert mesh_guard.explain(KeyboardInterrupt(), own) is None  # an interruption is the learner's own
+        assert mesh_guard.explain(mesh_guard.ForeignMeshError("x"), own) is None  # already the sentence
 
 
 def test_a_state_that_cannot_be_read_shows_the_error_as_it_is(cpu_devices, monkeypatch):
@@ -114,14 +114,14 @@ def test_a_state_that_cannot_be_read_shows_the_error_as_it_is(cpu_devices, monke
 
     with jax.set_mesh(foreign["2-D Auto"]):
         monkeypatch.setattr(jax.sharding, "get_abstract_mesh", broken)
-        assert global_mesh.explain(ValueError("x"), own) is None
+        assert mesh_guard.explain(ValueError("x"), own) is None
 
 
 def test_start_lesson_installs_the_guard_with_the_lessons_mesh(cpu_devices, monkeypatch):
     from dpcourse import lesson
 
     given = []
-    monkeypatch.setattr(global_mesh, "guard", lambda mesh: given.append(mesh) or "script")
+    monkeypatch.setattr(mesh_guard, "guard", lambda mesh: given.append(mesh) or "script")
     started = lesson.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
     assert [(m.axis_names, [d.id for d in m.devices.flat]) for m in given] == [
         (("data",), [d.id for d in started.devices.devices])
@@ -140,7 +140,7 @@ SETUP = """
 import contextlib, io, json
 import jax, numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-from dpcourse import global_mesh
+from dpcourse.backend import mesh_guard
 mesh = Mesh(np.array(jax.devices()), ("data",))
 x = jax.device_put(np.ones((16, 8), np.float32), NamedSharding(mesh, P("data")))
 foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
@@ -152,11 +152,11 @@ IPYTHON = (
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 shell.set_custom_exc((ZeroDivisionError,), lambda *a, **k: None)
-print(global_mesh.guard(mesh), shell.custom_exceptions)  # another handler is left in place
+print(mesh_guard.guard(mesh), shell.custom_exceptions)  # another handler is left in place
 shell.set_custom_exc((), None)
 shell.user_ns.update(globals())
 cells = [
-    "print(global_mesh.guard(mesh), global_mesh.guard(mesh))",
+    "print(mesh_guard.guard(mesh), mesh_guard.guard(mesh))",
     "jax.set_mesh(foreign)",  # a cell of its own, after the lesson's mesh
     "y = jax.jit(lambda a: a @ a.T)(x)",
     "%tb",
@@ -204,8 +204,8 @@ def test_in_a_plain_script_the_sentence_is_the_whole_report():
     out = _run(
         SETUP
         + """
-global_mesh.guard(mesh)
-global_mesh.guard(mesh)  # a lesson started again wraps the hook once
+mesh_guard.guard(mesh)
+mesh_guard.guard(mesh)  # a lesson started again wraps the hook once
 jax.set_mesh(foreign)
 jax.jit(lambda a: a @ a.T)(x)
 """
@@ -222,7 +222,7 @@ def test_in_a_script_any_other_error_goes_to_the_previous_hook(cpu_devices, monk
     own, _, foreign = _meshes(cpu_devices)
     seen = []
     monkeypatch.setattr(sys, "excepthook", lambda *exc: seen.append(exc[1]))
-    assert global_mesh.guard(own) == "script" and global_mesh.guard(own) == "script"
+    assert mesh_guard.guard(own) == "script" and mesh_guard.guard(own) == "script"
     error = ZeroDivisionError("division by zero")
     sys.excepthook(ZeroDivisionError, error, None)
     with jax.set_mesh(own):
