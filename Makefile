@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install side-install placement placement-store gpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install side-install placement placement-store gpu-compile tpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
@@ -57,7 +57,7 @@ dev-install: $(VENV)/.dev-installed
 # The optional extra that compiles for NVIDIA GPUs without a GPU
 # (jax-cuda12-plugin and -pjrt at the jaxlib's version, nvidia-cuda-nvcc-cu12;
 # about 510 MB), in its own folder $(VENV)/gpu-compile that only the compile
-# subprocess puts on its path (dpcourse.gpu_compile.targets): installed into the
+# subprocess puts on its path (dpcourse.cross_compile.targets): installed into the
 # environment itself, the plugin's failed CUDA check would print a traceback
 # at every `import jax` on a machine without a GPU. test-newest points it at
 # requirements-gpu-compile-newest.txt.
@@ -69,22 +69,37 @@ $(VENV)/.gpu-compile-installed: $(GPU_COMPILE_REQUIREMENTS) $(VENV)/.installed
 
 gpu-compile: $(VENV)/.gpu-compile-installed
 
+# The optional extra that compiles for TPU slices without a TPU: libtpu at the version the
+# pinned JAX's `tpu` extra takes (a 209 MB wheel, 656 MB installed), in its own folder
+# $(VENV)/tpu-compile that only the compile subprocess puts on its path
+# (dpcourse.cross_compile.targets): in the environment itself, every `import jax` would look
+# for TPU chips. test-newest points it at requirements-tpu-compile-newest.txt.
+TPU_COMPILE_REQUIREMENTS ?= requirements-tpu-compile.txt
+$(VENV)/.tpu-compile-installed: $(TPU_COMPILE_REQUIREMENTS) $(VENV)/.installed
+	rm -rf $(VENV)/tpu-compile
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/tpu-compile -r $(TPU_COMPILE_REQUIREMENTS)
+	touch $@
+
+tpu-compile: $(VENV)/.tpu-compile-installed
+
 # Where the gradient all-reduce lands: the course's data-parallel steps compiled
-# for H100 SXM, H200 and an approximate L4 at 2, 4 and 8 GPUs without a GPU, and
-# for 8 simulated CPU devices; prints the table, writes
+# for H100 SXM, H200 and an approximate L4 at 2, 4 and 8 GPUs without a GPU, for TPU
+# v5e 2x4, v5p 4x4x4 and v6e 16x16 slices without a TPU, and for 8 simulated CPU devices;
+# prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that
 # profile only; the default is smoke everywhere and full where cheap.
-# --lesson10 adds lesson 10's steps (dpcourse.gpu_compile.steps.SHARDED_STEPS) on 8 devices of each target;
+# --lesson10 adds lesson 10's steps (dpcourse.cross_compile.steps.SHARDED_STEPS) on 8 devices of each target;
 # --overlap the overlap table (coursetools.overlap_report): the fraction of bytes sent inside windows of
 # compute per form and target, which fails the run when it moves.
-placement: $(VENV)/.gpu-compile-installed
+placement: $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --overlap $(if $(PROFILE),--profile $(PROFILE),)
 
-# The results the lessons show when the GPU-compile extra is missing (04, 05, 10: labelled
-# stored, with their JAX version and date): a whole `make placement` (smoke and full), also
-# written into the package (dpcourse/gpu_compile/stored/lessons.json; commit it). tests/lib/gpu_compile/test_notebook.py
+# The results the lessons show when the GPU- or TPU-compile extra is missing (04, 05, 09, 10:
+# labelled stored, with their JAX version and date): a whole `make placement` (smoke and full),
+# also written into the package (dpcourse/cross_compile/stored/lessons.json and
+# lessons_tpu.json; commit them). tests/lib/cross_compile/test_notebook.py
 # fails when it no longer matches what `make placement` compiles.
-placement-store: $(VENV)/.gpu-compile-installed
+placement-store: $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
 	$(PY) -m coursetools.compile_report --lesson10 --store
 
 # One GPU, one command (docs/gpu.md): the collective probe, every lesson with the full profile
@@ -98,6 +113,23 @@ gpu-check: $(VENV)/.dev-installed
 	$(PY) -m coursetools.gpucheck
 $(VENV)/.cuda-installed: requirements.txt $(VENV)/.installed
 	$(PY) -m pip install --quiet "jax[cuda12]==$$(sed -n 's/^jax==//p' requirements.txt)"
+	touch $@
+
+# One TPU host, one command (coursetools/tpucheck.py, the sibling of gpu-check): every lesson with the
+# full profile, each in a process of its own with IPython's shell (a TPU host may let no process open a
+# socket, so no Jupyter kernel), stopped at 9 minutes (--budget-s); writes
+# $(TPU_CHECK_OUT)/<chip>-full-jax<version>.json (each lesson's time and the chip's peak memory).
+# Refuses in one sentence without a TPU or with the chip held by another process. TPU_PYTHON: an
+# interpreter that already has the course's packages (a TPU host's own JAX, the rest from a wheelhouse
+# or the host's package index) and the repository on its path; without it the course's .venv is made,
+# with JAX's TPU extra at the pinned version.
+TPU_PYTHON ?=
+TPU_CHECK_OUT ?= results/tpu-check
+.PHONY: tpu-check
+tpu-check: $(if $(TPU_PYTHON),,$(VENV)/.tpu-installed)
+	$(or $(TPU_PYTHON),$(PY)) -m coursetools.tpucheck --out $(TPU_CHECK_OUT)
+$(VENV)/.tpu-installed: requirements.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) "jax[tpu]==$$(sed -n 's/^jax==//p' requirements.txt)"
 	touch $@
 
 course: $(VENV)/.installed
@@ -143,7 +175,7 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 # the whole-lesson runs go out first (--no-loadscope-reorder keeps that order).
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
-unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed
+unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
 	DPCOURSE_TEST_DEVICES=$(LESSON_RUN_DEVICES) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
@@ -164,15 +196,16 @@ notebook-test: $(VENV)/.dev-installed
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail. SOLUTIONS_TEST_ENV
 # adds settings to the lessons' environment. `make test` runs every lesson here as a learner
-# who installed requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU-compile extra is looked
-# for in a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in the
-# package), on SOLUTIONS_TEST_DEVICES; test-newest runs only SOLVED_ALONE, the lessons before 04,
+# who installed requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras
+# are looked for in a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in
+# the package), on SOLUTIONS_TEST_DEVICES; test-newest runs only SOLVED_ALONE, the lessons before 04,
 # whose exercises no whole-lesson run of the unit layer fills in.
 SOLVED_DIR ?= build/solved
 SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 SOLUTIONS_TEST_ENV ?=
 SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
-WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-extra
+WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-extra \
+  DPCOURSE_TPU_COMPILE_PATH=$(CURDIR)/build/no-tpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --notebooks $(SOLUTIONS_TEST_PATHS)
@@ -246,7 +279,8 @@ NEWEST_PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versi
 
 NEWEST_ARGS = VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON) \
 	  REQUIREMENTS=requirements-newest.txt DEV_REQUIREMENTS=requirements-newest.txt \
-	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt
+	  GPU_COMPILE_REQUIREMENTS=requirements-gpu-compile-newest.txt \
+	  TPU_COMPILE_REQUIREMENTS=requirements-tpu-compile-newest.txt
 
 test-newest:
 	@if [ -z "$(NEWEST_PYTHON)" ]; then \
@@ -263,7 +297,7 @@ test-newest:
 
 # Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
 newest-install:
-	@if [ -n "$(NEWEST_PYTHON)" ]; then $(MAKE) --no-print-directory $(NEWEST_ARGS) dev-install gpu-compile; fi
+	@if [ -n "$(NEWEST_PYTHON)" ]; then $(MAKE) --no-print-directory $(NEWEST_ARGS) dev-install gpu-compile tpu-compile; fi
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.

@@ -75,7 +75,9 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     out = Path(args.out) if args.out else Path("results") / (f"{profile}-solutions" if args.solutions else profile)
     try:
-        payload = run_course(profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions)
+        payload = run_course(
+            profile, notebooks, out, cell_timeout_s=args.cell_timeout, solutions=args.solutions, kernel=args.kernel
+        )
     except (OutputFolderError, KernelSetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -132,10 +134,22 @@ def _workspace(args: argparse.Namespace) -> int:
     if args.room:
         return _room(args)
     root = Path(args.dir).expanduser() if args.dir else ws.default_dir()
+    space = ws.Workspace(root)
     owner = other_owner(root)
     if owner is not None:  # root on a learner's folder (make hub as root): as the learner
-        return as_owner(owner, lambda: _workspace(args))
-    space = ws.Workspace(root)
+        try:  # what the course holds is read as root first: the learner may not enter the course's clone
+            space.read_course(args.lessons, solved=args.action == "catchup" and bool(args.lessons))
+        except ws.WorkspaceError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return as_owner(owner, lambda: _in_workspace(space, args))
+    return _in_workspace(space, args)
+
+
+def _in_workspace(space, args: argparse.Namespace) -> int:
+    """The workspace command's action on ``space``, as whoever this process is now."""
+    from coursetools import workspace as ws
+
     try:
         if args.action == "status":
             actions = space.status(args.lessons)
@@ -246,6 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         "--solutions",
         action="store_true",
         help="fill the exercises' solutions (solutions/) in; every checker must then pass (default out: results/<profile>-solutions/)",
+    )
+    run.add_argument(
+        "--kernel",
+        choices=["ipykernel", "shell"],
+        default="ipykernel",
+        help="how each notebook runs: a Jupyter kernel (default), or IPython's shell in a process of its own, "
+        "for hosts where no socket can be opened (make tpu-check)",
     )
     run.add_argument(
         "--figures",

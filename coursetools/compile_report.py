@@ -1,14 +1,14 @@
-"""Both compilers' answer to "where does the all-reduce land?": the table, placement.json, the notebook cell.
+"""The compilers' answer to "where does the all-reduce land?": the table, placement.json, the notebook cell.
 
 ``python -m coursetools.compile_report`` (``make placement``) compiles the
-course's data-parallel steps (:data:`dpcourse.gpu_compile.compile.COURSE_STEPS`) for
-every GPU target of :mod:`dpcourse.gpu_compile.targets` at 2, 4 and 8 GPUs without a
-GPU, and for 8 simulated CPU devices, prints one table and writes
-``results/placement/placement.json``: one record per (backend, target,
-device count, profile, step), and ``lessons.json`` beside it: the whole
-results (every collective) the lessons show when the GPU-compile extra is
+course's data-parallel steps (:data:`dpcourse.cross_compile.compile.COURSE_STEPS`) for
+every GPU target of :mod:`dpcourse.cross_compile.targets` at 2, 4 and 8 GPUs without a
+GPU, for every TPU slice of it without a TPU, and for 8 simulated CPU devices, prints
+one table and writes ``results/placement/placement.json``: one record per (backend,
+target, device count, profile, step), and ``lessons.json`` and ``lessons_tpu.json``
+beside it: the whole results (every collective) the lessons show when an extra is
 missing; ``--store`` (``make placement-store``) also writes them into the
-package, where :mod:`dpcourse.gpu_compile.notebook` reads them.
+package, where :mod:`dpcourse.cross_compile.stored` reads them.
 """
 
 from __future__ import annotations
@@ -23,47 +23,82 @@ from pathlib import Path
 from coursetools import overlap_report
 from coursetools.outfolder import write_atomic
 from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import targets as gpu_targets
-from dpcourse.gpu_compile.notebook import PASS_NAME
-from dpcourse.gpu_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import targets as gpu_targets
+from dpcourse.cross_compile.notebook import PASS_NAME
+from dpcourse.cross_compile.result import records, table_rows  # noqa: F401 - the tables of make placement
 
 DEFAULT_JSON = Path("results") / "placement" / "placement.json"
 # `make placement` compiles the smoke profile for every target and device
 # count, and the full profile where it is cheap: one GPU target at 8 devices
 # and the CPU (each full compile of the three steps takes seconds to tens of
 # seconds on a 2-core machine).
-FULL_JOBS = (("gpu", "h200", 8), ("cpu", "cpu", 8))
-# Lesson 10's forms (dpcourse.gpu_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
+FULL_JOBS = (("gpu", "h200", 8), ("tpu", "v5e_2x4", 8), ("cpu", "cpu", 8))
+# TPU slices at the full profile: 8 to 35 s per step on a shared 2-core machine (measured), so the
+# v5e 2x4 only, and for lesson 10's forms none (the lessons show the smoke profile's, labelled).
+LESSON10_FULL_BACKENDS = ("gpu", "cpu")
+# Lesson 10's forms (dpcourse.cross_compile.steps.STEPS: ZeRO-1, FSDP, gradient accumulation), with
 # --lesson10 (make placement passes it): every profile asked for on 8 devices of every target and
 # the CPU, except the full profile, compiled for 8 x H200 and the CPU only (FULL_JOBS).
 LESSON10_DEVICES = 8
 # The lessons' GPU results at LESSON10_DEVICES, and 04's compile with the pass off, kept whole
 # (every collective) beside placement.json; `make placement-store` copies them into the package.
 STORED_NAME = "lessons.json"
+TPU_STORED_NAME = "lessons_tpu.json"
 NO_MOTION_STEPS = {"jit": deviceless.COURSE_STEPS["jit"]}
+NO_MOTION_TPU = "v5e_2x4"  # the TPU slice of 04's experiment (the smoke profile)
+# Lesson 09's fast step (repeats unrolled, bfloat16), as its data-parallel section names it: the smoke
+# profile on 8 x H200 and the lessons' TPU slices (a full unroll at the full profile compiles for
+# tens of seconds; a run of another profile shows the smoke one, labelled).
+FAST_LESSON_STEPS = {"fast": deviceless.FAST_STEPS["jit_unrolled_bf16"]}
+
+
+def fast_jobs(profiles: list[str], targets: list[str]) -> list:
+    """The jobs of lesson 09's fast step that ``make placement`` stores: smoke, on H200 x 8 and the lessons' slices."""
+    from dpcourse.cross_compile.notebook import LESSON_TPU_TARGETS
+
+    if "smoke" not in profiles:
+        return []
+    jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, "smoke")] if "h200" in targets else []
+    return jobs + [j for j in _tpu_jobs(targets, "smoke") if j.target in LESSON_TPU_TARGETS]
+
+
+def _tpu_jobs(targets: list[str], profile: str, chips: int | None = None) -> list:
+    """A job per TPU slice of ``targets`` (of ``chips`` chips only, when given)."""
+    slices = [gpu_targets.target(t) for t in targets if gpu_targets.target(t).platform == "tpu"]
+    return [deviceless.Job("tpu", t.name, t.chips, profile) for t in slices if chips is None or t.chips == chips]
+
+
+def _gpus(targets: list[str]) -> list[str]:
+    return [t for t in targets if gpu_targets.target(t).platform == "gpu"]
 
 
 def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
-    """The jobs of ``--lesson10``: :data:`LESSON10_DEVICES` devices of each target, and the CPU, per profile."""
+    """The jobs of ``--lesson10``: :data:`LESSON10_DEVICES` devices of each target, and the CPU, per profile.
+
+    TPU slices of :data:`LESSON10_DEVICES` chips only (the v5e 2x4): lesson 10 compares its forms on 8 devices.
+    """
     jobs = []
     for profile in profiles:
         if profile == "full":
-            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
+            full = [(b, t, n) for b, t, n in FULL_JOBS if b in LESSON10_FULL_BACKENDS]
+            jobs += [deviceless.Job(b, t, n, profile) for b, t, n in full if b == "cpu" or t in targets]
             continue
-        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in targets]
+        jobs += [deviceless.Job("gpu", t, LESSON10_DEVICES, profile) for t in _gpus(targets)]
+        jobs += _tpu_jobs(targets, profile, LESSON10_DEVICES)
         jobs.append(deviceless.Job("cpu", "cpu", LESSON10_DEVICES, profile))
     return jobs
 
 
 def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], cpu_devices: int = 8):
-    """The jobs of ``make placement``: every target x count per profile, and the CPU."""
+    """The jobs of ``make placement``: every GPU target x count and every TPU slice per profile, and the CPU."""
     jobs = []
     for profile in profiles:
         if profile == "full" and len(profiles) > 1:
             jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
             continue
-        jobs += [deviceless.Job("gpu", t, n, profile) for t in targets for n in counts]
+        jobs += [deviceless.Job("gpu", t, n, profile) for t in _gpus(targets) for n in counts]
+        jobs += _tpu_jobs(targets, profile)
         jobs.append(deviceless.Job("cpu", "cpu", cpu_devices, profile))
     return jobs
 
@@ -82,7 +117,7 @@ def predicted_sent_bytes(step: str, profile: str, n_devices: int) -> float:
     """
     from dpcourse import config, costs
     from dpcourse.compiled import census
-    from dpcourse.gpu_compile import steps as sharded_steps
+    from dpcourse.cross_compile import steps as sharded_steps
 
     cfg = config.make_config(profile)
     pred = census.predict_communication(
@@ -128,7 +163,7 @@ METRIC_BYTES = 8  # loss and accuracy, two float32 values, reduced with the grad
 def check(recs: list[dict]) -> list[str]:
     """What in ``recs`` differs from the placement the course teaches (empty: all as taught).
 
-    Every course step compiled for a GPU, and the device-axis and
+    Every course step compiled for a GPU or a TPU slice, and the device-axis and
     ``shard_map`` steps on the CPU: one all-reduce per step, outside any
     loop, of the float32 gradient and the two metrics. Plain ``jit`` on the
     CPU: the shared block's gradient reduced inside the backward loop. A
@@ -173,7 +208,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def stored_payload(results: list[deviceless.CompileResult]) -> dict:
-    """What :mod:`dpcourse.gpu_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
+    """What :mod:`dpcourse.cross_compile.notebook` shows without the extra: the results, their JAX and the date (UTC)."""
     from dataclasses import asdict
     from datetime import UTC, datetime
 
@@ -190,16 +225,16 @@ def stored_payload(results: list[deviceless.CompileResult]) -> dict:
     }
 
 
-def stored_path() -> Path:
-    """Where the package keeps the stored results (:data:`dpcourse.gpu_compile.notebook.STORED_FILE`)."""
+def stored_path(platform: str = "gpu") -> Path:
+    """Where the package keeps the stored results of ``platform`` (:data:`dpcourse.cross_compile.stored.STORED_FILES`)."""
     from coursetools.paths import ROOT
-    from dpcourse.gpu_compile.notebook import STORED_FILE
+    from dpcourse.cross_compile.stored import STORED_FILES
 
-    return ROOT.joinpath("dpcourse", *STORED_FILE)
+    return ROOT.joinpath("dpcourse", *STORED_FILES[platform])
 
 
 def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[deviceless.CompileResult]:
-    """:func:`dpcourse.gpu_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
+    """:func:`dpcourse.cross_compile.compile.compile_jobs` over ``workers`` subprocesses at once; results in job order.
 
     The jobs are dealt round-robin (so the slow full-profile jobs spread out).
     A compile keeps about one core busy: two subprocesses take about half the
@@ -218,9 +253,17 @@ def compile_in_parallel(jobs: list, steps: dict | None, workers: int) -> list[de
     return results
 
 
-def output_paths(args: argparse.Namespace) -> list[Path]:
-    """The files a run writes: ``--out``, :data:`STORED_NAME` beside it, and the package's copy with ``--store``."""
-    return [args.out, args.out.parent / STORED_NAME] + ([stored_path()] if args.store else [])
+def output_paths(args: argparse.Namespace, platform: str | None = None) -> list[Path]:
+    """The files a run writes: ``--out``, the stored files beside it, and the package's copies with ``--store``.
+
+    With ``platform``, only that platform's stored files (:data:`STORED_NAME`, :data:`TPU_STORED_NAME`).
+    """
+    platforms = [platform] if platform else ["gpu", "tpu"]
+    names = {"gpu": STORED_NAME, "tpu": TPU_STORED_NAME}
+    paths = [args.out.parent / names[p] for p in platforms] + (
+        [stored_path(p) for p in platforms] if args.store else []
+    )
+    return ([] if platform else [args.out]) + paths
 
 
 def unwritable(path: Path) -> str | None:
@@ -251,7 +294,7 @@ def checked_arguments(args: argparse.Namespace) -> tuple[list[str], list[str], t
     unknown = [p for p in profiles if p not in profile_names()]
     if unknown:
         raise ValueError(f"--profile {unknown[0]!r} is not a profile: use one of {', '.join(profile_names())}")
-    targets = [gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))]
+    targets = list(dict.fromkeys(gpu_targets.target(t).name for t in (args.target or list(gpu_targets.TARGETS))))
     words = [w.strip() for w in args.devices.split(",")]
     if not all(w.isdigit() and int(w) >= 1 for w in words):
         raise ValueError(
@@ -266,9 +309,9 @@ def checked_arguments(args: argparse.Namespace) -> tuple[list[str], list[str], t
 
 def main(argv: list[str] | None = None) -> int:
     """``make placement``: compile, print the table, write placement.json; exit 1 if one failed :func:`check`."""
-    parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU (without a GPU) and CPU compilers.")
+    parser = argparse.ArgumentParser(description="Where the all-reduce lands: GPU and TPU (without them) and CPU.")
     parser.add_argument("--profile", action="append", help="workload profile (repeatable; default smoke and full)")
-    parser.add_argument("--target", action="append", help=f"GPU target (default all: {', '.join(gpu_targets.TARGETS)})")
+    parser.add_argument("--target", action="append", help=f"target (default all: {', '.join(gpu_targets.TARGETS)})")
     parser.add_argument("--devices", default="2,4,8", help="GPU counts, comma-separated")
     parser.add_argument("--out", type=Path, default=DEFAULT_JSON, help="where to write the records")
     parser.add_argument("--allow-missing-extra", action="store_true", help="compile the CPU only when it is missing")
@@ -283,38 +326,53 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     # The compile workers inherit XLA_FLAGS: a bad token would end each one with XLA's whole flag list.
     exit_on_bad_xla_flags()
-    missing = gpu_targets.extra_missing()
-    if missing and not args.allow_missing_extra:
-        print(f"placement: FAILED: {missing}", file=sys.stderr)
-        return 1
-    if missing:
-        print(f"placement: GPU targets skipped: {missing}")
-        targets = []
+    for platform in ("gpu", "tpu"):
+        mine = [t for t in targets if gpu_targets.target(t).platform == platform]
+        missing = gpu_targets.extra_missing(platform) if mine else None
+        if missing and not args.allow_missing_extra:
+            print(f"placement: FAILED: {missing}", file=sys.stderr)
+            return 1
+        if missing:
+            print(f"placement: {platform.upper()} targets skipped: {missing}")
+            targets = [t for t in targets if t not in mine]
     t0 = time.perf_counter()
     results = compile_in_parallel(jobs_for(profiles, targets, counts), None, args.workers)
     if args.lesson10:
-        from dpcourse.gpu_compile import steps
+        from dpcourse.cross_compile import steps
 
         results += compile_in_parallel(lesson10_jobs(profiles, targets), steps.SHARDED_STEPS, args.workers)
-    # What the lessons show without the extra (lessons.json, the stored file): not the overlap forms.
+    # What the lessons show without an extra (lessons.json, lessons_tpu.json, the stored files): not the overlap forms.
     lessons = [r for r in results if r.backend == "gpu" and r.n_devices == LESSON10_DEVICES and not r.error]
+    lessons_tpu = [r for r in results if r.backend == "tpu" and not r.error]
     if args.overlap:
-        results += compile_in_parallel(overlap_report.jobs(profiles, targets), overlap_report.EXTRA_STEPS, args.workers)
+        gpus = _gpus(targets)
+        results += compile_in_parallel(overlap_report.jobs(profiles, gpus), overlap_report.EXTRA_STEPS, args.workers)
     if "h200" in targets:  # 04's experiment: the pass switched off
         jobs = [deviceless.Job("gpu", "h200", LESSON10_DEVICES, p) for p in profiles]
         lessons += deviceless.compile_jobs(jobs, NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
+    fast = (
+        deviceless.compile_jobs(fast_jobs(profiles, targets), FAST_LESSON_STEPS) if fast_jobs(profiles, targets) else []
+    )
+    lessons += [r for r in fast if r.backend == "gpu"]
+    lessons_tpu += [r for r in fast if r.backend == "tpu"]
+    if NO_MOTION_TPU in targets and "smoke" in profiles:  # the same experiment on the TPU compiler
+        job = deviceless.Job("tpu", NO_MOTION_TPU, gpu_targets.target(NO_MOTION_TPU).chips, "smoke")
+        lessons_tpu += deviceless.compile_jobs([job], NO_MOTION_STEPS, disable_passes=(PASS_NAME,))
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(recs, indent=1) + "\n")
-    for path in output_paths(args)[1:]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(stored_payload(lessons), indent=1) + "\n")
-        print(f"placement: {len(lessons)} compile results the lessons show without the extra in {path}")
-    if args.store and targets:  # notebook 09's section 8, stored
+    for platform, kept in (("gpu", lessons), ("tpu", lessons_tpu)):
+        if not any(gpu_targets.target(t).platform == platform for t in targets):
+            continue  # not compiled in this run: its stored file stays as it was
+        for path in output_paths(args, platform):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps(stored_payload(kept), indent=1) + "\n")
+            print(f"placement: {len(kept)} compile results the lessons show without the {platform} extra in {path}")
+    if args.store and _gpus(targets):  # notebook 09's section 8, stored
         from coursetools.paths import ROOT
-        from dpcourse.gpu_compile.notebook import OVERLAP_FILE
+        from dpcourse.cross_compile.notebook import OVERLAP_FILE
 
         path = overlap_report.store(ROOT.joinpath("dpcourse", *OVERLAP_FILE))
         print(f"placement: notebook 09's overlap compiles stored in {path}")

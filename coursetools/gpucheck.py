@@ -43,7 +43,7 @@ DEFAULT_OUT = Path("results") / "gpu-check"
 # plugin), the collective probe over every device, what nvidia-smi says, the memory watch, and the
 # device set-up of a one-GPU host.
 GPU_TESTS = (
-    "tests/lib/gpu_compile/test_mocked.py",
+    "tests/lib/cross_compile/test_mocked.py",
     "tests/lib/backend/test_health.py",
     "tests/lib/backend/test_gpuinfo.py",
     "tests/coursetools/test_memwatch.py",

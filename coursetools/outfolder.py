@@ -1,4 +1,4 @@
-"""The runner's output folder: one run at a time (a lock file), atomic writes, a short error on a full disk.
+"""The runner's output folder: checked before a run, earlier results kept, one run at a time (a lock file), atomic writes, a short error on a full disk.
 
 Two runs into one ``--out`` would mix their notebooks and records in one
 ``results.json``; :func:`acquire_lock` refuses the second, naming the run
@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 from dpcourse.checkpoints import folderlock
@@ -48,13 +49,18 @@ def is_disk_full(err: BaseException) -> bool:
     return False
 
 
-def disk_full_message(folder: Path) -> str:
-    """One line: the folder and what to do about the lack of space."""
+def disk_full_message(folder: Path, recorded: str = "") -> str:
+    """One line: the folder, what to do about the lack of space, and what the run could record there.
+
+    ``recorded``: what this run's ``results.json`` there holds, as the runner
+    knows it (e.g. "results.json there says which notebook stopped and
+    why"); by default nothing of the run was recorded.
+    """
+    said = recorded or "Nothing of this run could be recorded there"
     return (
         f"No space left on the disk that holds {folder}: the run stopped. Free some space "
         f"(`df -h {folder}` shows how much is left) or pass --out on another disk, then run again. "
-        "results.json there says which notebook stopped and why; every file the course wrote there is whole "
-        "(one it could not finish was removed)."
+        f"{said}; every file the course wrote there is whole (one it could not finish was removed)."
     )
 
 
@@ -130,3 +136,61 @@ def acquire_lock(folder: Path, command: str = "") -> Path:
 def release_lock(lock: Path) -> None:
     """Remove a lock taken by :func:`acquire_lock` in this process (never another run's)."""
     folderlock.release(lock)
+
+
+def keep_previous_results(out_dir: Path, notebooks: list[Path]) -> Path | None:
+    """Keep a ``results.json`` that a run of ``notebooks`` would overwrite and lose figures of.
+
+    When ``out_dir/results.json`` lists a notebook that is not in
+    ``notebooks`` (a full run, then ``--notebooks 09`` into the same
+    folder), it is renamed to ``results.<its created time>.json`` so that
+    those figures stay; a rerun of the same notebooks simply replaces it.
+
+    Returns:
+        The new path of the kept file (an unreadable file is kept too), or
+        None when there is none or a rerun of the same notebooks replaces it.
+    """
+    path = Path(out_dir) / "results.json"
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_names = {nb["notebook"] for nb in old["notebooks"]}
+        created = str(old.get("created") or "previous")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        old_names, created = None, "unreadable"  # not ours to judge: keep it as well
+    if old_names is not None and old_names <= {p.stem for p in notebooks}:
+        return None
+    stamp = re.sub(r"[^0-9A-Za-z]+", "-", created).strip("-")
+    target = path.with_name(f"results.{stamp}.json")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"results.{stamp}.{n}.json")
+    os.replace(path, target)
+    return target
+
+
+def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
+    """Create ``out_dir`` if needed and check it can take the results; return it absolute.
+
+    Raises:
+        OutputFolderError: it is a file, is not writable, or is the folder of
+            the notebooks (executed copies would overwrite the sources).
+    """
+    out_dir = Path(out_dir).expanduser().resolve()  # kernels run in the notebooks' folder
+    if any(out_dir == p.parent.resolve() for p in notebooks):
+        raise OutputFolderError(
+            f"--out {out_dir} is the notebooks' folder: executed copies would overwrite "
+            "the course's notebooks. Choose another folder."
+        )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".dpcourse-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        if is_disk_full(err):
+            raise DiskFullError(disk_full_message(out_dir)) from None
+        raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). Choose a writable folder.") from err
+    return out_dir

@@ -1,7 +1,7 @@
 """Where communication hides, per form and GPU target: the overlap table of ``make placement`` and its check.
 
 ``python -m coursetools.compile_report --overlap`` (``make placement``)
-compiles the two steps of :data:`dpcourse.gpu_compile.overlap_steps.STEPS`
+compiles the two steps of :data:`dpcourse.cross_compile.overlap_steps.STEPS`
 that nothing else compiles (the small combine threshold, ``O1``) on 8 devices
 of every GPU target, and reads the others from the compiles it makes anyway
 (the plain ``jit`` step at 8 GPUs, lesson 10's FSDP gathered once and
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dpcourse.gpu_compile import compile as deviceless
-from dpcourse.gpu_compile import overlap_steps
+from dpcourse.cross_compile import compile as deviceless
+from dpcourse.cross_compile import overlap_steps
 
 DEVICES = 8
 # The overlap forms and the record step that holds each: the plain step is make placement's "jit".

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 LESSON_NAME = re.compile(r"^\d\d(_[A-Za-z0-9_]+)?$")
+EXAMPLE = '{"action": "catchup", "lesson": "04", "learner": "bob"}'
+
+
+class BadBody(ValueError):
+    """An action request whose body is not a JSON object (the board answers 400)."""
+
+
+def read_action(body: bytes) -> dict:
+    """The board's action request from the body it was sent: a JSON object (``action``, ``lesson``, ``learner``).
+
+    Raises:
+        BadBody: the body is not JSON, or is JSON of another shape (a list, a string, nested too deeply).
+    """
+    try:
+        request = json.loads(body or b"{}")
+    except RecursionError:
+        request = None
+    except ValueError as err:
+        raise BadBody(f"The action's body is not JSON ({str(err)[:80]}): send an object such as {EXAMPLE}.") from None
+    if not isinstance(request, dict):
+        raise BadBody(f"The action's body is not a JSON object: send one such as {EXAMPLE}.")
+    return request
 
 
 def action_command(body: dict, users: Path, python: str) -> list[str]:
@@ -15,8 +38,11 @@ def action_command(body: dict, users: Path, python: str) -> list[str]:
     ``users`` the folder of the learners' homes (``.hub/users``).
 
     Raises:
+        BadBody: ``body`` is not a dict.
         ValueError: an unknown action, a lesson that is not ``NN`` or ``NN_name``, or no such learner.
     """
+    if not isinstance(body, dict):
+        raise BadBody(f"The action's body is not a JSON object: send one such as {EXAMPLE}.")
     action, lesson, learner = body.get("action"), str(body.get("lesson", "")), str(body.get("learner", ""))
     if action not in ("catchup", "reset"):
         raise ValueError("the action is catchup or reset")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import re
 import sys
@@ -25,8 +24,10 @@ from coursetools.outfolder import (  # noqa: F401 - the errors are re-exported f
     FolderInUse,
     OutputFolderError,
     acquire_lock,
+    check_output_folder,
     disk_full_message,
     is_disk_full,
+    keep_previous_results,
     release_lock,
     write_atomic,
     write_json_atomic,
@@ -56,6 +57,11 @@ class NotebookRun:
     # Peaks over the run (coursetools/memwatch.py): the kernel and its children's RSS; GPU memory via nvidia-smi.
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
+    # JAX's own high-water mark of the accelerator (peak_bytes_in_use, largest device); shell kernel only.
+    peak_device_bytes: int | None = None
+
+
+KERNELS = ("ipykernel", "shell")  # how a notebook runs: a Jupyter kernel, or IPython's shell in a process
 
 
 class KernelSetupError(RuntimeError):
@@ -183,8 +189,14 @@ def run_notebook(
     cell_timeout_s: int,
     on_cell=None,
     solutions: bool = False,
+    kernel: str = "ipykernel",
 ) -> NotebookRun:
     """Execute one notebook in a fresh kernel with nbclient and save it executed.
+
+    With ``kernel="shell"`` the notebook runs in a fresh Python process of
+    its own with IPython's shell instead (:mod:`coursetools.shellrun`): no
+    kernel and no sockets, for hosts where processes cannot open TCP
+    sockets; ``cell_timeout_s`` then bounds the whole notebook.
 
     The kernel runs with this interpreter (:func:`kernel_argv`), never with
     another Python that an installed ``python3`` kernelspec names.
@@ -231,9 +243,11 @@ def run_notebook(
     )
     import tempfile
 
+    if kernel not in KERNELS:
+        raise ValueError(f"Unknown kernel {kernel!r}. Valid: {', '.join(KERNELS)}.")
     start = time.perf_counter()
     status, error, error_cell = "passed", None, None
-    interrupted = False
+    interrupted, device_peak = False, None
     # The kernel's own stderr (XLA's fatal lines land there, not in the notebook).
     kernel_stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 - closed in the finally below
     # The kernel inherits these; set only now, right before the try whose finally puts them back, so
@@ -247,7 +261,15 @@ def run_notebook(
     if os.environ.get(DATA_DIR_ENV):  # the kernel runs in notebooks/: keep relative paths the user's
         os.environ[DATA_DIR_ENV] = os.path.abspath(os.path.expanduser(os.environ[DATA_DIR_ENV]))
     try:
-        client.execute(stderr=kernel_stderr)
+        if kernel == "shell":
+            from coursetools.shellrun import run_for_runner
+
+            nb, status, error, error_cell, device_peak = run_for_runner(
+                nb, path, out_dir, memory, cell_timeout_s, on_cell
+            )
+            interrupted = status == "interrupted"
+        else:
+            client.execute(stderr=kernel_stderr)
     except KeyboardInterrupt:
         status, error, error_cell, interrupted = "interrupted", "KeyboardInterrupt: run stopped", current["index"], True
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
@@ -291,6 +313,7 @@ def run_notebook(
         output=out_path.name,
         error_code_cell=code_cell,
         **peaks,
+        peak_device_bytes=device_peak,
     )
     if interrupted:
         raise RunInterrupted(run)
@@ -331,7 +354,12 @@ def _progress(notebooks: list[Path]):
 
 
 def run_course(
-    profile: str | None, notebooks: list[Path], out_dir: Path, cell_timeout_s: int = 1800, solutions: bool = False
+    profile: str | None,
+    notebooks: list[Path],
+    out_dir: Path,
+    cell_timeout_s: int = 1800,
+    solutions: bool = False,
+    kernel: str = "ipykernel",
 ) -> dict:
     """Run ``notebooks`` in order and write ``results.json`` in ``out_dir``.
 
@@ -357,6 +385,8 @@ def run_course(
     check_kernel_interpreter()
     out_dir = check_output_folder(out_dir, notebooks)
     lock = acquire_lock(out_dir, command=" ".join(["python -m coursetools", *sys.argv[1:]]))
+    runs: list[NotebookRun] = []
+    saved: list[int] = []  # how many notebooks each results.json this run wrote holds
     try:
         kept = keep_previous_results(out_dir, notebooks)
         if kept is not None:
@@ -367,7 +397,6 @@ def run_course(
         records_file = out_dir / "records.jsonl"
         if records_file.exists():
             records_file.unlink()
-        runs: list[NotebookRun] = []
         payload: dict = {}
         machine = machine_info()
         commit = course_commit()
@@ -396,17 +425,24 @@ def run_course(
                 "profile": profile or "auto",
                 "commit": commit,
                 "machine": {**machine, "load_average_end": load_average()},
+                "solutions": solutions,  # what the timings record checks: a learner's lessons, at their own devices
+                "cpu_devices": forced_cpu_devices(),
                 "notebooks": [asdict(r) for r in runs],
                 "records": read_records(records_file),
             }
             write_json_atomic(out_dir / "results.json", payload)
+            saved.append(len(runs))
             write_atomic(out_dir / FIGURES_FILE, figures_text(payload) + "\n")
             return payload
 
         try:
             for path in bar:
                 try:
-                    runs.append(run_notebook(path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions))
+                    runs.append(
+                        run_notebook(
+                            path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions, kernel=kernel
+                        )
+                    )
                     if runs[-1].error and ("No space left on device" in runs[-1].error or "Errno 28" in runs[-1].error):
                         raise DiskFullError(disk_full_message(out_dir))  # the kernel's own writes (records)
                 except RunInterrupted as stop:
@@ -430,67 +466,27 @@ def run_course(
             bar.close()
             with contextlib.suppress(FileNotFoundError):
                 reserve.unlink()
+    except DiskFullError as err:  # said once what this run's results.json holds, as it is now
+        raise DiskFullError(disk_full_message(out_dir, recorded_words(saved, runs))) from err.__cause__
     finally:
         release_lock(lock)
     return payload
 
 
-def keep_previous_results(out_dir: Path, notebooks: list[Path]) -> Path | None:
-    """Keep a ``results.json`` that a run of ``notebooks`` would overwrite and lose figures of.
-
-    When ``out_dir/results.json`` lists a notebook that is not in
-    ``notebooks`` (a full run, then ``--notebooks 09`` into the same
-    folder), it is renamed to ``results.<its created time>.json`` so that
-    those figures stay; a rerun of the same notebooks simply replaces it.
-
-    Returns:
-        The new path of the kept file (an unreadable file is kept too), or
-        None when there is none or a rerun of the same notebooks replaces it.
-    """
-    path = Path(out_dir) / "results.json"
-    if not path.exists():
-        return None
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        old_names = {nb["notebook"] for nb in old["notebooks"]}
-        created = str(old.get("created") or "previous")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        old_names, created = None, "unreadable"  # not ours to judge: keep it as well
-    if old_names is not None and old_names <= {p.stem for p in notebooks}:
-        return None
-    stamp = re.sub(r"[^0-9A-Za-z]+", "-", created).strip("-")
-    target = path.with_name(f"results.{stamp}.json")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"results.{stamp}.{n}.json")
-    os.replace(path, target)
-    return target
+def forced_cpu_devices() -> int | None:
+    """The CPU device count ``XLA_FLAGS`` forces on the lessons' kernels, or None (the lessons' own)."""
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
 
 
-def check_output_folder(out_dir: Path, notebooks: list[Path]) -> Path:
-    """Create ``out_dir`` if needed and check it can take the results; return it absolute.
-
-    Raises:
-        OutputFolderError: it is a file, is not writable, or is the folder of
-            the notebooks (executed copies would overwrite the sources).
-    """
-    out_dir = Path(out_dir).expanduser().resolve()  # kernels run in the notebooks' folder
-    if any(out_dir == p.parent.resolve() for p in notebooks):
-        raise OutputFolderError(
-            f"--out {out_dir} is the notebooks' folder: executed copies would overwrite "
-            "the course's notebooks. Choose another folder."
-        )
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".dpcourse-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        if is_disk_full(err):
-            raise DiskFullError(disk_full_message(out_dir)) from None
-        raise OutputFolderError(f"--out {out_dir} cannot hold the results ({err}). Choose a writable folder.") from err
-    return out_dir
+def recorded_words(saved: list[int], runs: list[NotebookRun]) -> str:
+    """What a run stopped by a full disk recorded: ``saved`` counts the notebooks of each results.json it wrote."""
+    if not saved or not saved[-1]:
+        return ""  # disk_full_message's own words: nothing of this run could be recorded
+    if saved[-1] == len(runs) and runs[-1].status != "passed":
+        return "results.json there says which notebook stopped and why"
+    finished = ", ".join(run.notebook for run in runs[: saved[-1]])
+    return f"results.json there holds the {saved[-1]} notebook(s) run before the disk filled ({finished}); the rest are not in it"
 
 
 def _plain_table(rows: list[list[str]], header: list[str]) -> list[str]:

@@ -81,7 +81,7 @@ def machine_info() -> dict:
     """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
     whether the GPU-compile extra was installed (04, 09 and 10 compile for GPUs without one only with it,
     which adds seconds to each)."""
-    from dpcourse.gpu_compile.targets import extra_missing
+    from dpcourse.cross_compile.targets import extra_missing
 
     return {
         "cpu": _cpu_model(),
@@ -95,14 +95,21 @@ def machine_info() -> dict:
     }
 
 
+COMMIT_ENV = "DPCOURSE_COMMIT"  # the commit of a copy of the course without its .git (a lent machine's)
+
+
 def course_commit() -> str | None:
-    """The course's git commit (short), with ``+changes`` when the work tree differs; None outside git."""
+    """The course's git commit (short), with ``+changes`` when the work tree differs.
+
+    Outside git, ``$DPCOURSE_COMMIT`` when set (a copy of the course without
+    its ``.git``, for example on a lent TPU host), else None.
+    """
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
         )
         if head.returncode != 0:
-            return None
+            return os.environ.get(COMMIT_ENV) or None
         dirty = subprocess.run(
             ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
@@ -110,7 +117,7 @@ def course_commit() -> str | None:
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return os.environ.get(COMMIT_ENV) or None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
@@ -122,6 +129,8 @@ RESULTS_SCHEMA = {
     "properties": {
         "profile": {"type": "string", "minLength": 1},
         "created": {"type": ["string", "null"]},
+        "solutions": {"type": "boolean"},
+        "cpu_devices": {"type": ["integer", "null"], "minimum": 1},
         "commit": {"type": ["string", "null"]},
         "machine": {
             "type": "object",
@@ -130,6 +139,7 @@ RESULTS_SCHEMA = {
                 "cores": {"type": ["integer", "null"], "minimum": 1},
                 "memory_gib": {"type": ["number", "null"], "minimum": 0},
                 "gpus": {"type": ["array", "null"], "items": {"type": "string"}},
+                "tpus": {"type": ["array", "null"], "items": {"type": "string"}},
                 "load_average_start": _LOADS,
                 "load_average_end": _LOADS,
                 "gpu_compile_extra": {"type": ["boolean", "null"]},
@@ -190,8 +200,35 @@ def read_results(path: Path) -> dict:
     return payload
 
 
-def _run_entry(path: Path) -> dict:
+LESSON_CPU_DEVICES = 8  # the lessons' own simulated CPU devices (dpcourse.devices.setup_devices' default)
+
+
+def _run_entry(path: Path, lessons: list[str]) -> dict:
+    """What the record keeps of the run at ``path``: a run of the course's ``lessons`` as a learner runs them.
+
+    Raises:
+        ValueError: (one sentence, nothing recorded) a notebook that is not one of ``lessons``, a run
+            with the exercises' solutions filled in, or one at another CPU device count than the lessons' own.
+    """
     payload = read_results(path)
+    others = [nb["notebook"] for nb in payload["notebooks"] if nb["notebook"] not in lessons]
+    if others:
+        raise ValueError(
+            f"{path}: {others[0]!r} is not one of the course's lessons ({lessons[0]} to {lessons[-1]}), and the "
+            "record times the course's lessons only, so nothing was recorded: give a run of the course's notebooks."
+        )
+    if payload.get("solutions"):
+        raise ValueError(
+            f"{path}: this run had the exercises' solutions filled in (--solutions), which is not the time a learner "
+            f"waits, so nothing was recorded: record a run without --solutions (python -m coursetools run "
+            f"--profile {payload['profile']})."
+        )
+    forced = payload.get("cpu_devices")
+    if forced is not None and forced != LESSON_CPU_DEVICES and not payload["machine"].get("gpus"):
+        raise ValueError(
+            f"{path}: this run forced {forced} CPU devices (XLA_FLAGS), not the lessons' own {LESSON_CPU_DEVICES}, "
+            "so nothing was recorded: record a run without --xla_force_host_platform_device_count in XLA_FLAGS."
+        )
     return {
         "profile": payload["profile"],
         "created": payload.get("created"),
@@ -202,11 +239,23 @@ def _run_entry(path: Path) -> dict:
     }
 
 
+def _accelerator(machine: dict) -> str | None:
+    """The run's accelerator, ``"1 x TPU v5 lite"`` or ``"1 x NVIDIA H200"``; None for a CPU-only machine."""
+    chips = machine.get("tpus") or machine.get("gpus") or []
+    return f"{len(chips)} x {chips[0]}" if chips else None
+
+
+def _run_key(run: dict) -> tuple:
+    """What a new run replaces: the earlier runs of its profile on the same kind of accelerator (or none)."""
+    return run["profile"], _accelerator(run.get("machine") or {})
+
+
 def merge_runs(runs: list[dict], new: list[dict], lessons: list[str]) -> list[dict]:
     """The record's runs once ``new`` runs are added: a run of some lessons replaces only theirs.
 
     A new run of every lesson in ``lessons`` (the course's stems) replaces
-    the earlier runs of its profile. A run of some lessons replaces those
+    the earlier runs of its profile on the same accelerator (a TPU's
+    ``full`` run does not replace a GPU's). A run of some lessons replaces those
     lessons in the earlier run of its profile, each entry keeping its own
     commit and load average at its start (the README says "measured
     alone"), so a profile keeps one line; with no earlier run of its
@@ -216,9 +265,9 @@ def merge_runs(runs: list[dict], new: list[dict], lessons: list[str]) -> list[di
     runs = [dict(r, notebooks=dict(r["notebooks"])) for r in runs]
     for entry in new:
         whole = set(lessons) <= set(entry["notebooks"])
-        same = [r for r in runs if r["profile"] == entry["profile"]]
+        same = [r for r in runs if _run_key(r) == _run_key(entry)]
         if whole or not same:
-            runs = [r for r in runs if r["profile"] != entry["profile"]] + [entry]
+            runs = [r for r in runs if _run_key(r) != _run_key(entry)] + [entry]
             continue
         for run in same:
             run["notebooks"] = {k: v for k, v in run["notebooks"].items() if k not in entry["notebooks"]}
@@ -229,10 +278,9 @@ def merge_runs(runs: list[dict], new: list[dict], lessons: list[str]) -> list[di
 
 
 def _machine_text(machine: dict) -> str:
-    gpus = machine.get("gpus") or []
     where = f"{machine.get('cores')}-core {machine.get('cpu')}, {machine.get('memory_gib')} GiB"
-    if gpus:
-        where += f", {len(gpus)} x {gpus[0]}"
+    if _accelerator(machine):
+        where += f", {_accelerator(machine)}"
     extra = machine.get("gpu_compile_extra")
     if extra is not None:  # runs recorded before the field say nothing
         where += ", with the GPU-compile extra" if extra else ", without the GPU-compile extra (no GPU compiles)"
@@ -271,9 +319,8 @@ def time_bucket(seconds: float) -> str:
 
 
 def _machine_words(machine: dict) -> str:
-    gpus = machine.get("gpus") or []
-    if gpus:
-        return f"{len(gpus)} x {gpus[0]}"
+    if _accelerator(machine):
+        return _accelerator(machine)
     cores = machine.get("cores")
     return f"a {cores}-core CPU" if cores else "a CPU"
 
@@ -285,18 +332,19 @@ def time_line(notebook: str, record: dict) -> str:
     time (:func:`time_bucket`) and the kind of machine; the commit, CPU model
     and load stay in ``baselines/timings.json``. Wrapped at 100 characters.
     """
-    parts, machines = [], []
+    by_machine: dict[str, list[str]] = {}  # each kind of machine with its profiles' buckets, in the record's order
     for run in record["runs"]:
         nb = run["notebooks"].get(notebook)
         if nb is None:
             continue
         failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
-        parts.append(f"{time_bucket(nb['wall_s'])} with `{run['profile']}`{failed}")
-        machines.append(_machine_words(run["machine"]))
-    if not parts:
+        by_machine.setdefault(_machine_words(run["machine"]), []).append(
+            f"{time_bucket(nb['wall_s'])} with `{run['profile']}`{failed}"
+        )
+    if not by_machine:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
-    where = machines[0] if len(set(machines)) == 1 else " / ".join(dict.fromkeys(machines))
-    text = f"**Time**: {', '.join(parts)}, on {where} (measured; the run's details are in `baselines/timings.json`)."
+    where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
+    text = f"**Time**: {where} (measured; the run's details are in `baselines/timings.json`)."
     return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
 
 
@@ -401,7 +449,7 @@ def update(
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
     if results:  # every file is read and checked before anything is written
         lessons = [p.stem for p in lesson_files(directory)]
-        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p) for p in results], lessons)
+        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p, lessons) for p in results], lessons)
     if make_test_seconds is not None:
         record["make_test"] = {
             "seconds": round(make_test_seconds),

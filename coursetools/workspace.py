@@ -206,6 +206,36 @@ class Workspace:
         self.source = Path(source).absolute() if source is not None else COURSE_NOTEBOOKS
         self.manifest_path = self.root / MANIFEST
         self.notes: list[str] = []
+        self._lessons: dict[str, Path] | None = None  # what is read of the course, kept (read_course)
+        self._copies: dict[str, str] = {}
+        self._solved: dict[str, str] = {}
+
+    # -- the course, read once --
+
+    def lessons(self) -> dict[str, Path]:
+        """The course's lessons (:func:`course_lessons` of ``source``), read once."""
+        self._lessons = course_lessons(self.source) if self._lessons is None else self._lessons
+        return self._lessons
+
+    def course_copy(self, lesson: str) -> str:
+        """The learner's copy of the course's ``lesson`` (:func:`learner_copy`), read once."""
+        if lesson not in self._copies:
+            self._copies[lesson] = learner_copy(self.lessons()[lesson])
+        return self._copies[lesson]
+
+    def solved(self, lesson: str) -> str:
+        """:meth:`course_copy` with the exercises' solutions filled in (:func:`solved_copy`), read once."""
+        if lesson not in self._solved:
+            self._solved[lesson] = solved_copy(lesson, self.course_copy(lesson))
+        return self._solved[lesson]
+
+    def read_course(self, names: list[str] | None = None, solved: bool = False) -> None:
+        """Read now what a command on ``names`` (all when none) needs of the course, raising as it would.
+
+        Root on a learner's folder does this before it becomes the learner, who may not enter the clone.
+        """
+        for lesson in self.select(names, self.lessons()):
+            self.solved(lesson) if solved else self.course_copy(lesson)  # read and kept
 
     # -- set-up and manifest --
 
@@ -274,9 +304,8 @@ class Workspace:
             WorkspaceError: an unknown lesson, an unreadable course notebook, or
                 a file system error (:func:`file_system_error`: one sentence).
         """
-        lessons = course_lessons(self.source)
-        chosen = self.select(names, lessons)
-        fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}  # all read before any write
+        chosen = self.select(names, self.lessons())
+        fresh = {lesson: self.course_copy(lesson) for lesson in chosen}  # all read before any write
         try:
             return self._update(chosen, fresh)
         except OSError as err:
@@ -372,14 +401,13 @@ class Workspace:
         """
         if not names and not all_lessons:
             raise WorkspaceError("Say which lesson to reset (e.g. `reset 05`), or `reset --all` for every lesson.")
-        lessons = course_lessons(self.source)
-        chosen = self.select(names, lessons)
-        fresh = {lesson: learner_copy(lessons[lesson]) for lesson in chosen}
+        chosen = self.select(names, self.lessons())
+        fresh = {lesson: self.course_copy(lesson) for lesson in chosen}
         # The manifest holds the course's version: a caught-up copy differs from it, so `init` and
         # `update` keep it as the learner's own (a later course change is offered in updates/).
         course = {lesson: content_hash(json.loads(text)) for lesson, text in fresh.items()}
         if solved:
-            fresh = {lesson: solved_copy(lesson, text) for lesson, text in fresh.items()}
+            fresh = {lesson: self.solved(lesson) for lesson in fresh}
         try:
             return self._reset(chosen, fresh, course, solved)
         except OSError as err:
@@ -414,8 +442,7 @@ class Workspace:
 
     def status(self, names: list[str] | None = None) -> list[Action]:
         """One line per lesson of the course (or per named lesson); writes nothing."""
-        lessons = course_lessons(self.source)
-        lessons = {lesson: lessons[lesson] for lesson in self.select(names, lessons)}
+        lessons = {lesson: self.lessons()[lesson] for lesson in self.select(names, self.lessons())}
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
             manifest["lessons"].items()
@@ -427,10 +454,10 @@ class Workspace:
             )
             manifest = {"lessons": {}}
         out = []
-        for lesson, path in lessons.items():
+        for lesson in lessons:
             target = self.root / f"{lesson}.ipynb"
             entry = manifest.get("lessons", {}).get(lesson)
-            course = content_hash(json.loads(learner_copy(path)))
+            course = content_hash(json.loads(self.course_copy(lesson)))
             if not target.exists():
                 out.append(
                     Action(

@@ -6,8 +6,8 @@ recorder, the exercise checkers); the JAX calls each lesson is about stay in
 the lesson's own cells. Topic sub-packages hold what only some lessons use:
 ``backend`` (XLA flags, GPU facts, the collective probe), ``compiled``
 (reading a compiled program), ``perf`` (ceilings, roofline, the ladder),
-``multihost`` (several processes), ``gpu_compile`` (compiling for GPUs without
-one), ``sharded`` (lesson 10's forms) and ``exercises`` (the checkers).
+``multihost`` (several processes), ``cross_compile`` (compiling for GPUs and
+TPUs you do not have), ``sharded`` (lesson 10's forms) and ``exercises`` (the checkers).
 
 Importing ``dpcourse`` or any of its sub-packages never starts a JAX backend,
 so a notebook can import it before :func:`dpcourse.devices.setup_devices`

@@ -36,14 +36,27 @@ MOVED = {
     "dpcourse.worker": "dpcourse.multihost.worker",
     "dpcourse.ports": "dpcourse.multihost.ports",
     "dpcourse.multihost_plan": "dpcourse.multihost.plan",
-    "dpcourse.gpu_targets": "dpcourse.gpu_compile.targets",
-    "dpcourse.deviceless": "dpcourse.gpu_compile.compile",
-    "dpcourse.gpu_placement": "dpcourse.gpu_compile.mocked",
-    "dpcourse.course_steps": "dpcourse.gpu_compile.steps",
-    "dpcourse.sharded_steps": "dpcourse.gpu_compile.steps",
-    # Lesson 10's builders joined the others in gpu_compile.steps.
-    "dpcourse.gpu_compile.sharded_steps": "dpcourse.gpu_compile.steps",
+    "dpcourse.gpu_targets": "dpcourse.cross_compile.targets",
+    "dpcourse.deviceless": "dpcourse.cross_compile.compile",
+    # What lessons 04, 05 and 09 called on it (show_gpu_placement, CPU_ONLY_CAVEAT, PASS_NAME) is the notebook's.
+    "dpcourse.gpu_placement": "dpcourse.cross_compile.notebook",
+    "dpcourse.course_steps": "dpcourse.cross_compile.steps",
+    "dpcourse.sharded_steps": "dpcourse.cross_compile.steps",
+    # Compiling for GPUs and TPUs you do not have: one package, cross_compile (it was gpu_compile).
+    "dpcourse.gpu_compile": "dpcourse.cross_compile",
+    "dpcourse.gpu_compile.compile": "dpcourse.cross_compile.compile",
+    "dpcourse.gpu_compile.mocked": "dpcourse.cross_compile.mocked",
+    "dpcourse.gpu_compile.notebook": "dpcourse.cross_compile.notebook",
+    "dpcourse.gpu_compile.overlap_steps": "dpcourse.cross_compile.overlap_steps",
+    "dpcourse.gpu_compile.result": "dpcourse.cross_compile.result",
+    "dpcourse.gpu_compile.steps": "dpcourse.cross_compile.steps",
+    "dpcourse.gpu_compile.targets": "dpcourse.cross_compile.targets",
+    # Lesson 10's builders joined the others in the steps module.
+    "dpcourse.gpu_compile.sharded_steps": "dpcourse.cross_compile.steps",
 }
+# Old names whose command (``python -m``) moved to another module than their code: the report of
+# mocked GPU topologies is ``python -m dpcourse.cross_compile.notebook --report`` now.
+MOVED_COMMANDS = {"dpcourse.gpu_compile.mocked": "dpcourse.cross_compile.notebook"}
 
 
 def warn_moved(old: str, new: str, stacklevel: int = 3, frame=None) -> None:
@@ -88,8 +101,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._own_specs.get(module.__name__, module.__spec__)
 
     def get_code(self, fullname):
-        """``python -m`` with an old name runs the new module's code."""
-        new = MOVED[fullname]
+        """``python -m`` with an old name runs the new module's code (or the command's, :data:`MOVED_COMMANDS`)."""
+        new = MOVED_COMMANDS.get(fullname, MOVED[fullname])
         warn_moved(fullname, new, stacklevel=2)
         spec = importlib.util.find_spec(new)
         return spec.loader.get_code(new)

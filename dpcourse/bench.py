@@ -166,6 +166,7 @@ def benchmark(
     steps: int | None = None,
     n_devices: int | None = None,
     global_batch: int | None = None,
+    precompiled: tuple[Any, float, str] | None = None,
 ) -> tuple[BenchResult, Any, Any]:
     """Time ``step(params, opt_state, x, y) -> (params, opt_state, metrics)``.
 
@@ -184,6 +185,9 @@ def benchmark(
             steps >= 1, warm-up >= 0); each overrides ``cfg``'s.
         n_devices, global_batch: default: read from the batches
             (:func:`batch_layout`).
+        precompiled: ``(executable, compile_s, compile_kind)`` of ``step``
+            compiled elsewhere (notebook 09 compiles its ladder's rungs side
+            by side); ``step`` is then not compiled again.
 
     Returns:
         ``(result, params, opt_state)`` after the last step.
@@ -211,14 +215,28 @@ def benchmark(
 
         with outside_mesh():
             return _benchmark(
-                step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch
+                step,
+                params,
+                opt_state,
+                batches,
+                warmup_steps,
+                repeats,
+                steps,
+                label,
+                n_devices,
+                global_batch,
+                precompiled,
             )
-    return _benchmark(step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch)
+    return _benchmark(
+        step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch, precompiled
+    )
 
 
-def _benchmark(step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch):
+def _benchmark(
+    step, params, opt_state, batches, warmup_steps, repeats, steps, label, n_devices, global_batch, precompiled=None
+):
     x0, y0 = batches[0]
-    compiled, compile_s, kind = compile_step(step, params, opt_state, x0, y0)
+    compiled, compile_s, kind = precompiled or compile_step(step, params, opt_state, x0, y0)
     i = 0
     metrics = None
     for _ in range(warmup_steps):

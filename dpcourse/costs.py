@@ -1,176 +1,30 @@
-"""The cost model: FLOPs, gradient bytes, all-reduce time, MFU.
+"""The cost model: FLOPs, gradient bytes, all-reduce times (GPU rings, TPU ICI), MFU.
 
-Printed in notebooks 02 and 04; plotted against measurements in 07. Every
-device figure below carries its source. Peaks are dense (no structured
-sparsity) tensor-core or CUDA-core throughput per GPU.
-
-Which peak applies: JAX's default float32 matmul precision lets XLA use
-TF32 tensor cores on NVIDIA GPUs from Ampere on (``jax.default_matmul_precision``
-"default"), so MFU for this float32 workload is quoted against the TF32
-peak. Set ``jax_default_matmul_precision="highest"`` for true FP32 and
-compare against the FP32 peak instead.
+Printed in notebooks 02 and 04; plotted against measurements in 07. The
+device figures it uses, each with its source, are in
+:mod:`dpcourse.backend.peaks` (re-exported here: ``find_peak``,
+``DevicePeak``, ``PEAKS``). MFU divides by the peak of the precision a
+float32 matmul runs at under JAX's default precision: TF32 on the NVIDIA
+GPUs listed, bf16 on a TPU (one MXU pass; ``"highest"`` takes six).
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
 
+from dpcourse.backend.peaks import (  # noqa: F401  (re-exported: the names lessons use)
+    GB,
+    ICI_HOP_LATENCY_S,
+    NCCL_RING_BASE_S,
+    PEAKS,
+    TFLOP,
+    DevicePeak,
+    Ici,
+    find_peak,
+)
 from dpcourse.config import Config
 from dpcourse.model import param_count, train_flops_per_example
-
-TFLOP = 1e12
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class DevicePeak:
-    """Dense peak throughput of one device, FLOP/s, and its main GPU-to-GPU link.
-
-    Attributes:
-        name: product name.
-        fp32_flops_per_s, tf32_flops_per_s, bf16_flops_per_s: dense peaks.
-        link: interconnect used for the all-reduce between GPUs of one node.
-        link_bytes_per_s: one-direction bandwidth of that link, bytes/s.
-        source: where the figures come from.
-    """
-
-    name: str
-    fp32_flops_per_s: float
-    tf32_flops_per_s: float
-    bf16_flops_per_s: float
-    link: str
-    link_bytes_per_s: float
-    source: str
-
-    def peak(self, precision: str = "tf32") -> float:
-        """Peak FLOP/s for ``precision`` in {"fp32", "tf32", "bf16"}.
-
-        Raises:
-            ValueError: another precision name.
-        """
-        table = {"fp32": self.fp32_flops_per_s, "tf32": self.tf32_flops_per_s, "bf16": self.bf16_flops_per_s}
-        if precision not in table:
-            raise ValueError(f"precision must be one of {sorted(table)}, got {precision!r}.")
-        return table[precision]
-
-
-# Datasheet values are quoted "with sparsity" for TF32/BF16; the dense
-# figures are half of those. PCIe Gen4 x16: about 32 GB/s each way (PCI-SIG
-# 16 GT/s x 16 lanes, 128b/130b encoding); Gen5 twice that. NVLink4
-# (H100/H200 SXM): 900 GB/s in total, 450 GB/s each way; NVLink3 (A100 SXM):
-# 600 GB/s total, 300 each way. A PCIe card's optional NVLink bridge joins
-# pairs of cards only, so the PCIe entries quote the PCIe link.
-#
-# Each entry: (key, tokens that must all appear in the device kind, peak).
-# The kind is split into tokens at every non-alphanumeric character, so
-# "A100" matches "NVIDIA A100-SXM4-80GB" but not "RTX A1000", and "L4" does
-# not match "L40S". The first matching entry wins: PCIe entries come first.
-PEAKS: tuple[tuple[str, tuple[str, ...], DevicePeak], ...] = (
-    (
-        "l4",
-        ("L4",),
-        DevicePeak(
-            "NVIDIA L4",
-            30.3 * TFLOP,
-            60 * TFLOP,
-            121 * TFLOP,
-            "PCIe Gen4 x16",
-            32 * GB,
-            "NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 120*, BF16 242* TFLOPS (*with sparsity); "
-            "no NVLink: PCIe Gen4 x16, 32 GB/s each way",
-        ),
-    ),
-    (
-        "a100-pcie",
-        ("A100", "PCIE"),
-        DevicePeak(
-            "NVIDIA A100 PCIe",
-            19.5 * TFLOP,
-            156 * TFLOP,
-            312 * TFLOP,
-            "PCIe Gen4 x16",
-            32 * GB,
-            "NVIDIA A100 Tensor Core GPU datasheet, PCIe columns (40GB, 80GB): FP32 19.5, TF32 156 (312*), "
-            "BF16 312 (624*) TFLOPS; link PCIe Gen4 x16, 32 GB/s each way (PCI-SIG 16 GT/s x 16, 128b/130b)",
-        ),
-    ),
-    (
-        "a100",
-        ("A100",),
-        DevicePeak(
-            "NVIDIA A100 SXM",
-            19.5 * TFLOP,
-            156 * TFLOP,
-            312 * TFLOP,
-            "NVLink3 (SXM)",
-            300 * GB,
-            "NVIDIA A100 Tensor Core GPU datasheet, SXM columns: FP32 19.5, TF32 156 (312*), BF16 312 (624*) "
-            "TFLOPS; NVLink3 600 GB/s in total, 300 GB/s each way",
-        ),
-    ),
-    (
-        "h100-pcie",
-        ("H100", "PCIe"),
-        DevicePeak(
-            "NVIDIA H100 PCIe",
-            51 * TFLOP,
-            378 * TFLOP,
-            756 * TFLOP,
-            "PCIe Gen5 x16",
-            64 * GB,
-            "NVIDIA H100 Tensor Core GPU datasheet, PCIe column: FP32 51, TF32 756*, BF16 1,513* TFLOPS; "
-            "link PCIe Gen5 x16, 64 GB/s each way (PCI-SIG 32 GT/s x 16)",
-        ),
-    ),
-    (
-        "h100",
-        ("H100",),
-        DevicePeak(
-            "NVIDIA H100 SXM",
-            67 * TFLOP,
-            495 * TFLOP,
-            989 * TFLOP,
-            "NVLink4",
-            450 * GB,
-            "NVIDIA H100 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS; "
-            "NVLink4 900 GB/s in total, 450 GB/s each way",
-        ),
-    ),
-    (
-        "h200",
-        ("H200",),
-        DevicePeak(
-            "NVIDIA H200 SXM",
-            67 * TFLOP,
-            495 * TFLOP,
-            989 * TFLOP,
-            "NVLink4",
-            450 * GB,
-            "NVIDIA H200 Tensor Core GPU datasheet, SXM column: FP32 67, TF32 989*, BF16 1,979* TFLOPS; "
-            "NVLink4 900 GB/s in total, 450 GB/s each way",
-        ),
-    ),
-)
-
-
-def find_peak(device_kind: str) -> DevicePeak | None:
-    """The :class:`DevicePeak` for a JAX ``device.device_kind``, or None.
-
-    Matching is by whole tokens of the kind string (``"NVIDIA L4"``,
-    ``"NVIDIA H100 80GB HBM3"``, ``"NVIDIA A100-PCIE-40GB"``, ``"NVIDIA A100
-    80GB PCIe"``, ...), case-insensitive: a PCIe part gets its PCIe link, an
-    SXM part its NVLink. NVL variants, unlisted GPUs (L40S, GH200, RTX
-    cards) and every CPU return None: no MFU or link time is computed for
-    them rather than an invented peak.
-    """
-    tokens = set(re.split(r"[^0-9A-Z]+", device_kind.upper()))
-    if "NVL" in tokens:
-        return None
-    for _, needles, peak in PEAKS:
-        if all(n.upper() in tokens for n in needles):
-            return peak
-    return None
 
 
 def gradient_bytes(cfg: Config, bytes_per_value: int = 4) -> int:
@@ -191,8 +45,9 @@ def ring_allreduce_s(n_bytes: float, n_devices: int, link_bytes_per_s: float, la
     pays a fixed ``latency_s`` (launch and synchronisation). With the
     default ``latency_s=0`` this is the bandwidth term alone, a lower bound.
     For a 7.45 MB gradient over NVLink4 (450 GB/s) the bandwidth term of 8
-    GPUs is 29 us, while its 14 ring steps at an illustrative 2 us each
-    would add 28 us: the same order. Measure both terms with
+    GPUs is 29 us, while its 14 ring steps at the 3.4 us NCCL's own tuning
+    model gives an NVLink ring step (:data:`dpcourse.backend.peaks.NCCL_RING_STEP_NVLINK_S`)
+    add 48 us: the same order. Measure both terms with
     :mod:`dpcourse.perf.linkbench` rather than assuming them.
 
     Args:
@@ -274,15 +129,147 @@ def ring_reduce_scatter_s(n_bytes: float, n_devices: int, link_bytes_per_s: floa
     return (n_devices - 1) * latency_s + reduce_scatter_bytes(n_bytes, n_devices) / link_bytes_per_s
 
 
+def ici_axis_allreduce_s(
+    n_bytes: float, axis_len: int, link_bytes_per_s: float, wraparound: bool, hop_latency_s: float = 0.0
+) -> float:
+    """All-reduce of ``n_bytes`` over one axis of a TPU slice, over ICI, seconds.
+
+    With a wraparound link the axis is a ring and data goes both ways:
+    ``2 V / W_ici``, ``W_ici`` the bidirectional bandwidth of a link (twice
+    ``link_bytes_per_s``, one direction), in ``2 ceil(N / 2)`` hops (Austin
+    et al., "How to Scale Your Model", Google DeepMind 2025, the sharding
+    chapter: an all-reduce is a reduce-scatter and an all-gather, each
+    ``V / W_ici`` "so long as we have a full ring"). Without one (an axis
+    shorter than a full pod axis: a v5e-8 is a 2 x 4 mesh, not a torus) the
+    axis is a line: the ring runs one way, ``2 (N - 1) / N x V / W`` with
+    ``W`` one direction, in ``2 (N - 1)`` hops, about twice the ring's time
+    for long axes (the book: no wraparound "typically doubles the time of
+    most communication"). Each hop adds ``hop_latency_s``.
+
+    Raises:
+        ValueError: ``axis_len`` < 1, a bandwidth <= 0 or a negative latency.
+    """
+    _check_link(axis_len, link_bytes_per_s, hop_latency_s)
+    if axis_len == 1:
+        return 0.0
+    if wraparound:
+        return n_bytes / link_bytes_per_s + 2 * math.ceil(axis_len / 2) * hop_latency_s
+    return 2 * (axis_len - 1) / axis_len * n_bytes / link_bytes_per_s + 2 * (axis_len - 1) * hop_latency_s
+
+
+def ici_allreduce_s(
+    n_bytes: float,
+    shape: tuple[int, ...],
+    link_bytes_per_s: float,
+    wraparound: tuple[bool, ...],
+    hop_latency_s: float = 0.0,
+) -> float:
+    """All-reduce of ``n_bytes`` over every axis of a TPU slice of ``shape`` chips at once, seconds.
+
+    Data parallelism over the whole slice. As the book does for a collective
+    over several axes, the axes' bandwidths add (the sharding chapter: over
+    several axes the bandwidth grows "by a factor of n_axes"): the bandwidth
+    time is ``1 / sum(1 / T_i)`` of the axes' :func:`ici_axis_allreduce_s`
+    bandwidth terms, ``2 V / (n_axes W_ici)`` for equal rings; the hops add
+    over the axes (the book's latency term: the longest path, the sum of the
+    axes' hops), twice (reduce-scatter, then all-gather). The two terms are
+    added, as in :func:`ring_allreduce_s`; the book writes their maximum,
+    which is at most a factor 2 from the sum.
+
+    Args:
+        shape: chips along each axis of the slice, e.g. ``(2, 4)`` for a v5e-8.
+        link_bytes_per_s: one link's bandwidth, one direction.
+        wraparound: per axis, whether it closes into a ring
+            (:meth:`dpcourse.backend.peaks.Ici.wraparound`).
+        hop_latency_s: fixed time per hop (about 1 us: ``ICI_HOP_LATENCY_S``).
+
+    Raises:
+        ValueError: ``wraparound`` not one flag per axis, or the errors of
+            :func:`ici_axis_allreduce_s`.
+    """
+    if len(wraparound) != len(shape):
+        raise ValueError(f"Give one wraparound flag per axis: shape {shape}, wraparound {wraparound}.")
+    rates, latency = 0.0, 0.0
+    for n, ring in zip(shape, wraparound):
+        bandwidth_s = ici_axis_allreduce_s(n_bytes, n, link_bytes_per_s, ring)
+        if bandwidth_s > 0:
+            rates += 1.0 / bandwidth_s
+        latency += ici_axis_allreduce_s(0.0, n, link_bytes_per_s, ring, hop_latency_s)
+    return (1.0 / rates if rates else 0.0) + latency
+
+
+def tpu_slice_allreduce_s(n_bytes: float, peak: DevicePeak, shape: tuple[int, ...], latency: bool = True) -> float:
+    """:func:`ici_allreduce_s` on a slice of ``peak``'s TPU (its link, wraparound and hop latency).
+
+    Raises:
+        ValueError: ``peak`` is not a TPU, or a shape its torus cannot have.
+    """
+    if peak.ici is None:
+        raise ValueError(f"{peak.name} is not a TPU: use ring_allreduce_s for a GPU's link.")
+    return ici_allreduce_s(
+        n_bytes, shape, peak.link_bytes_per_s, peak.ici.wraparound(shape), peak.hop_latency_s if latency else 0.0
+    )
+
+
+def tpu_collective_s(
+    kind: str, n_bytes: float, peak: DevicePeak, shape: tuple[int, ...], latency: bool = True
+) -> float:
+    """One ``"all-reduce"``, ``"reduce-scatter"`` or ``"all-gather"`` of ``n_bytes`` over a whole TPU slice, seconds.
+
+    A reduce-scatter or an all-gather is one of the all-reduce's two phases
+    (the book: the all-reduce "has 2x the above cost"): half of
+    :func:`tpu_slice_allreduce_s`, bandwidth and hops alike.
+
+    Raises:
+        ValueError: another kind, or the errors of :func:`tpu_slice_allreduce_s`.
+    """
+    if kind not in ("all-reduce", "reduce-scatter", "all-gather"):
+        raise ValueError(f"kind must be 'all-reduce', 'reduce-scatter' or 'all-gather', got {kind!r}.")
+    full = tpu_slice_allreduce_s(n_bytes, peak, shape, latency)
+    return full if kind == "all-reduce" else full / 2
+
+
+def tpu_slice_shape(coords: list[tuple[int, ...]], peak: DevicePeak) -> tuple[int, ...]:
+    """The slice's shape from its chips' ``device.coords`` (JAX's TPU devices carry them).
+
+    Chips along each axis (the largest coordinate + 1), trimmed to the torus's
+    axes: a v5e's coords are ``(x, y, 0)``, so a v5e-8 gives ``(2, 4)`` or
+    ``(4, 2)`` as its coordinates run.
+
+    Raises:
+        ValueError: no coordinates, ``peak`` not a TPU, or chips beyond the torus's axes.
+    """
+    if not coords or peak.ici is None:
+        raise ValueError("Give the coords of at least one TPU chip (device.coords) and a TPU's peak.")
+    shape = tuple(max(c[i] for c in coords) + 1 for i in range(len(coords[0])))
+    dims = peak.ici.torus_dims
+    if any(s != 1 for s in shape[dims:]):
+        raise ValueError(f"Coordinates span {shape}: more axes than {peak.name}'s {dims}-D torus.")
+    return shape[:dims]
+
+
+def slice_name(peak: DevicePeak, shape: tuple[int, ...]) -> str:
+    """A slice's name and topology, e.g. ``"v5e-8 (2x4 mesh)"`` or ``"v5e-256 (16x16 torus)"``."""
+    chips = math.prod(shape)
+    version = peak.name.split()[2] if peak.name.startswith("Google TPU") else peak.name
+    rings = peak.ici.wraparound(shape) if peak.ici else ()
+    kind = "torus" if rings and all(rings) else ("mesh" if not any(rings) else "mesh, partly wrapped")
+    return f"{version}-{chips} ({'x'.join(map(str, shape))} {kind})"
+
+
 def achieved_flops_per_s(cfg: Config, global_batch: int, ms_per_step: float) -> float:
     """Training FLOP/s over all devices implied by a measured step time."""
     return train_flops_per_step(cfg, global_batch) / (ms_per_step / 1000.0)
 
 
 def mfu(
-    cfg: Config, global_batch: int, ms_per_step: float, n_devices: int, device_kind: str, precision: str = "tf32"
+    cfg: Config, global_batch: int, ms_per_step: float, n_devices: int, device_kind: str, precision: str | None = None
 ) -> float | None:
     """Model-FLOPs utilisation: achieved FLOP/s over ``n_devices x`` peak.
+
+    ``precision=None`` takes the peak of the precision a float32 matmul runs
+    at under JAX's default precision (:attr:`DevicePeak.float32_matmul`):
+    TF32 on the GPUs listed, bf16 on a TPU.
 
     Returns:
         A fraction in [0, 1] or more (a wrong peak would show), or None when
@@ -368,6 +355,31 @@ def predict_step(
     single_s = overhead_s + per_example_s * per_device_batch
     global_batch = per_device_batch * n_devices
     return Prediction(n_devices, global_batch, compute_s, allreduce_s, step_s, global_batch / step_s, single_s / step_s)
+
+
+def predict_tpu_step(
+    cfg: Config,
+    per_device_batch: int,
+    peak: DevicePeak,
+    shape: tuple[int, ...],
+    overhead_s: float,
+    per_example_s: float,
+    latency: bool = False,
+    grad_bytes_per_value: int = 4,
+) -> Prediction:
+    """:func:`predict_step` for a TPU slice of ``shape`` chips: the all-reduce over ICI.
+
+    The same compute term as :func:`predict_step`; the all-reduce is
+    :func:`tpu_slice_allreduce_s` (its hop latency only with ``latency=True``).
+    """
+    n_devices = math.prod(shape)
+    compute_s = overhead_s + per_example_s * per_device_batch
+    allreduce_s = tpu_slice_allreduce_s(gradient_bytes(cfg, grad_bytes_per_value), peak, shape, latency)
+    step_s = compute_s + allreduce_s
+    global_batch = per_device_batch * n_devices
+    return Prediction(
+        n_devices, global_batch, compute_s, allreduce_s, step_s, global_batch / step_s, compute_s / step_s
+    )
 
 
 def overlapped_step_s(

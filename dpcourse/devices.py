@@ -97,7 +97,14 @@ def backend_failure_message(err: BaseException) -> str:
     JAX 0.10 to 0.12 end with a bare ``AssertionError`` when ``JAX_PLATFORMS``
     names only backends this machine lacks (``cuda`` without a visible GPU:
     jax/_src/xla_bridge.py, ``backends()``); this message says what happened.
+    Where another process holds this host's TPU chips, the message names it
+    (:func:`dpcourse.backend.chips.held_message`).
     """
+    from dpcourse.backend.chips import held_message
+
+    held = held_message(str(err))  # another process holds this host's TPU chips
+    if held:
+        return held
     detail = f"{type(err).__name__}: {err}" if str(err).strip() else "no backend of that kind could start here"
     platforms = os.environ.get("JAX_PLATFORMS")
     if platforms:
@@ -438,6 +445,34 @@ def lesson_devices(min_devices: int = 2):
         f"{len(default)} {default[0].platform} device(s) on its default backend and {len(cpu)} CPU "
         f"device(s). {hint}"
     )
+
+
+def keep_arrays_on(devices: list):
+    """Make ``devices[0]`` JAX's default device where the default backend's first device is not among ``devices``.
+
+    On a host with one GPU or one TPU chip, a multi-device lesson runs on
+    simulated CPU devices (:func:`lesson_devices`), but JAX puts an array made
+    without a device (``jnp.asarray``, a jitted function of NumPy arrays,
+    Optax's step count) on the default backend's device: the accelerator. Such
+    an array then sits outside the lesson's mesh, is computed in the
+    accelerator's numerics, and is missing from the lesson's per-device memory
+    and checkpoints. Setting ``jax_default_device`` keeps it on the lesson's
+    first device. ``jax.devices()`` and ``jax.default_backend()`` still name
+    the accelerator; ``with jax.default_device(devices[0]):`` does the same
+    for one block of code.
+
+    Returns:
+        The device made the default, or None where the default backend's
+        first device is one of ``devices`` (a CPU-only host, several GPUs or
+        chips) and nothing changed.
+    """
+    import jax
+
+    first = start_backend()[0]
+    if any(device is first for device in devices):
+        return None
+    jax.config.update("jax_default_device", devices[0])
+    return devices[0]
 
 
 def _label(devices: list, simulated: bool) -> str:

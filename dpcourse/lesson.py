@@ -90,6 +90,7 @@ def start_lesson(
     else:
         default = _devices.start_backend()
         chosen = _devices.LessonDevices(default[:1], False, f"1 x {default[0].device_kind}")
+    _devices.keep_arrays_on(chosen.devices)  # simulated devices on an accelerator's host hold every array
     for name in _devices.settings_changed_after_start():
         notes.append(
             _display.banner(
@@ -104,7 +105,8 @@ def start_lesson(
         notes.append(
             _display.banner(
                 f"Only {len(jax.devices())} {jax.default_backend().upper()} device(s): this lesson runs on "
-                f"{chosen.label}, which show placement and correctness, not speed.",
+                f"{chosen.label}, which show placement and correctness, not speed; every array it makes "
+                "stays on them.",
                 "warning",
             )
         )

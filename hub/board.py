@@ -10,24 +10,21 @@ checkers, see dpcourse/exercises/progress.py), fetched through the hub's proxy f
 the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
-server's record is shown as last read. Only jupyterhub, tornado, jsonschema
-(which jupyterhub requires, through jupyter_events) and the standard library
-are imported: on GKE this file runs in the hub's own image.
+server's record is shown as last read. Only jupyterhub, tornado, jsonschema (which
+jupyterhub requires) and the standard library are imported: on GKE this runs in the hub's image.
 
-Learners may edit their record: each is checked against :data:`RECORD_SCHEMA`
-first, and one that fails is that learner's row, "record unreadable: why", said
-once in the log; every other row keeps updating (:meth:`Room.read_record`).
+Learners may edit their record: each is checked against :data:`RECORD_SCHEMA` (the
+course's exercise ids alone) first, and one that fails is that learner's row, "record
+unreadable: why", said once in the log; the other rows keep updating (:meth:`Room.read_record`).
 
 Settings (environment; the hub sets the JUPYTERHUB_* ones):
 
-- ``BOARD_SERVERS_URL``: the proxy's address as the service reaches it
-  (``http://127.0.0.1:8000`` on `make hub`, ``http://proxy-public`` on GKE)
+- ``BOARD_SERVERS_URL``: the proxy's address from here (``http://127.0.0.1:8000`` on `make hub`, ``http://proxy-public`` on GKE)
 - ``BOARD_REFRESH_S``: seconds between the page's refreshes (default 2)
 - ``BOARD_WORKSPACES``: the folder of the learners' homes (``.hub/users`` on `make hub`):
   the board then offers catch-up and a fresh copy of a lesson (coursetools' workspace
   command, run here); unset on GKE, where the guide's kubectl commands do it
-- ``BOARD_VERIFY_TLS``: ``0`` to accept the proxy's certificate for another
-  name (`make hub` with HUB_SSL_CERT, reached on 127.0.0.1)
+- ``BOARD_VERIFY_TLS``: ``0`` accepts the proxy's certificate for another name (`make hub` with HUB_SSL_CERT)
 """
 
 from __future__ import annotations
@@ -61,7 +58,10 @@ MAX_REASON = 160  # characters of the reason a row gives for an unreadable recor
 RETRY_S = 30.0  # seconds before asking again for a record the learner's server refused
 _TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
-_ID = {"type": "string", "pattern": r"^ex\d\d_\d{1,2}$"}
+# The course's exercises (so many per lesson), the only ids a record may hold: a made-up one adds no column.
+_HOW_MANY = {2: 3, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 3, 10: 2, 11: 2, 12: 3}
+EXERCISES = [f"ex{lesson:02d}_{n}" for lesson, most in _HOW_MANY.items() for n in range(1, most + 1)]
+_ID = {"enum": EXERCISES}
 VERDICTS = ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]
 
 
@@ -71,7 +71,7 @@ def _table(names: dict, fields: dict, most: int) -> dict:
     return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
 
 
-# The shape dpcourse/exercises/progress.py writes (tests/hub/test_board_records.py checks that what it writes passes).
+# The shape dpcourse/exercises/progress.py writes and reads: its SCHEMA (tests/hub/test_board_records.py: equal).
 RECORD_SCHEMA = {
     "type": "object",
     "required": ["exercises"],
@@ -132,6 +132,8 @@ def parse_record(text: str | bytes) -> dict:
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
     if error is not None:  # the schema's own sentence, or the rule alone where that would quote a long value
         rule = f"breaks the rule {error.validator} {json.dumps(error.validator_value)[:40]}"
+        if error.validator == "enum":  # e.g. the course's exercise ids: name the one given
+            rule = f"{json.dumps(error.instance)[:40]} is not one of the {len(error.validator_value)} allowed values"
         said = error.message if len(error.message) <= 100 else rule
         where = ".".join(str(p) for p in error.absolute_path) or "the top level"
         raise RecordError(f"{where}: {said}"[:MAX_REASON])
@@ -232,10 +234,8 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
 
 def ago(seconds: float | None) -> str:
     """``"12 s"``, ``"4 min"``, ``"2 h"``; ``"-"`` for never."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
+    if seconds is None or seconds < 60:
+        return "-" if seconds is None else f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.0f} h"
 
 
@@ -243,8 +243,7 @@ SYMBOL = {"correct": "✓", "wrong": "✗", "stuck": "!", "bad": "?", "none": "�
 
 
 def label(exercise: str) -> str:
-    """``"ex03_1"`` -> ``"03.1"``."""
-    return exercise[2:].replace("_", ".") if exercise.startswith("ex") else exercise
+    return exercise[2:].replace("_", ".") if exercise.startswith("ex") else exercise  # "ex03_1" -> "03.1"
 
 
 def render_room(summary: dict) -> str:
@@ -552,11 +551,12 @@ def make_app():
             self.set_header("Content-Type", "application/json")
             if users is None:
                 raise web.HTTPError(404, "this board cannot reach the workspaces: use the commands in the guide")
-            from coursetools.room import action_command  # the course's own tools: on `make hub` only
+            from coursetools.room import BadBody, action_command, read_action  # the course's tools: on `make hub` only
 
             try:
-                command = action_command(json.loads(self.request.body or b"{}"), users, sys.executable)
-            except ValueError as err:
+                command = action_command(read_action(self.request.body), users, sys.executable)
+            except ValueError as err:  # a body that is not a JSON object: 400; a request the course refuses: said
+                self.set_status(400 if isinstance(err, BadBody) else 200)
                 self.write(json.dumps({"ok": False, "output": str(err)}))
                 return
             process = await asyncio.create_subprocess_exec(

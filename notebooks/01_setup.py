@@ -54,14 +54,20 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 # Only now do we touch JAX. `device_report` starts the backend and reads
 # versions, the default backend and its devices.
 #
-# **Memory: two different figures.** On a GPU, JAX reports
+# **Memory: two different figures**, in GiB (2^30 bytes), the unit of XLA's
+# own messages. On a GPU, JAX reports
 # `device.memory_stats()["bytes_limit"]`: the size of **JAX's allocator
 # pool**, the most it will take, a fraction of the GPU's memory set by
-# `XLA_CLIENT_MEM_FRACTION` (0.75 by default; on an H200 with 150.8 GB,
-# 0.75 x 150.8 = 113.1 GB). It is not the device's memory: that total comes
+# `XLA_CLIENT_MEM_FRACTION` (0.75 by default; on an H200 with 140.4 GiB,
+# 0.75 x 140.4 = 105.3 GiB). It is not the device's memory: that total comes
 # from the driver (`nvidia-smi`), shown beside it. What `nvidia-smi` lists
 # for a process is larger than the pool, as it counts the CUDA context too
-# (the 107,927 MiB of `docs/gpu.md`). CPU devices report neither.
+# (the 107,927 MiB of `docs/gpu.md`). On a TPU, `bytes_limit` is the chip's
+# HBM that XLA may use, with no fraction taken: 15.75 GiB on a TPU v5e
+# (16.91 x 10^9 bytes; measured on one v5e chip with JAX 0.10.2), the figure
+# XLA's out-of-memory message gives as the HBM available; Google lists the
+# chip's HBM as 16 GB (docs.cloud.google.com/tpu/docs/v5e), the TPU runtime
+# keeping the rest. CPU devices report neither.
 
 # %%
 from IPython.display import display
@@ -100,10 +106,10 @@ display(
                 "platform": d.platform,
                 "kind": d.kind,
                 "process": d.process_index,
-                "JAX pool limit GB (bytes_limit)": None
+                "memory limit GiB (bytes_limit)": None
                 if d.memory_bytes is None
-                else d.memory_bytes / 1e9,
-                "device memory GB (nvidia-smi)": None if gpu_total is None else gpu_total / 1e9,
+                else d.memory_bytes / 2**30,
+                "device memory GiB (nvidia-smi)": None if gpu_total is None else gpu_total / 2**30,
                 "pool / device": None
                 if d.memory_bytes is None or gpu_total is None
                 else d.memory_bytes / gpu_total,
@@ -119,14 +125,17 @@ display(
 #
 # Notebooks 03 to 07 need at least 2 devices (08 launches its own
 # processes and needs 8 CPU devices in this kernel for its reference run).
-# `lesson_devices` picks the GPUs when there are 2 or more, else the
-# simulated CPU devices, and raises a clear error with the fix when there
-# are neither.
+# `lesson_devices` picks the GPUs (or TPU chips) when there are 2 or more,
+# else the simulated CPU devices, and raises a clear error with the fix when
+# there are neither. One sentence says where each part of the lessons runs
+# (`dpcourse.backend.chips.describe`).
 
 # %%
+from dpcourse.backend import chips
+
 try:
     lesson = devices.lesson_devices(min_devices=2)
-    display(show.banner(f"Multi-device lessons will run on {lesson.label}.", "note"))
+    display(show.banner(chips.describe(), "note"))
 except devices.DeviceSetupError as err:
     lesson = None
     display(show.banner(str(err), "error"))
@@ -212,6 +221,8 @@ else:
 # separate process stopped after 60 s, finds that here instead of in the
 # middle of a lesson, and says what to try. On a CPU it runs over the
 # simulated devices in seconds (they cannot hang this way; the check is the same).
+# On a TPU this kernel already holds the chips, and one process at a time can
+# open them, so the check runs here, in this process.
 
 # %%
 from dpcourse.backend import health
@@ -284,8 +295,8 @@ shutil.rmtree(cache_dir)
 # - `XLA_FLAGS` is appended to, never overwritten.
 # - JAX shows its backend, devices and their kind; on a GPU its
 #   `bytes_limit` is JAX's allocator pool (`XLA_CLIENT_MEM_FRACTION` of the
-#   device), not the device's memory. Simulated CPU devices stand in for
-#   missing GPUs but never add speed.
+#   device), not the device's memory; on a TPU it is the HBM XLA may use.
+#   Simulated CPU devices stand in for missing GPUs but never add speed.
 # - The GPU interconnect (NVLink or PCIe) bounds how fast gradients can be
 #   all-reduced; `nvidia-smi topo -m` shows it (`SYS` alone crosses NUMA
 #   nodes).

@@ -258,9 +258,10 @@ display(
     show.key_values(
         {
             "achieved training FLOP/s": f"{achieved / 1e12:.3f} TFLOP/s",
-            "device peak (TF32, dense)": "unknown for this device"
+            "device peak (dense)": "unknown for this device"
             if peak is None
-            else f"{peak.peak('tf32') / 1e12:.0f} TFLOP/s ({peak.source})",
+            else f"{peak.peak() / 1e12:.0f} TFLOP/s {peak.float32_matmul.upper()} ({peak.source})",
+            "which peak": "none" if peak is None else peak.mfu_note(),
             "MFU": "not computed: no known peak for this device"
             if utilisation is None
             else f"{utilisation:.1%}",
@@ -271,9 +272,13 @@ display(
 
 # %% [markdown]
 # MFU compares the FLOPs the model needs with what the device could do at
-# its peak. JAX's default float32 matmuls run as TF32 on recent NVIDIA GPUs,
-# so the TF32 peak is the fair reference. On a CPU there is no stated peak,
-# so no MFU is printed rather than an invented one.
+# its peak, the peak of the precision this float32 step's matmuls actually
+# run at. JAX's default float32 matmuls run as TF32 on recent NVIDIA GPUs,
+# so the TF32 peak is the fair reference there. On a TPU the same default
+# is one bf16 pass on the matrix unit (precision `"highest"` takes six), so
+# the bf16 peak is the reference: Google publishes no float32 peak for
+# TPUs. On a CPU there is no stated peak, so no MFU is printed rather than
+# an invented one.
 
 # %% [markdown]
 # ## 6. What would N devices give? The cost model
@@ -301,31 +306,55 @@ display(
 #
 # The link comes from the device's entry in the peak table, or PCIe Gen4
 # x16 (about 32 GB/s each way, the L4 node's link) where it is not listed.
+#
+# TPU slices all-reduce over ICI, chip to chip, not through a host link.
+# Over one axis of a slice the all-reduce of `V` bytes takes `2 V / W_ici`,
+# `W_ici` a link's bandwidth in both directions (Austin et al., "How to
+# Scale Your Model", Google DeepMind 2025), when the axis closes into a
+# ring; an axis without its wraparound link is a line and takes about twice
+# as long. A v5e-8 (Kaggle's) is a 2 x 4 **mesh**, not a torus: only an
+# axis of 16 v5e chips wraps around. Over both axes at once their bandwidths
+# add. The rows below put this run's compute beside a v5e-8 and a v5e-256
+# (a 16 x 16 torus), or, on a TPU, slices of its own chip
+# (`costs.tpu_slice_allreduce_s`, no hop latency, like the GPU rows).
 
 # %%
-link_bytes_per_s = peak.link_bytes_per_s if peak is not None else 32e9
-link_name = peak.link if peak is not None else "PCIe Gen4 x16 (assumed)"
 per_example_s = result.ms_per_step / 1000.0 / global_batch
 rows = []
-for n_dev in (1, 2, 4, 8):
-    pred = costs.predict_step(
-        cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s
-    )
-    rows.append(
-        {
-            "devices": n_dev,
-            "global batch": pred.global_batch,
-            "compute ms": pred.compute_s * 1e3,
-            "all-reduce ms": pred.allreduce_s * 1e3,
-            "step ms": pred.step_s * 1e3,
-            "examples/s": pred.examples_per_s,
-            "scaling efficiency": f"{pred.efficiency:.1%}",
-        }
-    )
+
+
+def prediction_row(machine, link, pred):
+    return {
+        "machine": machine,
+        "link": link,
+        "global batch": pred.global_batch,
+        "compute ms": pred.compute_s * 1e3,
+        "all-reduce ms": pred.allreduce_s * 1e3,
+        "step ms": pred.step_s * 1e3,
+        "examples/s": pred.examples_per_s,
+        "scaling efficiency": f"{pred.efficiency:.1%}",
+    }
+
+
+if peak is None or not peak.is_tpu:
+    link_bytes_per_s = peak.link_bytes_per_s if peak is not None else 32e9
+    link_name = peak.link if peak is not None else "PCIe Gen4 x16 (assumed)"
+    for n_dev in (1, 2, 4, 8):
+        pred = costs.predict_step(
+            cfg, cfg.per_device_batch, n_dev, 0.0, per_example_s, link_bytes_per_s
+        )
+        rows.append(prediction_row(f"{n_dev} x this device", link_name, pred))
+tpu = peak if peak is not None and peak.is_tpu else costs.find_peak("TPU v5 lite")
+tpu_shapes = [(2, 4), (16, 16)] if tpu.ici.torus_dims == 2 else [(2, 2, 2), (4, 4, 4)]
+for shape in ([(1,) * tpu.ici.torus_dims] if tpu is peak else []) + tpu_shapes:
+    pred = costs.predict_tpu_step(cfg, cfg.per_device_batch, tpu, shape, 0.0, per_example_s)
+    link_name = f"ICI, {tpu.link_bytes_per_s / 1e9:.0f} GB/s each way per link"
+    rows.append(prediction_row(costs.slice_name(tpu, shape), link_name, pred))
 display(
     show.table(
         rows,
-        caption=f"Predicted steps, {link_name}, {costs.gradient_bytes(cfg) / 1e6:.2f} MB gradient",
+        caption=f"Predicted steps, compute as measured here, "
+        f"{costs.gradient_bytes(cfg) / 1e6:.2f} MB gradient",
     )
 )
 

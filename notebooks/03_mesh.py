@@ -216,8 +216,13 @@ show.sharding(w_sharded, "w_sharded")  # visualize_array_sharding's picture, or 
 # the `data` axis. A ring all-reduce sends about 2(N-1)/N times the gradient
 # through the slowest link of the ring, so NVLink (hundreds of GB/s) and
 # PCIe (about 32 GB/s each way for Gen4 x16) give very different step times
-# for the same model. Notebook 04 reads the all-reduce out of the compiled
-# program and 07 compares the cost model with measurements.
+# for the same model.
+# TPU chips link to their neighbours directly over ICI, in a 2D or 3D
+# torus; a slice shorter than a full axis has no wraparound link on it (a
+# v5e-8 is a 2 x 4 mesh), and an all-reduce over a line takes about twice
+# as long as over a ring. Notebook 04 reads the all-reduce out of the
+# compiled program, and the cost model of 02 and 07 puts numbers on both
+# kinds of link.
 
 # %%
 topology = devices.gpu_topology()

@@ -46,9 +46,9 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, costs, data, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
+from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -176,7 +176,7 @@ display(
             "collective executions per step": report.runs_per_step,
             "bytes through collectives per step": report.bytes_per_step,
         },
-        caption=f"Automatic data parallelism on {jax.default_backend()}, JAX {jax.__version__}",
+        caption=f"Automatic data parallelism on {lesson.devices.label}, JAX {jax.__version__}",
     )
 )
 backend = devs[0].platform
@@ -215,31 +215,44 @@ if backend == "cpu":
 #   all-reduces into one instruction (switching off that pass leaves one
 #   all-reduce per gradient leaf and metric; switching off the generic
 #   `all-reduce-combiner` changes nothing: the GPU pipeline runs its own).
+# - **TPU** (compiled with libtpu 0.0.42 and 0.0.50, the releases JAX
+#   0.10.2's and 0.12.0.1's `tpu` extras take, for a v5e 2x4 slice, the 8
+#   chips of Kaggle's TPU v5e-8, a 64-chip v5p 4x4x4 and a 256-chip v6e
+#   16x16, on a machine without a TPU): as on the GPU, one all-reduce per
+#   step, after the loop, of the gradient and the two metrics (7,454,768
+#   bytes at the full profile, the same figure as the step compiled on a
+#   real v5e chip). The TPU compiler runs the same pass: the experiment
+#   below switches it off there too.
 #
 # The line printed under the table above is measured on this run's backend.
-# The next cell asks XLA's GPU compiler itself, in a fresh process: JAX can
-# compile for N GPUs from a description of the GPU (here XLA's own H200
-# file) without having one. It needs an optional extra (`make gpu-compile`,
-# about 510 MB); without it the cell shows the result `make placement` stored,
+# The next cell asks XLA's GPU compiler and the TPU compiler themselves, in a
+# fresh process: JAX can compile for N GPUs from a description of the GPU
+# (here XLA's own H200 file), and for a TPU slice from libtpu's description
+# of its topology, without having either. Each needs an optional extra
+# (`make gpu-compile`, about 510 MB; `make tpu-compile`, libtpu, a 209 MB
+# wheel); without one the cell shows the result `make placement` stored,
 # labelled as stored, with the JAX version and date it was made.
 
 # %%
-# The same three steps compiled by XLA's GPU compiler for 8 x H200, without a GPU
-# (a fresh process with a GPU target description; without the extra, the stored result).
+# The same three steps compiled by XLA's GPU compiler for 8 x H200 and by the TPU compiler
+# for a v5e 2x4 and a v6e 16x16 slice, without a GPU or a TPU (a fresh process with a GPU
+# target description and libtpu's topologies; without an extra, the stored result).
 gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
 # **The experiment that turns it off.** Switch the pass off in the compile
 # process (`XLA_FLAGS=--xla_disable_hlo_passes=while-loop-all-reduce-code-motion`)
-# and compile plain `jit` for the GPU again: the all-reduce of the block's
-# gradient is back inside the loop, once per repeat, as on the CPU.
+# and compile plain `jit` for the GPU and the v5e slice again: on both the
+# all-reduce of the block's gradient is back inside the loop, once per
+# repeat, as on the CPU.
 
 # %%
 no_motion = gpu_notebook.show_gpu_placement(
     cfg.profile,
     backend,
-    steps={"jit": "dpcourse.gpu_compile.steps:jit_step"},
+    steps={"jit": "dpcourse.cross_compile.steps:jit_step"},
     disable_passes=(gpu_notebook.PASS_NAME,),
+    tpu_targets=("v5e_2x4",),
 )
 
 # %% [markdown]
@@ -515,34 +528,44 @@ _ = record.save_figure(fig, "throughput")
 # 1.0 and 1.8 from run to run. Read it as scheduling noise, not as scaling.
 
 # %%
-# The same link rule as notebook 02: the device's own link where it is listed,
+# The same link rule as notebook 02: the device's own link where it is listed
+# (a TPU's chips all-reduce over ICI, over the slice's axes),
 # else PCIe Gen4 x16 (32 GB/s each way, assumed); simulated devices have no link.
 peak = costs.find_peak(single.device_kind)
-if lesson.devices.simulated:
-    link_bytes_per_s, link_name = (
-        None,
-        "none: simulated devices share host memory (all-reduce time left out)",
-    )
-elif peak is not None:
+per_example_s = res_1.ms_per_step / 1000.0 / global_batch
+if peak is not None and peak.is_tpu and not lesson.devices.simulated:
+    shape = costs.tpu_slice_shape([tuple(d.coords) for d in mesh.devices.flat], peak)
     link_bytes_per_s, link_name = (
         peak.link_bytes_per_s,
-        f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way",
+        f"ICI over a {costs.slice_name(peak, shape)}, "
+        f"{peak.link_bytes_per_s / 1e9:.0f} GB/s each way per link",
     )
+    pred = costs.predict_tpu_step(cfg, cfg.per_device_batch, peak, shape, 0.0, per_example_s)
 else:
-    link_bytes_per_s, link_name = (
-        32e9,
-        "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)",
+    if lesson.devices.simulated:
+        link_bytes_per_s, link_name = (
+            None,
+            "none: simulated devices share host memory (all-reduce time left out)",
+        )
+    elif peak is not None:
+        link_bytes_per_s, link_name = (
+            peak.link_bytes_per_s,
+            f"{peak.link}, {peak.link_bytes_per_s / 1e9:.0f} GB/s each way",
+        )
+    else:
+        link_bytes_per_s, link_name = (
+            32e9,
+            "PCIe Gen4 x16, 32 GB/s each way (assumed: device not in the table)",
+        )
+    pred = costs.predict_step(
+        cfg,
+        cfg.per_device_batch,
+        n,
+        0.0,
+        per_example_s,
+        link_bytes_per_s,
+        shared_cores=lesson.devices.simulated,
     )
-per_example_s = res_1.ms_per_step / 1000.0 / global_batch
-pred = costs.predict_step(
-    cfg,
-    cfg.per_device_batch,
-    n,
-    0.0,
-    per_example_s,
-    link_bytes_per_s,
-    shared_cores=lesson.devices.simulated,
-)
 display(
     show.key_values(
         {

@@ -41,9 +41,9 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse import bench, costs, memory, model, placement, record, show, train
 from dpcourse.compiled import collectives
+from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.gpu_compile import notebook as gpu_notebook
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -189,7 +189,7 @@ display(
                 "bytes per step": ideal,
             },
         ],
-        caption=f"Collectives per step, {jax.default_backend()}, JAX {jax.__version__}",
+        caption=f"Collectives per step, {lesson.devices.label}, JAX {jax.__version__}",
     )
 )
 backend = devs[0].platform
@@ -203,8 +203,9 @@ if backend == "cpu":
     print(gpu_notebook.CPU_ONLY_CAVEAT)
 
 # %%
-# Both steps (and 04's device-axis step) compiled by XLA's GPU compiler for 8 x H200,
-# without a GPU (a fresh process, with the extra of `make gpu-compile`; else the stored result).
+# Both steps (and 04's device-axis step) compiled by XLA's GPU compiler for 8 x H200 and by
+# the TPU compiler for a v5e 2x4 and a v6e 16x16 slice, without a GPU or a TPU (a fresh
+# process, with the extras of `make gpu-compile` and `make tpu-compile`; else the stored result).
 gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 
 # %% [markdown]
@@ -215,9 +216,11 @@ gpu_results = gpu_notebook.show_gpu_placement(cfg.profile, backend)
 # reduces the shared block's gradient inside the loop, once per repeat;
 # XLA's GPU compiler (measured with JAX 0.10.2 and 0.12.0.1) moves it out
 # with `while-loop-all-reduce-code-motion` and `gpu-all-reduce-combiner` joins
-# it to the rest, so on GPUs plain `jit` also reduces once per step. The
-# `shard_map` step does not depend on that pass: it says where the reduction
-# goes, on every backend.
+# it to the rest, so on GPUs plain `jit` also reduces once per step. The TPU
+# compiler (libtpu 0.0.42 and 0.0.50) places all three steps as the GPU
+# compiler does: one all-reduce per step, after the loop, of the same bytes.
+# The `shard_map` step does not depend on that pass: it says where the
+# reduction goes, on every backend.
 
 # %% [markdown]
 # ## 4. Same parameters, three ways

@@ -194,8 +194,14 @@ if fit is not None:
         label="fit: overhead + per-example time",
     )
 if peak is not None and ok:
-    bound = n * peak.peak("tf32") / model.train_flops_per_example(cfg)
-    ax.axhline(bound, color="grey", linestyle=":", label=f"{n} x TF32 peak ({peak.name})")
+    # The peak of the precision a float32 matmul runs at: TF32 on a GPU, bf16 on a TPU.
+    bound = n * peak.peak() / model.train_flops_per_example(cfg)
+    ax.axhline(
+        bound,
+        color="grey",
+        linestyle=":",
+        label=f"{n} x {peak.float32_matmul.upper()} peak ({peak.name})",
+    )
 for pt in points:
     if pt.status != "ok":
         ax.axvline(pt.global_batch, color="red", alpha=0.3)
@@ -301,6 +307,48 @@ for label, bytes_per_value in (("float32", 4), ("bfloat16", 2)) if link is not N
     )
 if fit is not None:
     print(f"Fitted overhead per step, for scale: {fit.overhead_s * 1e3:.3f} ms.")
+
+# %% [markdown]
+# The same all-reduce of the `full` profile's gradient on the datasheet
+# links, without and with their latencies: two GPU rings, with NCCL's
+# latencies from its tuning tables (8.4 µs a call, 3.4 µs a ring step over
+# NVLink, 5.7 µs over PCIe);
+# and two TPU v5e slices over ICI, about 1 µs a hop (Austin et al., "How
+# to Scale Your Model"). A v5e-8 is a 2 x 4 mesh without wraparound links,
+# a v5e-256 a 16 x 16 torus; the model over a slice's axes is
+# `costs.ici_allreduce_s`'s.
+
+# %%
+datasheet_rows = []
+for label, kind, shape in (
+    ("8 x L4, PCIe Gen4 x16", "NVIDIA L4", (8,)),
+    ("8 x H200, NVLink4", "NVIDIA H200", (8,)),
+    ("v5e-8, ICI", "TPU v5 lite", (2, 4)),
+    ("v5e-256, ICI", "TPU v5 lite", (16, 16)),
+):
+    sheet = costs.find_peak(kind)
+    if sheet.is_tpu:
+        bare = costs.tpu_slice_allreduce_s(full_grad, sheet, shape, latency=False)
+        with_latency = costs.tpu_slice_allreduce_s(full_grad, sheet, shape)
+    else:
+        bare = costs.ring_allreduce_s(full_grad, shape[0], sheet.link_bytes_per_s)
+        with_latency = sheet.collective_latency_s + costs.ring_allreduce_s(
+            full_grad, shape[0], sheet.link_bytes_per_s, sheet.hop_latency_s
+        )
+    datasheet_rows.append(
+        {
+            "machine": costs.slice_name(sheet, shape) if sheet.is_tpu else label,
+            "link, each way": f"{sheet.link} {sheet.link_bytes_per_s / costs.GB:.0f} GB/s",
+            "bandwidth only µs": bare * 1e6,
+            "with latency µs": with_latency * 1e6,
+        }
+    )
+display(
+    show.table(
+        datasheet_rows,
+        caption=f"Modelled all-reduce of {full_grad / 1e6:.2f} MB (the full profile's gradient)",
+    )
+)
 
 # %% [markdown]
 # Three readings. **bfloat16 gradients** (cast before the `pmean`, back to

@@ -57,7 +57,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dpcourse import config, costs, data, model, record, show, train
-from dpcourse.multihost import distributed, launcher, worker
+from dpcourse.multihost import distributed, launcher, ports, worker
 
 if cfg.profile == "full":  # the worker processes run on CPU, where the full size takes far too long
     cfg = config.make_config("cpu")
@@ -231,49 +231,62 @@ for p, rows in planned_rows.items():
 # as this step compiles faster than that on CPU.
 
 # %%
-print("workers' compilation cache:")
-for name, value in multihost_plan.worker_cache_env().items():
-    print(f"  {name}={value}")
-run = launcher.launch_local(
-    N_PROCESSES,
-    DEVICES_PER_PROCESS,
-    profile=cfg.profile,
-    steps=STEPS,
-    data_source=dataset.source,
-    timeout_s=LAUNCH_TIMEOUT_S,
-)
-summary = run.summary
-display(
-    show.table(
-        [
-            {"process": i, "variable": name, "value": value}
-            for i, env in run.env.items()
-            for name, value in env.items()
-        ],
-        caption="The environment each process got",
+# One sentence, or None where processes can open a TCP socket on 127.0.0.1 (some sandboxed
+# hosts refuse every internet socket): the coordinator and the collectives need one.
+no_tcp = ports.tcp_unavailable()
+run = None
+if no_tcp:
+    display(
+        show.banner(
+            f"{no_tcp} The multi-process runs of sections 3 to 5 are skipped; "
+            "the rest of the lesson runs.",
+            "warning",
+        )
     )
-)
-display(
-    show.table(
-        [
-            {
-                "process": r["process"],
-                "its devices (global ids)": str(r["devices"]),
-                "rows of each global batch it loaded": f"{r['rows'][0]}:{r['rows'][1]}",
-            }
-            for r in summary["layout"]
-        ],
-        caption=f"Who loads which data: global batch {summary['global_batch']}, "
-        f"{summary['global_devices']} global devices",
+else:
+    print("workers' compilation cache:")
+    for name, value in multihost_plan.worker_cache_env().items():
+        print(f"  {name}={value}")
+    run = launcher.launch_local(
+        N_PROCESSES,
+        DEVICES_PER_PROCESS,
+        profile=cfg.profile,
+        steps=STEPS,
+        data_source=dataset.source,
+        timeout_s=LAUNCH_TIMEOUT_S,
     )
-)
-for i in sorted(run.stdout):
-    printed = launcher.output_tail(run.stdout[i]) or "(nothing: only process 0 prints results)"
-    print(f"--- process {i} printed ---\n{printed}")
-print(
-    f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.wall_s:.1f} s; "
-    f"compile {summary['compile_s']:.2f} s; {summary['ms_per_step']:.1f} ms/step"
-)
+    summary = run.summary
+    display(
+        show.table(
+            [
+                {"process": i, "variable": name, "value": value}
+                for i, env in run.env.items()
+                for name, value in env.items()
+            ],
+            caption="The environment each process got",
+        )
+    )
+    display(
+        show.table(
+            [
+                {
+                    "process": r["process"],
+                    "its devices (global ids)": str(r["devices"]),
+                    "rows of each global batch it loaded": f"{r['rows'][0]}:{r['rows'][1]}",
+                }
+                for r in summary["layout"]
+            ],
+            caption=f"Who loads which data: global batch {summary['global_batch']}, "
+            f"{summary['global_devices']} global devices",
+        )
+    )
+    for i in sorted(run.stdout):
+        printed = launcher.output_tail(run.stdout[i]) or "(nothing: only process 0 prints results)"
+        print(f"--- process {i} printed ---\n{printed}")
+    print(
+        f"\nwall time of the {N_PROCESSES}-process run (start to last exit): {run.wall_s:.1f} s; "
+        f"compile {summary['compile_s']:.2f} s; {summary['ms_per_step']:.1f} ms/step"
+    )
 
 # %% [markdown]
 # Global device ids need not run from 0: JAX numbers each process's CPU
@@ -284,22 +297,24 @@ print(
 # across processes with `jax.experimental.multihost_utils.process_allgather`.
 
 # %%
-for i in sorted(run.stderr):
-    logged = [line for line in run.stderr[i].splitlines() if line.startswith("[process")]
-    print(f"process {i}:", logged)
-assert summary["replicas_agree"], "the processes ended with different parameters"
-reported = {r["process"]: (r["rows"][0], r["rows"][1]) for r in summary["layout"]}
-planned = {p: (rows[0][0], rows[-1][1]) for p, rows in planned_rows.items()}
-if planned == reported:
-    print("rows_held (your cell) planned the rows every worker loaded:", planned)
-else:
-    display(
-        show.banner(
-            f"Your rows_held planned {planned}; the workers (the package's process_rows) loaded "
-            f"{reported}: your cell picks other rows than the sharding gives each process.",
-            "warning",
+if run is not None:  # the multi-process run of section 3 (skipped without TCP)
+    for i in sorted(run.stderr):
+        logged = [line for line in run.stderr[i].splitlines() if line.startswith("[process")]
+        print(f"process {i}:", logged)
+    assert summary["replicas_agree"], "the processes ended with different parameters"
+    reported = {r["process"]: (r["rows"][0], r["rows"][1]) for r in summary["layout"]}
+    planned = {p: (rows[0][0], rows[-1][1]) for p, rows in planned_rows.items()}
+    if planned == reported:
+        print("rows_held (your cell) planned the rows every worker loaded:", planned)
+    else:
+        display(
+            show.banner(
+                f"Your rows_held planned {planned}; the workers (the package's process_rows) "
+                f"loaded {reported}: your cell picks other rows than the sharding gives each "
+                "process.",
+                "warning",
+            )
         )
-    )
 
 # %% [markdown]
 # ## 4. Same result as one process with as many devices
@@ -344,55 +359,58 @@ for i in range(STEPS):
     ):  # AdamW's update hides a scaled gradient: keep its first moment, (1 - b1) x the gradient
         first_moment = jax.device_get(train.adam_first_moment(opt_state))
 
-diff = train.max_abs_diff(params, run.params)
-grad_rel_diff = distributed.relative_diff(first_moment, run.first_moment)
-# Tolerance, as in notebooks 04 and 05: the gradient sums run in another
-# order (gloo between processes vs XLA inside one), which changes float32
-# results by a few units in the last place (about 1e-7 relative), and AdamW's
-# first steps move each weight by about the learning rate (3e-4), so honest
-# runs differ far below 1e-5 (measured: about 1e-7). A process that loaded
-# the wrong rows changes the gradient, and with it the sign of many updates:
-# differences of about 2 x 3e-4, sixty times the tolerance.
-MULTIHOST_TOL = 1e-5
-display(
-    show.table(
-        [
-            {
-                "step": i + 1,
-                f"loss, 1 process x {N_DEVICES} devices": a,
-                f"loss, {N_PROCESSES} processes": b,
-            }
-            for i, (a, b) in enumerate(zip(single_losses, summary["losses"]))
-        ],
-        caption="Loss per step (global mean, before each update)",
+if run is not None:  # compared with the processes of section 3 (skipped without TCP)
+    diff = train.max_abs_diff(params, run.params)
+    grad_rel_diff = distributed.relative_diff(first_moment, run.first_moment)
+    # Tolerance, as in notebooks 04 and 05: the gradient sums run in another
+    # order (gloo between processes vs XLA inside one), which changes float32
+    # results by a few units in the last place (about 1e-7 relative), and AdamW's
+    # first steps move each weight by about the learning rate (3e-4), so honest
+    # runs differ far below 1e-5 (measured: about 1e-7). A process that loaded
+    # the wrong rows changes the gradient, and with it the sign of many updates:
+    # differences of about 2 x 3e-4, sixty times the tolerance.
+    MULTIHOST_TOL = 1e-5
+    display(
+        show.table(
+            [
+                {
+                    "step": i + 1,
+                    f"loss, 1 process x {N_DEVICES} devices": a,
+                    f"loss, {N_PROCESSES} processes": b,
+                }
+                for i, (a, b) in enumerate(zip(single_losses, summary["losses"]))
+            ],
+            caption="Loss per step (global mean, before each update)",
+        )
     )
-)
-print(
-    f"max |param diff| after {STEPS} steps: {diff:.3g} (tolerance {MULTIHOST_TOL:g}); "
-    f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
-    f"{N_PROCESSES} processes {summary['params_digest']}"
-)
-assert diff < MULTIHOST_TOL, checks.beyond(
-    f"the parameters after {STEPS} steps, {N_PROCESSES} processes against 1,", diff, MULTIHOST_TOL
-)
-# The two digests differ: a digest changes with any bit, and float32 sums in
-# another order change the last bits. The difference above is what counts.
-# The first-step gradients, relative to their largest element: tolerance
-# train.GRAD_REL_TOL (1e-4, see its docstring). A pmean that averaged over
-# one process's devices only would give each process the gradient of its own
-# part of the batch, not of the global batch: a different gradient, not a
-# scaled one (measured at 2 processes x 4 devices: 0.56 relative
-# difference). A psum instead of a pmean would be N times too large.
-print(
-    f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} "
-    f"(tolerance {train.GRAD_REL_TOL:g})"
-)
-assert grad_rel_diff < train.GRAD_REL_TOL, checks.beyond(
-    "the first-step gradients relative to their largest element, processes against 1,",
-    grad_rel_diff,
-    train.GRAD_REL_TOL,
-    "a pmean over one process's devices only, or a psum for a pmean?",
-)
+    print(
+        f"max |param diff| after {STEPS} steps: {diff:.3g} (tolerance {MULTIHOST_TOL:g}); "
+        f"digests: 1 process {distributed.params_digest(jax.device_get(params))}, "
+        f"{N_PROCESSES} processes {summary['params_digest']}"
+    )
+    assert diff < MULTIHOST_TOL, checks.beyond(
+        f"the parameters after {STEPS} steps, {N_PROCESSES} processes against 1,",
+        diff,
+        MULTIHOST_TOL,
+    )
+    # The two digests differ: a digest changes with any bit, and float32 sums in
+    # another order change the last bits. The difference above is what counts.
+    # The first-step gradients, relative to their largest element: tolerance
+    # train.GRAD_REL_TOL (1e-4, see its docstring). A pmean that averaged over
+    # one process's devices only would give each process the gradient of its own
+    # part of the batch, not of the global batch: a different gradient, not a
+    # scaled one (measured at 2 processes x 4 devices: 0.56 relative
+    # difference). A psum instead of a pmean would be N times too large.
+    print(
+        f"first-step gradients: max |diff| / max |gradient| = {grad_rel_diff:.3g} "
+        f"(tolerance {train.GRAD_REL_TOL:g})"
+    )
+    assert grad_rel_diff < train.GRAD_REL_TOL, checks.beyond(
+        "the first-step gradients relative to their largest element, processes against 1,",
+        grad_rel_diff,
+        train.GRAD_REL_TOL,
+        "a pmean over one process's devices only, or a psum for a pmean?",
+    )
 
 # %% [markdown]
 # ## 5. When it goes wrong: clear errors, in bounded time
@@ -422,22 +440,23 @@ except ValueError as err:
 # The launcher notices the exit, ends the others, and names the culprit:
 
 # %%
-try:
-    launcher.launch_local(
-        N_PROCESSES,
-        DEVICES_PER_PROCESS,
-        profile=cfg.profile,
-        data_source=dataset.source,
-        fail_process=1,
-        timeout_s=LAUNCH_TIMEOUT_S,
-    )
-    raise AssertionError("the run should fail")
-except launcher.WorkerFailed as err:
-    print(f"{type(err).__name__}: {err}")
-    assert err.process_id == 1 and all(code is not None for code in err.exit_codes.values()), (
-        f"expected process 1 to fail and every process to exit; got process {err.process_id}, "
-        f"exit codes {err.exit_codes}"
-    )
+if not no_tcp:  # processes start only where they can open a TCP socket
+    try:
+        launcher.launch_local(
+            N_PROCESSES,
+            DEVICES_PER_PROCESS,
+            profile=cfg.profile,
+            data_source=dataset.source,
+            fail_process=1,
+            timeout_s=LAUNCH_TIMEOUT_S,
+        )
+        raise AssertionError("the run should fail")
+    except launcher.WorkerFailed as err:
+        print(f"{type(err).__name__}: {err}")
+        assert err.process_id == 1 and all(code is not None for code in err.exit_codes.values()), (
+            f"expected process 1 to fail and every process to exit; got process {err.process_id}, "
+            f"exit codes {err.exit_codes}"
+        )
 
 # %% [markdown]
 # **(c) A process count that does not match.** Told there is one process
@@ -448,35 +467,37 @@ except launcher.WorkerFailed as err:
 # translates. (An unreachable coordinator ends the same way.)
 
 # %%
-try:
-    launcher.launch_local(
-        N_PROCESSES,
-        DEVICES_PER_PROCESS,
-        profile=cfg.profile,
-        data_source=dataset.source,
-        num_processes=N_PROCESSES + 1,
-        init_timeout_s=3,
-        timeout_s=LAUNCH_TIMEOUT_S,
-    )
-    raise AssertionError("the run should fail")
-except launcher.WorkerFailed as err:
-    print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
+if not no_tcp:  # processes start only where they can open a TCP socket
+    try:
+        launcher.launch_local(
+            N_PROCESSES,
+            DEVICES_PER_PROCESS,
+            profile=cfg.profile,
+            data_source=dataset.source,
+            num_processes=N_PROCESSES + 1,
+            init_timeout_s=3,
+            timeout_s=LAUNCH_TIMEOUT_S,
+        )
+        raise AssertionError("the run should fail")
+    except launcher.WorkerFailed as err:
+        print(f"{type(err).__name__} after {err.wall_s:.1f} s: {str(err).splitlines()[0]}")
 
 # %%
-_ = record.figures(
-    {
-        "multihost_wall_s": (run.wall_s, "s"),
-        "multihost_processes": (N_PROCESSES, "count"),
-        "multihost_ms_per_step": (summary["ms_per_step"], "ms"),
-        "multihost_compile_s": (summary["compile_s"], "s"),
-        "final_loss": (summary["losses"][-1], "loss"),
-        "final_accuracy": (summary["accuracies"][-1], "fraction"),
-        "max_abs_param_diff_vs_single_process": (diff, "abs"),
-        "max_abs_param_diff_vs_single_process_tolerance": (MULTIHOST_TOL, "abs"),
-        "rel_grad_diff_vs_single_process": (grad_rel_diff, "ratio"),
-        "rel_grad_diff_vs_single_process_tolerance": (train.GRAD_REL_TOL, "ratio"),
-    }
-)
+if run is not None:
+    _ = record.figures(
+        {
+            "multihost_wall_s": (run.wall_s, "s"),
+            "multihost_processes": (N_PROCESSES, "count"),
+            "multihost_ms_per_step": (summary["ms_per_step"], "ms"),
+            "multihost_compile_s": (summary["compile_s"], "s"),
+            "final_loss": (summary["losses"][-1], "loss"),
+            "final_accuracy": (summary["accuracies"][-1], "fraction"),
+            "max_abs_param_diff_vs_single_process": (diff, "abs"),
+            "max_abs_param_diff_vs_single_process_tolerance": (MULTIHOST_TOL, "abs"),
+            "rel_grad_diff_vs_single_process": (grad_rel_diff, "ratio"),
+            "rel_grad_diff_vs_single_process_tolerance": (train.GRAD_REL_TOL, "ratio"),
+        }
+    )
 
 # %% [markdown]
 # ## 6. What changes on real hosts

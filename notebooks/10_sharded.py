@@ -35,6 +35,7 @@ ACCUM_K = 4  # microbatches per step in section 4
 MIN_SHARD_ELEMENTS = 1024  # leaves smaller than this stay replicated
 STEPS = 3  # training steps each form runs before it is compared with replicated DP
 GPU_TARGETS = ("h200", "l4")  # GPUs to compile for without a GPU (section 6); () skips it
+TPU_TARGETS = ("v5e_2x4",)  # TPU slices to compile for without a TPU (section 6); () skips it
 
 # %%
 from dpcourse.lesson import start_lesson
@@ -56,9 +57,9 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse import config, costs, data, memory, model, record, show, train
 from dpcourse.compiled import census, collectives
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.exercises import checks
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 devs = lesson.devices.devices
@@ -80,13 +81,13 @@ opt_state = optimizer.init(params)
 print(f"{lesson.devices.label}; {n_params:,} parameters; global batch {global_batch}")
 
 # %% [markdown]
-# Section 6 compiles this lesson's steps for GPUs this machine does not
-# have, in a separate process that takes a while; it starts now, in the
-# background, and section 6 collects what it found.
+# Section 6 compiles this lesson's steps for GPUs and a TPU slice this
+# machine does not have, in a separate process that takes a while; it
+# starts now, in the background, and section 6 collects what it found.
 
 # %%
 gpu_steps = sharded_steps.SHARDED_STEPS
-gpu_compile = gpu_notebook.start_gpu_compile(gpu_steps, GPU_TARGETS, n, cfg.profile)
+gpu_compile = gpu_notebook.start_gpu_compile(gpu_steps, GPU_TARGETS, n, cfg.profile, TPU_TARGETS)
 
 # %% [markdown]
 # ## 1. Memory first: what each device holds
@@ -727,7 +728,7 @@ for form, out in final.items():
 #
 # The package keeps the reusable version of each form
 # (`dpcourse.sharded.forms`, compiled by `make placement` through
-# `dpcourse.gpu_compile.steps`). Your cells above against it, same start, same
+# `dpcourse.cross_compile.steps`). Your cells above against it, same start, same
 # batches (edit a cell above and this says which form now differs):
 
 # %%
@@ -799,14 +800,16 @@ if backend == "cpu":
 # **For GPUs, without a GPU.** The package's twins of this lesson's seven
 # steps compiled for N x H200 and N x L4, N as many GPUs as this run has
 # devices (the L4 description is approximate, made from its datasheet), by
-# XLA's GPU compiler on this machine, through `dpcourse.gpu_compile.compile`
+# XLA's GPU compiler on this machine, through `dpcourse.cross_compile.compile`
 # (the optional extra, `make gpu-compile`; without it, the result `make
 # placement` stored for 8 GPUs, labelled as stored): the background process
 # started at the top of the lesson, one for all targets, a second or two per step.
 
 # %%
 waited = time.perf_counter()
-gpu_results = gpu_compile.results()  # waits only for what is not done yet (or reads the stored one)
+compiled = gpu_compile.results()  # waits only for what is not done yet (or reads the stored one)
+gpu_results = [r for r in compiled if r.backend != "tpu"]
+tpu_results = [r for r in compiled if r.backend == "tpu"]
 if gpu_compile.pending is not None:
     print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
 for res in gpu_results:
@@ -824,7 +827,54 @@ for res in gpu_results:
     )
 
 # %% [markdown]
-# What the GPU compiler did (the tests in `tests/lib/gpu_compile/test_sharded_steps.py` hold
+# **For a TPU slice, without a TPU.** The same seven steps compiled by the
+# TPU compiler for a v5e 2x4 slice (the 8 chips of Kaggle's TPU v5e-8),
+# from libtpu's description of the slice (the optional extra `make
+# tpu-compile`; without it, the result `make placement` stored, labelled
+# as stored). Under the table, each form whose collectives are of other
+# kinds than in the GPU program above, read from the two programs.
+
+
+# %%
+def kinds(step):
+    """The kinds of collective a compiled step runs, in order of first appearance."""
+    return list(dict.fromkeys(c["kind"] for c in step.collectives))
+
+
+for res in tpu_results:
+    if res.error:
+        print(f"{res.label}: {res.error}")
+        continue
+    tpu_rows = [
+        census.census_row(
+            sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives), res.n_devices
+        )
+        for name, s in res.steps.items()
+    ]
+    display(
+        show.table(tpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
+    )
+    gpu = next((g for g in gpu_results if not g.error and g.profile == res.profile), None)
+    for name, s in res.steps.items() if gpu is not None else ():
+        if name in gpu.steps and kinds(s) != kinds(gpu.steps[name]):
+            print(f"{sharded_steps.FORM_LABELS[name]}, the kinds of collective it runs:")
+            print(f"  {gpu.target_label}: {', '.join(kinds(gpu.steps[name]))}")
+            print(f"  {res.target_label}: {', '.join(kinds(s))}")
+
+# %% [markdown]
+# What the TPU compiler did differently (libtpu 0.0.42 and 0.0.50, the
+# smoke and full profiles): it wrote no reduce-scatter. Where the GPU
+# program reduce-scatters the gradient (ZeRO-1, FSDP), the TPU program
+# all-reduces it whole and each chip keeps its slice, so its ZeRO-1 and
+# FSDP steps move more bytes per step than replicated DP's one all-reduce;
+# and it leaves the all-gathers of the parameters one per leaf where the
+# GPU compiler combines them into one. Replicated DP and accumulation with
+# `reduced`/`unreduced` are placed as on the GPU: one all-reduce per step,
+# after the loops. "ZeRO-1, all-reduce first", which asks for the
+# all-reduce itself, is the form that keeps its bytes on both compilers.
+
+# %% [markdown]
+# What the GPU compiler did (the tests in `tests/lib/cross_compile/test_sharded_steps.py` hold
 # it to this on 8 x H200, so a JAX or XLA change that moves a collective
 # fails CI), on 2, 4 or 8 devices:
 #
@@ -898,7 +948,9 @@ for res in gpu_results:
 # ## 7. The cost model: communication per step, predicted
 #
 # The ring collectives of `dpcourse.costs` (bytes each device sends, and
-# the bandwidth term of the time over a datasheet link, no latency):
+# the bandwidth term of the time over a datasheet link, no latency; on TPU
+# v5e slices the ICI model of `costs.tpu_collective_s`, where a
+# reduce-scatter or an all-gather is half an all-reduce):
 # all-reduce `2 (N - 1) / N x bytes`, reduce-scatter and all-gather
 # `(N - 1) / N x bytes` each, for an array of `bytes` in all. An
 # all-reduce is a reduce-scatter followed by an all-gather, so ZeRO and
@@ -915,6 +967,22 @@ links = {
     "H200 NVLink4": costs.find_peak("NVIDIA H200"),
     "L4 PCIe Gen4": costs.find_peak("NVIDIA L4"),
 }
+v5e = costs.find_peak("TPU v5 lite")
+slices = {"v5e-8 ICI": (2, 4), "v5e-256 ICI": (16, 16)}  # a 2 x 4 mesh; a 16 x 16 torus
+
+
+def ici_time_s(form, shape):
+    """The form's collectives over a v5e slice of `shape`, at that slice's chip count."""
+    at = census.predict_communication(
+        grad_bytes, block_bytes, math.prod(shape), ACCUM_K, cfg.block_repeats
+    )[form]
+    return sum(
+        at[kind] * costs.tpu_collective_s(kind, at["payload"][kind] / at[kind], v5e, shape, False)
+        for kind in census.KINDS
+        if at[kind]
+    )
+
+
 pred_rows = []
 for form, p in pred.items():
     row = {
@@ -924,9 +992,16 @@ for form, p in pred.items():
     }
     for label, peak in links.items():
         row[f"us on {label}"] = f"{census.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
+    for label, shape in slices.items():
+        row[f"us on {label}"] = f"{ici_time_s(form, shape) * 1e6:.1f}"
     pred_rows.append(row)
 display(
     show.table(pred_rows, caption=f"Predicted collectives per step, {n} devices, K = {ACCUM_K}")
+)
+print(
+    f"GPU columns: rings of {n} devices; TPU columns: whole v5e slices at their own chip counts,\n"
+    "over ICI (a v5e-8 is a 2 x 4 mesh without wraparound links, a v5e-256 a 16 x 16 torus);\n"
+    "all bandwidth terms only, no latency."
 )
 
 # %% [markdown]

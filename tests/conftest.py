@@ -144,10 +144,22 @@ def no_ipv6(monkeypatch):
 @pytest.fixture()
 def extra():
     """Skip (fail in CI) when the gpu-compile extra is not installed; names what is missing."""
-    from dpcourse.gpu_compile import targets
+    from dpcourse.cross_compile import targets
 
     missing = targets.extra_missing()
     if missing:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI: the gpu-compile extra must be installed (make gpu-compile): {missing}")
         pytest.skip(f"the gpu-compile extra is not installed: {missing}")
+
+
+@pytest.fixture
+def tpu_extra():
+    """Skip (fail in CI) when the tpu-compile extra (libtpu) is not installed; names what is missing."""
+    from dpcourse.cross_compile import targets
+
+    missing = targets.extra_missing("tpu")
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: the tpu-compile extra must be installed (make tpu-compile): {missing}")
+        pytest.skip(f"the tpu-compile extra is not installed: {missing}")

@@ -8,6 +8,14 @@ and for 2 simulated CPU devices, and keeps, per computation, its header,
 its ``while`` lines (with their trip counts) and its collective lines
 without metadata: what :func:`dpcourse.compiled.collectives.parse_hlo` reads.
 Files: ``tests/data/hlo_<backend>_<step>_smoke_2_jax<version>.txt``.
+
+With ``--tpu`` (the tpu-compile extra) it compiles the smoke profile's
+``jit`` step and lesson 10's ``zero1`` and ``accum_scan`` for a TPU v5e 2x4
+slice without a TPU and keeps each program whole, without metadata and
+backend configs, gzipped: the TPU compiler states no trip count, so the
+census reads a loop's counter in its condition, body and initial tuple
+(:mod:`dpcourse.compiled.loops`), and its matmuls are convolutions inside
+fusions. Files: ``tests/data/hlo_tpu_<step>_smoke_v5e_2x4_jax<version>.txt.gz``.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpcourse.backend.xlaflags import exit_on_bad_xla_flags  # noqa: E402
 from dpcourse.compiled import collectives  # noqa: E402
-from dpcourse.gpu_compile import compile as deviceless  # noqa: E402
+from dpcourse.cross_compile import compile as deviceless  # noqa: E402
 
 KEEP = re.compile(
     r"\s(while|all-reduce(-start|-done)?|all-gather(-start|-done)?|reduce-scatter|collective-permute"
@@ -51,12 +59,48 @@ def trim(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def trim_tpu(text: str) -> str:
+    """The whole program, every line without its metadata and backend config (none of them is read)."""
+    return "\n".join(DROP.sub("", line) for line in text.splitlines()) + "\n"
+
+
+TPU_STEPS = {
+    "jit": deviceless.COURSE_STEPS["jit"],
+    "zero1": "dpcourse.cross_compile.steps:zero1",
+    "accum_scan": "dpcourse.cross_compile.steps:accum_scan",
+}
+
+
+def capture_tpu() -> int:
+    """``--tpu``: the programs of :data:`TPU_STEPS` for a v5e 2x4 slice, gzipped whole (see the module's notes)."""
+    import gzip
+
+    import jax
+
+    job = deviceless.Job("tpu", "v5e_2x4", 8, "smoke")
+    with tempfile.TemporaryDirectory() as tmp:
+        (res,) = deviceless.compile_jobs([job], TPU_STEPS, hlo_dir=tmp)
+        if res.error:
+            print(f"{res.label}: {res.error}", file=sys.stderr)
+            return 1
+        for step in TPU_STEPS:
+            text = (Path(tmp) / f"tpu_v5e_2x4_8_smoke_{step}.hlo").read_text()
+            name = f"hlo_tpu_{step}_smoke_v5e_2x4_jax{jax.__version__}.txt.gz"
+            (ROOT / "tests" / "data" / name).write_bytes(gzip.compress(trim_tpu(text).encode(), mtime=0))
+            print(name)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    # No options: --help describes the capture, and an unknown argument is refused, before any compile.
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    # One option: --help describes the capture, and an unknown argument is refused, before any compile.
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tpu", action="store_true", help="the TPU programs (needs the tpu-compile extra)")
+    args = parser.parse_args(argv)
     exit_on_bad_xla_flags()  # the compile workers inherit XLA_FLAGS
+    if args.tpu:
+        return capture_tpu()
     import jax
 
     jobs = [deviceless.Job("gpu", "h200", 2, "smoke"), deviceless.Job("cpu", "cpu", 2, "smoke")]

@@ -3,7 +3,7 @@
 Run with each environment's Python from the repository root, for example
 ``.venv/bin/python tools/capture_schedule_hlo.py`` and
 ``.venv-newest/bin/python tools/capture_schedule_hlo.py``. It compiles the
-smoke profile's overlap forms (:data:`dpcourse.gpu_compile.overlap_steps.STEPS`
+smoke profile's overlap forms (:data:`dpcourse.cross_compile.overlap_steps.STEPS`
 but ``o1``, whose H200 program is the plain step's, byte for byte, with both
 JAX versions) for 8 x H200 without a GPU, and the plain and small-threshold steps for
 8 x H100 SXM and 8 x L4, and keeps what
@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from dpcourse.backend.xlaflags import exit_on_bad_xla_flags  # noqa: E402
 from dpcourse.compiled import collectives  # noqa: E402
-from dpcourse.gpu_compile import compile as gpu_compile  # noqa: E402
-from dpcourse.gpu_compile import overlap_steps  # noqa: E402
+from dpcourse.cross_compile import compile as gpu_compile  # noqa: E402
+from dpcourse.cross_compile import overlap_steps  # noqa: E402
 
 FEW = ("plain", "small_threshold")
 DROP = re.compile(r", (metadata|frontend_attributes|sharding|origin)=\{[^{}]*(\{[^{}]*\}[^{}]*)*\}")

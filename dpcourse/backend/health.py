@@ -8,11 +8,19 @@ itself (JAX's start and the compile come first and are not counted), kills
 the process when the all-reduce runs past ``timeout_s`` seconds, and says
 what to try. Notebook 01 and
 deploy/notebook-tests.yaml run it (``python -m coursetools check-collectives``).
+
+A process that has started JAX on TPU chips holds them: no other process can
+open them (:mod:`dpcourse.backend.chips`). There the probe runs in this
+process instead (a collective over TPU chips does not hang on a broken
+peer-to-peer path as NCCL's can; the time limit cannot apply in-process), and
+a probe that finds the chips held by another process says which, in one
+sentence.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import queue
 import subprocess
@@ -75,8 +83,16 @@ class CollectiveCheck:
     collective_s: float | None = None  # the all-reduce alone (the time --timeout limits)
     start_s: float | None = None
     compile_s: float | None = None
+    in_process: bool = False  # run in this process, which holds the TPU chips
 
     def __str__(self) -> str:
+        if self.in_process:
+            return (
+                f"pmean over {self.devices} {self.platform} device(s) ({self.kind}) finished and agreed: the "
+                f"all-reduce took {self.collective_s * 1e3:.1f} ms after a {self.compile_s:.1f} s compile. It ran "
+                "in this process, which holds the TPU chips (one process at a time can open them), so no time "
+                "limit applied."
+            )
         if self.collective_s is None:
             return (
                 f"pmean over {self.devices} {self.platform} device(s) ({self.kind}) finished and agreed, "
@@ -89,6 +105,48 @@ class CollectiveCheck:
         )
 
 
+def holds_tpu_chips() -> bool:
+    """Whether this process has started JAX on TPU chips, which no other process can then open."""
+    if "jax" not in sys.modules:
+        return False
+    from dpcourse.devices import backend_started
+
+    if not backend_started():
+        return False
+    import jax
+
+    return jax.default_backend() == "tpu"
+
+
+def _checked(result: dict, wall: float, in_process: bool = False) -> CollectiveCheck:
+    """The probe's JSON result as a :class:`CollectiveCheck`; a wrong mean raises :class:`CollectiveCheckError`."""
+    if any(abs(v - result["expected"]) > 1e-6 for v in result["values"]):
+        raise CollectiveCheckError(
+            f"pmean over {result['devices']} device(s) gave {result['values']}, expected {result['expected']} "
+            f"on every device: the collective is wrong. {HANG_ADVICE}"
+        )
+    return CollectiveCheck(
+        result["devices"],
+        result["platform"],
+        result["kind"],
+        round(wall, 2),
+        result.get("collective_s"),
+        result.get("start_s"),
+        result.get("compile_s"),
+        in_process,
+    )
+
+
+def _check_here() -> CollectiveCheck:
+    """Run :data:`PROBE` in this process (which holds the TPU chips) and check its result."""
+    printed = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(PROBE, "<collective probe>", "exec"), {"__name__": "__probe__"})  # noqa: S102 - our own code
+    lines = [line for line in printed.getvalue().splitlines() if line.startswith("{")]
+    return _checked(json.loads(lines[-1]), time.perf_counter() - start, in_process=True)
+
+
 def _reader(stream, lines: queue.Queue) -> None:
     for line in iter(stream.readline, ""):
         lines.put(line)
@@ -96,7 +154,10 @@ def _reader(stream, lines: queue.Queue) -> None:
 
 
 def check_collectives(
-    timeout_s: float = 60.0, command: list[str] | None = None, start_limit_s: float = START_LIMIT_S
+    timeout_s: float = 60.0,
+    command: list[str] | None = None,
+    start_limit_s: float = START_LIMIT_S,
+    in_process: bool | None = None,
 ) -> CollectiveCheck:
     """Run one ``shard_map`` + ``lax.pmean`` over all devices of the default backend; time the all-reduce itself.
 
@@ -110,6 +171,8 @@ def check_collectives(
             pass a stand-in. A stand-in that never prints the marker is timed as a whole
             against ``timeout_s`` plus ``start_limit_s``.
         start_limit_s: seconds JAX's start plus the compile may take.
+        in_process: run the probe in this process (None: where this process holds TPU chips,
+            :func:`holds_tpu_chips`, since no other process could open them).
 
     Returns:
         :class:`CollectiveCheck` when every device got the global mean.
@@ -118,11 +181,14 @@ def check_collectives(
         CollectiveCheckError: the all-reduce ran past ``timeout_s`` (a hang: the message says
             what to try, NCCL settings on GPUs); JAX's start and compile ran past
             ``start_limit_s`` (said as such, without hang advice); the probe exited with an
-            error (its stderr is in the message), or returned a wrong mean.
+            error (its stderr is in the message; where another process holds the TPU
+            chips, one sentence naming it), or returned a wrong mean.
         ValueError: ``timeout_s`` is not a positive number of seconds (nothing was started).
     """
     if not timeout_s > 0:  # also NaN: a zero or negative limit would report every probe as a hang
         raise ValueError(f"timeout must be a positive number of seconds (for example 60), got {timeout_s!r}.")
+    if command is None and (holds_tpu_chips() if in_process is None else in_process):
+        return _check_here()
     cmd = command or [sys.executable, "-c", PROBE]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -184,11 +250,15 @@ def check_collectives(
         )
     stderr = errors[0] if errors else ""
     if proc.returncode != 0 and not any(line.startswith("{") for line in out_lines):
+        from dpcourse.backend.chips import held_message
         from dpcourse.backend.xlaflags import describe_abort
 
         flags = describe_abort(stderr)
         if flags:
             raise CollectiveCheckError(f"The all-reduce probe could not start JAX: {flags}")
+        held = held_message(stderr)
+        if held:
+            raise CollectiveCheckError(held)
         raise CollectiveCheckError(
             f"The all-reduce probe failed (exit status {proc.returncode}):\n{stderr.strip()[-2000:]}"
         )
@@ -196,17 +266,4 @@ def check_collectives(
         result = json.loads([line for line in out_lines if line.strip()][-1])
     except (IndexError, ValueError) as err:
         raise CollectiveCheckError(f"The all-reduce probe printed no result:\n{''.join(out_lines)[-2000:]}") from err
-    if any(abs(v - result["expected"]) > 1e-6 for v in result["values"]):
-        raise CollectiveCheckError(
-            f"pmean over {result['devices']} device(s) gave {result['values']}, expected {result['expected']} "
-            f"on every device: the collective is wrong. {HANG_ADVICE}"
-        )
-    return CollectiveCheck(
-        result["devices"],
-        result["platform"],
-        result["kind"],
-        round(wall, 2),
-        result.get("collective_s"),
-        result.get("start_s"),
-        result.get("compile_s"),
-    )
+    return _checked(result, wall)

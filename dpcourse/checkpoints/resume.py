@@ -96,6 +96,18 @@ def train_until(state, step_fn, noisy, xs, ys, until: int):
     return state, losses
 
 
+def fresh_process_platform(devices: list) -> str:
+    """The platform a fresh process started by the notebook resumes on (its ``--platform``).
+
+    The notebook's own devices' platform, except TPU chips: the notebook's
+    process holds them and no other process can open them
+    (:mod:`dpcourse.backend.chips`), so a fresh process there resumes on as
+    many simulated CPU devices.
+    """
+    platform = devices[0].platform
+    return "cpu" if platform == "tpu" else platform
+
+
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
 
 
@@ -106,6 +118,12 @@ def _main(args: argparse.Namespace, say) -> dict:
     checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
     checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
     with checkpoint.hold(args.dir, "python -m dpcourse.checkpoints.resume " + " ".join(sys.argv[1:])):
+        if args.platform == "cpu" and not devices.backend_started():
+            # The notebook's devices are simulated: an accelerator it holds (a TPU chip) is never opened here.
+            import jax
+
+            os.environ["JAX_PLATFORMS"] = "cpu"
+            jax.config.update("jax_platforms", "cpu")
         devices.setup_devices(args.devices)
         return _resume(args, say)
 
@@ -120,7 +138,8 @@ def _resume(args: argparse.Namespace, say) -> dict:
 
     cfg = config.get_config(args.profile, backend="cpu")
     dataset = data.load_fashion_mnist(source=args.data_source, limit=cfg.max_train_examples, seed=cfg.seed)
-    mesh = Mesh(np.array(jax.devices()[: args.devices]), ("data",))
+    pool = jax.devices(args.platform) if args.platform else jax.devices()
+    mesh = Mesh(np.array(pool[: args.devices]), ("data",))
     step_fn, noisy, xs, ys, state0 = build(cfg, mesh, args.form, args.global_batch, dataset, args.n_batches)
     run = checkpoint.run_description(cfg, args.global_batch)
     manager = checkpoint.open_manager(args.dir)
@@ -176,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, help="checkpoint directory (its latest step is resumed)")
     parser.add_argument("--until", type=int, default=None, help="train to this step (>= 1), then save it")
     parser.add_argument("--devices", type=int, default=8, help="simulated CPU devices of this process's mesh")
+    parser.add_argument(
+        "--platform",
+        choices=["cpu", "gpu", "tpu"],
+        default=None,
+        help="the platform of the notebook's devices (cpu: its simulated CPU devices, and no accelerator is "
+        "opened); default: JAX's default backend",
+    )
     parser.add_argument("--form", choices=checkpoint.FORMS, default="replicated")
     parser.add_argument("--profile", choices=config.profile_names(), default=None)
     parser.add_argument("--data-source", choices=["auto", "real", "synthetic"], default=None)

@@ -136,7 +136,7 @@ def report_from_rows(rows: list[dict]) -> collectives.CollectiveReport:
     """A :class:`dpcourse.compiled.collectives.CollectiveReport` from per-collective dicts.
 
     ``rows``: dicts with ``kind``, ``name``, ``bytes``, ``in_loop`` and
-    ``runs_per_step``, as :mod:`dpcourse.gpu_compile.compile` returns them for a
+    ``runs_per_step``, as :mod:`dpcourse.cross_compile.compile` returns them for a
     compile in a subprocess.
     """
     return collectives.CollectiveReport(

@@ -9,13 +9,16 @@ For each collective it gives the kind (all-reduce, all-gather,
 reduce-scatter, collective-permute, all-to-all), the bytes of its result,
 and whether it sits in the body of a ``while`` loop (a ``lax.scan``), in
 which case it runs once per loop iteration. Bytes per step multiply by the
-loop's trip count where XLA states it (``known_trip_count``).
+loop's trip count where XLA states it (``known_trip_count``) or, in a TPU
+program, where the loop's counter fixes it (:mod:`dpcourse.compiled.loops`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from dpcourse.compiled import loops
 
 # HLO opcodes of collectives; the async "-start" forms are counted, their
 # "-done" halves are not (same transfer).
@@ -224,10 +227,10 @@ def parse_hlo(text: str) -> CollectiveReport:
     for name, lines in computations.items():
         for line in lines:
             body = _WHILE_BODY.search(line) if " while(" in line else None
-            trip = _TRIP.search(line)
+            trip = loops.trip_count(line, lines, computations) if body else None
             for callee in _CALLED.findall(line):
                 if body and callee == body.group(1):
-                    edges[name].append((callee, int(trip.group(1)) if trip else None, True))
+                    edges[name].append((callee, trip, True))
                 else:
                     edges[name].append((callee, 1, False))
             for group in _BRANCHES.findall(line):

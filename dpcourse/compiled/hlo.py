@@ -4,9 +4,14 @@ Taught in notebook 09. ``compiled.as_text()`` is the optimised HLO that
 runs; counting its instructions shows what ``lax.scan`` vs a Python loop
 became (a ``while`` loop with a trip count, or straight-line code), how
 much element-wise work XLA fused into kernels, and how many matmuls run:
-``dot`` instructions, or on GPUs the cuBLAS calls XLA emits for them
-(``custom-call`` with a ``gemm``/``matmul`` target). Counts "per step"
-multiply the instructions of a loop body by the loop's known trip count.
+``dot`` instructions, on GPUs the cuBLAS calls XLA emits for them
+(``custom-call`` with a ``gemm``/``matmul`` target), and on TPUs the
+``convolution`` instructions without spatial dimensions that the TPU
+compiler writes for them (``dim_labels=bf_io->bf``, inside fusions or not;
+measured with libtpu 0.0.42: the course's steps hold no ``dot`` there).
+Counts "per step" multiply the instructions of a loop body by the loop's
+trip count (:mod:`dpcourse.compiled.loops`: XLA's stated count, or a TPU
+loop's counter).
 """
 
 from __future__ import annotations
@@ -14,16 +19,37 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# One set of HLO text patterns for the package: the instruction, callee, branch and
-# trip-count patterns are collectives.py's.
-from dpcourse.compiled.collectives import _BRANCHES, _CALLED, _INSTR, _TRIP, split_computations
+# One set of HLO text patterns for the package: the instruction, callee and branch patterns
+# are collectives.py's; a loop's trip count is loops.py's.
+from dpcourse.compiled.collectives import _BRANCHES, _CALLED, _INSTR, split_computations
+from dpcourse.compiled.loops import trip_count
 
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
+_DIM_LABELS = re.compile(r"\bdim_labels=([\w>-]+)")
 
 
 def _is_gemm_call(line: str) -> bool:
     target = _TARGET.search(line)
     return bool(target) and any(k in target.group(1).lower() for k in ("gemm", "matmul"))
+
+
+def is_matmul_convolution(line: str) -> bool:
+    """A ``convolution`` with no spatial dimensions: how the TPU compiler writes a matrix product.
+
+    Its ``dim_labels`` name only batch/feature dimensions (``bf_io->bf``);
+    a true convolution's name spatial ones with digits (``b01f_01io->b01f``).
+    """
+    labels = _DIM_LABELS.search(line)
+    return bool(labels) and not any(ch.isdigit() for ch in labels.group(1))
+
+
+def is_matmul(op: str, line: str) -> bool:
+    """A matrix product: a ``dot``, a GPU's GEMM custom-call, or a TPU's spatial-free ``convolution``."""
+    return (
+        op == "dot"
+        or (op == "custom-call" and _is_gemm_call(line))
+        or (op == "convolution" and is_matmul_convolution(line))
+    )
 
 
 @dataclass(frozen=True)
@@ -35,7 +61,7 @@ class ProgramSummary:
         trip_counts: their known trip counts (None where XLA does not state one).
         fusions: ``fusion`` instructions (kernels of fused element-wise work,
             some with a matmul inside) executed per step.
-        matmuls: ``dot`` instructions plus GEMM custom-calls executed per step.
+        matmuls: matrix products executed per step (:func:`is_matmul`).
         instructions: all instructions executed per step (outside fused bodies).
         unknown_trip: a loop's trip count is unknown: per-step counts above
             count its body once.
@@ -54,7 +80,7 @@ class ProgramSummary:
             "while loops": self.while_loops,
             "trip counts": ", ".join("?" if t is None else str(t) for t in self.trip_counts) or "none",
             "fusions per step": self.fusions,
-            "matmuls (dot / GEMM) per step": self.matmuls,
+            "matmuls (dot / GEMM / TPU convolution) per step": self.matmuls,
             "instructions per step": self.instructions,
         }
 
@@ -86,12 +112,11 @@ def summarize(text: str) -> ProgramSummary:
                 totals["instr"] += runs
             if op == "fusion" and not fused:
                 totals["fusion"] += runs
-            if op == "dot" or (op == "custom-call" and _is_gemm_call(line)):
+            if is_matmul(op, line):
                 totals["matmul"] += runs
             trip = None
             if op == "while":
-                t = _TRIP.search(line)
-                trip = int(t.group(1)) if t else None
+                trip = trip_count(line, comps.get(name, []), comps)
                 if (name, fused) not in seen:
                     loops.append(trip)
                 unknown = unknown or trip is None

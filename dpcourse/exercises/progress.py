@@ -28,6 +28,11 @@ can open it in the lab and delete it at any time; it is made again, empty,
 at the next check. Writes go through a temporary file and ``os.replace``
 under a lock, so a reader never sees half a file and two kernels do not
 lose each other's updates.
+
+The learner may also edit it: each read checks it against :data:`SCHEMA`
+(the shape above, with the course's own exercise ids), and a file of
+another shape is set aside as ``progress.json.bad-<time>`` with one warning
+and a new record started, so no check ever fails for it.
 """
 
 from __future__ import annotations
@@ -48,6 +53,58 @@ VERSION = 1
 STUCK_TRIES = 3  # wrong tries without a correct one after which the board calls a learner stuck
 _ID = re.compile(r"^ex(\d\d)_\d+$")
 _warned = False
+_warned_ids: set[str] = set()
+_validator = None
+
+# The course's exercises (so many per lesson), the only ids a record may hold, so a made-up one adds no
+# column to the instructor's board (tests/lib/exercises/test_progress.py checks them against the checkers).
+_HOW_MANY = {2: 3, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 3, 10: 2, 11: 2, 12: 3}
+EXERCISES = tuple(f"ex{lesson:02d}_{n}" for lesson, most in _HOW_MANY.items() for n in range(1, most + 1))
+MAX_BYTES = 256 * 1024  # a course's worth of exercises is about 20 KB
+_TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
+_EXERCISE = {"enum": list(EXERCISES)}
+VERDICTS = ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]
+
+
+def _table(names: dict, fields: dict, most: int) -> dict:
+    """At most ``most`` entries with names of the schema ``names``, each an object of ``fields`` alone."""
+    entry = {"type": "object", "additionalProperties": False, "properties": fields}
+    return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
+
+
+# The record's shape (JSON Schema 2020-12). The instructor's board (hub/board.py) checks each record it
+# reads against the same schema: it runs in the hub's own image, without this package, so it holds a
+# copy, and tests/hub/test_board_records.py checks that the two are equal.
+SCHEMA = {
+    "type": "object",
+    "required": ["exercises"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"const": 1},
+        "updated": _TIME,
+        "lessons": _table(
+            {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
+            {
+                **dict.fromkeys(("started", "finished", "last_start"), _TIME),
+                "exercises": {"type": "array", "maxItems": 20, "items": _EXERCISE},
+            },
+            40,
+        ),
+        "exercises": _table(
+            _EXERCISE,
+            {
+                **dict.fromkeys(("first", "last", "correct_at"), _TIME),
+                **dict.fromkeys(("attempts", "wrong_tries"), _COUNT),
+                "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
+                "verdict": {"enum": VERDICTS},
+                "mistake": {"type": "string", "maxLength": 120},
+                "message": {"type": "string", "maxLength": 300},
+            },
+            200,
+        ),
+    },
+}
 
 
 def progress_path(cwd: Path | None = None) -> Path | None:
@@ -72,20 +129,65 @@ def empty() -> dict:
     return {"version": VERSION, "updated": None, "lessons": {}, "exercises": {}}
 
 
+class RecordError(ValueError):
+    """A progress file that is not a record of :data:`SCHEMA`'s shape; ``why`` says how, in a phrase."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"{path} is not a progress record of the course's shape ({why}); delete it to start a new one."
+        )
+        self.why = why
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def shape_problem(data) -> str | None:
+    """Why ``data`` is not of :data:`SCHEMA`'s shape (the field and the rule, a phrase), or None when it is."""
+    global _validator
+    import jsonschema
+
+    if _validator is None:
+        _validator = jsonschema.Draft202012Validator(SCHEMA)
+    error = jsonschema.exceptions.best_match(_validator.iter_errors(data))
+    if error is None:
+        return None
+    said = error.message if len(error.message) <= 100 else f"breaks the rule {error.validator}"
+    if error.validator == "enum" and len(error.message) > 100:  # e.g. the course's exercise ids: name the one given
+        said = f"{json.dumps(error.instance)[:40]} is not one of the {len(error.validator_value)} allowed values"
+    return f"{'.'.join(str(p) for p in error.absolute_path) or 'the top level'}: {said}"
+
+
 def read(path: Path) -> dict:
     """The record at ``path``; an empty one when there is none.
 
     Raises:
-        ValueError: the file is not a progress record (the message names it).
+        RecordError: the file is not a progress record of :data:`SCHEMA`'s shape (the message names it and why).
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         return empty()
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{path} is not a readable progress record ({err}); delete it to start a new one.") from err
-    if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
-        raise ValueError(f"{path} is not a progress record (no 'exercises' table); delete it to start a new one.")
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+    else:
+        why = None
+        if len(raw) > MAX_BYTES:
+            why = f"{len(raw)} bytes, more than the {MAX_BYTES} a record may have"
+        else:
+            try:
+                data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            except RecursionError:
+                why = "nested too deeply"
+            except UnicodeDecodeError:
+                why = "not UTF-8 text"
+            except ValueError as err:
+                why = f"not JSON: {str(err)[:80]}"
+            else:
+                why = shape_problem(data)
+    if why is not None:
+        raise RecordError(path, why)
     data.setdefault("lessons", {})
     return data
 
@@ -116,8 +218,18 @@ def _update(change, path: Path | None = None) -> dict | None:
     with _locked(path):
         try:
             record = read(path)
-        except ValueError:  # a broken file is kept aside, never overwritten
-            os.replace(path, path.with_name(f"{path.name}.bad-{time.strftime('%Y-%m-%dT%H-%M-%S')}"))
+        except RecordError as err:  # a broken file is kept aside, never overwritten
+            kept = stamped = path.with_name(f"{path.name}.bad-{time.strftime('%Y-%m-%dT%H-%M-%S')}")
+            for n in range(2, 1000):  # two set aside in one second: both kept
+                if not kept.exists():
+                    break
+                kept = stamped.with_name(f"{stamped.name}-{n}")
+            os.replace(path, kept)
+            warnings.warn(
+                f"Your progress record {path} was not of the course's shape ({err.why}): it is kept as {kept.name} "
+                "and a new one is started; your checks are not affected.",
+                stacklevel=4,
+            )
             record = empty()
         now = round(time.time(), 3)
         change(record, now)
@@ -137,7 +249,7 @@ def _safely(change) -> dict | None:
     global _warned
     try:
         return _update(change)
-    except OSError as err:
+    except Exception as err:  # noqa: BLE001 - a check never fails for its record
         if not _warned:
             _warned = True
             warnings.warn(
@@ -190,16 +302,28 @@ def record_check(exercise: str, verdict: str, mistake: str = "", message: str = 
         mistake: the named mistake's short id for a wrong answer (``""`` otherwise; kept up to 120 characters).
         message: the sentence the learner saw (kept up to 300 characters).
     """
+    if exercise not in EXERCISES:
+        if exercise not in _warned_ids and progress_path() is not None:
+            _warned_ids.add(exercise)
+            warnings.warn(
+                f"{exercise!r} is not one of the course's exercises ({EXERCISES[0]} to {EXERCISES[-1]}): "
+                "its checks are not recorded in your progress.",
+                stacklevel=3,
+            )
+        return None
     return _safely(check_changes(exercise, verdict, mistake, message))
 
 
 def record_lesson_start(notebook: str, exercises: list[str]) -> dict | None:
     """Record that lesson ``notebook`` (``"03_mesh"``) started, with the ids of its exercises."""
 
+    if not re.fullmatch(SCHEMA["properties"]["lessons"]["propertyNames"]["pattern"], notebook):
+        return None  # not one of the course's lessons ("03_mesh"): nothing to show on the board
+
     def change(record: dict, now: float) -> None:
         entry = record["lessons"].setdefault(notebook, {"started": now, "finished": None})
         entry["last_start"] = now
-        entry["exercises"] = list(exercises)
+        entry["exercises"] = [e for e in exercises if e in EXERCISES]
 
     return _safely(change)
 

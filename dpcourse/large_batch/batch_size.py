@@ -33,11 +33,42 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import costs
 from dpcourse.config import Config
 from dpcourse.model import loss_and_metrics
+from dpcourse.train import check_global_batch
 
 LR_RULES = ("same", "sqrt", "linear")
+
+
+def _whole(value, name: str, least: int = 1) -> int:
+    """``value`` as an int when it is a whole number >= ``least``.
+
+    Raises:
+        ValueError: anything else (None, NaN, inf, 2.5, a string, True), in one sentence.
+    """
+    try:
+        ok = not isinstance(value, (str, bytes, bool)) and float(value).is_integer() and int(value) >= least
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}.")
+    return int(value)
+
+
+def _finite(value, name: str, above: float | None = 0.0) -> float:
+    """``value`` as a float when it is a finite number (> ``above`` unless that is None).
+
+    Raises:
+        ValueError: None, NaN, inf, a string, or a number not above ``above``, in one sentence.
+    """
+    try:
+        number = None if isinstance(value, (str, bytes, bool)) else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or (above is not None and number <= above):
+        bound = "" if above is None else f" > {above:g}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}.")
+    return number
 
 
 @dataclass(frozen=True)
@@ -107,9 +138,8 @@ def scaled_learning_rate(base_lr: float, base_batch: int, global_batch: int, rul
     """
     if rule not in LR_RULES:
         raise ValueError(f"Unknown learning-rate rule {rule!r}: use one of {', '.join(LR_RULES)}.")
-    if base_batch < 1 or global_batch < 1:
-        raise ValueError(f"Batches must be >= 1, got base {base_batch} and global {global_batch}.")
-    ratio = global_batch / base_batch
+    _finite(base_lr, "The base learning rate")
+    ratio = _whole(global_batch, "The global batch") / _whole(base_batch, "The base batch")
     return base_lr * {"same": 1.0, "sqrt": math.sqrt(ratio), "linear": ratio}[rule]
 
 
@@ -127,7 +157,12 @@ def make_noise_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: 
         with ``x`` the global batch ``[B, 784]`` sharded ``P(axis, None)`` and
         ``norms = {"local_sq": mean over devices of |g_b|^2, "global_sq": |G_B|^2}``
         (float32 scalars, replicated), not jitted.
+
+    Raises:
+        ValueError: ``axis`` is not an axis of ``mesh``.
     """
+    if axis not in mesh.axis_names:
+        raise ValueError(f"The mesh has the axes {mesh.axis_names}, not {axis!r}: give axis= one of them.")
 
     def sq_norm(tree):
         return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(tree))
@@ -192,6 +227,9 @@ class NoiseScale:
     trace_sum: float = 0.0
     count: int = 0
 
+    def __post_init__(self) -> None:
+        noise_terms(0.0, 0.0, _whole(self.b, "The per-device batch b"), _whole(self.big_b, "The global batch B"))
+
     def update(self, local_sq: float, global_sq: float) -> None:
         """Add one step's squared norms (``|G_b|^2``, ``|G_B|^2``)."""
         g2, trace = noise_terms(float(local_sq), float(global_sq), self.b, self.big_b)
@@ -212,7 +250,13 @@ def make_optimizer(learning_rate: float, weight_decay: float) -> optax.GradientT
 
     The same compiled step then trains at any learning rate: the rules of
     :func:`scaled_learning_rate` change a number in the state, not the program.
+
+    Raises:
+        ValueError: a learning rate that is not a finite number > 0, or a weight decay not finite >= 0.
     """
+    _finite(learning_rate, "The learning rate")
+    if _finite(weight_decay, "The weight decay", above=None) < 0:
+        raise ValueError(f"The weight decay must be >= 0, got {weight_decay!r}.")
     return optax.inject_hyperparams(optax.adamw)(learning_rate=learning_rate, weight_decay=weight_decay)
 
 
@@ -289,7 +333,14 @@ def steps_to_target(
 
     Returns:
         A :class:`Run`.
+
+    Raises:
+        ValueError: a target that is not a finite number, or a ``max_steps``, ``chunk`` or
+            ``patience`` that is not a whole number >= 1 (one sentence each).
     """
+    _finite(target, "The target held-out loss", above=None)
+    max_steps, chunk = _whole(max_steps, "max_steps"), _whole(chunk, "chunk (steps per call)")
+    patience = None if patience is None else _whole(patience, "patience")
     start = time.perf_counter()
     losses: list[float] = []
     best, since_best = math.inf, 0
@@ -323,7 +374,17 @@ def batch_stream(
     Returns:
         ``batches(start, k) -> (xs [k, B, 784], ys [k, B])``, sharded over
         ``axis`` along the batch (the second) dimension.
+
+    Raises:
+        ValueError: a global batch that is not a whole number >= 1 or that the devices along
+            ``axis`` do not divide (:func:`dpcourse.train.check_global_batch`), an ``axis`` the
+            mesh does not have, or ``x`` and ``y`` of other lengths or empty.
     """
+    if axis not in mesh.axis_names:
+        raise ValueError(f"The mesh has the axes {mesh.axis_names}, not {axis!r}: give axis= one of them.")
+    check_global_batch(_whole(global_batch, "The global batch"), mesh.shape[axis])
+    if len(x) != len(y) or len(y) == 0:
+        raise ValueError(f"x and y must hold the same number of examples, at least 1, got {len(x)} and {len(y)}.")
     order = np.random.default_rng(seed).permutation(len(y))
     x_sharding = NamedSharding(mesh, P(None, axis, None))
     y_sharding = NamedSharding(mesh, P(None, axis))
@@ -350,6 +411,12 @@ class TradeOff:
     e_min: float
     worst_error: float
 
+    def __post_init__(self) -> None:  # a fit with no finite prediction (a NaN step count) never exists
+        _finite(self.s_min, "S_min")
+        _finite(self.e_min, "E_min")
+        if _finite(self.worst_error, "The fit's worst error", above=None) < 0:
+            raise ValueError(f"The fit's worst error is a relative error >= 0, got {self.worst_error!r}.")
+
     @property
     def b_crit(self) -> float:
         """The critical batch ``E_min / S_min`` (examples): twice the fewest steps and twice the fewest examples."""
@@ -357,7 +424,7 @@ class TradeOff:
 
     def steps_at(self, global_batch: float) -> float:
         """Predicted steps to the target at ``global_batch``: ``S_min (1 + B_crit / B)``."""
-        return self.s_min + self.e_min / global_batch
+        return self.s_min + self.e_min / _finite(global_batch, "The global batch")
 
 
 def fit_trade_off(global_batches: Sequence[int], steps: Sequence[float]) -> TradeOff:
@@ -368,13 +435,30 @@ def fit_trade_off(global_batches: Sequence[int], steps: Sequence[float]) -> Trad
     ``B_crit = E_min / S_min``), a straight line in ``1 / B``.
 
     Raises:
-        ValueError: fewer than 2 distinct batches, or a fit with ``S_min <= 0``
-            or ``E_min <= 0`` (the steps do not fall with the batch as the model needs).
+        ValueError: a batch that is not a whole number >= 1, a step count that is None (a run
+            that did not reach the target) or not a finite number > 0, fewer than 2 distinct
+            batches, or a fit with ``S_min <= 0`` or ``E_min <= 0`` (the steps do not fall
+            with the batch as the model needs); one sentence each.
     """
+    global_batches, steps = list(global_batches), list(steps)
+    if len(global_batches) != len(steps):
+        raise ValueError(f"Need one step count per global batch, got {len(global_batches)} and {len(steps)}.")
+    for batch, count in zip(global_batches, steps):
+        batch = _whole(batch, "Each global batch")
+        if count is None:
+            raise ValueError(
+                f"The steps at global batch {batch} are None (its run did not reach the target): leave that "
+                "batch out of the fit, as the lesson does."
+            )
+        _finite(count, f"The steps at global batch {batch}")
+    if len(set(global_batches)) < 2:
+        raise ValueError(
+            f"The fit needs steps to the target at 2 or more distinct global batches, got {len(set(global_batches))} "
+            f"({dict(zip(global_batches, steps))}): let the runs go on longer (the plan's max_steps and patience) "
+            "or aim at a higher held-out loss (its target_loss), then run the training cells again."
+        )
     batches = np.asarray(global_batches, dtype=float)
     s = np.asarray(steps, dtype=float)
-    if batches.shape != s.shape or len(set(batches.tolist())) < 2:
-        raise ValueError(f"Need steps at 2 or more distinct batches, got batches {list(batches)} and steps {list(s)}.")
     design = np.stack([np.ones_like(batches), 1.0 / batches], axis=1)
     (s_min, e_min), *_ = np.linalg.lstsq(design, s, rcond=None)
     if s_min <= 0 or e_min <= 0:
@@ -384,28 +468,6 @@ def fit_trade_off(global_batches: Sequence[int], steps: Sequence[float]) -> Trad
         )
     worst = float(np.max(np.abs(design @ np.array([s_min, e_min]) - s) / s))
     return TradeOff(float(s_min), float(e_min), worst)
-
-
-def gpu_step_s(cfg: Config, per_device_batch: int, n_devices: int, device_kind: str, precision: str = "tf32") -> float:
-    """A lower bound on the data-parallel step on ``n_devices`` GPUs of ``device_kind``, seconds.
-
-    The training FLOPs of the per-device batch at the datasheet's dense peak
-    (:func:`dpcourse.costs.train_flops_per_step`, :data:`dpcourse.costs.PEAKS`)
-    plus a ring all-reduce of the float32 gradient over the datasheet link
-    (:func:`dpcourse.costs.ring_allreduce_s`, no latency): no kernel reaches
-    the peak and a real link adds latency, so a real step is slower.
-
-    Raises:
-        ValueError: a device not in the course's peak table.
-    """
-    peak = costs.find_peak(device_kind)
-    if peak is None:
-        raise ValueError(f"No datasheet peak for {device_kind!r}: use a kind in dpcourse.costs.PEAKS (L4, H100, H200).")
-    compute_s = costs.train_flops_per_step(cfg, per_device_batch) / peak.peak(precision)
-    allreduce_s = 0.0
-    if n_devices > 1:
-        allreduce_s = costs.ring_allreduce_s(costs.gradient_bytes(cfg), n_devices, peak.link_bytes_per_s)
-    return compute_s + allreduce_s
 
 
 def time_to_target_rows(
@@ -419,11 +481,17 @@ def time_to_target_rows(
     Returns:
         One dict per N: ``devices``, ``global batch``, ``steps``, ``ms/step``,
         ``examples/s``, ``time to target s``.
+
+    Raises:
+        ValueError: a batch or device count that is not a whole number >= 1, or a step
+            time that is not a finite number of seconds > 0.
     """
+    per_device_batch = _whole(per_device_batch, "The per-device batch")
     rows = []
     for n in device_counts:
+        n = _whole(n, "Each device count")
         batch = n * per_device_batch
-        seconds = step_s(n)
+        seconds = _finite(step_s(n), f"The step time on {n} devices (seconds)")
         steps = trade_off.steps_at(batch)
         rows.append(
             {
@@ -444,7 +512,12 @@ def devices_past_which_time_stalls(rows: Sequence[dict], gain: float = 0.10) -> 
     Throughput (examples/s) may still grow past it: a bigger global batch
     needs more examples to reach the target. None when every row's next
     one still cuts the time by ``gain`` or more.
+
+    Raises:
+        ValueError: ``gain`` not a finite number in (0, 1).
     """
+    if not 0 < _finite(gain, "The gain") < 1:
+        raise ValueError(f"The gain is a fraction of the time between 0 and 1 (0.10 is 10%), got {gain!r}.")
     for here, more in zip(rows, rows[1:]):
         if more["time to target s"] > (1.0 - gain) * here["time to target s"]:
             return here["devices"]

@@ -42,7 +42,7 @@ from dpcourse.multihost.distributed import (
     format_coordinator_address,
     relative_diff,
 )
-from dpcourse.multihost.ports import check_port_free, free_port
+from dpcourse.multihost.ports import TcpUnavailable, check_port_free, free_port, tcp_unavailable
 from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
@@ -320,6 +320,8 @@ def launch_local(
         CoordinatorPortInUse: ``port`` is taken (checked before anything starts).
         DistributedSetupError: ``host`` is not an address of this machine
             (``::1`` where IPv6 is off, say).
+        TcpUnavailable: this machine lets no process open a TCP socket (a
+            DistributedSetupError; checked before anything starts).
         WorkerFailed: a worker exited with an error; the message names it,
             gives the likely cause and the tail of its stderr.
         LaunchTimeout: the run did not finish within ``timeout_s``.
@@ -352,6 +354,9 @@ def launch_local(
     # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
     check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
     picked = port is None
+    reason = tcp_unavailable(host)
+    if reason:
+        raise TcpUnavailable(reason)
     if not picked and check_port:
         check_port_free(host, port)
     command = [

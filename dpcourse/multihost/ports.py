@@ -4,7 +4,10 @@
 whether a chosen one is taken, binding as the coordinator's gRPC server does.
 Only a port that is really taken (``EADDRINUSE``) is called in use; a host
 that is not an address of this machine, or a port that needs rights, is said
-as such. :mod:`dpcourse.multihost.launcher` uses both before it starts any process.
+as such. A machine that lets no process open a TCP socket at all (a
+sandbox: ``OSError: [Errno 97] Address family not supported by protocol``)
+is said in one sentence too (:func:`tcp_unavailable`, :class:`TcpUnavailable`).
+:mod:`dpcourse.multihost.launcher` uses them before it starts any process.
 """
 
 from __future__ import annotations
@@ -15,7 +18,39 @@ import socket
 
 from dpcourse.multihost.distributed import CoordinatorPortInUse, DistributedSetupError
 
-__all__ = ["check_port_free", "free_port"]
+__all__ = ["TcpUnavailable", "check_port_free", "free_port", "tcp_unavailable"]
+
+
+class TcpUnavailable(DistributedSetupError):
+    """This machine lets no process open a TCP socket: no local multi-process run can start here."""
+
+
+def _socket(family: socket.AddressFamily, host: str) -> socket.socket:
+    """A TCP socket of ``family``; a machine that refuses to make one raises :class:`TcpUnavailable`."""
+    try:
+        return socket.socket(family, socket.SOCK_STREAM)
+    except OSError as err:
+        raise TcpUnavailable(
+            f"This machine lets no process open a TCP socket, not even on {host} ({type(err).__name__}: {err}): "
+            "JAX's coordinator and the collectives between processes need one, so no multi-process run can "
+            "start here; run it where processes can open one (a laptop, a cloud VM, a GKE pod)."
+        ) from None
+
+
+def tcp_unavailable(host: str = "127.0.0.1") -> str | None:
+    """One sentence saying that no process may open a TCP socket on ``host`` here, or None where one can.
+
+    The hosts of some sandboxes refuse every internet socket, loopback
+    included (gVisor with networking off: errno 97, ``EAFNOSUPPORT``); a
+    lesson checks this before its multi-process part and says it in one
+    sentence instead of a traceback.
+    """
+    family, _ = _listen_family(host)
+    try:
+        _socket(family, host).close()
+    except TcpUnavailable as err:
+        return str(err)
+    return None
 
 
 def _listen_family(host: str) -> tuple[socket.AddressFamily, str]:
@@ -70,9 +105,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     Raises:
         DistributedSetupError: ``host`` is not an address of this machine (or
             cannot be resolved), for example ``::1`` where IPv6 is off.
+        TcpUnavailable: this machine lets no process open a TCP socket.
     """
     family, address = _listen_family(host)
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    with _socket(family, host) as sock:
         _bind(sock, host, address, 0)
         return int(sock.getsockname()[1])
 
@@ -88,8 +124,9 @@ def check_port_free(host: str, port: int) -> None:
         CoordinatorPortInUse: the port is taken (``EADDRINUSE``), and only then.
         DistributedSetupError: the host is not an address of this machine, or
             the port needs rights this process lacks.
+        TcpUnavailable: this machine lets no process open a TCP socket.
     """
     family, address = _listen_family(host)
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    with _socket(family, host) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _bind(sock, host, address, port)

@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 # name -> (dtype, matmul precision). JAX's "default" float32 precision runs
-# as TF32 on NVIDIA GPUs from Ampere on; "highest" is true float32.
+# as TF32 on NVIDIA GPUs from Ampere on, and as one bfloat16 pass on a TPU's
+# matrix units; "highest" is true float32 (six bfloat16 passes on a TPU).
+# Source: the docstring of jax.lax.Precision (jax/_src/lax/lax.py, JAX 0.10.2).
 MATMUL_SETTINGS: dict[str, tuple[str, str]] = {
     "float32 highest": ("float32", "highest"),
     "float32 default": ("float32", "default"),
@@ -158,6 +160,55 @@ def measure_all(
     return out
 
 
+TPU_HIGHEST_PASSES = 6  # bfloat16 passes of a float32 matmul at "highest" on a TPU (jax.lax.Precision)
+
+
+def precision_words(platform: str) -> dict[str, str]:
+    """What each :data:`MATMUL_SETTINGS` key computes on ``platform`` ("cpu", "gpu", "tpu"), for the ceilings table.
+
+    Measured on one TPU v5e (JAX 0.10.2, 8192^3 matmuls): float32 default
+    160 TFLOP/s, "high" 63, "highest" 31, bfloat16 183: about 1, 3 and 6
+    bfloat16 passes, as JAX's documentation says.
+    """
+    if platform == "tpu":
+        return {
+            "float32 highest": f"float32 in {TPU_HIGHEST_PASSES} bfloat16 passes on the matrix units",
+            "float32 default": "float32 inputs rounded to bfloat16: one pass on the matrix units",
+            "bfloat16": "bfloat16 inputs, float32 accumulation",
+        }
+    if platform == "gpu":
+        return {
+            "float32 highest": "true float32",
+            "float32 default": "TF32 on NVIDIA GPUs from Ampere on (10-bit mantissa inputs)",
+            "bfloat16": "bfloat16 inputs, float32 accumulation",
+        }
+    return {name: "as written: a CPU has no lower-precision matrix unit for float32" for name in MATMUL_SETTINGS}
+
+
+def datasheet_rate(setting: str, peak, platform: str) -> tuple[float | None, str]:
+    """The datasheet peak a :data:`MATMUL_SETTINGS` key is compared with, and its words.
+
+    ``peak``: a :class:`dpcourse.costs.DevicePeak` or None. On a GPU the
+    FP32, TF32 and BF16 peaks; on a TPU every float32 matmul runs on the
+    bfloat16 units, so default precision is held to the BF16 peak and
+    ``highest`` to a sixth of it (:data:`TPU_HIGHEST_PASSES`).
+
+    Raises:
+        ValueError: unknown ``setting``.
+    """
+    if setting not in MATMUL_SETTINGS:
+        raise ValueError(f"Unknown matmul setting {setting!r}. Valid: {', '.join(MATMUL_SETTINGS)}.")
+    if peak is None:
+        return None, ""
+    if platform == "tpu":
+        bf16 = peak.peak("bf16")
+        if setting == "float32 highest":
+            return bf16 / TPU_HIGHEST_PASSES, f"BF16 peak / {TPU_HIGHEST_PASSES}"
+        return bf16, "BF16 peak"
+    key = {"float32 highest": "fp32", "float32 default": "tf32", "bfloat16": "bf16"}[setting]
+    return peak.peak(key), f"{key.upper()} peak"
+
+
 def ceiling_for(compute_dtype: str) -> str:
     """The :data:`MATMUL_SETTINGS` key a step in ``compute_dtype`` is compared with.
 
@@ -173,7 +224,12 @@ def ceiling_for(compute_dtype: str) -> str:
     return table[compute_dtype]
 
 
-def datasheet_precision(compute_dtype: str) -> str:
-    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype ("tf32" or "bf16")."""
+def datasheet_precision(compute_dtype: str) -> str | None:
+    """The :meth:`dpcourse.costs.DevicePeak.peak` precision for a compute dtype: "bf16", or None for float32.
+
+    None is the precision a float32 matmul runs at under JAX's default
+    precision on the device (:attr:`dpcourse.costs.DevicePeak.float32_matmul`):
+    TF32 on the NVIDIA GPUs listed, one bf16 pass on a TPU.
+    """
     ceiling_for(compute_dtype)  # validates
-    return "bf16" if compute_dtype == "bfloat16" else "tf32"
+    return "bf16" if compute_dtype == "bfloat16" else None

@@ -5,26 +5,35 @@ intensity (FLOPs per byte it moves to and from device memory) exceeds the
 device's ridge point (FLOP/s over bytes/s); otherwise memory-bound. The
 block matmul is compute-bound at the course's batch sizes; the element-wise
 work around it (bias, GELU, the residual mix, their backward) does a few
-FLOPs per value and is bound by memory bandwidth. The roofline bound of the
-step is the larger of two times: the matmul FLOPs at the matmul ceiling and
-the element-wise bytes at the memory bandwidth (no step beats it, whatever
-overlaps). Their sum is a no-overlap estimate, not a bound: it is what the
-step takes when element-wise kernels run strictly between the matmuls, as
-separate kernels do.
+FLOPs per value.
 
-The byte count is a model, stated here: every activation of the block is a
-``[batch, width]`` array; the passes below assume each element-wise chain is
-fused into one kernel (as XLA does), so each listed array crosses device
-memory once per read or write. The weights (``width^2`` values) are small
-next to the activations at these batches and are left out of the
-element-wise count.
+Two byte counts, because what the element-wise work costs depends on the
+compiler:
 
-Left out, and so an underestimate of the bytes: the residuals that the
-block's ``lax.scan`` saves in the forward pass for the backward pass. The
-compiled step keeps six ``[block_repeats, batch, width]`` stacks (read from
-its HLO; the passes above count some of the same values as reads of ``h``
-and ``z``). :func:`residual_bytes_per_step` gives their size, written once
-and read once, for comparison.
+- **The least any program of this step moves**
+  (:func:`saved_activation_bytes_per_step`): the backward pass of every
+  repeat needs a ``[batch, width]`` array of its forward pass (without it,
+  the forward matmul would have to run again: more FLOPs than the step
+  counts), 128 such arrays are far larger than any device's on-chip
+  memory, so each is written to device memory once and read back once.
+  The roofline **bound** is the larger of this time and the matmul FLOPs
+  at the matmul ceiling: no program of the step beats it, however its work
+  is fused or overlapped, on any backend (given the ceilings were measured
+  on an idle device).
+- **Separate element-wise kernels** (:func:`elementwise_bytes_per_step`):
+  every activation of the block is a ``[batch, width]`` array; each
+  element-wise chain is one kernel that reads its inputs from device memory
+  and writes its outputs there (the passes below). That is how the GPU and
+  CPU compilers run the step; their sum with the matmul time is the
+  **no-overlap estimate**, not a bound. A TPU's compiler fuses the bias,
+  the GELU and the mix into the matmuls' own kernels (their operands stay
+  on chip), so this count is far above what moves there, and the estimate
+  far above the measured step.
+
+The weights (``width^2`` values) are small next to the activations at these
+batches and are left out of both counts, as are the input and output
+layers and the optimizer (a few passes over 1.9 M parameters at full size):
+a bound stays a bound with fewer bytes.
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ def dtype_bytes(compute_dtype: str) -> int:
 
 
 def elementwise_bytes_per_step(cfg: Config, global_batch: int) -> float:
-    """Bytes the block's element-wise work moves per step (model above).
+    """Bytes the block's element-wise work moves per step as separate kernels (model above).
 
     ``block_repeats x passes_per_repeat() x global_batch x width x bytes per
     value``, with the bytes of ``cfg.compute_dtype``. The input and output
@@ -79,14 +88,27 @@ def elementwise_bytes_per_step(cfg: Config, global_batch: int) -> float:
     return float(cfg.block_repeats * passes_per_repeat() * global_batch * cfg.width * dtype_bytes(cfg.compute_dtype))
 
 
+def saved_activation_bytes_per_step(cfg: Config, global_batch: int) -> float:
+    """The least bytes any program of the step moves: one ``[batch, width]`` array per repeat, written and read once.
+
+    ``2 x block_repeats x global_batch x width x bytes per value`` (see the
+    module docstring). On one TPU v5e (JAX 0.10.2, global batch 4096) the
+    fully unrolled float32 step's temporaries were 3.25 GB, about one and a
+    half such stacks of 2.1 GB.
+    """
+    return float(2 * cfg.block_repeats * global_batch * cfg.width * dtype_bytes(cfg.compute_dtype))
+
+
 RESIDUAL_STACKS = 6  # [R, B, W] stacks the scan saves for the backward pass (compiled step's HLO)
 
 
 def residual_bytes_per_step(cfg: Config, global_batch: int, stacks: int = RESIDUAL_STACKS) -> float:
     """Bytes of the residuals the scan saves for the backward pass: written once, read once.
 
-    ``2 x stacks x block_repeats x global_batch x width x bytes per value``.
-    Not part of :func:`elementwise_bytes_per_step` (see the module docstring).
+    ``2 x stacks x block_repeats x global_batch x width x bytes per value``;
+    six stacks in the CPU and GPU compilers' scan programs (read from their
+    HLO). Not part of :func:`elementwise_bytes_per_step`, which counts some
+    of the same values as reads of ``h`` and ``z``.
     """
     return float(2 * stacks * cfg.block_repeats * global_batch * cfg.width * dtype_bytes(cfg.compute_dtype))
 
@@ -113,21 +135,26 @@ class StepBound:
 
     Attributes:
         compute_s: training FLOPs at the matmul rate.
-        memory_s: element-wise bytes at the memory bandwidth.
-        serial_s: ``compute_s + memory_s``, the no-overlap estimate
-            (element-wise kernels run between matmuls, not during them). An
-            estimate, not a bound: it errs low where the byte model leaves
-            bytes out (the saved residuals) and high where work overlaps.
-        overlap_s: ``max(compute_s, memory_s)``, the roofline bound (perfect
-            overlap: no real step does better, for these FLOPs and bytes).
+        memory_s: the least bytes any program of the step moves
+            (:func:`saved_activation_bytes_per_step`) at the memory bandwidth.
+        unfused_s: the bytes of separate element-wise kernels
+            (:func:`elementwise_bytes_per_step`) at the memory bandwidth.
+        overlap_s: ``max(compute_s, memory_s)``, the roofline bound: no
+            program of the step does better, on any backend.
+        serial_s: ``compute_s + unfused_s``, the no-overlap estimate of a
+            step whose element-wise kernels run between its matmuls (the GPU
+            and CPU compilers'). An estimate, not a bound: it errs high where
+            work overlaps or is fused into the matmuls (a TPU's compiler), low
+            where the byte model leaves bytes out.
     """
 
     compute_s: float
     memory_s: float
+    unfused_s: float
 
     @property
     def serial_s(self) -> float:
-        return self.compute_s + self.memory_s
+        return self.compute_s + self.unfused_s
 
     @property
     def overlap_s(self) -> float:
@@ -144,6 +171,7 @@ def step_bound(cfg: Config, global_batch: int, matmul_flops_per_s: float, bytes_
         raise ValueError(f"Rates must be > 0, got {matmul_flops_per_s} FLOP/s and {bytes_per_s} bytes/s.")
     return StepBound(
         train_flops_per_step(cfg, global_batch) / matmul_flops_per_s,
+        saved_activation_bytes_per_step(cfg, global_batch) / bytes_per_s,
         elementwise_bytes_per_step(cfg, global_batch) / bytes_per_s,
     )
 

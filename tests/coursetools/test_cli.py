@@ -42,3 +42,16 @@ def test_check_collectives_names_a_bad_xla_flags_token_before_starting_jax(monke
     with pytest.raises(SystemExit) as exit_:
         cli.main(["check-collectives"])
     assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err
+
+
+def test_run_takes_the_kernel_and_refuses_an_unknown_one(monkeypatch, capsys):
+    from coursetools import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "run_course", lambda *a, **k: seen.update(k) or {"notebooks": [], "records": []})
+    monkeypatch.setattr(runner, "print_summary", lambda *a, **k: None)
+    assert cli.main(["run", "--profile", "smoke", "--kernel", "shell", "--notebooks", "03"]) == 0
+    assert seen["kernel"] == "shell"
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--kernel", "zmq"])
+    assert "invalid choice: 'zmq'" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import pytest
 from coursetools import compile_report as placement_report
 from dpcourse.config import make_config
 from dpcourse.costs import gradient_bytes
-from dpcourse.gpu_compile import compile as deviceless
+from dpcourse.cross_compile import compile as deviceless
 
 SMOKE = make_config("smoke")
 METRIC_BYTES = 8  # loss and accuracy, float32, reduced with the gradient
@@ -66,10 +66,24 @@ def test_check_names_a_moved_all_reduce():
 
 
 def test_jobs_of_make_placement():
-    jobs = placement_report.jobs_for(["smoke", "full"], ["h200", "l4"], (2, 4, 8))
-    smoke = [j for j in jobs if j.profile == "smoke"]
-    assert len(smoke) == 2 * 3 + 1
+    jobs = placement_report.jobs_for(["smoke", "full"], ["h200", "l4", "v5e_2x4", "v6e_16x16"], (2, 4, 8))
+    smoke = [(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "smoke"]
+    # Each GPU at each count, each TPU slice at its own chip count, and the CPU.
+    assert len(smoke) == 2 * 3 + 2 + 1 and ("tpu", "v6e_16x16", 256) in smoke and ("tpu", "v5e_2x4", 8) in smoke
     assert {(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "full"} == set(placement_report.FULL_JOBS)
+    gpus_only = placement_report.jobs_for(["smoke", "full"], ["h200", "l4"], (8,))
+    assert not [j for j in gpus_only if j.backend == "tpu"]
+
+
+def test_lesson_10s_jobs_take_the_8_chip_slice_and_no_tpu_at_the_full_profile():
+    jobs = placement_report.lesson10_jobs(["smoke", "full"], ["h200", "v5e_2x4", "v6e_16x16"])
+    assert {(j.backend, j.target, j.n_devices, j.profile) for j in jobs} == {
+        ("gpu", "h200", 8, "smoke"),
+        ("tpu", "v5e_2x4", 8, "smoke"),
+        ("cpu", "cpu", 8, "smoke"),
+        ("gpu", "h200", 8, "full"),
+        ("cpu", "cpu", 8, "full"),
+    }
 
 
 def test_compiles_in_parallel_keep_the_job_order(monkeypatch):
@@ -99,7 +113,7 @@ def test_workers_below_one_are_refused(capsys):
     ("argv", "says"),
     [
         (["--profile", "nosuch"], "--profile 'nosuch' is not a profile"),
-        (["--target", "nosuch"], "Unknown GPU target 'nosuch'"),
+        (["--target", "nosuch"], "Unknown target 'nosuch'"),
         (["--devices", "2,x"], "--devices takes GPU counts of 1 or more"),
         (["--devices", "0"], "--devices takes GPU counts of 1 or more"),
     ],

@@ -89,7 +89,7 @@ def test_importing_the_library_and_every_sub_package_never_starts_a_jax_backend(
     packages = sorted(
         ".".join(p.parent.relative_to(ROOT).parts) for p in LIBRARY.rglob("__init__.py") if "__pycache__" not in p.parts
     )
-    assert "dpcourse.gpu_compile" in packages and len(packages) >= 8
+    assert "dpcourse.cross_compile" in packages and len(packages) >= 8
     code = textwrap.dedent(
         f"""
         import importlib, sys

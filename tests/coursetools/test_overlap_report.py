@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from coursetools import overlap_report
-from dpcourse.gpu_compile import compile as gpu_compile
-from dpcourse.gpu_compile import result
+from dpcourse.cross_compile import compile as gpu_compile
+from dpcourse.cross_compile import result
 
 
 def rec(step, target="h200", fraction=0.0, version="0.10.2", **extra):
@@ -103,7 +103,7 @@ def test_docs_gpu_md_shows_the_fractions_the_check_expects():
 def test_the_stored_overlap_compiles_read_as_taught_and_hold_every_form_the_lesson_reads():
     """What notebook 09 shows without the extra: the stored schedules give the fractions EXPECTED holds."""
     from dpcourse.compiled import schedule
-    from dpcourse.gpu_compile import notebook
+    from dpcourse.cross_compile import notebook
 
     results, texts = notebook.stored_overlap("smoke")
     assert (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,3 +77,46 @@ def test_the_workspace_command_as_root_leaves_the_learners_files_theirs(open_dir
     assert done.returncode == 0, done.stderr
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in (home / "workspace").rglob("*")}
     assert owners == {NOBODY}
+
+
+# The workspace commands with the course's notebooks and solutions at argv[1] and argv[2], run one after another
+# in a process of their own (no fork from a test process where JAX's threads may run); prints their exit codes.
+COMMANDS_WITH_THE_COURSE_AT = """
+import json, sys
+from pathlib import Path
+from coursetools import cli, solutions, workspace
+workspace.COURSE_NOTEBOOKS, solutions.SOLUTIONS_DIR = Path(sys.argv[1]), Path(sys.argv[2])
+print(json.dumps([cli.main(command) for command in json.loads(sys.argv[3])]))
+"""
+
+
+@as_root
+def test_root_reads_the_course_before_it_becomes_a_learner_who_may_not_enter_the_clone(open_dir):
+    """A clone in a folder closed to others (mktemp -d is 0700): the learner's files are still theirs."""
+    from coursetools import solutions
+    from coursetools import workspace as ws
+
+    closed = Path(tempfile.mkdtemp(prefix="owner-course-"))  # 0700: the learner may not enter it
+    try:
+        shutil.copytree(ws.COURSE_NOTEBOOKS, closed / "notebooks")
+        shutil.copytree(solutions.SOLUTIONS_DIR, closed / "solutions")
+        home = open_dir / "bob"
+        home.mkdir()
+        os.chown(home, *NOBODY)
+        workspace = home / "workspace"
+        actions = [["init"], ["catchup", "03"], ["status"], ["update", "99"]]
+        commands = [["workspace", *action, "--dir", str(workspace)] for action in actions]
+        run = [sys.executable, "-c", COMMANDS_WITH_THE_COURSE_AT, str(closed / "notebooks"), str(closed / "solutions")]
+        done = subprocess.run([*run, json.dumps(commands)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1]) == [0, 0, 0, 2], done.stderr  # 99: refused as root, said
+        assert "error: No lesson '99' in the course" in done.stderr and "Traceback" not in done.stderr
+        lessons = sorted(p.name for p in (closed / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        assert sorted(p.name for p in workspace.glob("*.ipynb")) == lessons
+        solved = ws.solved_copy("03_mesh", ws.learner_copy(closed / "notebooks" / "03_mesh.ipynb"))
+        assert (workspace / "03_mesh.ipynb").read_text(encoding="utf-8") == solved
+        assert len(list((workspace / "old").glob("*/03_mesh.ipynb"))) == 1
+        owners = {(p.stat().st_uid, p.stat().st_gid) for p in workspace.rglob("*")}
+        assert owners == {NOBODY}
+    finally:
+        shutil.rmtree(closed)

@@ -61,6 +61,19 @@ def test_gpu_workflow_compares_with_a_committed_baseline():
     assert 'python -m coursetools compare "$BASELINE" results/full/results.json' in runs
 
 
+def test_tpu_workflow_runs_the_one_command_and_compares_when_a_baseline_is_committed():
+    tpu = _workflow("tpu.yml")
+    job = tpu["jobs"]["course-on-tpu"]
+    assert "tpu" in job["runs-on"] and "self-hosted" in job["runs-on"]
+    assert set(tpu[True]) == {"workflow_dispatch", "push"} and tpu[True]["push"]["tags"]
+    default = tpu[True]["workflow_dispatch"]["inputs"]["baseline"]["default"]
+    assert default in job["env"]["BASELINE"] and job["env"]["DPCOURSE_DATA"] == "synthetic"
+    runs = _run_lines(tpu)
+    assert "make tpu-check" in runs and 'python -m coursetools compare "$BASELINE"' in runs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\ntpu-check:" in makefile and "-m coursetools.tpucheck" in makefile
+
+
 def test_pre_commit_runs_the_pinned_ruff_and_the_notebook_checks():
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coursetools.room import action_command
+from coursetools.room import BadBody, action_command, read_action
 
 
 def test_board_actions_name_a_known_learner_and_a_lesson_or_are_refused(tmp_path):
@@ -30,3 +30,17 @@ def test_board_actions_name_a_known_learner_and_a_lesson_or_are_refused(tmp_path
     ):
         with pytest.raises(ValueError, match=said):
             action_command(bad, tmp_path, "py")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[]", b'"catchup"', b"null", b"3", b"[" * 100_000 + b"]" * 100_000, b"{half", b"\xff\xfe", b"NaN"],
+)
+def test_a_board_action_whose_body_is_not_a_json_object_is_refused_in_one_sentence(body, tmp_path):
+    with pytest.raises(BadBody) as caught:
+        action_command(read_action(body), tmp_path, "py")
+    said = str(caught.value)
+    assert said.startswith("The action's body is not") and said.endswith('"learner": "bob"}.') and len(said) < 200
+    with pytest.raises(BadBody, match="not a JSON object"):
+        action_command(["catchup", "04", "bob"], tmp_path, "py")
+    assert read_action(b"") == {} and read_action(b'{"action": "reset"}') == {"action": "reset"}

@@ -165,7 +165,8 @@ def test_run_notebook_failing_names_the_cell_and_the_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", ["ipykernel", "shell"])
+def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypatch, kernel):
     monkeypatch.setenv("DPCOURSE_PROFILE", "cpu")  # the runner must override, then restore it
     nb = write_notebook(
         tmp_path / "07_rec.ipynb",
@@ -184,7 +185,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
     nb_dir.mkdir()
     nb = nb.rename(nb_dir / nb.name)
     out = tmp_path / "results" / "smoke"
-    payload = runner.run_course("smoke", [nb], Path("results") / "smoke", cell_timeout_s=120)
+    payload = runner.run_course("smoke", [nb], Path("results") / "smoke", cell_timeout_s=120, kernel=kernel)
 
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == payload
@@ -201,6 +202,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
         "output": "07_rec.ipynb",
         "peak_rss_bytes": nb_run["peak_rss_bytes"],
         "peak_gpu_bytes": None,  # no GPU here
+        "peak_device_bytes": None,  # recorded by the shell kernel only
     }
     assert nb_run["peak_rss_bytes"] > 20 * 1024 * 1024  # a kernel's resident memory, measured
     first, second = payload["records"]
@@ -412,7 +414,7 @@ def test_no_such_kernel_says_what_to_install():
 def _fake_runs(monkeypatch):
     """run_notebook without a kernel: each notebook 'passes' at once."""
 
-    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None, solutions=False):
+    def fake(path, out_dir, results_file, profile, cell_timeout_s, on_cell=None, solutions=False, kernel="ipykernel"):
         return runner.NotebookRun(path.stem, "passed", 0.0, output=path.name)
 
     monkeypatch.setattr(runner, "run_notebook", fake)
@@ -543,3 +545,70 @@ def test_a_full_disk_in_a_lesson_still_leaves_a_results_json_naming_the_notebook
     (run,) = json.loads((out / "results.json").read_text())["notebooks"]
     assert run["notebook"] == "09_performance" and "No space left on device" in run["error"]
     assert not (out / runner.RESERVE_FILE).exists()
+
+
+def _disk_that_fails(monkeypatch, fails):
+    """outfolder's writes fail with ENOSPC where ``fails(path)`` says so; notebooks "pass" without a kernel."""
+    import errno
+
+    from coursetools import outfolder
+
+    real_write = outfolder._write_file
+
+    def write(path, data):
+        if fails(Path(path)):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data)
+
+    monkeypatch.setattr(outfolder, "_write_file", write)
+    monkeypatch.setattr(runner, "run_notebook", lambda path, *a, **k: runner.NotebookRun(path.stem, "passed", 1.0))
+    monkeypatch.setattr(runner, "check_kernel_interpreter", lambda: sys.executable)
+
+
+@pytest.mark.parametrize("full_at", ["the run lock", "the reserve"])
+def test_a_disk_full_from_the_start_does_not_point_at_a_results_json_that_is_not_there(tmp_path, monkeypatch, full_at):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "01_a.ipynb", "pass")
+    out = tmp_path / "out"
+    _disk_that_fails(monkeypatch, lambda path: full_at == "the run lock" or runner.RESERVE_FILE in path.name)
+    with pytest.raises(runner.DiskFullError) as err:
+        runner.run_course("smoke", [nb], out)
+    said = str(err.value)
+    assert "Nothing of this run could be recorded there;" in said and "says which" not in said
+    assert not (out / "results.json").exists()
+
+
+def test_a_disk_that_fills_after_some_notebooks_says_which_ones_results_json_holds(tmp_path, monkeypatch):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    first, second = write_notebook(nbs / "01_a.ipynb", "pass"), write_notebook(nbs / "02_b.ipynb", "pass")
+    out = tmp_path / "out"
+    results: list[Path] = []
+
+    def full_after_the_first_results(path: Path) -> bool:
+        if path.name.startswith(".results.json."):
+            results.append(path)
+        return len(results) > 1  # the first results.json fits, then nothing
+
+    _disk_that_fails(monkeypatch, full_after_the_first_results)
+    with pytest.raises(runner.DiskFullError) as err:
+        runner.run_course("smoke", [first, second], out)
+    said = str(err.value)
+    assert "results.json there holds the 1 notebook(s) run before the disk filled (01_a); the rest" in said
+    assert [nb["notebook"] for nb in json.loads((out / "results.json").read_text())["notebooks"]] == ["01_a"]
+
+
+def test_results_json_says_whether_the_solutions_were_in_and_the_cpu_devices_forced(tmp_path, monkeypatch):
+    from coursetools import timings
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "01_a.ipynb", "pass")
+    _disk_that_fails(monkeypatch, lambda path: False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3")
+    payload = runner.run_course("smoke", [nb], tmp_path / "out", solutions=True)
+    assert payload["solutions"] is True and payload["cpu_devices"] == 3
+    assert timings.read_results(tmp_path / "out" / "results.json")["cpu_devices"] == 3  # of the record's schema
+    monkeypatch.delenv("XLA_FLAGS")
+    assert runner.run_course("smoke", [nb], tmp_path / "out")["cpu_devices"] is None

@@ -165,7 +165,7 @@ def test_a_run_says_whether_it_compiled_for_gpus_without_one():
 
 
 def test_machine_info_records_the_extra(monkeypatch):
-    from dpcourse.gpu_compile import targets as gpu_targets
+    from dpcourse.cross_compile import targets as gpu_targets
 
     monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
     assert timings.machine_info()["gpu_compile_extra"] is False
@@ -208,6 +208,32 @@ def test_timing_again_within_the_buckets_rewrites_the_record_and_readme_only(tmp
         ]
     }
     assert timings.time_line("04_x", record) == timings.time_line("04_x", again)
+
+
+def test_a_tpu_run_gets_its_own_machine_in_the_line_and_replaces_only_tpu_runs():
+    cpu = {
+        "profile": "cpu",
+        "machine": {"cores": 2, "gpus": []},
+        "notebooks": {"09_x": {"wall_s": 34, "status": "passed"}},
+    }
+    tpu = {
+        "profile": "full",
+        "machine": {"cores": 13, "gpus": [], "tpus": ["TPU v5 lite"]},
+        "notebooks": {"09_x": {"wall_s": 150, "status": "passed"}},
+    }
+    gpu = {
+        "profile": "full",
+        "machine": {"cores": 8, "gpus": ["NVIDIA H200"]},
+        "notebooks": {"09_x": {"wall_s": 50, "status": "passed"}},
+    }
+    line = timings.time_line("09_x", {"runs": [cpu, tpu]})
+    assert line == (
+        "# **Time**: under 1 min with `cpu`, on a 2-core CPU; 2-5 min with `full`, on 1 x TPU v5 lite\n"
+        "# (measured; the run's details are in `baselines/timings.json`)."
+    )
+    runs = timings.merge_runs([cpu, tpu], [gpu], ["09_x"])
+    assert runs == [cpu, tpu, gpu]  # a GPU's full run does not replace the TPU's
+    assert timings.merge_runs(runs, [dict(tpu)], ["09_x"]) == [cpu, gpu, tpu]
 
 
 def _course(tmp_path, stems=("05_shard_map", "06_model")):
@@ -326,3 +352,53 @@ def test_a_lesson_timed_alone_says_its_own_commit_and_load_in_the_readme():
     block = timings.readme_block({"runs": [run]})
     assert "85 s of notebook time for 2 notebooks" in block
     assert "measured alone: 11_checkpoint at commit abc1234, load average 2.56 at its start" in block
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            lambda p: p["notebooks"].append({"notebook": "99_made_up", "status": "passed", "wall_s": 3.0}),
+            "'99_made_up' is not one of the course's lessons (05_shard_map to 06_model)",
+        ),
+        (lambda p: p.update(solutions=True), "this run had the exercises' solutions filled in (--solutions)"),
+        (lambda p: p.update(cpu_devices=3), "this run forced 3 CPU devices (XLA_FLAGS), not the lessons' own 8"),
+        (lambda p: p.update(solutions=True, cpu_devices=3), "solutions filled in"),
+    ],
+)
+def test_a_run_that_is_not_the_course_as_a_learner_runs_it_is_refused_and_nothing_is_written(tmp_path, change, says):
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    timings.update([results_json(tmp_path, "smoke", {"06_model": 20.0})], None, record, lessons, readme, sync=False)
+    path = results_json(tmp_path, "smoke", {"06_model": 2.0})
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError) as err:
+        timings.update([path], None, record, lessons, readme, sync=False)
+    said = str(err.value)
+    assert says in said and "nothing was recorded" in said and "\n" not in said
+    assert _snapshot(tmp_path) == before  # lesson 06's measured 20 s stays
+
+
+@pytest.mark.parametrize("devices", [None, 8])
+def test_a_run_at_the_lessons_own_devices_without_solutions_is_recorded(tmp_path, devices):
+    import inspect
+
+    from dpcourse import devices as dpdevices
+
+    assert inspect.signature(dpdevices.setup_devices).parameters["n_cpu_devices"].default == timings.LESSON_CPU_DEVICES
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"06_model": 20.0})
+    path.write_text(json.dumps({**json.loads(path.read_text()), "solutions": False, "cpu_devices": devices}))
+    timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
+    assert json.loads((tmp_path / "timings.json").read_text())["runs"][0]["notebooks"]["06_model"]["wall_s"] == 20.0
+
+
+def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
+    monkeypatch.setattr(timings, "ROOT", timings.Path("/"))  # no repository there
+    monkeypatch.delenv("DPCOURSE_COMMIT", raising=False)
+    assert timings.course_commit() is None
+    monkeypatch.setenv("DPCOURSE_COMMIT", "abc1234")
+    assert timings.course_commit() == "abc1234"

@@ -87,6 +87,10 @@ MALFORMED = {
     "Infinity": (text(GOOD).replace("1800000000.0", "Infinity"), "Infinity"),
     "a number of 5000 digits": (text(GOOD).replace("1800000000.0", "9" * 5000), "JSON"),
     "a lone surrogate": (text(changed("exercises/ex03_1/message", "x")).replace('"x"', '"\\ud800"'), "Unicode"),
+    "lessons a list": (text(changed("lessons", [])), "lessons"),
+    "attempts null": (text(changed("exercises/ex03_1/attempts", None)), "attempts"),
+    "a made-up exercise": (text(changed("exercises/ex99_1", GOOD["exercises"]["ex03_1"])), "ex99_1"),
+    "a lesson listing a made-up exercise": (text(changed("lessons/03_mesh/exercises", ["ex03_9"])), "exercises"),
 }
 
 
@@ -209,6 +213,23 @@ def test_a_malformed_record_is_refused_with_its_reason(shape):
         board.parse_record(content)
     reason = str(caught.value)
     assert word.lower() in reason.lower() and len(reason) <= board.MAX_REASON, reason
+
+
+def test_the_board_checks_records_against_the_schema_the_course_checks_its_own_against():
+    from dpcourse.exercises import progress
+
+    assert json.loads(json.dumps(board.RECORD_SCHEMA)) == json.loads(json.dumps(progress.SCHEMA))
+    assert list(progress.EXERCISES) == board.EXERCISES and board.MAX_RECORD_BYTES == progress.MAX_BYTES
+
+
+@pytest.mark.parametrize("shape", [s for s in MALFORMED if s != "a lone surrogate"])  # the course writes it escaped
+def test_a_record_the_board_refuses_is_one_the_course_sets_aside(tmp_path, shape):
+    from dpcourse.exercises import progress
+
+    path = tmp_path / "progress.json"
+    path.write_text(MALFORMED[shape][0])
+    with pytest.raises(progress.RecordError):
+        progress.read(path)
 
 
 def test_a_record_the_course_writes_passes(tmp_path):
@@ -393,3 +414,37 @@ def test_thirty_learners_and_one_bad_record_refresh_measured(tmp_path):
     out.mkdir(parents=True, exist_ok=True)
     (out / "board-refresh.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"\nboard refresh, 30 learners and one bad record: {figures}")
+
+
+def test_a_board_action_whose_body_is_not_a_json_object_is_a_400_with_a_sentence(tmp_path, monkeypatch):
+    from tornado import httpclient
+
+    (tmp_path / "bob" / "workspace").mkdir(parents=True)
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://127.0.0.1:1/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "token")
+    monkeypatch.setenv("BOARD_SERVERS_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("BOARD_WORKSPACES", str(tmp_path))
+    app = board.make_app()
+    action = next(
+        r.target for r in app.wildcard_router.rules if r.matcher.regex.pattern.startswith("/services/board/action")
+    )
+    monkeypatch.setattr(action, "get_current_user", lambda self: {"name": "instructor", "kind": "user"})  # past OAuth
+    monkeypatch.setattr(action, "check_xsrf_cookie", lambda self: None)
+
+    async def post_each(bodies):
+        server, port = listen(app)
+        try:
+            client, answers = httpclient.AsyncHTTPClient(), []
+            for body in bodies:
+                url = f"http://127.0.0.1:{port}/services/board/action"
+                answer = await client.fetch(url, method="POST", body=body, raise_error=False)
+                answers.append((answer.code, json.loads(answer.body)))
+            return answers
+        finally:
+            server.stop()
+
+    bodies = [b"[]", b'"catchup"', b"[" * 100_000 + b"]" * 100_000, b"{half", b'{"action": "rm", "lesson": "04"}']
+    answers = in_thread(lambda: post_each(bodies))
+    for code, said in answers[:4]:
+        assert code == 400 and said["ok"] is False and said["output"].startswith("The action's body is not"), said
+    assert answers[4] == (200, {"ok": False, "output": "the action is catchup or reset"})  # said on the page

@@ -79,3 +79,71 @@ def test_the_spawner_runs_the_server_as_the_learners_account_with_its_home(tmp_p
         assert pwd.getpwnam(env["USER"]).pw_uid == account.pw_uid
     finally:
         subprocess.run(["userdel", name], capture_output=True)
+
+
+# The names a learner may type that useradd would refuse or shorten: each is hashed.
+ODD_NAMES = ["j.smith", "ana maría", "Bob", "jürgen", "a" * 25, "x" * 40, "mary o'neil", "李"]
+
+
+def test_no_learner_can_sign_in_as_another_learners_hashed_name():
+    assert users.system_name("j.smith") == "jupyter-j-smith-b33a535"
+    assert users.system_name("j-smith-b33a535") != users.system_name("j.smith")
+    for name in ODD_NAMES:
+        hashed = users.system_name(name)
+        assert hashed != users.PREFIX + name, name  # it was hashed
+        taken = hashed.removeprefix(users.PREFIX)  # the name that would take it, typed at the sign-in page
+        assert users.system_name(taken) != hashed, (name, taken)
+    made = [users.system_name(n) for n in ODD_NAMES + [users.system_name(n)[8:] for n in ODD_NAMES]]
+    assert len(set(made)) == len(made)
+
+
+def passwd(name: str, gecos: str) -> pwd.struct_passwd:
+    return pwd.struct_passwd((name, "x", 2000, 2000, gecos, "/nonexistent", "/bin/bash"))
+
+
+def test_an_account_is_the_learners_only_when_its_comment_records_them():
+    mine = passwd("jupyter-j-smith-b33a535", users.owner_comment("j.smith"))
+    assert users.owner_problem(mine, "j.smith") is None
+    said = users.owner_problem(mine, "j-smith-b33a535")
+    assert said.startswith("The system user jupyter-j-smith-b33a535 was made for another learner")
+    assert "`userdel jupyter-j-smith-b33a535`" in said and said.count(". ") == 0
+    # The same shown name, another learner: the key tells them apart (the shown part is cut at 40 characters).
+    long_one, long_two = "a" * 40 + "1", "a" * 40 + "2"
+    assert users.owner_problem(passwd("x", users.owner_comment(long_one)), long_two) is not None
+    # An earlier hub wrote the name alone: still theirs when it is their name exactly.
+    assert users.owner_problem(passwd("jupyter-bob", "workshop learner bob"), "bob") is None
+    assert users.owner_problem(passwd("jupyter-bob", "workshop learner bob"), "bob2") is not None
+    assert users.owner_problem(passwd("x", "workshop learner ana?maria"), "ana:maria") is not None
+    made_elsewhere = users.owner_problem(passwd("jupyter-bob", "Bob the admin"), "bob")
+    assert "was not made by this course's hub" in made_elsewhere
+
+
+@as_root
+def test_two_learners_whose_names_once_met_get_two_accounts_and_an_account_is_never_handed_over(tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    dotted, dashed = f"j.s{tag}", f"j-s{tag}-{users.system_name(f'j.s{tag}')[-7:]}"
+    assert users.system_name(dashed) != users.system_name(dotted)
+    names = [users.system_name(dotted), users.system_name(dashed)]
+    try:
+        first = users.ensure_user(names[0], tmp_path / dotted, dotted)
+        second = users.ensure_user(names[1], tmp_path / dashed, dashed)
+        assert first.pw_uid != second.pw_uid
+        assert users.ensure_user(names[0], tmp_path / dotted, dotted).pw_uid == first.pw_uid  # the next hub
+        # The next hub maps another learner to that account (a hash collision, an earlier hub's rule): refused.
+        with pytest.raises(RuntimeError, match=f"The system user {names[0]} was made for another learner"):
+            users.ensure_user(names[0], tmp_path / dashed, dashed)
+    finally:
+        for name in names:
+            subprocess.run(["userdel", name], capture_output=True)
+
+
+@as_root
+def test_an_account_the_hub_did_not_make_is_not_given_to_a_learner(tmp_path):
+    learner = f"t{uuid.uuid4().hex[:8]}"
+    name = users.system_name(learner)
+    subprocess.run(["useradd", "--no-create-home", "--comment", "made by hand", name], check=True)
+    try:
+        with pytest.raises(RuntimeError, match="was not made by this course's hub"):
+            users.ensure_user(name, tmp_path / learner, learner)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)

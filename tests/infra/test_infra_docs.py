@@ -31,7 +31,7 @@ def test_section_heading(guide):
 
 def test_readme_links_every_guide_and_every_link_resolves():
     text = README.read_text()
-    for name in ("docs/gke.md", "docs/multihost.md", "docs/troubleshooting.md", "LICENSE"):
+    for name in ("docs/gke.md", "docs/multihost.md", "docs/tpu.md", "docs/troubleshooting.md", "LICENSE"):
         assert f"]({name})" in text, f"README.md does not link {name}"
     for page in [README, *sorted(DOCS.glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
@@ -192,3 +192,19 @@ def test_the_force_new_check_catches_the_old_wording():
     fixed = old + " This replaces the node pool; re-apply the lab with `kubectl apply -f deploy/jupyter.yaml`."
     assert not force_new_instructions_without_warning(fixed)
     assert not force_new_instructions_without_warning("Set `gpu_node_count = 2` and run `terraform apply`.")
+
+
+def test_the_tpu_guide_names_what_the_course_has():
+    """docs/tpu.md's functions and commands are the course's own: a rename breaks the guide, not a learner."""
+    import importlib
+
+    text = (DOCS / "tpu.md").read_text()
+    names = set(re.findall(r"`(dpcourse(?:\.\w+)+)`", text))
+    assert {"dpcourse.backend.chips.describe", "dpcourse.backend.chips.held_message"} <= names
+    for name in names:
+        module, _, attribute = name.rpartition(".")
+        assert hasattr(importlib.import_module(module), attribute), f"docs/tpu.md names {name}, which does not exist"
+    for lesson in re.findall(r"notebooks/(\d\d_\w+)\.py", text):
+        assert (ROOT / "notebooks" / f"{lesson}.py").is_file(), f"docs/tpu.md names {lesson}, which does not exist"
+    pin = re.search(r"^jax==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    assert text.count(f'"jax[tpu]=={pin}"') >= 3, f"docs/tpu.md installs another JAX than the pin {pin}"

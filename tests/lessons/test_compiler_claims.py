@@ -2,7 +2,7 @@
 
 Each phrase below was once in the course and was wrong or out of date; the
 measurements that replaced it are in docs/gpu.md and in
-tests/lib/gpu_compile/test_sharded_steps.py. Lesson 10 prints its figures
+tests/lib/cross_compile/test_sharded_steps.py. Lesson 10 prints its figures
 from the compile it runs, so no figure of an earlier run may be written into
 its text.
 """

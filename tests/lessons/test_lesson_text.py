@@ -135,3 +135,29 @@ def test_the_instructors_exercise_table_has_a_row_per_checked_exercise_in_course
     table = text.split("| exercise | the task | wrong answers the check recognises |", 1)[1].split("\n\n", 1)[0]
     rows = re.findall(r"^\| (\d\d)\.(\d+) \|", table, flags=re.M)
     assert [f"ex{lesson}_{n}" for lesson, n in rows] == checked
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_line_gives_a_tpu_a_pcie_link(path):
+    """A TPU's chips all-reduce over ICI: a line naming both a TPU and PCIe once had a v5e-8 over "PCIe Gen4 x16 (assumed)"."""
+    both = [
+        line.strip()
+        for line in path.read_text().splitlines()
+        if "pcie" in line.lower() and ("tpu" in line.lower() or "v5e" in line.lower())
+    ]
+    assert not both, f"{path.name} names PCIe beside a TPU: {both}"
+
+
+@pytest.mark.parametrize("path", [p for p in LESSONS if "MFU" in p.read_text()], ids=lambda p: p.stem)
+def test_where_mfu_is_shown_the_lesson_says_which_peak_it_divides_by(path):
+    """On a TPU the float32 step's matmuls are one bf16 pass, so MFU divides by the bf16 peak; on a GPU by TF32."""
+    text = path.read_text()
+    assert "bf16" in text and "TF32" in text, f"{path.name} shows MFU without saying which peak (TF32 or bf16)"
+
+
+def test_lesson_12_reads_its_time_to_the_target_from_the_table_and_calls_it_no_bound():
+    text = (ROOT / "notebooks" / "12_batch_size.py").read_text()
+    section = text[text.index("## 7. Time to the target") : text.index("## 8.")]
+    assert "time_to_target.reading(" in section, "the conclusion on device counts must be read from the table"
+    assert "lower bound" not in section, "fitted steps x a modelled step is an estimate, not a bound"
+    assert "with latency" in section and "extrapolated" in section

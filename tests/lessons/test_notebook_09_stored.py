@@ -16,9 +16,9 @@ from pathlib import Path
 import jupytext
 
 from dpcourse import costs, show
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import targets as gpu_targets
 from dpcourse.exercises.base import CORRECT, WRONG
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import targets as gpu_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +54,37 @@ def test_section_8_without_the_extra_shows_the_stored_compile_and_09_3_checks_ag
     right = (costs.bound_for(fractions["plain"]), check.CHANGES[0])
     assert check.overlap_bound(right, fractions).status == CORRECT
     assert check.overlap_bound((right[0], check.CHANGES[1]), fractions).status == WRONG
+
+
+def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compiles(monkeypatch):
+    # Without either extra (a Colab or Kaggle TPU host, a laptop): the stored compiles, labelled stored,
+    # with the model at the smoke profile's sizes they were compiled at, not the run's.
+    from types import SimpleNamespace
+
+    from dpcourse import config
+    from dpcourse.cross_compile import mocked
+    from dpcourse.perf import roofline
+
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda platform="gpu": f"no {platform} extra (stand-in)")
+    monkeypatch.setattr(mocked, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
+    (cell,) = [
+        c.source
+        for c in jupytext.read(ROOT / "notebooks" / "09_performance.py").cells
+        if "fast_gpu = gpu_notebook.show_gpu_placement(" in c.source
+    ]
+    shown = []
+    names = {"cfg": config.make_config("cpu"), "multi": SimpleNamespace(devices=[SimpleNamespace(platform="tpu")])}
+    names.update(costs=costs, roofline=roofline, show=show, config=config, display=lambda obj: shown.append(obj))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(cell, "<notebook 09 cell>", "exec"), names)
+    printed = out.getvalue()
+    assert "no stored result" not in printed, printed
+    lines = printed.splitlines()
+    for where in ("8 x H200 without a GPU", "8 x TPU v5e (2x4 slice) without a TPU", "256 x TPU v6e (16x16 slice)"):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"The fast step, compiled for {where}"))
+        # Repeats unrolled: no loop; the bfloat16 gradients and the two float32 metrics, after the backward pass.
+        assert "stored (make placement, 20" in lines[at], lines[at]
+        assert lines[at + 1].startswith("  2 collective(s), 0 inside a loop, 53,020 bytes per step"), lines[at + 1]
+    table = repr(shown[-1])  # the model beside XLA's cost analysis of each stored program
+    assert "(smoke profile, stored)" in table and "XLA, H200" in table and "XLA, TPU v5e 2x4" in table, table

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import re
 from pathlib import Path
 
@@ -20,8 +21,8 @@ import pytest
 
 from dpcourse import config, costs, model
 from dpcourse.compiled import census
-from dpcourse.gpu_compile import notebook as gpu_notebook
-from dpcourse.gpu_compile import steps as sharded_steps
+from dpcourse.cross_compile import notebook as gpu_notebook
+from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def _lesson_10_names(profile: str, n: int) -> dict:
     jobs = [gpu_notebook.deviceless.Job("gpu", t, n, profile) for t in ("h200", "l4")]
     stored = gpu_notebook.find_stored(jobs, sharded_steps.SHARDED_STEPS)
     assert stored and any(r.profile != profile for r in stored), [r.profile for r in stored]
-    names = dict(cfg=cfg, params=params, n=n, ACCUM_K=accum_k, MIN_SHARD_ELEMENTS=min_shard, P=P)
+    names = dict(cfg=cfg, params=params, n=n, ACCUM_K=accum_k, MIN_SHARD_ELEMENTS=min_shard, P=P, math=math)
     names.update(config=config, costs=costs, model=model, census=census, sharded=sharded, display=print)
     names.update(sharded_steps=sharded_steps, gpu_results=stored)
     names["plan"] = sharded.shard_specs(params, n, min_elements=min_shard)

@@ -22,6 +22,18 @@ kinds, and the newest lane's solutions-test runs only the lessons before 04
 (``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
 and without the GPU-compile extra (docs/testing.md).
 
+A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
+run: the kernel gets the device layout of a host with one GPU or one TPU
+chip (``blocker/sitecustomize.py``: a second PJRT client of one device is
+JAX's default backend, the lesson's devices are the simulated CPU devices of
+the other), so an array the lesson makes without a device would land
+outside its devices, as it lands on the chip there. The run must pass, and
+a lesson on simulated devices must end with no array left on the default
+backend. ``make test`` thus runs every lesson from 04 so once, in one of its
+two JAX environments. 08's stand-in run is also on a host that refuses every
+internet socket (``NO_TCP_LESSONS``; a sandboxed TPU host says errno 97): it
+must say so in one sentence and run the rest.
+
 The device count is a dimension of its own, set per layer by the Makefile
 (docs/testing.md says which layer runs which count): these runs' kernels get
 ``DPCOURSE_TEST_DEVICES`` simulated CPU devices, put into their ``XLA_FLAGS``
@@ -166,12 +178,16 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
     if setting == "both":
         kinds = {lesson: dict.fromkeys([foreign_kind(lesson), "2-D Explicit"]) for lesson in FOREIGN_LESSONS}
         return [
-            *(Variant(lesson, FOREIGN, None, "2-D Explicit", "start") for lesson in FOREIGN_LESSONS),
-            *(Variant(lesson, FOREIGN, None, kind, "later") for lesson in FOREIGN_LESSONS for kind in kinds[lesson]),
+            *(Variant(lesson, FOREIGN, None, foreign="2-D Explicit", where="start") for lesson in FOREIGN_LESSONS),
+            *(
+                Variant(lesson, FOREIGN, None, foreign=kind, where="later")
+                for lesson in FOREIGN_LESSONS
+                for kind in kinds[lesson]
+            ),
         ]
     first = MESH_KINDS.index(setting.removeprefix("alternating-from-"))
     return [
-        Variant(lesson, FOREIGN, None, foreign_kind(lesson), "later")
+        Variant(lesson, FOREIGN, None, foreign=foreign_kind(lesson), where="later")
         for i, lesson in enumerate(FOREIGN_LESSONS)
         if i % len(MESH_KINDS) == first
     ]
@@ -232,11 +248,49 @@ def lessons_reaching(package: str) -> list[str]:
 MATRIX = [(package, lesson) for package in DISPLAY for lesson in lessons_reaching(package)]
 
 
+# --- a stand-in accelerator: the default backend is one device outside the lesson's (blocker/sitecustomize.py) ---
+STAND_IN = "DPCOURSE_STAND_IN_ACCELERATOR"
+STAND_IN_KIND = "Explicit"  # the global-mesh runs that carry it
+# The last cell of such a run: a lesson on simulated devices leaves no array on the default backend.
+STAND_IN_CHECK = (
+    "\n# %%\nimport jax\n\n"
+    "assert not any(jax.devices()[0] is d for d in jax.devices('cpu')), 'the stand-in is not the default backend'\n"
+    "_left = jax.live_arrays() if lesson.devices.simulated else []  # the default backend's live arrays\n"
+    "assert not _left, (\n"
+    "    f'{len(_left)} array(s) left on the default backend {jax.devices()[0]}, outside the lesson\\'s '\n"
+    "    f'{lesson.devices.label}: shapes {sorted({str(a.shape) for a in _left})}'\n"
+    ")\n"
+)
+
+# Lessons whose stand-in run is also on a host that refuses every internet socket (a sandboxed TPU host:
+# errno 97), set in the kernel right after the lesson starts: the lesson must say so and run the rest.
+NO_TCP_LESSONS = ("08_multihost",)
+NO_TCP_SAYS = "This machine lets no process open a TCP socket, not even on 127.0.0.1 (OSError: [Errno 97]"
+SET_NO_TCP = (
+    "{i}import socket as _socket  # this host refuses every internet socket, loopback included\n"
+    "{i}class _Refusing(_socket.socket):\n"
+    "{i}    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):\n"
+    "{i}        if fileno is None and family in (-1, _socket.AF_INET, _socket.AF_INET6):\n"
+    "{i}            raise OSError(97, 'Address family not supported by protocol')\n"
+    "{i}        super().__init__(family, type, proto, fileno)\n"
+    "{i}_socket.socket = _Refusing\n"
+)
+
+
+def with_no_tcp(source: str) -> str:
+    """``source`` with every internet socket of the kernel refused (errno 97) right after ``lesson = start_lesson(...)``."""
+    match = START_LINE.search(source)
+    assert match, "the lesson has no `lesson = start_lesson(...)` line"
+    inserted = SET_NO_TCP.format(i=match.group("indent"))
+    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+
+
 # --- the runs ---
 class Variant(NamedTuple):
     lesson: str
     mesh: str | None  # "Auto", "Explicit", FOREIGN or None (the lesson's own code)
     missing: str | None  # a package of DISPLAY made uninstalled in the kernel, or None
+    stand_in: bool = False  # the kernel's default backend is a stand-in accelerator (STAND_IN)
     foreign: str | None = None  # FOREIGN's kind (FOREIGN_KINDS)
     where: str = "start"  # FOREIGN's position (POSITIONS)
 
@@ -245,7 +299,7 @@ class Variant(NamedTuple):
         parts = [self.lesson, *([self.mesh] if self.mesh else []), *([f"no-{self.missing}"] if self.missing else [])]
         if self.mesh == FOREIGN:
             parts += [(self.foreign or "2-D Explicit").replace(" ", "-"), self.where]
-        return "-".join(parts)
+        return "-".join([*parts, *(["stand-in-accelerator"] if self.stand_in else [])])
 
 
 KINDS_SETTING = "DPCOURSE_TEST_MESH_KINDS"
@@ -279,7 +333,10 @@ def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
             mesh_runs[lesson, free[0]] = package
         else:
             alone.append(Variant(lesson, None, package))
-    return [Variant(lesson, kind, package) for (lesson, kind), package in mesh_runs.items()], alone
+    mesh_variants = [
+        Variant(lesson, kind, package, kind == STAND_IN_KIND) for (lesson, kind), package in mesh_runs.items()
+    ]
+    return mesh_variants, alone
 
 
 def execute(variant: Variant, tmp_path: Path, monkeypatch):
@@ -297,9 +354,15 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
     count = device_count()
     if count is not None:
         monkeypatch.setenv("XLA_FLAGS", with_device_count(os.environ.get("XLA_FLAGS", ""), count))
-    if variant.missing:
+    if variant.missing or variant.stand_in:
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
+    if variant.missing:
         monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", variant.missing)
+    if variant.stand_in:
+        monkeypatch.setenv(STAND_IN, "1")
+        source += STAND_IN_CHECK
+        if variant.lesson in NO_TCP_LESSONS:
+            source = with_no_tcp(source)
     path = tmp_path / f"{variant.lesson}.ipynb"
     nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
     out = tmp_path / "out"
@@ -322,6 +385,8 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     )
     executed = nbformat.read(tmp_path / "out" / f"{variant.lesson}.ipynb", as_version=4)
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
+    if variant.stand_in and variant.lesson in NO_TCP_LESSONS:
+        assert NO_TCP_SAYS in text, f"{variant.id} on a host without TCP does not say so in its sentence"
     if variant.missing:
         assert SAYS[variant.missing] in text, (
             f"{variant.lesson} without {variant.missing} does not say what it would add"

@@ -53,7 +53,7 @@ def test_find_peak_known_devices(kind, name, tf32_tflops, link_gb_s):
     peak = find_peak(kind)
     assert peak is not None and peak.name == name
     assert peak.peak("tf32") == tf32_tflops * TFLOP
-    assert peak.peak() == peak.tf32_flops_per_s  # TF32 is the default (JAX float32 matmuls)
+    assert peak.peak() == peak.tf32_flops_per_s  # TF32 is the default on GPUs (JAX float32 matmuls)
     assert peak.link_bytes_per_s == link_gb_s * costs.GB
     assert peak.source  # every figure says where it comes from
 
@@ -74,7 +74,8 @@ def test_find_peak_is_case_insensitive():
         "NVIDIA H100 NVL",
         "NVIDIA H200 NVL",
         "cpu",
-        "TPU v5 lite",
+        "TPU v4",
+        "TPU7x",
         "NVIDIA GeForce RTX 4090",
         "",
         # Names that contain a listed one as a substring, not as a token:

@@ -437,3 +437,11 @@ def test_on_a_one_gpu_host_lessons_get_the_cpu_devices_explicitly(cpu_devices, m
     chosen = devices.lesson_devices(2)
     assert chosen.devices == list(cpu_devices) and chosen.simulated
     assert all(d.platform == "cpu" for d in chosen.devices)
+
+
+def test_on_a_cpu_host_the_default_device_is_left_as_it_is(cpu_devices):
+    """keep_arrays_on changes JAX's default device only where the default backend is not the lesson's (test_lesson.py)."""
+    import jax
+
+    assert devices.keep_arrays_on(list(cpu_devices)) is None
+    assert jax.config.jax_default_device is None

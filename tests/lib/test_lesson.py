@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from dpcourse import devices
@@ -117,3 +123,63 @@ def test_a_lesson_started_again_under_a_foreign_mesh_says_so(cpu_devices):
     lesson = session.start_lesson("04_sharding", "smoke", 8, min_devices=2, load_data=False, show=False)
     with jax.set_mesh(foreign), pytest.raises(session.ForeignMeshError, match="its own mesh \\{'data': 8\\}"):
         lesson.check_global_mesh()
+
+
+# The stand-in accelerator of the whole-lesson runs (tests/lessons/variants.py, STAND_IN).
+STAND_IN_PATH = Path(__file__).resolve().parents[1] / "lessons" / "blocker"
+
+
+@pytest.mark.slow  # starts a Python process that imports JAX
+def test_on_an_accelerators_host_a_lesson_on_simulated_devices_makes_every_array_on_them(python_exe):
+    """On a one-TPU host 05's shard losses ran on the chip, 10's step count sat there, 11's restore looked there.
+
+    The child's default backend is a stand-in accelerator of one device (a
+    second PJRT client, as a one-GPU or one-TPU host has; JAX_PLATFORMS
+    ``standin,cpu`` as ``tpu,cpu`` there): an array made without a device
+    lands on it until the lesson starts, and on the lesson's first simulated
+    device afterwards.
+    """
+    code = """
+    import json
+    import jax, jax.numpy as jnp, numpy as np, optax
+    from dpcourse import data, devices, model
+    from dpcourse.lesson import start_lesson
+
+    def on(devices, array):
+        return all(any(d is e for e in devices) for d in array.devices())
+
+    devices.setup_devices(8)
+    before = on(jax.devices(), jnp.ones(3))
+    lesson = start_lesson("05_shard_map", "smoke", 8, min_devices=2, load_data=False, show=False)
+    mine, cfg = lesson.devices.devices, lesson.cfg
+    x, y = np.zeros((4, data.N_FEATURES), np.float32), np.zeros(4, np.int32)
+    made = {
+        "jnp.ones": jnp.ones(3),
+        "a jitted function of NumPy arrays": jax.jit(lambda a: a * 2)(np.ones(3)),
+        "a loss of host parameters": model.loss_and_metrics(model.init_params(cfg), x, y, cfg)[0],
+        "AdamW's step count": optax.adamw(1e-3).init({"w": np.ones(2, np.float32)})[0].count,
+    }
+    print(json.dumps({
+        "simulated": lesson.devices.simulated,
+        "default is the lesson's": any(jax.devices()[0] is d for d in mine),
+        "before the lesson, on the stand-in": before,
+        "outside": [name for name, a in made.items() if not on(mine[:1], a)],
+    }))
+    """
+    env = {k: v for k, v in os.environ.items() if k not in devices.BACKEND_START_VARIABLES}
+    env.update(
+        JAX_PLATFORMS="standin,cpu",
+        DPCOURSE_STAND_IN_ACCELERATOR="1",
+        PYTHONPATH=os.pathsep.join([str(STAND_IN_PATH), env.get("PYTHONPATH", "")]),
+    )
+    out = subprocess.run(
+        [python_exe, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, f"child failed:\n{out.stderr[-3000:]}"
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {
+        "simulated": True,
+        "default is the lesson's": False,
+        "before the lesson, on the stand-in": True,
+        "outside": [],
+    }

@@ -125,6 +125,19 @@ def test_the_tooling_names_are_not_aliased_by_the_library():
     assert all(not new.startswith("coursetools") for new in _moved.MOVED.values())
 
 
+def test_the_old_mocked_report_command_still_runs_and_names_the_new_one(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-W", "always::DeprecationWarning", "-m", "dpcourse.gpu_compile.mocked", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert proc.returncode == 0 and "--report" in proc.stdout, proc.stderr
+    assert "import dpcourse.cross_compile.notebook instead" in proc.stderr
+
+
 def test_python_m_dpcourse_hands_over_to_the_toolkit_and_says_so(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "dpcourse", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120

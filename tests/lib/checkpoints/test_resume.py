@@ -49,7 +49,8 @@ def test_resumed_from_half_way_the_run_is_bitwise_the_uninterrupted_one_on_the_c
     # The loop steps the key and the data position with the step.
     assert int(straight["step"]) == int(straight["data_position"]) == STEPS and len(losses) == STEPS
     assert not np.array_equal(np.asarray(straight["key"]), np.asarray(half["key"]))
-    assert resume.main(_args(tmp_path, setup, "--until", str(STEPS), "--devices", "8", "--form", form)) == 0
+    args = _args(tmp_path, setup, "--until", str(STEPS), "--devices", "8", "--platform", "cpu", "--form", form)
+    assert resume.main(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["restored_step"] == STEPS // 2 and summary["final_step"] == STEPS
     mesh = setup[2]
@@ -66,7 +67,8 @@ def test_resuming_an_empty_directory_is_one_sentence_and_exit_status_1(tmp_path,
 
 def test_a_process_killed_during_a_save_leaves_the_previous_step_latest_and_whole(tmp_path, setup):
     _, _, half, run, state0 = _half_saved(tmp_path, setup, "replicated")
-    command = [sys.executable, "-m", "dpcourse.checkpoints.resume", *_args(tmp_path, setup, "--kill-at-commit")]
+    args = _args(tmp_path, setup, "--kill-at-commit", "--platform", "cpu")  # cpu: sets JAX_PLATFORMS before JAX starts
+    command = [sys.executable, "-m", "dpcourse.checkpoints.resume", *args]
     # One fresh process (JAX's import and one save): 120 s bounds a loaded 2-core machine.
     killed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -266,3 +268,13 @@ def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_
     assert done.returncode == -9 and took < EXIT_BOUND_S, done.stderr[-2000:]
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
     assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 0  # a new run saves over it
+
+
+def test_a_fresh_process_resumes_on_the_notebooks_platform_but_never_on_tpu_chips_it_holds():
+    """On a TPU host 11's fresh processes could not open the chips, which the notebook held."""
+
+    class Device:
+        def __init__(self, platform):
+            self.platform = platform
+
+    assert [resume.fresh_process_platform([Device(p)]) for p in ("cpu", "gpu", "tpu")] == ["cpu", "gpu", "cpu"]

@@ -14,7 +14,7 @@ JAX 0.10.2:
 
 These are the CPU compiler's placements (the same with JAX 0.12.0.1); GPU
 compilers may place the plain step's reduction elsewhere (see
-``dpcourse.gpu_compile.mocked`` and notebook 04). If a JAX or XLA upgrade changes
+``dpcourse.cross_compile.mocked`` and notebook 04). If a JAX or XLA upgrade changes
 these, the tests say so: the notebooks' explanations must then be
 revisited, not just the numbers.
 """

@@ -177,7 +177,7 @@ def test_the_plain_step_has_one_all_reduce_and_nothing_to_overlap_it_with(target
     assert sched.overlapped_fraction == 0
 
 
-# The smoke gradient split by a 4,096-byte combine threshold (dpcourse/gpu_compile/overlap_steps.py):
+# The smoke gradient split by a 4,096-byte combine threshold (dpcourse/cross_compile/overlap_steps.py):
 # the input layer's weight, the block's weight, the output layer's weight with the two metrics, the biases.
 SPLIT_PAYLOADS = sorted([784 * 32 * 4, 32 * 32 * 4, 32 * 10 * 4 + METRIC_BYTES, (32 + 32 + 10) * 4])
 # Of those, the payloads whose window runs a GEMM on the H100 SXM and H200: JAX 0.10 leaves the input

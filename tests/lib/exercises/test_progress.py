@@ -130,7 +130,8 @@ def test_a_broken_record_is_kept_aside_and_a_new_one_started(workspace):
     (workspace / "progress.json").write_text("{half a file")
     with pytest.raises(ValueError, match="delete it to start a new one"):
         progress.read(workspace / "progress.json")
-    progress.record_check("ex03_1", "correct")
+    with pytest.warns(UserWarning, match="kept as progress.json.bad-"):
+        progress.record_check("ex03_1", "correct")
     assert progress.read(workspace / "progress.json")["exercises"]["ex03_1"]["verdict"] == "correct"
     assert len(list(workspace.glob("progress.json.bad-*"))) == 1
 
@@ -150,3 +151,104 @@ def test_a_record_that_cannot_be_written_warns_once_and_the_check_still_answers(
     with pytest.warns(UserWarning, match="could not be saved"):
         assert lesson03.shard_shapes(...).status == base.NOT_ATTEMPTED
     assert lesson03.shard_shapes(...).status == base.NOT_ATTEMPTED  # no second warning (pytest would not fail)
+
+
+def test_the_course_exercises_are_the_ones_its_checkers_check():
+    import pkgutil
+
+    from dpcourse import exercises
+
+    lessons = [m.name[6:] for m in pkgutil.iter_modules(exercises.__path__) if m.name.startswith("lesson")]
+    checked = [e for n in sorted(lessons) for e in progress.lesson_exercises(f"{n}_lesson")]
+    assert tuple(checked) == progress.EXERCISES
+
+
+GOOD = {
+    "version": 1,
+    "updated": 1_800_000_000.0,
+    "lessons": {"03_mesh": {"started": 1_799_999_000.0, "finished": None, "exercises": ["ex03_1", "ex03_2"]}},
+    "exercises": {
+        "ex03_1": {"lesson": "03", "verdict": "wrong", "mistake": "m", "message": "said", "attempts": 2,
+                   "wrong_tries": 2, "first": 1_799_999_100.0, "last": 1_799_999_900.0, "correct_at": None},
+    },
+}  # fmt: skip
+
+
+def edited(path: str, value) -> str:
+    """GOOD as text, with the value at ``path`` (keys joined by ``/``) replaced."""
+    record = json.loads(json.dumps(GOOD))
+    *parents, last = path.split("/")
+    here = record
+    for key in parents:
+        here = here[key]
+    here[last] = value
+    return json.dumps(record)
+
+
+# A learner's hand edits: each once made every check of every lesson raise, or added a column to the board.
+EDITS = {
+    "lessons a list": edited("lessons", []),
+    "an exercise entry a string": edited("exercises/ex03_1", "correct"),
+    "attempts null": edited("exercises/ex03_1/attempts", None),
+    "wrong_tries a string": edited("exercises/ex03_1/wrong_tries", "3"),
+    "a lesson's exercises a string": edited("lessons/03_mesh/exercises", "ex03_1"),
+    "a lesson entry a list": edited("lessons/03_mesh", []),
+    "exercises a list": edited("exercises", []),
+    "a list at the top": json.dumps([GOOD]),
+    "nested too deeply": '{"exercises": {"ex03_1": {"message": ' + "[" * 100_000 + "]" * 100_000 + "}}}",
+    "NaN": json.dumps(GOOD).replace("1800000000.0", "NaN"),
+    "not UTF-8": '{"exercises": {"ex03_1": {"message": "\xe9"}}}',
+    "a made-up exercise": edited("exercises/ex99_1", GOOD["exercises"]["ex03_1"]),
+    "a lesson listing a made-up exercise": edited("lessons/03_mesh/exercises", ["ex03_1", "ex03_9"]),
+    "400 KB": edited("exercises/ex03_1/message", "m" * 400_000),
+}
+
+
+@pytest.mark.parametrize("shape", list(EDITS))
+def test_a_hand_edited_record_of_another_shape_is_set_aside_with_one_warning_and_checks_go_on(workspace, shape):
+    path = workspace / "progress.json"
+    data = EDITS[shape].encode("latin-1") if shape == "not UTF-8" else EDITS[shape].encode()
+    path.write_bytes(data)
+    with pytest.raises(progress.RecordError, match="is not a progress record of the course's shape"):
+        progress.read(path)
+    with pytest.warns(UserWarning) as said:
+        assert lesson03.shard_shapes(...).status == base.NOT_ATTEMPTED  # a check in a lesson: no traceback
+    assert len(said) == 1
+    message = str(said[0].message)
+    assert message.startswith(f"Your progress record {path} was not of the course's shape (")
+    kept = list(workspace.glob("progress.json.bad-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == data and kept[0].name in message  # renamed, not deleted
+    assert list(progress.read(path)["exercises"]) == ["ex03_1"]
+    assert progress.record_check("ex03_1", "correct")["exercises"]["ex03_1"]["attempts"] == 1
+
+
+def test_two_records_set_aside_in_one_second_are_both_kept(workspace):
+    for text in ("[1]", "[2]"):
+        (workspace / "progress.json").write_text(text)
+        with pytest.warns(UserWarning, match="not of the course's shape"):
+            progress.record_check("ex03_1", "wrong")
+    assert sorted(p.read_text() for p in workspace.glob("progress.json.bad-*")) == ["[1]", "[2]"]
+
+
+def test_a_made_up_exercise_is_not_recorded(workspace, monkeypatch):
+    monkeypatch.setattr(progress, "_warned_ids", set())
+    progress.record_check("ex03_1", "wrong")
+    before = (workspace / "progress.json").read_text()
+    with pytest.warns(UserWarning, match="'ex99_1' is not one of the course's exercises"):
+        assert progress.record_check("ex99_1", "correct") is None
+    assert progress.record_check("ex99_1", "correct") is None  # said once
+    assert progress.record_lesson_start("03_mesh", ["ex03_1", "ex03_7"])["lessons"]["03_mesh"]["exercises"] == [
+        "ex03_1"
+    ]
+    assert "ex99_1" not in (workspace / "progress.json").read_text() and "ex99_1" not in before
+    assert progress.record_lesson_start("my own notebook", []) is None
+    assert progress.shape_problem(progress.read(workspace / "progress.json")) is None
+
+
+def test_what_the_course_writes_is_of_its_own_shape(workspace):
+    progress.record_lesson_start("12_large_batch", progress.lesson_exercises("12_large_batch"))
+    for exercise in progress.EXERCISES:
+        progress.record_check(exercise, "wrong", "m" * 200, "x" * 400)
+    record = progress.record_check("ex12_3", "correct")
+    assert progress.shape_problem(record) is None
+    assert not list(workspace.glob("progress.json.bad-*"))

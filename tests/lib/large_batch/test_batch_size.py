@@ -198,14 +198,6 @@ def test_time_to_target_and_where_more_devices_stop_paying():
     assert batch_size.devices_past_which_time_stalls(rows, gain=0.2) == 32
 
 
-def test_gpu_step_time_is_compute_plus_all_reduce():
-    one = batch_size.gpu_step_s(CFG, 64, 1, "NVIDIA H200")
-    eight = batch_size.gpu_step_s(CFG, 64, 8, "NVIDIA H200")
-    assert 0 < one < eight
-    with pytest.raises(ValueError, match="No datasheet peak"):
-        batch_size.gpu_step_s(CFG, 64, 2, "Imaginary GPU")
-
-
 def test_every_profile_has_a_plan():
     from dpcourse.config import profile_names
 
@@ -214,3 +206,112 @@ def test_every_profile_has_a_plan():
         assert list(plan.global_batches) == sorted(plan.global_batches) and len(plan.global_batches) >= 3
     with pytest.raises(ValueError, match="smoke"):
         batch_size.plan_for("huge")
+
+
+def one_sentence(err: pytest.ExceptionInfo) -> str:
+    said = str(err.value)
+    assert said.endswith(".") and "\n" not in said and len(said) < 400, said
+    return said
+
+
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf, -math.inf, "30", 0, -5])
+def test_fit_refuses_a_step_count_that_is_not_a_finite_number_above_zero(bad):
+    with pytest.raises(ValueError) as err:
+        batch_size.fit_trade_off([64, 256, 1024], [100, bad, 30])
+    said = one_sentence(err)
+    assert said.startswith("The steps at global batch 256 ")
+    if bad is None:
+        assert "(its run did not reach the target): leave that batch out of the fit" in said
+    else:
+        assert f"must be a finite number > 0, got {bad!r}." in said
+
+
+@pytest.mark.parametrize("bad", [0, math.nan, None, -64, 64.5, math.inf, True])
+def test_fit_refuses_a_batch_that_is_not_a_whole_number_of_examples(bad):
+    with pytest.raises(ValueError, match=r"^Each global batch must be a whole number >= 1, got ") as err:
+        batch_size.fit_trade_off([64, bad, 1024], [100, 50, 30])
+    one_sentence(err)
+
+
+@pytest.mark.parametrize(("batches", "steps"), [([], []), ([256], [40]), ([256, 256], [40, 41])])
+def test_fit_with_fewer_than_two_batches_says_what_to_do(batches, steps):
+    with pytest.raises(ValueError) as err:
+        batch_size.fit_trade_off(batches, steps)
+    said = one_sentence(err)
+    assert said.startswith(
+        f"The fit needs steps to the target at 2 or more distinct global batches, got {len(set(batches))} "
+    )
+    assert "max_steps" in said and "target_loss" in said
+    with pytest.raises(ValueError, match="one step count per global batch, got 2 and 1"):
+        batch_size.fit_trade_off([64, 256], [10])
+
+
+def test_a_global_batch_the_devices_do_not_divide_is_refused_with_the_courses_check():
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    x, y = np.zeros((40, 3), np.float32), np.zeros(40, np.int32)
+    with pytest.raises(ValueError) as err:
+        batch_size.batch_stream(x, y, 30, 0, mesh)
+    with pytest.raises(ValueError) as course:
+        train.check_global_batch(30, 4)
+    assert (
+        str(err.value)
+        == str(course.value)
+        == (
+            "Global batch 30 does not divide evenly over 4 devices. Nearest valid global batches: 28 or 32 "
+            "(a multiple of 4)."
+        )
+    )
+    for bad in (0, math.nan, None, 2.5):
+        with pytest.raises(ValueError, match="The global batch must be a whole number >= 1"):
+            batch_size.batch_stream(x, y, bad, 0, mesh)
+    with pytest.raises(ValueError, match=r"The mesh has the axes \('data',\), not 'batch'"):
+        batch_size.batch_stream(x, y, 8, 0, mesh, axis="batch")
+    with pytest.raises(ValueError, match="same number of examples, at least 1, got 40 and 39"):
+        batch_size.batch_stream(x, y[:39], 8, 0, mesh)
+    with pytest.raises(ValueError, match="not 'batch'"):
+        batch_size.make_noise_step(CFG, batch_size.make_optimizer(1e-3, 0.0), mesh, axis="batch")
+
+
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf, 0, 2.5])
+def test_steps_to_target_refuses_a_step_limit_or_chunk_that_is_not_a_whole_number(bad):
+    run = _fake_run_steps([2.0, 1.0, 0.5])
+    args = (run, 0, None, lambda s, k: (np.zeros(k), None), ())
+    with pytest.raises(ValueError, match=f"^max_steps must be a whole number >= 1, got {bad!r}.$"):
+        batch_size.steps_to_target(*args, 0.9, bad, 4)
+    with pytest.raises(ValueError, match=r"^chunk \(steps per call\) must be a whole number >= 1"):
+        batch_size.steps_to_target(*args, 0.9, 100, bad)  # 0 steps per call looped for ever
+    if bad is not None:  # None: no patience, a run stops at max_steps
+        with pytest.raises(ValueError, match="^patience must be"):
+            batch_size.steps_to_target(*args, 0.9, 100, 4, patience=bad)
+    if bad is not None and bad != 0 and bad != 2.5:
+        with pytest.raises(ValueError, match=f"^The target held-out loss must be a finite number, got {bad!r}.$"):
+            batch_size.steps_to_target(*args, bad, 100, 4)
+
+
+def test_the_other_public_functions_check_their_numbers_in_one_sentence():
+    fit = batch_size.TradeOff(s_min=100.0, e_min=102_400.0, worst_error=0.0)
+    cases = [
+        (lambda: batch_size.scaled_learning_rate(1e-3, 64, math.nan, "sqrt"), "The global batch must be a whole"),
+        (lambda: batch_size.scaled_learning_rate(math.nan, 64, 256, "sqrt"), "The base learning rate must be"),
+        (lambda: batch_size.scaled_learning_rate(1e-3, 0, 256, "sqrt"), "The base batch must be a whole number"),
+        (lambda: batch_size.make_optimizer(math.nan, 0.0), "The learning rate must be a finite number > 0"),
+        (lambda: batch_size.make_optimizer(1e-3, -0.1), "The weight decay must be >= 0"),
+        (lambda: batch_size.NoiseScale(0, 64), "The per-device batch b must be a whole number >= 1, got 0."),
+        (lambda: batch_size.NoiseScale(64, 64), "Need two batch sizes 1 <= b < B"),
+        (lambda: batch_size.NoiseScale(None, 64), "The per-device batch b must be a whole number"),
+        (lambda: fit.steps_at(0), "The global batch must be a finite number > 0, got 0."),
+        (lambda: batch_size.TradeOff(math.nan, 1e5, 0.0), "S_min must be a finite number > 0, got nan."),
+        (lambda: batch_size.TradeOff(100.0, -1.0, 0.0), "E_min must be a finite number > 0, got -1.0."),
+        (lambda: batch_size.time_to_target_rows(fit, 64, [0, 2], lambda n: 0.01), "Each device count must be"),
+        (lambda: batch_size.time_to_target_rows(fit, 64, [1, 2], lambda n: 0.0), "The step time on 1 devices"),
+        (lambda: batch_size.time_to_target_rows(fit, None, [1], lambda n: 0.01), "The per-device batch must be"),
+        (
+            lambda: batch_size.devices_past_which_time_stalls([], gain=10),
+            "The gain is a fraction of the time between 0 and 1",
+        ),
+        (lambda: batch_size.devices_past_which_time_stalls([], gain=math.nan), "The gain must be a finite"),
+    ]
+    for call, start in cases:
+        with pytest.raises(ValueError) as err:
+            call()
+        assert one_sentence(err).startswith(start), (start, str(err.value))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpcourse import train
-from dpcourse.multihost import distributed, launcher, worker
+from dpcourse.multihost import distributed, launcher, ports, worker
 from dpcourse.train import max_abs_diff
 
 PROFILE = "smoke"
@@ -106,6 +106,26 @@ def _ipv6_loopback() -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_host_without_tcp_is_refused_in_one_sentence_before_any_process_starts(monkeypatch):
+    import errno
+    import subprocess
+
+    real = socket.socket
+
+    def refusing(family=socket.AF_INET, *args, **kwargs):
+        if family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started on a host without TCP")
+
+    monkeypatch.setattr(socket, "socket", refusing)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.raises(ports.TcpUnavailable, match=r"^This machine lets no process open a TCP socket.*\[Errno 97\]"):
+        launcher.launch_local(2, 2, profile="smoke", steps=1)
 
 
 def test_a_host_that_is_not_local_is_refused_before_any_process_starts():

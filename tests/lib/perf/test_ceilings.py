@@ -3,6 +3,7 @@
 import jax
 import pytest
 
+from dpcourse.costs import find_peak
 from dpcourse.perf import ceilings
 
 
@@ -55,7 +56,32 @@ def test_bad_arguments_raise(cpu0):
 def test_each_compute_dtype_has_its_ceiling_and_datasheet_precision():
     assert ceilings.ceiling_for("float32") == "float32 default"  # the step runs at default precision
     assert ceilings.ceiling_for("bfloat16") == "bfloat16"
-    assert ceilings.datasheet_precision("float32") == "tf32"
+    assert ceilings.datasheet_precision("float32") is None  # the device's float32 matmul: TF32 or a TPU's bf16
+    assert find_peak("NVIDIA H200").peak(ceilings.datasheet_precision("float32")) == find_peak("NVIDIA H200").peak(
+        "tf32"
+    )
+    assert find_peak("TPU v5 lite").peak(ceilings.datasheet_precision("float32")) == 197e12
     assert ceilings.datasheet_precision("bfloat16") == "bf16"
     with pytest.raises(ValueError, match="float32, bfloat16"):
         ceilings.ceiling_for("float16")
+
+
+def test_each_setting_is_held_to_the_peak_of_what_it_runs_as():
+    from dpcourse import costs
+
+    h200 = costs.find_peak("NVIDIA H200")
+    assert ceilings.datasheet_rate("float32 default", h200, "gpu") == (h200.peak("tf32"), "TF32 peak")
+    assert ceilings.datasheet_rate("float32 highest", h200, "gpu") == (h200.peak("fp32"), "FP32 peak")
+    chip = costs.DevicePeak("TPU v5e (test)", 0.0, 0.0, 197e12, "ICI", 1e11, "a test figure")
+    assert ceilings.datasheet_rate("float32 default", chip, "tpu") == (197e12, "BF16 peak")
+    assert ceilings.datasheet_rate("float32 highest", chip, "tpu") == (197e12 / 6, "BF16 peak / 6")
+    assert ceilings.datasheet_rate("bfloat16", None, "tpu") == (None, "")
+    with pytest.raises(ValueError, match="Unknown matmul setting"):
+        ceilings.datasheet_rate("float64", chip, "tpu")
+
+
+def test_the_words_say_what_each_setting_runs_as_on_each_backend():
+    assert "one pass" in ceilings.precision_words("tpu")["float32 default"]
+    assert "6 bfloat16 passes" in ceilings.precision_words("tpu")["float32 highest"]
+    assert "TF32" in ceilings.precision_words("gpu")["float32 default"]
+    assert set(ceilings.precision_words("cpu")) == set(ceilings.MATMUL_SETTINGS)

@@ -1,4 +1,4 @@
-"""dpcourse.sharded.forms and dpcourse.gpu_compile.steps (lesson 10's builders): specs, bytes, accumulation checks, every form equal to replicated DP."""
+"""dpcourse.sharded.forms and dpcourse.cross_compile.steps (lesson 10's builders): specs, bytes, accumulation checks, every form equal to replicated DP."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 from dpcourse import model, train
 from dpcourse.compiled import census, collectives
 from dpcourse.config import make_config
-from dpcourse.gpu_compile import steps as sharded_steps
+from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
 
 CFG = make_config("smoke")
@@ -230,4 +230,4 @@ def test_step_names_and_form_labels_match():
     assert list(sharded_steps.STEPS) == list(sharded_steps.FORM_LABELS)
     for name, path in sharded_steps.STEPS.items():
         module, func = path.split(":")
-        assert module == "dpcourse.gpu_compile.steps" and callable(getattr(sharded_steps, func)), name
+        assert module == "dpcourse.cross_compile.steps" and callable(getattr(sharded_steps, func)), name

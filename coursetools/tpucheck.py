@@ -1,0 +1,225 @@
+"""One TPU host, one command: ``make tpu-check`` runs the course's check on a machine with TPU chips.
+
+The sibling of ``make gpu-check`` (:mod:`coursetools.gpucheck`) for a TPU
+host, also one where nothing can be downloaded and no process may open a
+TCP socket, not even on the loopback (a lent or sandboxed TPU VM): there a
+Jupyter kernel cannot start (ZeroMQ's sockets), so every lesson runs in a
+fresh Python process of its own with IPython's shell
+(``python -m coursetools run --kernel shell``, :mod:`coursetools.shellrun`),
+the way a notebook's cells run in a kernel, one process at a time, as one
+process at a time can hold the chips.
+
+The check is one step: every lesson with the ``full`` profile. What one
+device can do runs on the chip (01, 02, 09); the multi-device parts run on
+simulated CPU devices, as each lesson's banner says. It records each
+lesson's wall time and the chip's peak memory (JAX's ``peak_bytes_in_use``,
+``peak_device_bytes`` in ``results.json``), and writes
+``<chip>-full-jax<version>.json`` in the output folder: the runner's
+``results.json`` (the format of ``baselines/``, which ``python -m
+coursetools compare`` and ``python -m coursetools timings --update`` read)
+with a ``tpu_check`` section: the chips, the JAX, jaxlib and libtpu
+versions, the step's command, exit status and wall time. The check stops
+at its time budget (``--budget-s``, the runner then records the lesson as
+interrupted). Without a TPU, or with a chip held by another process, it
+refuses in one sentence before running anything; ``--dry-run`` prints the
+plan on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from coursetools.gpucheck import Step, run_step
+
+PROFILE = "full"
+BUDGET_S = 9 * 60  # a lent TPU machine gives one command 10 minutes, the install included
+DEFAULT_OUT = Path("results") / "tpu-check"
+PROBE = (
+    "import json, jax\n"
+    "d = jax.devices()\n"
+    "s = d[0].memory_stats() or {}\n"
+    "print(json.dumps({'platform': d[0].platform, 'device_kind': d[0].device_kind, 'count': len(d),"
+    " 'memory_bytes': s.get('bytes_limit')}))\n"
+)
+
+
+def plan(out: Path, python: str = sys.executable, notebooks: list[str] | None = None) -> list[Step]:
+    """The check's commands, in order, writing under ``out``; ``notebooks``: only these lessons (default all)."""
+    argv = [
+        python,
+        "-m",
+        "coursetools",
+        "run",
+        "--profile",
+        PROFILE,
+        "--kernel",
+        "shell",
+        "--out",
+        str(out / "lessons"),
+    ]
+    return [
+        Step(
+            "lessons",
+            argv + (["--notebooks", *notebooks] if notebooks else []),
+            f"every lesson with the {PROFILE} profile, each in a process of its own with IPython's shell (no "
+            "kernel, no sockets): 01, 02 and 09 on the chip, the multi-device lessons on simulated CPU devices "
+            "as each banner says; wall time and the chip's peak memory per lesson",
+        )
+    ]
+
+
+def probe_tpu(timeout_s: float = 180.0) -> dict:
+    """What JAX sees here, asked in a subprocess that lets the chips go when it ends.
+
+    Returns:
+        ``{"platform", "device_kind", "count", "memory_bytes"}`` of the
+        default backend's devices, or ``{"error": "..."}``: the last line
+        JAX printed when it could not start.
+    """
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"JAX did not start within {timeout_s:.0f} s"}
+    if out.returncode == 0 and out.stdout.strip():
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+    return {"error": lines[-1][:400] if lines else f"exit status {out.returncode}"}
+
+
+def refusal(probe: dict) -> str | None:
+    """Why this machine cannot run the check (one sentence), or None when it can."""
+    error = probe.get("error")
+    if error and ("already in use" in error or "lockfile" in error):
+        return (
+            "another process holds the TPU here (one process at a time can open it; JAX said: "
+            f"{error}): stop it (a notebook's kernel, another check), then run make tpu-check again."
+        )
+    if error:
+        return f"JAX could not start here ({error}): run make tpu-check on a TPU host with the course installed."
+    if probe.get("platform") != "tpu":
+        return (
+            f"tpu-check needs a TPU, and JAX's default backend here is {probe.get('platform')!r} "
+            f"({probe.get('device_kind')}): run it on a TPU host (make gpu-check on a GPU, make course on a CPU)."
+        )
+    return None
+
+
+def results_name(device_kind: str, jax_version: str) -> str:
+    """The results file's name in the manner of ``baselines/``: ``tpu-v5-lite-full-jax0.10.2.json``."""
+    return f"{re.sub(r'[^a-z0-9.]+', '-', device_kind.lower()).strip('-')}-{PROFILE}-jax{jax_version}.json"
+
+
+def _installed(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def results_payload(lessons: dict | None, probe: dict, steps: list[dict], wall_s: float, budget_s: float) -> dict:
+    """The results file: the runner's ``results.json`` (``lessons``) with the check's ``tpu_check`` section."""
+    payload = dict(lessons or {"schema": 1, "profile": PROFILE, "notebooks": [], "records": []})
+    chips = [probe["device_kind"]] * int(probe.get("count") or 1)
+    if "machine" in payload:
+        payload["machine"] = {**payload["machine"], "tpus": chips}
+    payload["tpu_check"] = {
+        "tpus": chips,
+        "tpu_memory_bytes": probe.get("memory_bytes"),
+        "jax_version": _installed("jax"),
+        "jaxlib_version": _installed("jaxlib"),
+        "libtpu_version": _installed("libtpu") or _installed("libtpu-nightly"),
+        "budget_s": budget_s,
+        "wall_s": round(wall_s, 1),
+        "steps": steps,
+        "passed": bool(payload["notebooks"])
+        and all(nb["status"] == "passed" for nb in payload["notebooks"])
+        and all(s["exit_status"] == 0 and not s["timed_out"] for s in steps)
+        and wall_s <= budget_s,
+    }
+    return payload
+
+
+def summary(payload: dict) -> str:
+    """Plain-text lines: each lesson's status, wall time and the chip's peak memory, then the step and the verdict."""
+    lines = [f"{'lesson':<18} {'status':<12} {'wall s':>8} {'peak chip MiB':>14}"]
+    for nb in payload.get("notebooks", []):
+        chip = nb.get("peak_device_bytes")
+        peak = f"{chip / 2**20:,.0f}" if chip is not None else "-"
+        lines.append(f"{nb['notebook']:<18} {nb['status']:<12} {nb['wall_s']:>8.1f} {peak:>14}")
+        if nb.get("error"):
+            lines.append(f"  {nb['error'][:200]}")
+    check = payload["tpu_check"]
+    for s in check["steps"]:
+        late = ", stopped at the time budget" if s["timed_out"] else ""
+        lines.append(f"{s['name']}: exit status {s['exit_status']} in {s['wall_s']:.0f} s{late}")
+    verdict = "passed" if check["passed"] else "FAILED"
+    lines.append(f"tpu-check {verdict}: {check['wall_s']:.0f} s of a {check['budget_s']:.0f} s budget")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make tpu-check``: refuse without a usable TPU, run :func:`plan`, write the results file; exit 1 when it failed."""
+    parser = argparse.ArgumentParser(prog="python -m coursetools.tpucheck", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help=f"time budget in s (default {BUDGET_S})")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; start nothing (not even JAX)")
+    parser.add_argument(
+        "--notebooks", nargs="+", metavar="NAME", help="only these lessons (e.g. 01 09); the check passes only with all"
+    )
+    args = parser.parse_args(argv)
+    if args.budget_s <= 0:
+        print(f"error: --budget-s must be a positive number of seconds, got {args.budget_s:g}.", file=sys.stderr)
+        return 2
+    steps = plan(args.out, notebooks=args.notebooks) if args.notebooks else plan(args.out)
+    if args.dry_run:
+        for i, step in enumerate(steps, 1):
+            print(f"{i}. {step.name}: {step.what}\n   {' '.join(step.argv)}")
+        print(f"results: {args.out}/<chip>-{PROFILE}-jax<version>.json (budget {args.budget_s:.0f} s)")
+        return 0
+    from coursetools.outfolder import write_json_atomic
+    from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
+
+    exit_on_bad_xla_flags()
+    # A process started in the background by a non-interactive shell ignores Ctrl-C, and its children
+    # inherit that: the budget's Ctrl-C to the runner would do nothing. Handled here, it is reset in them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    start, started_at = time.monotonic(), time.time()
+    probe = probe_tpu()
+    problem = refusal(probe)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    print(f"tpu-check: {probe['count']} x {probe['device_kind']}; every lesson, one process at a time")
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = []
+    for step in steps:
+        code, wall, late = run_step(step, start + args.budget_s)
+        done.append(
+            {"name": step.name, "argv": step.argv, "exit_status": code, "wall_s": round(wall, 1), "timed_out": late}
+        )
+        if late:
+            break
+    lessons_file = args.out / "lessons" / "results.json"
+    fresh = lessons_file.exists() and lessons_file.stat().st_mtime >= started_at  # not an earlier check's
+    lessons = json.loads(lessons_file.read_text(encoding="utf-8")) if fresh else None
+    payload = results_payload(lessons, probe, done, time.monotonic() - start, args.budget_s)
+    if args.notebooks:  # a part of the course is not the course's check
+        payload["tpu_check"].update(passed=False, only=args.notebooks)
+    name = results_name(probe["device_kind"], payload["tpu_check"]["jax_version"] or "unknown")
+    path = write_json_atomic(args.out / name, payload)
+    print(summary(payload))
+    print(f"tpu-check: results in {path} (the format of baselines/; python -m coursetools compare reads it)")
+    return 0 if payload["tpu_check"]["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Time to a target on machines you do not have: fitted steps x a modelled step (GPU rings, TPU slices), read off its table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpcourse import costs
+from dpcourse.config import Config
+from dpcourse.large_batch.batch_size import TradeOff, _whole
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Devices of one kind at several counts: GPUs on a ring, or TPU slices of given shapes.
+
+    Attributes:
+        label: what the tables call it ("H200", "TPU v5e").
+        peak: the device's figures (:func:`dpcourse.costs.find_peak`).
+        shapes: one per row: ``(N,)`` for N GPUs on a ring, the slice's
+            topology for a TPU (``(2, 4)`` for a v5e-8).
+    """
+
+    label: str
+    peak: costs.DevicePeak
+    shapes: tuple[tuple[int, ...], ...]
+
+    def name(self, shape: tuple[int, ...]) -> str:
+        """A row's machine: ``"8 x H200"`` or ``"v5e-8 (2x4 mesh)"``."""
+        if self.peak.is_tpu:
+            return costs.slice_name(self.peak, shape)
+        return f"{math.prod(shape)} x {self.label}"
+
+
+def gpus(label: str, device_kind: str, counts: Sequence[int]) -> Machine:
+    """``counts`` GPUs of ``device_kind`` on one ring each.
+
+    Raises:
+        ValueError: a kind not in the course's peak table, or a count that is
+            not a whole number >= 1.
+    """
+    return Machine(label, _peak(device_kind), tuple((_whole(n, "The number of devices"),) for n in counts))
+
+
+def tpu_slices(label: str, device_kind: str, shapes: Sequence[tuple[int, ...]]) -> Machine:
+    """TPU slices of ``shapes`` chips of ``device_kind`` ("TPU v5 lite" for v5e).
+
+    Raises:
+        ValueError: a kind that is not a TPU of the course's peak table, or a
+            side of a shape that is not a whole number >= 1.
+    """
+    peak = _peak(device_kind)
+    if not peak.is_tpu:
+        raise ValueError(f"{device_kind!r} is not a TPU: use gpus() for it.")
+    return Machine(label, peak, tuple(tuple(_whole(side, "A side of a TPU slice") for side in s) for s in shapes))
+
+
+def _peak(device_kind: str) -> costs.DevicePeak:
+    peak = costs.find_peak(device_kind)
+    if peak is None:
+        raise ValueError(
+            f"No published peak for {device_kind!r}: use a kind in dpcourse.costs.PEAKS "
+            "(NVIDIA L4, H100, H200; TPU v5 lite, TPU v5, TPU v6 lite)."
+        )
+    return peak
+
+
+def step_terms(
+    cfg: Config, per_device_batch: int, peak: costs.DevicePeak, shape: tuple[int, ...], latency: bool = True
+) -> tuple[float, float]:
+    """``(compute_s, all-reduce_s)`` of one data-parallel step of ``cfg`` on ``shape`` devices.
+
+    Compute: the training FLOPs of the per-device batch at the peak of a
+    float32 matmul at JAX's default precision (TF32 on a GPU, bf16 on a TPU),
+    a lower bound: no kernel reaches the peak. All-reduce of the float32
+    gradient: on GPUs :func:`dpcourse.costs.ring_allreduce_s` over the
+    datasheet link with, when ``latency``, NCCL's per-step and per-call
+    latencies (:data:`dpcourse.backend.peaks.NCCL_RING_BASE_S`); on a TPU
+    :func:`dpcourse.costs.tpu_slice_allreduce_s` with its hop latency. No
+    fixed cost of the step itself (kernel launches, the optimizer's update):
+    none is measured for these devices, so for a small model the compute term
+    is far below a real step's.
+    """
+    compute_s = costs.train_flops_per_step(cfg, per_device_batch) / peak.peak()
+    grad = costs.gradient_bytes(cfg)
+    n = math.prod(shape)
+    if n == 1:
+        return compute_s, 0.0
+    if peak.is_tpu:
+        return compute_s, costs.tpu_slice_allreduce_s(grad, peak, shape, latency)
+    ring = costs.ring_allreduce_s(grad, n, peak.link_bytes_per_s, peak.hop_latency_s if latency else 0.0)
+    return compute_s, ring + (peak.collective_latency_s if latency else 0.0)
+
+
+def batch_mark(global_batch: int, trained: Sequence[int]) -> str:
+    """ "trained" (a batch trained to the target here), "interpolated" (between two) or "extrapolated"."""
+    if global_batch in trained:
+        return "trained"
+    if min(trained) < global_batch < max(trained):
+        return "interpolated"
+    return "extrapolated"
+
+
+def rows(
+    trade_off: TradeOff,
+    per_device_batch: int,
+    machine: Machine,
+    cfg: Config,
+    trained: Sequence[int],
+    latency: bool = True,
+) -> list[dict]:
+    """One row per shape of ``machine``: steps from the fit, the modelled step, time to the target.
+
+    Keys: ``machine``, ``devices``, ``global batch``, ``batch`` (see
+    :func:`batch_mark`; the steps of every row come from the fit),
+    ``steps``, ``compute µs``, ``all-reduce µs``, ``ms/step``,
+    ``time to target ms``.
+    """
+    per_device_batch = _whole(per_device_batch, "The per-device batch")
+    out = []
+    for shape in machine.shapes:
+        n = math.prod(shape)
+        batch = n * per_device_batch
+        compute_s, comm_s = step_terms(cfg, per_device_batch, machine.peak, shape, latency)
+        steps = trade_off.steps_at(batch)
+        out.append(
+            {
+                "machine": machine.name(shape),
+                "devices": n,
+                "global batch": batch,
+                "batch": batch_mark(batch, trained),
+                "steps": steps,
+                "compute µs": compute_s * 1e6,
+                "all-reduce µs": comm_s * 1e6,
+                "ms/step": (compute_s + comm_s) * 1e3,
+                "time to target ms": steps * (compute_s + comm_s) * 1e3,
+            }
+        )
+    return out
+
+
+def fastest(table: Sequence[dict]) -> dict:
+    """The row with the shortest time to the target (the first of equals).
+
+    Raises:
+        ValueError: an empty table.
+    """
+    if not table:
+        raise ValueError("No rows: give a machine at least one device count.")
+    return min(table, key=lambda r: r["time to target ms"])
+
+
+def reading(table: Sequence[dict], label: str) -> str:
+    """The sentence the table supports: at which device count its time to the target is shortest.
+
+    Read from the rows, so it changes when they do: shortest at the last
+    row means still falling there; anywhere else, every larger count in the
+    table takes at least as long.
+    """
+    best = fastest(table)
+    last = table[-1]
+    where = (
+        f"{label}: time to the target is shortest at {best['devices']} devices, {best['machine']}: "
+        f"{best['time to target ms']:.3g} ms (global batch {best['global batch']}, {best['batch']})"
+    )
+    if best is last:
+        return f"{where}, the largest count in the table: it still falls there."
+    which = ", the smallest count in the table" if best is table[0] else ""
+    return (
+        f"{where}{which}; every larger count in the table takes at least as long "
+        f"({last['time to target ms']:.3g} ms at {last['devices']})."
+    )
