@@ -13,11 +13,14 @@ in.
 installs it, and from then on an error that reaches the top of a cell (in
 IPython, Jupyter or a notebook runner: the shell's custom exception handler)
 or of the program (a lesson run as a plain ``python`` script:
-``sys.excepthook``) while a foreign global mesh is set is shown as one
-sentence (:func:`explain`) naming that mesh, the lesson's own, the error it
-caused and how to clear it. Any other error is shown exactly as before. In
-IPython ``%tb`` still shows the original error (it is the sentence's cause).
-:func:`check_global_mesh` is the same test made up front.
+``sys.excepthook``) while a global mesh other than the lesson's own is set
+is shown as one sentence (:func:`explain`) naming that mesh, the lesson's
+own, the error's type and how to clear it. Any error stopped under such a
+mesh is shown so, since the mesh cannot be ruled out as its cause: cleared,
+the cell run again shows the error itself, and in IPython ``%tb`` shows it
+at once (it is the sentence's cause). With no such mesh every error is
+shown exactly as before. :func:`check_global_mesh` is the same test made up
+front.
 """
 
 from __future__ import annotations
