@@ -91,19 +91,21 @@ def check_global_mesh(mesh=None) -> None:
     )
 
 
-def explain(error: BaseException, mesh=None, script: bool = False) -> ForeignMeshError | None:
+def explain(error: BaseException, mesh=None, script: bool = False, axis_types: bool = True) -> ForeignMeshError | None:
     """The course's sentence for ``error`` when it stopped a lesson's code under a foreign global mesh, else None.
 
     ``mesh``: the lesson's own (default: the one :func:`guard` was given);
-    ``script``: the advice for a plain ``python`` run instead of a cell.
-    The sentence carries ``error`` as its cause. Never raises: whatever
-    cannot be read gives None (the error is then shown as it is).
+    ``script``: the advice for a plain ``python`` run instead of a cell;
+    ``axis_types``: the Explicit twin of the lesson's mesh counts as foreign
+    (:func:`foreign_mesh`). The sentence carries ``error`` as its cause.
+    Never raises: whatever cannot be read gives None (the error is then
+    shown as it is).
     """
     if isinstance(error, ForeignMeshError) or not isinstance(error, Exception) or "jax" not in sys.modules:
         return None
     mesh = mesh if mesh is not None else _own["mesh"]
     try:
-        current = foreign_mesh(mesh, axis_types=True)
+        current = foreign_mesh(mesh, axis_types=axis_types)
         if current is None:
             return None
         mine = f" its own mesh {describe(mesh)}" if mesh is not None else " no mesh"
@@ -116,6 +118,20 @@ def explain(error: BaseException, mesh=None, script: bool = False) -> ForeignMes
     err = ForeignMeshError(sentence)
     err.__cause__ = error
     return err
+
+
+def stop_if_foreign(err: BaseException) -> None:
+    """Raise the course's sentence (:func:`explain`) when ``err`` stopped under a foreign global mesh.
+
+    For code that records a failure and goes on (a sweep's size, a ladder's
+    rung, a ceiling): under a mesh the learner set every later one would fail
+    the same way, so the lesson stops there with the sentence instead. The
+    Explicit twin of the lesson's mesh does not stop it: the lessons run
+    under it, and a failure there is the run's own.
+    """
+    sentence = explain(err, axis_types=False)
+    if sentence is not None:
+        raise sentence from err
 
 
 def _show_in_ipython(shell, etype, value, tb, tb_offset=None):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from dpcourse.backend import mesh_guard
 
 CLEAR = "clear it with jax.set_mesh(None) (or restart the kernel), then run this cell again."
@@ -229,3 +231,17 @@ def test_in_a_script_any_other_error_goes_to_the_previous_hook(cpu_devices, monk
     with jax.set_mesh(own):
         sys.excepthook(ZeroDivisionError, error, None)
     assert seen == [error, error]
+
+
+def test_code_that_records_failures_stops_under_a_foreign_mesh_but_not_under_the_explicit_twin(cpu_devices):
+    import jax
+
+    own, own_explicit, foreign = _meshes(cpu_devices)
+    cause = ValueError("Received incompatible devices for jitted computation")
+    mesh_guard.guard(own)
+    mesh_guard.stop_if_foreign(cause)  # no global mesh
+    with jax.set_mesh(own_explicit):
+        mesh_guard.stop_if_foreign(cause)  # the lessons run under it: a failure there is the run's own
+    with jax.set_mesh(foreign["half the devices"]), pytest.raises(mesh_guard.ForeignMeshError) as err:
+        mesh_guard.stop_if_foreign(cause)
+    assert err.value.__cause__ is cause and str(err.value).startswith("A global mesh {'data': 4} (Auto axes) is set")
