@@ -337,7 +337,10 @@ def sweep(
         try:
             points.append(SweepPoint(size, "ok", result=run_one(size)))
         except Exception as err:  # noqa: BLE001 - a failed size must not stop the sweep
+            from dpcourse.backend.mesh_guard import stop_if_foreign
             from dpcourse.exercises.checks import first_sentence
+
+            stop_if_foreign(err)  # a mesh the learner set stops every size: the lesson stops, in one sentence
 
             points.append(SweepPoint(size, "failed", f"{type(err).__name__}: {first_sentence(err, 0)}"))
         finally:

@@ -4,8 +4,8 @@
 profile, chooses the devices, loads the data, sets the results context and
 shows the banners a learner must see (data source, simulated devices).
 Notebook 01 does the same steps one by one to teach them.
-:func:`check_global_mesh` names a global mesh the learner set that the
-lesson's own mesh cannot run under.
+A global mesh the learner sets that the lesson's own mesh cannot run under
+is named in one sentence (:mod:`dpcourse.backend.mesh_guard`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,8 @@ from dpcourse import data as _data
 from dpcourse import devices as _devices
 from dpcourse import record as _results
 from dpcourse import show as _display
-
-
-class ForeignMeshError(RuntimeError):
-    """A global mesh set with ``jax.set_mesh`` is not the lesson's own; the message says how to clear it."""
-
-
-def _describe(mesh) -> str:
-    sizes = ", ".join(f"'{name}': {size}" for name, size in zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    kinds = ", ".join(str(t).split(".")[-1] for t in mesh.axis_types)
-    return f"{{{sizes}}} ({kinds} axes)"
+from dpcourse.backend import mesh_guard as _mesh_guard
+from dpcourse.backend.mesh_guard import ForeignMeshError, check_global_mesh  # noqa: F401 - the lessons' names
 
 
 def _data_mesh(devices: list):
@@ -34,39 +26,6 @@ def _data_mesh(devices: list):
     from jax.sharding import Mesh
 
     return Mesh(np.array(devices), ("data",))
-
-
-def check_global_mesh(mesh=None) -> None:
-    """Refuse a global mesh (``jax.set_mesh(m)`` without ``with``) that the lesson's ``mesh`` cannot run under.
-
-    Every sharded step JAX runs checks its arguments' mesh against the
-    global one, so a mesh of another shape or other devices fails deep in
-    JAX (``The context mesh ... should match the mesh passed to shard_map``,
-    JAX 0.10.2 and 0.12.0.1). A global mesh with the axes, sizes and devices
-    of ``mesh`` (of either axis type, as notebook 03 allows) passes: the
-    lessons run under it. Call it where a lesson builds its mesh, before the
-    first array is placed on it; ``mesh=None`` (work that needs no mesh)
-    refuses any global mesh.
-
-    Raises:
-        ForeignMeshError: one sentence naming the mesh that is set, the
-            lesson's, and how to clear it.
-    """
-    import jax
-
-    current = jax.sharding.get_abstract_mesh()
-    if current.empty:
-        return
-    if mesh is not None and (current.axis_names, current.axis_sizes) == (mesh.axis_names, mesh.axis_sizes):
-        concrete = getattr(jax.sharding, "get_mesh", lambda: None)()
-        devices = getattr(concrete, "devices", None)
-        if devices is None or devices.size == 0 or [d.id for d in devices.flat] == [d.id for d in mesh.devices.flat]:
-            return
-    mine = f"its own mesh {_describe(mesh)}" if mesh is not None else "no mesh"
-    raise ForeignMeshError(
-        f"A global mesh {_describe(current)} is set (jax.set_mesh without `with`), and this lesson needs "
-        f"{mine}: clear it with jax.set_mesh(None) (or restart the kernel), then run this cell again."
-    )
 
 
 @dataclass
@@ -180,6 +139,7 @@ def start_lesson(
         device_kind=chosen.devices[0].device_kind,
         device_count=chosen.count,
     )
+    _mesh_guard.guard(_data_mesh(chosen.devices))  # a mesh set in any later cell: one sentence
     check_global_mesh(_data_mesh(chosen.devices))  # a notebook run again in a kernel where a mesh is set
     from dpcourse.exercises import progress
 

@@ -144,9 +144,9 @@ display(
 #   as a one-device baseline (`Received incompatible devices for jitted
 #   computation`). The lessons' one-device references run under
 #   `jax.set_mesh(None)`, which clears the context mesh for a block. A
-#   global mesh of another shape than a lesson's own stops that lesson at
-#   its start with one sentence naming the mesh and how to clear it
-#   (`dpcourse.lesson.check_global_mesh`).
+#   global mesh other than a lesson's own, set in any cell, stops the first
+#   cell that cannot run under it with one sentence naming the mesh and how
+#   to clear it (`dpcourse.backend.mesh_guard`; `%tb` shows JAX's own error).
 # - **Sharding-in-types**: each result's sharding follows from its inputs
 #   (a sum over the sharded axis is replicated; over the other axis it stays
 #   split). Where that is ambiguous, JAX raises an error and asks for an

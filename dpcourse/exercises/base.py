@@ -188,7 +188,8 @@ def checker(exercise: str, expects: str) -> Callable:
                     feedback = Feedback(exercise, CORRECT, fn(answer, *context, **kwargs))
                 except Reject as stop:
                     feedback = Feedback(exercise, stop.status, stop.message, stop.mistake)
-                except Exception as err:  # noqa: BLE001 - a learner sees a sentence, never a traceback
+                except Exception as raised:  # noqa: BLE001 - a learner sees a sentence, never a traceback
+                    err = under_global_mesh(raised)
                     feedback = Feedback(
                         exercise,
                         BAD_INPUT,
@@ -255,6 +256,13 @@ def failed_exercise_cell(answer, caller) -> tuple[str, BaseException] | None:
 
 def _assigns(text: str, name: str) -> bool:
     return re.search(rf"^{re.escape(name)}\s*(:[^=]*)?=(?!=)", text, flags=re.M) is not None
+
+
+def under_global_mesh(err: BaseException) -> BaseException:
+    """``err``, or the course's sentence when it stopped under a global mesh other than the lesson's (mesh_guard)."""
+    from dpcourse.backend import mesh_guard
+
+    return mesh_guard.explain(err) or err
 
 
 def first_sentence(err: BaseException, limit: int = 400) -> str:

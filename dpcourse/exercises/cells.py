@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict
+from dpcourse.exercises.base import CORRECT, WRONG, ExerciseFailed, Feedback, strict, under_global_mesh
 from dpcourse.exercises.checks import (
     Factor,
     device_factor,
@@ -223,7 +223,8 @@ def check_against(
             rel_update=rel_update,
             factors=factors,
         )
-    except Exception as err:  # noqa: BLE001 - the learner reads a sentence
+    except Exception as raised:  # noqa: BLE001 - the learner reads a sentence
+        err = under_global_mesh(raised)
         problem = f"your cell raised {type(err).__name__}: {first_sentence(err)}" + _hint(err)
     if problem is None:
         first_ref = jax.tree.leaves(ref_out)[0] if jax.tree.leaves(ref_out) else None
@@ -238,7 +239,8 @@ def check_against(
                 problem = compare_trees(
                     ref_grad, grad_of(mine), "the gradient", rel_value, roles="gradient", factors=factors
                 )
-            except Exception as err:  # noqa: BLE001 - the learner reads a sentence
+            except Exception as raised:  # noqa: BLE001 - the learner reads a sentence
+                err = under_global_mesh(raised)
                 problem = f"taking the gradient of your cell's loss raised {type(err).__name__}: {first_sentence(err)}"
                 if type(err).__name__ in _TRACER_ERRORS:
                     problem += " (jax.grad traces your cell: use jax.numpy, not numpy, float() or int(), on values)"

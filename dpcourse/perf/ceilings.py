@@ -79,7 +79,10 @@ def time_calls(fn, args: tuple, warmup: int = 2, repeats: int = 3, steps: int = 
 
 
 def _failure(name: str, err: Exception) -> Ceiling:
+    from dpcourse.backend.mesh_guard import stop_if_foreign
     from dpcourse.exercises.checks import first_sentence
+
+    stop_if_foreign(err)  # a mesh the learner set is not the device's ceiling: the lesson stops, in one sentence
 
     return Ceiling(name, "failed", reason=f"{type(err).__name__}: {first_sentence(err, 0)}")
 

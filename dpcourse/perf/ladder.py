@@ -257,7 +257,10 @@ def run_rung(
         )
         final = jax.tree.map(np.asarray, jax.device_get(params))
     except Exception as err:  # noqa: BLE001 - a failed rung is recorded and the ladder goes on
+        from dpcourse.backend.mesh_guard import stop_if_foreign
         from dpcourse.exercises.checks import first_sentence
+
+        stop_if_foreign(err)  # a mesh the learner set fails every rung: the lesson stops, in one sentence
 
         return RungResult(rung, "failed", f"{type(err).__name__}: {first_sentence(err, 0)}")
     return RungResult(

@@ -1,4 +1,4 @@
-"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both; a learner's own mesh set before it.
+"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both; a learner's own mesh set in a cell.
 
 Each whole-lesson run costs about half a minute, so one run carries both
 kinds of variant where it can: every (package, lesson) pair of the
@@ -39,13 +39,14 @@ The device count is a dimension of its own, set per layer by the Makefile
 ``DPCOURSE_TEST_DEVICES`` simulated CPU devices, put into their ``XLA_FLAGS``
 as a learner would (unset: the test process's own 8).
 
-A foreign mesh (``FOREIGN``: a 2-D ``('data', 'model')`` mesh of Explicit
-axes, set globally right after the lesson starts, before it builds its own
-mesh) is tried in every lesson from 03: the lesson must either run under it
-or stop with the one sentence of ``dpcourse.lesson.check_global_mesh``. Such
-a run stops a few cells in, so it costs a kernel start, not a lesson; ``make
-test`` shares these runs between its two JAX environments as it shares the
-mesh kinds.
+A foreign mesh (``FOREIGN``: a mesh of the learner's own, ``FOREIGN_KINDS``,
+set globally right after the lesson starts or in a cell of its own after
+the lesson's first mesh) is tried in every lesson from 03: the lesson must
+either run under it or stop with the one sentence of
+``dpcourse.backend.mesh_guard``. Such a run stops a few cells in, so it costs a
+kernel start, not a lesson (each lesson's kind is one it stops under:
+``KIND_OF``); ``make test`` shares these runs between its two JAX
+environments as it shares the mesh kinds (:func:`foreign_runs`).
 """
 
 from __future__ import annotations
@@ -82,39 +83,114 @@ def with_global_mesh(source: str, kind: str) -> str:
     return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
 
 
-# --- a mesh of the learner's own, set before the lesson builds its mesh ---
+# --- a mesh of the learner's own, set globally in a lesson's cell ---
 FOREIGN = "Foreign"
 FOREIGN_LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 3]
 START_LINE = re.compile(r"^(?P<indent> *)lesson = start_lesson\(.*$", re.M)
-SET_FOREIGN = (
-    "{i}import jax  # a 2-D mesh of the learner's own, set globally (notebook 03, section 4)\n"
-    "{i}_own = jax.devices()[: len(jax.devices()) // 2 * 2]\n"
-    "{i}jax.set_mesh(jax.make_mesh((len(_own) // 2, 2), ('data', 'model'), "
-    "axis_types=(jax.sharding.AxisType.Explicit,) * 2, devices=_own))\n"
-)
-# The one sentence a lesson may stop with instead (dpcourse.lesson.check_global_mesh).
-FOREIGN_REFUSAL = re.compile(
-    r"^ForeignMeshError: A global mesh \{'data': \d+, 'model': 2\} \(Explicit, Explicit axes\) is set .*"
-    r"clear it with jax\.set_mesh\(None\) \(or restart the kernel\), then run this cell again\.$"
-)
+# The first code line that builds a mesh or picks the lesson's devices: the foreign mesh goes in a cell after its cell.
+FIRST_MESH_LINE = re.compile(r"^(?![ \t]*#).*\b(Mesh|make_mesh|lesson_devices)\(.*$", re.M)
+POSITIONS = ("start", "later")  # right after start_lesson (in its cell), or a cell of its own after the first mesh
+_D = "jax.devices()"
+_T = "jax.sharding.AxisType"
+# Each kind's mesh over the kernel's devices (Mesh keeps their order; make_mesh may not), and how the sentence names it.
+FOREIGN_KINDS = {
+    "2-D Explicit": (
+        f"jax.sharding.Mesh(np.array({_D}[: len({_D}) // 2 * 2]).reshape(-1, 2), ('data', 'model'), "
+        f"axis_types=({_T}.Explicit,) * 2)",
+        r"\{'data': \d+, 'model': 2\} \(Explicit, Explicit axes\)",
+    ),
+    "2-D Auto": (
+        f"jax.sharding.Mesh(np.array({_D}[: len({_D}) // 2 * 2]).reshape(-1, 2), ('data', 'model'))",
+        r"\{'data': \d+, 'model': 2\} \(Auto, Auto axes\)",
+    ),
+    "half the devices": (
+        f"jax.sharding.Mesh(np.array({_D}[: max(len({_D}) // 2, 1)]), ('data',))",
+        r"\{'data': \d+\} \(Auto axes\)",
+    ),
+    "Explicit twin": (  # the lesson's own mesh with Explicit axes, set after its arrays are placed
+        f"jax.sharding.Mesh(np.array({_D}), ('data',), axis_types=({_T}.Explicit,))",
+        r"\{'data': \d+\} \(Explicit axes\)",
+    ),
+}
+# Each lesson's kind: the 2-D Explicit mesh for the four lessons it stopped with JAX's own error (set after
+# their mesh), the others chosen so that each half of FOREIGN_LESSONS (one JAX environment's, foreign_runs)
+# tries every kind; a lesson not named here gets the 2-D Explicit mesh.
+KIND_OF = {
+    "03": "2-D Auto",
+    "06": "Explicit twin",
+    "07": "half the devices",
+    "08": "half the devices",
+    "09": "Explicit twin",
+    "12": "2-D Auto",
+}
+SET_FOREIGN = "{i}import jax, numpy as np  # a mesh of the learner's own, set globally (notebook 03, section 4)\n{i}jax.set_mesh({mesh})\n"
 
 
-def with_foreign_mesh(source: str) -> str:
-    """``source`` with a 2-D Explicit mesh set globally right after its ``lesson = start_lesson(...)`` line."""
-    match = START_LINE.search(source)
-    assert match, "the lesson has no `lesson = start_lesson(...)` line"
-    inserted = SET_FOREIGN.format(i=match.group("indent"))
-    return source[: match.end() + 1] + inserted + source[match.end() + 1 :]
+def foreign_kind(lesson: str) -> str:
+    return KIND_OF.get(lesson[:2], "2-D Explicit")
 
 
-def foreign_lessons(setting: str | None = None) -> list[str]:
-    """The lessons tried with a foreign mesh under ``setting`` (:func:`mesh_kinds_of`): every other one when alternating."""
+def refusal(kind: str) -> re.Pattern:
+    """The one sentence a lesson may stop with under ``kind`` (dpcourse.backend.mesh_guard), as the runner's error line."""
+    return re.compile(
+        rf"^ForeignMeshError: A global mesh {FOREIGN_KINDS[kind][1]} is set \(jax\.set_mesh without `with`\), "
+        r"and this lesson.*: clear it with jax\.set_mesh\(None\) \(or restart the kernel\), then run this cell again\.$"
+    )
+
+
+FOREIGN_REFUSAL = refusal("2-D Explicit")
+
+
+def with_foreign_mesh(source: str, kind: str = "2-D Explicit", where: str = "start") -> str:
+    """``source`` with a ``kind`` mesh set globally: right after its ``lesson = start_lesson(...)`` line (``start``),
+    or in a cell of its own after the cell of its first mesh (``later``, :data:`FIRST_MESH_LINE`)."""
+    if where == "start":
+        match = START_LINE.search(source)
+        assert match, "the lesson has no `lesson = start_lesson(...)` line"
+        at, indent = match.end() + 1, match.group("indent")
+    else:
+        opened = START_LINE.search(source)
+        match = FIRST_MESH_LINE.search(source, opened.end() if opened else 0)
+        assert match, "the lesson builds no mesh and picks no devices"
+        cell_end = source.find("\n# %%", match.end())
+        at, indent = (len(source) if cell_end < 0 else cell_end + 1), ""
+        source = source if source.endswith("\n") else source + "\n"
+    inserted = SET_FOREIGN.format(i=indent, mesh=FOREIGN_KINDS[kind][0])
+    return (
+        source[:at]
+        + ("" if where == "start" else "# %%\n")
+        + inserted
+        + ("" if where == "start" else "\n")
+        + source[at:]
+    )
+
+
+def foreign_runs(setting: str | None = None) -> list[Variant]:
+    """The foreign-mesh runs under ``setting`` (:func:`mesh_kinds_of`).
+
+    ``both``: every lesson from 03 at both positions, with its kind (and
+    the 2-D Explicit mesh where its kind is another). Alternating: every
+    other lesson (one JAX environment's half), a cell after its first mesh,
+    with its kind.
+    """
     setting = setting or os.environ.get(KINDS_SETTING) or "both"
     mesh_kinds_of(MESH_LESSONS[0], setting)  # refuses an unknown setting
     if setting == "both":
-        return FOREIGN_LESSONS
+        kinds = {lesson: dict.fromkeys([foreign_kind(lesson), "2-D Explicit"]) for lesson in FOREIGN_LESSONS}
+        return [
+            *(Variant(lesson, FOREIGN, None, foreign="2-D Explicit", where="start") for lesson in FOREIGN_LESSONS),
+            *(
+                Variant(lesson, FOREIGN, None, foreign=kind, where="later")
+                for lesson in FOREIGN_LESSONS
+                for kind in kinds[lesson]
+            ),
+        ]
     first = MESH_KINDS.index(setting.removeprefix("alternating-from-"))
-    return [lesson for i, lesson in enumerate(FOREIGN_LESSONS) if i % len(MESH_KINDS) == first]
+    return [
+        Variant(lesson, FOREIGN, None, foreign=foreign_kind(lesson), where="later")
+        for i, lesson in enumerate(FOREIGN_LESSONS)
+        if i % len(MESH_KINDS) == first
+    ]
 
 
 # --- the device count of these runs' kernels ---
@@ -215,10 +291,14 @@ class Variant(NamedTuple):
     mesh: str | None  # "Auto", "Explicit", FOREIGN or None (the lesson's own code)
     missing: str | None  # a package of DISPLAY made uninstalled in the kernel, or None
     stand_in: bool = False  # the kernel's default backend is a stand-in accelerator (STAND_IN)
+    foreign: str | None = None  # FOREIGN's kind (FOREIGN_KINDS)
+    where: str = "start"  # FOREIGN's position (POSITIONS)
 
     @property
     def id(self) -> str:
         parts = [self.lesson, *([self.mesh] if self.mesh else []), *([f"no-{self.missing}"] if self.missing else [])]
+        if self.mesh == FOREIGN:
+            parts += [(self.foreign or "2-D Explicit").replace(" ", "-"), self.where]
         return "-".join([*parts, *(["stand-in-accelerator"] if self.stand_in else [])])
 
 
@@ -268,7 +348,7 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
 
     source = (ROOT / "notebooks" / f"{variant.lesson}.py").read_text()
     if variant.mesh == FOREIGN:
-        source = with_foreign_mesh(source)
+        source = with_foreign_mesh(source, variant.foreign or "2-D Explicit", variant.where)
     elif variant.mesh:
         source = with_global_mesh(source, variant.mesh)
     count = device_count()

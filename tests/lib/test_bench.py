@@ -279,3 +279,13 @@ def test_sweep_runs_without_tqdm(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     points = sweep([8, 16], 8, fake_result, progress=True)
     assert [p.status for p in points] == ["ok", "ok"]
+
+
+def test_a_sweep_stopped_by_a_foreign_global_mesh_stops_with_the_sentence(cpu_devices):
+    """Every size would fail the same way under a mesh the learner set: one sentence, not a table of failures."""
+    from dpcourse.backend.mesh_guard import ForeignMeshError
+
+    one_device = jax.device_put(jnp.ones(8, jnp.float32), cpu_devices[0])
+    foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    with jax.set_mesh(foreign), pytest.raises(ForeignMeshError, match=r"A global mesh \{'data': 4, 'model': 2\}"):
+        sweep([8, 16], 8, lambda size: jax.jit(lambda a: a * 2)(one_device), progress=False)

@@ -165,3 +165,19 @@ def test_an_exercise_cell_that_raised_is_not_called_not_attempted(monkeypatch):
     # put back to `...` and run again: the old error no longer speaks for the cell
     _run_as_cells(["x_mine = ...", "fb = placed(x_mine)"], ns)
     assert ns["fb"].status == base.NOT_ATTEMPTED, ns["fb"]
+
+
+def test_a_crash_under_a_foreign_global_mesh_names_the_mesh_not_the_answer(cpu_devices):
+    """A checker's own step stopped by a mesh the learner set blamed the learner's answer with JAX's message."""
+    import jax
+
+    foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    one_device = jax.device_put(np.ones((4, 4), np.float32), cpu_devices[0])
+    with jax.set_mesh(foreign):
+        feedback = _crashing_call(lambda x: jax.jit(lambda a: a @ a)(one_device))
+    assert feedback.status == base.BAD_INPUT and feedback.mistake == "raised-ForeignMeshError", feedback
+    assert "raised ForeignMeshError: A global mesh {'data': 4, 'model': 2} (Explicit, Explicit axes) is set" in (
+        feedback.message
+    )
+    assert "(ValueError): clear it with jax.set_mesh(None)" in feedback.message
+    assert "raised ZeroDivisionError" in _crashing_call(lambda x: 1 / 0).message  # no global mesh: as it was

@@ -221,3 +221,17 @@ def test_a_loss_that_numpy_cannot_differentiate_gets_a_sentence():
     fb = check_against(reference, mine, jnp.ones(3), jnp.arange(3.0))
     assert fb.status == WRONG and "taking the gradient of your cell's loss raised" in fb.message, fb
     assert "use jax.numpy" in fb.message, fb
+
+
+def test_check_against_names_a_foreign_global_mesh_that_stopped_the_cell(cpu_devices):
+    foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    one_device = jax.device_put(np.ones(2, np.float32), cpu_devices[0])
+
+    def mine(a):  # float() keeps it out of jit: its own jitted step on one device then runs under the mesh
+        return float(a[0]) * jax.jit(lambda b: b * 2)(one_device)
+
+    with jax.set_mesh(foreign):
+        fb = check_against(lambda a: a * 2, mine, np.ones(2, np.float32))
+    assert fb.status == WRONG and "your cell raised ForeignMeshError: A global mesh {'data': 4, 'model': 2}" in (
+        fb.message
+    ), fb

@@ -85,3 +85,11 @@ def test_the_words_say_what_each_setting_runs_as_on_each_backend():
     assert "6 bfloat16 passes" in ceilings.precision_words("tpu")["float32 highest"]
     assert "TF32" in ceilings.precision_words("gpu")["float32 default"]
     assert set(ceilings.precision_words("cpu")) == set(ceilings.MATMUL_SETTINGS)
+
+
+def test_a_measurement_stopped_by_a_foreign_global_mesh_stops_with_the_sentence(cpu0):
+    from dpcourse.backend.mesh_guard import ForeignMeshError
+
+    foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    with jax.set_mesh(foreign), pytest.raises(ForeignMeshError, match=r"stopped under it \(ValueError\)"):
+        ceilings.matmul_rate(8, "float32 default", cpu0, warmup=0, repeats=1, steps=1)

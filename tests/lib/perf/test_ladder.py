@@ -193,3 +193,15 @@ def test_a_sweep_takes_the_sizes_the_ladder_measured_as_they_are(dataset, cpu0, 
         cfg, dataset, cpu0, model.init_params(cfg), (size,), progress=False, measured={size: unrolled.result}
     )
     assert points[0].result is unrolled.result
+
+
+def test_a_rung_stopped_by_a_foreign_global_mesh_stops_the_ladder_with_the_sentence(dataset, cpu0, monkeypatch):
+    from dpcourse.backend.mesh_guard import ForeignMeshError
+
+    def refused(*args, **kwargs):
+        raise ValueError("Received incompatible devices for jitted computation")
+
+    monkeypatch.setattr(placement, "place_single_device", refused)
+    foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    with jax.set_mesh(foreign), pytest.raises(ForeignMeshError, match=r"stopped under it \(ValueError\)"):
+        ladder.run_rung(ladder.default_rungs(CFG)[-1], CFG, dataset, cpu0, model.init_params(CFG))
