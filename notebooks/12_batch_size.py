@@ -382,8 +382,9 @@ fig.tight_layout()
 _ = show.figure(fig, "steps_to_target")
 
 # %% [markdown]
-# Read the plot from left to right: at small batches the points follow the
-# perfect-scaling line (doubling the batch halves the steps); towards
+# Read the plot from left to right: at small batches the points can follow
+# the perfect-scaling line (doubling the batch halves the steps; the line
+# below says how close this run's two smallest batches came); towards
 # `B_crit` they bend away. In the fit's model the steps never stop
 # falling, they fall by less and less: a doubling from `B` saves
 # `B_crit / (2 (B + B_crit))` of them, a quarter at `B_crit`, a tenth at
@@ -405,6 +406,7 @@ _ = show.figure(fig, "steps_to_target")
 # Which did best at each batch, read from the table above:
 
 # %%
+print(readings.scaling_sentence(best))
 print(readings.rules_sentence({k: v[0] for k, v in runs.items()}, batch_size.LR_RULES, sizes))
 
 # %% [markdown]

@@ -84,6 +84,29 @@ def steps_sentence(best: Mapping[int, int], b_crit: float, spread: float) -> str
     )
 
 
+def scaling_sentence(best: Mapping[int, int]) -> str:
+    """How close the two smallest batches came to perfect scaling (steps falling as ``1 / B``).
+
+    Args:
+        best: global batch -> fewest steps to the target over the learning-rate rules.
+
+    Raises:
+        ValueError: fewer than 2 batches.
+    """
+    if len(best) < 2:
+        raise ValueError(f"Need the steps at 2 or more batches, got {dict(best)}.")
+    small, next_up = sorted(best)[:2]
+    perfect = best[small] * small / next_up
+    share = perfect / best[next_up]  # 1: perfect scaling; below 1: more steps than perfect scaling
+    head = (
+        f"From global batch {small:,} to {next_up:,} the fewest steps went from {best[small]} to "
+        f"{best[next_up]}; perfect scaling would give {perfect:.0f}"
+    )
+    if share >= 0.9:
+        return head + f": {share:.0%} of perfect scaling, on the perfect-scaling line within 10%."
+    return head + f": {share:.0%} of perfect scaling, already bent away from it at the smallest batches."
+
+
 def rules_sentence(steps: Mapping[tuple[str, int], int | None], rules: Sequence[str], batches: Sequence[int]) -> str:
     """Which learning-rate rule took the fewest steps at each batch, and which runs never reached the target.
 

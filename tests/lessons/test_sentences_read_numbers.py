@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # (lesson, call the lesson must make, the unit test that plants numbers against it)
 GENERATED = [
+    ("12_batch_size", "readings.scaling_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.rules_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.spread_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.steps_sentence(", "tests/lib/large_batch/test_readings.py"),
@@ -33,6 +34,7 @@ RETIRED = [
     ("12_batch_size", r"stop buying time"),
     ("12_batch_size", r"smaller than this are luck"),
     ("12_batch_size", r"exactly as N real devices"),
+    ("12_batch_size", r"at small batches the points follow"),
     ("12_batch_size", r"square-root\s+(#\s+)?rule works where"),
     ("12_batch_size", r"\(Malladi et al\.'s rule for"),
     ("11_checkpoint", r"never waits finishes exactly like"),

@@ -72,3 +72,12 @@ def test_the_same_split_sentence_carries_counts_only_for_the_cpus_arithmetic():
     assert "the same step count" in cpu and "3e-07" in cpu and "TF32" in cpu and "bfloat16" in cpu
     tpu = readings.same_split_sentence("tpu", 2e-3, 57, 56, 8)
     assert "step counts 57 and 56" in tpu and "carry over" not in tpu
+
+
+def test_the_scaling_sentence_says_whether_the_smallest_batches_followed_perfect_scaling():
+    near = readings.scaling_sentence({64: 309, 256: 80, 1024: 60})
+    assert "perfect scaling would give 77" in near and "97% of perfect scaling" in near and "within 10%" in near
+    bent = readings.scaling_sentence({64: 309, 256: 110})
+    assert "70% of perfect scaling" in bent and "bent away" in bent
+    with pytest.raises(ValueError, match="2 or more"):
+        readings.scaling_sentence({64: 309})
