@@ -251,11 +251,22 @@ def steps_to_target(run_steps, params, opt_state, batches, held, target, max_ste
 
 # %% [markdown]
 # One compiled program per global batch (its shapes), whatever the
-# learning rate; every run starts from the same parameters and reads the
-# examples in the same order.
+# learning rate, all compiled first, side by side; every run starts from
+# the same parameters and reads the examples in the same order.
 
 # %%
+from concurrent.futures import ThreadPoolExecutor
+
 compiled = {}  # (global batch, devices) -> run_steps compiled for that shape
+
+
+def lower_run_steps(global_batch, on=mesh, held=(x_held, y_held)):
+    """run_steps for `global_batch` on the mesh `on`, lowered (the learning rate is state)."""
+    opt = batch_size.make_optimizer(plan.base_lr, cfg.weight_decay)
+    params = jax.device_put(model.init_params(cfg), NamedSharding(on, P()))
+    batches = batch_size.batch_stream(x_train, y_train, global_batch, 0, on)
+    run_steps = jax.jit(make_run_steps(make_noise_step(opt, on)))
+    return run_steps.lower(params, opt.init(params), *batches(0, plan.chunk(global_batch)), *held)
 
 
 def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, y_held)):
@@ -267,8 +278,7 @@ def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, 
     chunk = plan.chunk(global_batch)
     key = (global_batch, on.size)
     if key not in compiled:
-        run_steps = jax.jit(make_run_steps(make_noise_step(opt, on)))
-        compiled[key] = run_steps.lower(params, opt_state, *batches(0, chunk), *held).compile()
+        compiled[key] = lower_run_steps(global_batch, on, held).compile()
     noise = batch_size.NoiseScale(global_batch // on.size, global_batch) if on.size > 1 else None
     t0 = time.perf_counter()
     steps, losses = steps_to_target(
@@ -285,6 +295,9 @@ def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, 
     return steps, losses, noise, time.perf_counter() - t0
 
 
+lowered = {(batch, n): lower_run_steps(batch) for batch in sizes}
+with ThreadPoolExecutor() as pool:  # the compiles are independent: use every core (as in 09)
+    compiled.update(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
 runs = {}  # (rule, global batch) -> (steps, losses, noise, seconds)
 for batch in show.progress(sizes, "global batches", "batch"):
     by_lr = {}  # the three rules share the smallest batch's learning rate
