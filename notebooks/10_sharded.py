@@ -628,11 +628,7 @@ if REDUCED_OK:
 for form, c in compiled.items():
     mem[form] = census.memory_figures(c)
 temp_full, temp_acc = mem["replicated DP"]["temp_bytes"], mem["accumulation, scan"]["temp_bytes"]
-print(
-    f"temporary bytes per device: full batch {temp_full:,}, "
-    f"K = {ACCUM_K} microbatches {temp_acc:,} "
-    f"({temp_full / temp_acc:.2f}x less)"
-)
+print(census.memory_saving(temp_full, temp_acc, ACCUM_K))
 
 # %% [markdown]
 # The saving is at most about K, less where the gradients and the

@@ -56,7 +56,7 @@ from IPython.display import display
 from jax.sharding import Mesh
 
 from dpcourse import config, model, record, show, train
-from dpcourse.checkpoints import checkpoint, resume
+from dpcourse.checkpoints import checkpoint, readings, resume
 from dpcourse.multihost import launcher, worker
 from dpcourse.multihost import plan as multihost_plan
 
@@ -628,16 +628,14 @@ for form, (folder, state) in saved.items():
     )
 display(show.table(size_rows, caption=f"Checkpoint of step {STEPS // 2}, {n_params:,} parameters"))
 for row in size_rows:
-    ratio = row["bytes on disk"] / row["arrays (every leaf once)"]
-    verdict = "more" if ratio < 1 else "less"
-    print(
-        f"{row['form']}: the folder holds {ratio:.2f} x the arrays' bytes "
-        f"(zstd saved {verdict} than the metadata added)"
-    )
+    disk, arrays = row["bytes on disk"], row["arrays (every leaf once)"]
+    print(readings.size_sentence(row["form"], disk, arrays))
+print(readings.forms_sentence({row["form"]: row["bytes on disk"] for row in size_rows}))
 
 # %% [markdown]
-# Replicated or sharded, the checkpoint holds every leaf once: the saved
-# form does not change its size. Against the arrays, two things move the
+# Replicated or sharded, the checkpoint holds every leaf once, so the saved
+# form moves the folder's size only by its metadata (the last line above
+# says by how much in this run). Against the arrays, two things move the
 # folder's size, and the lines above give this run's balance: Orbax's
 # metadata files add a few kilobytes (they matter only at this lesson's
 # small sizes), and Orbax compresses each array with zstd (on by default
@@ -687,26 +685,18 @@ time_rows = [
     {"what": "restore (latest step, onto the mesh)", "s": f"{restore_s:.3f}"},
 ]
 display(show.table(time_rows, caption=f"Save and restore, {cfg.profile} profile, {backend}"))
-in_turn_s = steps_s + sync_save_s
-print(f"{HIDE_STEPS} steps, then a synchronous save: {in_turn_s:.3f} s")
-print(f"an asynchronous save beside the same steps: {async_total_s:.3f} s")
-print(f"  of which the loop waited {async_blocked_s:.3f} s for the save")
-hidden = in_turn_s - async_total_s
-if 0 < hidden <= sync_save_s:
-    share = f"{hidden / sync_save_s:.0%}"
-    print(f"saving asynchronously hid {hidden:.3f} s ({share}) of the synchronous save")
-elif hidden > sync_save_s:
-    print("the two runs differ by more than the whole save: these times vary more than the save")
-    print("lasts on this machine; run the cell again")
-else:
-    print("nothing was hidden here: the write and the steps took turns on the same cores")
+lines = readings.hiding_lines(steps_s, sync_save_s, async_blocked_s, async_total_s, HIDE_STEPS)
+print("\n".join(lines))
+hidden = steps_s + sync_save_s - async_total_s  # recorded below
 
 # %% [markdown]
-# The asynchronous save costs the loop only its first part; the rest runs
-# beside the steps (on simulated CPU devices the write and the steps share
-# the same cores, so less is hidden than on GPUs, where the steps run on
-# the devices and the write on the host). A save every few minutes at a
-# few seconds each is the usual trade.
+# The asynchronous save blocks the loop only for its first part (the
+# "loop waited" line); the rest runs in a thread beside the steps, and
+# the last line above says how much of it this run hid. On simulated CPU
+# devices the write and the steps share the same cores, so little or
+# nothing may hide; on GPUs the steps run on the devices and the write on
+# the host. A save every few minutes at a few seconds each is the usual
+# trade.
 #
 # ## 8. A checkpoint from another run is refused
 #

@@ -22,6 +22,10 @@ GENERATED = [
     ("12_batch_size", "readings.spread_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.steps_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.same_split_sentence(", "tests/lib/large_batch/test_readings.py"),
+    ("10_sharded", "census.memory_saving(", "tests/lib/compiled/test_census.py"),
+    ("11_checkpoint", "readings.size_sentence(", "tests/lib/checkpoints/test_readings.py"),
+    ("11_checkpoint", "readings.forms_sentence(", "tests/lib/checkpoints/test_readings.py"),
+    ("11_checkpoint", "readings.hiding_lines(", "tests/lib/checkpoints/test_readings.py"),
     ("07_sweep", "costs.judge_fit(", "tests/lib/test_costs.py"),
     ("07_sweep", "costs.scaling(", "tests/lib/test_costs.py"),
 ]
@@ -37,8 +41,11 @@ RETIRED = [
     ("12_batch_size", r"at small batches the points follow"),
     ("12_batch_size", r"square-root\s+(#\s+)?rule works where"),
     ("12_batch_size", r"\(Malladi et al\.'s rule for"),
+    ("10_sharded", r"x less\)\""),
     ("11_checkpoint", r"never waits finishes exactly like"),
     ("11_checkpoint", r"A save is not a checkpoint until"),
+    ("11_checkpoint", r"form does not change its size"),
+    ("11_checkpoint", r"the rest runs\s+(#\s+)?beside the steps \("),
     ("11_checkpoint", r"makes a save a checkpoint"),
     ("11_checkpoint", r"marks\s+(#\s+)?a complete step with a commit file instead"),
 ]

@@ -68,3 +68,12 @@ def test_zero1_with_the_all_reduce_first_is_predicted_at_one_and_a_half_times_re
     row = pred["ZeRO-1, all-reduce first"]
     assert (row["all-reduce"], row["all-gather"], row["reduce-scatter"]) == (1, 1, 0)
     assert row["wire_bytes"] == pytest.approx(1.5 * pred["replicated DP"]["wire_bytes"])
+
+
+def test_the_memory_saving_sentence_reads_which_way_the_bytes_went():
+    assert census.memory_saving(4_000, 1_000, 4).endswith("(4.00x less, of at most about 4x)")
+    assert "1,000" in census.memory_saving(4_000, 1_000, 4)
+    grew = census.memory_saving(1_000, 1_250, 4)
+    assert grew.endswith("(1.25x more: accumulation saved nothing here)") and "less" not in grew
+    assert "the same" in census.memory_saving(1_000, 1_000, 4)
+    assert "no temporary bytes" in census.memory_saving(0, 0, 4)
