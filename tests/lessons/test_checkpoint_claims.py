@@ -8,6 +8,10 @@ Each test pins one sentence of the lesson to the library's behaviour
   the background write ends); a manager opened later skips the temporary
   folder (``_src/path/step.py``: ``_build_metadata`` returns None for a path
   that is not finalized);
+- section 2: ``save()`` first waits for the previous save and raises its
+  error (``checkpoint_manager.py``: ``save()`` calls ``wait_until_finished()``
+  before it starts), and the background thread commits a step nobody
+  waits for;
 - section 5: a leftover ``<step>.orbax-checkpoint-tmp`` survives a save of
   another step, goes when that step is saved again (``_src/path/atomicity.py``
   removes an existing temporary folder of the step it creates), and goes at
