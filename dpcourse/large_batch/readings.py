@@ -72,16 +72,20 @@ def steps_sentence(best: Mapping[int, int], b_crit: float, spread: float) -> str
     model = f"; the fit's model predicts -{predicted:.0%} for this doubling" if predicted is not None else ""
     moved = "fell" if after < before else "rose" if after > before else "stayed"
     head = f"{where} the fewest steps {moved} from {before} to {after} ({-cut:+.0%}{model})."
+    past = small >= b_crit
     if math.isnan(spread):
         return head + " With no seeds' spread, this run cannot say whether the change is more than luck."
     if cut > spread:
-        return head + f" That is more than the seeds' spread ({spread:.0%}): the steps still fell past B_crit."
+        where = " past B_crit" if past else ""
+        return head + f" That is more than the seeds' spread ({spread:.0%}): the steps still fell{where}."
     if cut < -spread:
         return head + f" That is a rise beyond the seeds' spread ({spread:.0%}): the larger batch took more steps."
-    return head + (
-        f" That is within the seeds' spread ({spread:.0%}): this run cannot tell the change from luck, "
-        "which is what the model's small predicted cut leads one to expect past B_crit."
+    why = (
+        "as the model's small cut past B_crit leads one to expect"
+        if past
+        else "though the model expects a clear cut below B_crit: more seeds would tell"
     )
+    return head + f" That is within the seeds' spread ({spread:.0%}): this run cannot tell the change from luck, {why}."
 
 
 def scaling_sentence(best: Mapping[int, int]) -> str:

@@ -27,6 +27,11 @@ def test_steps_that_still_fall_past_b_crit_by_more_than_the_spread_are_said_to_f
 def test_steps_within_the_spread_are_said_to_be_luck_and_a_rise_is_named():
     flat = readings.steps_sentence({1024: 60, 2048: 58}, 404.0, 0.09)
     assert "cannot tell the change from luck" in flat and "still fell" not in flat
+    assert "past B_crit leads one to expect" in flat
+    early = readings.steps_sentence({128: 60, 256: 58}, 404.0, 0.09)  # both below B_crit
+    assert "the model expects a clear cut below B_crit" in early and "past B_crit" not in early
+    fell_early = readings.steps_sentence({128: 90, 256: 58}, 404.0, 0.09)
+    assert fell_early.endswith("the steps still fell.")
     rise = readings.steps_sentence({1024: 60, 2048: 80}, 404.0, 0.09)
     assert "rose from 60 to 80 (+33%" in rise and "took more steps" in rise
     unknown = readings.steps_sentence({1024: 60, 2048: 40}, 404.0, float("nan"))
