@@ -56,7 +56,7 @@ from IPython.display import display
 from jax.sharding import Mesh
 
 from dpcourse import config, model, record, show, train
-from dpcourse.checkpoints import checkpoint, readings, resume
+from dpcourse.checkpoints import checkpoint, cost_sentences, resume
 from dpcourse.multihost import launcher, worker
 from dpcourse.multihost import plan as multihost_plan
 
@@ -629,8 +629,8 @@ for form, (folder, state) in saved.items():
 display(show.table(size_rows, caption=f"Checkpoint of step {STEPS // 2}, {n_params:,} parameters"))
 for row in size_rows:
     disk, arrays = row["bytes on disk"], row["arrays (every leaf once)"]
-    print(readings.size_sentence(row["form"], disk, arrays))
-print(readings.forms_sentence({row["form"]: row["bytes on disk"] for row in size_rows}))
+    print(cost_sentences.size_sentence(row["form"], disk, arrays))
+print(cost_sentences.forms_sentence({row["form"]: row["bytes on disk"] for row in size_rows}))
 
 # %% [markdown]
 # Replicated or sharded, the checkpoint holds every leaf once, so the saved
@@ -685,7 +685,9 @@ time_rows = [
     {"what": "restore (latest step, onto the mesh)", "s": f"{restore_s:.3f}"},
 ]
 display(show.table(time_rows, caption=f"Save and restore, {cfg.profile} profile, {backend}"))
-lines = readings.hiding_lines(steps_s, sync_save_s, async_blocked_s, async_total_s, HIDE_STEPS)
+lines = cost_sentences.hiding_lines(
+    steps_s, sync_save_s, async_blocked_s, async_total_s, HIDE_STEPS
+)
 print("\n".join(lines))
 hidden = steps_s + sync_save_s - async_total_s  # recorded below
 

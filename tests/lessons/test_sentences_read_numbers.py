@@ -23,9 +23,9 @@ GENERATED = [
     ("12_batch_size", "readings.steps_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "readings.same_split_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("10_sharded", "census.memory_saving(", "tests/lib/compiled/test_census.py"),
-    ("11_checkpoint", "readings.size_sentence(", "tests/lib/checkpoints/test_readings.py"),
-    ("11_checkpoint", "readings.forms_sentence(", "tests/lib/checkpoints/test_readings.py"),
-    ("11_checkpoint", "readings.hiding_lines(", "tests/lib/checkpoints/test_readings.py"),
+    ("11_checkpoint", "cost_sentences.size_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
+    ("11_checkpoint", "cost_sentences.forms_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
+    ("11_checkpoint", "cost_sentences.hiding_lines(", "tests/lib/checkpoints/test_cost_sentences.py"),
     ("07_sweep", "costs.judge_fit(", "tests/lib/test_costs.py"),
     ("07_sweep", "costs.scaling(", "tests/lib/test_costs.py"),
 ]
