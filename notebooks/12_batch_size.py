@@ -668,7 +668,8 @@ print("freed:", before, "->", after)
 # - The learning rate has to move with the batch. The rules here move only
 #   the learning rate (the learning-rate part of Malladi et al.'s
 #   square-root rule; Goyal et al.'s linear rule without its warm-up), and
-#   which did best depended on the batch: section 3's line says where.
+#   which does best can change with the batch: section 3's line says
+#   where, in this run.
 # - The gradient noise scale `B_simple = tr(Sigma) / |G|^2` predicts
 #   roughly where the bend is, from one run, for one scalar `pmean` per
 #   step: the per-device and the averaged gradient are the two batch sizes
