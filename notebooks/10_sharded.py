@@ -60,6 +60,7 @@ from dpcourse.exercises import checks
 from dpcourse.gpu_compile import notebook as gpu_notebook
 from dpcourse.gpu_compile import steps as sharded_steps
 from dpcourse.sharded import forms as sharded
+from dpcourse.sharded import state_sentences
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -401,15 +402,22 @@ display(
         state_rows, caption=f"Bytes per device (device 0 of {n}), measured with addressable_shards"
     )
 )
+print(
+    state_sentences.state_ratio_sentence(
+        {r["form"]: float(r["replicated / this"]) for r in state_rows},
+        {r["form"]: float(r["formula ratio"]) for r in state_rows},
+    )
+)
 
 # %% [markdown]
 # Between steps a device holds 4 + 8 = 12 bytes per parameter under
 # replicated DP, 4 + 8 / N under ZeRO-1 (whole parameters, a slice of each
 # moment) and 12 / N under FSDP. So the ratio is **12 / (4 + 8 / N)** for
-# ZeRO-1, under 3 however many devices there are, and **N** only for FSDP;
-# the measured column falls a little short of the formula where small
-# leaves stay whole, and is 1 on 3 devices. (The formula counts every leaf
-# as sharded.)
+# ZeRO-1, under 3 however many devices there are, and **N** only for FSDP.
+# The formula counts every leaf as sharded; a leaf that no dimension lets
+# split over the devices stays whole (on 3 devices, every leaf of this
+# model), so the measured column can only fall short of it: the line under
+# the table says how far it did in this run.
 #
 # During the step the compiled program needs more: its arguments (the
 # state above and the batch shard) and its temporary buffers (gradients,
