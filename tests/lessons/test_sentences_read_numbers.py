@@ -44,6 +44,7 @@ RETIRED = [
     ("12_batch_size", r"\(Malladi et al\.'s rule for"),
     ("10_sharded", r"x less\)\""),
     ("10_sharded", r"the measured column falls a little short"),
+    ("10_sharded", r"The saving is at most about K"),
     ("11_checkpoint", r"never waits finishes exactly like"),
     ("11_checkpoint", r"A save is not a checkpoint until"),
     ("11_checkpoint", r"form does not change its size"),
