@@ -14,6 +14,7 @@ Research's Fashion-MNIST repository, github.com/zalandoresearch/fashion-mnist
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -21,6 +22,7 @@ import struct
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,6 +255,41 @@ def synthetic_images(n: int = N_TRAIN, seed: int = 0) -> tuple[np.ndarray, np.nd
     return images, labels.astype(np.uint8)
 
 
+# Bump when synthetic_images changes what it returns: copies kept under an older number are not read.
+SYNTHETIC_VERSION = 1
+
+
+def synthetic_kept(n: int = N_TRAIN, seed: int = 0, directory: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`synthetic_images` ``(n, seed)``, kept in the cache folder after the first call.
+
+    Every lesson and every process a lesson starts loads the same stand-in;
+    generating it takes about a second on a 2-core CPU, reading the kept copy
+    (``synthetic-v<version>-n<n>-seed<seed>.npz``, the same arrays) a few
+    milliseconds. A copy that cannot be read is made again; a folder that
+    cannot be written keeps nothing and loses nothing.
+    """
+    folder = Path(directory) if directory is not None else cache_dir()
+    path = folder / f"synthetic-v{SYNTHETIC_VERSION}-n{n}-seed{seed}.npz"
+    try:
+        with np.load(path) as kept:
+            images, labels = kept["images"], kept["labels"]
+        if images.shape == (n, *IMAGE_SHAPE) and labels.shape == (n,) and images.dtype == labels.dtype == np.uint8:
+            return images, labels
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass  # not kept yet, or unreadable: make it again
+    images, labels = synthetic_images(n, seed=seed)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, images=images, labels=labels)
+        os.replace(tmp, path)  # atomic: a process reading at the same time sees all of it or nothing
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return images, labels
+
+
 def prepare(
     images: np.ndarray, labels: np.ndarray, seed: int = 0, limit: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +346,7 @@ def load_fashion_mnist(
     if source not in ("auto", "real", "synthetic"):
         raise ValueError(f"Unknown data source {source!r}: use auto, real or synthetic ({DATA_ENV}).")
     if source == "synthetic":
-        images, labels = synthetic_images(min(limit or N_TRAIN, N_TRAIN), seed=seed)
+        images, labels = synthetic_kept(min(limit or N_TRAIN, N_TRAIN), seed=seed, directory=directory)
         x, y = prepare(images, labels, seed=seed, limit=limit)
         return Dataset(x, y, "synthetic", f"{DATA_ENV}=synthetic was set.")
     try:
@@ -318,7 +355,7 @@ def load_fashion_mnist(
     except DataError as err:
         if source == "real":
             raise
-        images, labels = synthetic_images(min(limit or N_TRAIN, N_TRAIN), seed=seed)
+        images, labels = synthetic_kept(min(limit or N_TRAIN, N_TRAIN), seed=seed, directory=directory)
         x, y = prepare(images, labels, seed=seed, limit=limit)
         # First line (which file) and the first location's failure (why).
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]

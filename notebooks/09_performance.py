@@ -434,7 +434,7 @@ for row in budget_rows:
     if not holds and device.platform == "cpu":
         print(
             "  On a CPU shared with other jobs the 'ceiling' is only the best rate this run "
-            "saw (section 1), so the bound it gives is not one; on an accelerator this stops "
+            "saw (section 1),\n  so the bound it gives is not one; on an accelerator this stops "
             "the lesson."
         )
     elif not holds:

@@ -56,8 +56,9 @@ from IPython.display import display
 from jax.sharding import Mesh
 
 from dpcourse import config, model, record, show, train
-from dpcourse.checkpoints import checkpoint, resume
+from dpcourse.checkpoints import checkpoint, cost_sentences, resume
 from dpcourse.multihost import launcher, ports, worker
+from dpcourse.multihost import plan as multihost_plan
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -65,8 +66,13 @@ n, backend = len(devs), devs[0].platform
 global_batch = cfg.global_batch(n)  # fixed for the whole run, on every mesh it resumes on
 mesh = Mesh(np.array(devs), ("data",))
 root = Path(tempfile.mkdtemp(prefix="dpcourse-checkpoints-"))  # removed at the end of the lesson
+# Notebook 08's persistent compilation cache, for this process and the fresh ones it starts.
+compile_cache = multihost_plan.worker_cache_env()
+jax.config.update("jax_compilation_cache_dir", compile_cache[multihost_plan.CACHE_ENV])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 print(f"{lesson.devices.label}; {model.param_count(cfg):,} parameters; global batch {global_batch}")
 print(f"checkpoints go to a temporary folder, {root.name}")
+print(f"compiled programs are cached in {compile_cache[multihost_plan.CACHE_ENV]} (notebook 08)")
 
 # %% [markdown]
 # ## 1. What a resumable state is
@@ -188,17 +194,23 @@ print("in the folder:", sorted(p.name for p in directory.iterdir()))
 # step to its list before the write ends). Only a manager opened later,
 # as a restart opens one, reads the folder and skips a temporary one. So
 # the saving manager's `latest_step()` says which step was *started*.
-# Two calls matter:
 #
-# - `wait_until_finished()` blocks until the background write is done and
-#   **raises its error**, if it had one. A save is not a checkpoint until
-#   this returns.
+# The background thread writes and commits the step whether anyone waits
+# for it or not. Waiting does not make a checkpoint; it is where you
+# **hear** how the save ended. Three calls wait, and each raises the
+# background save's error, if it had one:
+#
+# - `wait_until_finished()` blocks until the background save is done;
+# - the next `save()` first waits for the previous one (Orbax 0.12.8's
+#   `CheckpointManager.save` calls `wait_until_finished()` before it
+#   starts);
 # - `close()` waits too and stops the thread; a program that ends without
 #   it may end in the middle of a write.
 #
 # **A save that fails.** This save adds the last loss to the run's
 # description, as a NumPy number, which JSON cannot write. `save` returns as
-# if all were well; the failure is in the background thread:
+# if all were well; the failure is in the background thread, and the loop's
+# next save brings it out:
 
 # %%
 loss_value = np.float32(2.5)  # a loss pulled from the device: a NumPy float32, not a float
@@ -208,25 +220,33 @@ with checkpoint.quiet_orbax_log():  # Orbax also logs the error from its thread;
         STEPS // 2 + 1,
         args=ocp.args.Composite(state=ocp.args.StandardSave(half), run=ocp.args.JsonSave(bad_run)),
     )
-    print(f"save() returned {started}; the loop would go on training here")
+    print(f"save() returned {started}; the loop goes on training, then saves the next step")
     try:
-        manager.wait_until_finished()
+        manager.save(
+            STEPS // 2 + 2,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(half), run=ocp.args.JsonSave(run)),
+        )
         surfaced = None
     except Exception as err:  # noqa: BLE001 - the background thread's error, whatever it is
         surfaced = err
-print(f"wait_until_finished() raised {type(surfaced).__name__}: {surfaced}")
+print(f"the next save() raised {type(surfaced).__name__}: {surfaced}")
 print("latest_step():", manager.latest_step())
-assert surfaced is not None, "the failing save passed silently"
+assert surfaced is not None, (
+    "the next save() did not raise the failed save's error: this Orbax version no longer waits"
+    " for the previous save in save(), and the text around this cell no longer holds"
+)
 assert manager.latest_step() == STEPS // 2, (  # the failed step is not a checkpoint
     f"latest_step() is {manager.latest_step()}, not {STEPS // 2}: the failed save was listed as a"
     " checkpoint; run the cells of this section again from its first cell"
 )
 
 # %% [markdown]
-# A training loop that never waits finishes exactly like one that saved
-# correctly, and the failure shows only when a restart finds no
-# checkpoint. Wait before you trust a step (at the latest before the next
-# save, and at the end), and close the manager.
+# So a loop that saves regularly hears of a failed save at its next save
+# at the latest, as an exception that stops it. Only a program's **last**
+# save can fail unseen: a program that ends without waiting for it ends as
+# if it had saved, and the failure shows when a restart finds an older
+# step. Wait for the last save (`wait_until_finished()`), and close the
+# manager.
 #
 # `dpcourse.checkpoints.checkpoint` keeps these calls in `save`, `finish` and
 # `restore`, and turns an operating system's error into one sentence.
@@ -373,7 +393,11 @@ else:
 # `python -m dpcourse.checkpoints.resume` does that (the package's `train_until`, the
 # same loop), for replicated DP and for FSDP on all the lesson's devices, and for
 # replicated DP on half of them, in three processes at once; each works
-# on its own copy of the checkpoint folder. (TPU chips are held by this
+# on its own copy of the checkpoint folder. Nothing of this process's memory
+# reaches them; its compiled programs do, through the persistent
+# compilation cache of notebook 08 that the first cell turned on (a fresh
+# process on the same devices loads the step instead of compiling it, as
+# a restarted job on the same machines would). (TPU chips are held by this
 # notebook's process, and no other can open them: there the fresh processes
 # resume on as many simulated CPU devices.)
 
@@ -475,6 +499,9 @@ with checkpoint.open_manager(killed_dir) as reader:
     print("latest_step():", reader.latest_step())
     print("never committed:", checkpoint.half_written(killed_dir))
     after_kill_step, after_kill = checkpoint.restore(reader, on_mesh, run)
+killed_step = killed_dir / f"{STEPS // 2 + 1}{checkpoint.TMP_SUFFIX}"  # the step saved when killed
+commit_file_there = (killed_step / "commit_success.txt").exists()
+print(f"{killed_step.name} holds commit_success.txt: {commit_file_there}")
 assert killed.returncode == -9, (
     f"the process meant to be killed exited with status {killed.returncode} instead; its last"
     f" output says why:\n{killed.stderr[-2000:]}"
@@ -482,6 +509,10 @@ assert killed.returncode == -9, (
 assert after_kill_step == STEPS // 2 and train.max_abs_diff(half, after_kill) == 0.0, (
     f"after the kill the folder restores step {after_kill_step}, not the last committed step"
     f" {STEPS // 2} with its values: the half-written step was read as a checkpoint"
+)
+assert commit_file_there, (
+    f"the killed step's folder {killed_step.name} holds no commit_success.txt: this Orbax version"
+    " no longer writes it before the rename, and the text below no longer holds"
 )
 
 # %% [markdown]
@@ -491,9 +522,14 @@ assert after_kill_step == STEPS // 2 and train.max_abs_diff(half, after_kill) ==
 # saving another step leaves it, saving the same step again replaces it,
 # and a manager opened with
 # `ocp.CheckpointManagerOptions(cleanup_tmp_directories=True)` (off by
-# default in Orbax 0.12.8) removes every such folder as it starts. On a
-# file system whose rename is not atomic (some object stores) Orbax marks
-# a complete step with a commit file instead; the rule is the same.
+# default in Orbax 0.12.8) removes every such folder as it starts.
+#
+# The commit file is no proof of a complete step: Orbax 0.12.8 writes
+# `commit_success.txt` into every step just before the rename, so the
+# killed step above holds one too (the line printed above). Only on
+# Google Cloud Storage paths (`gs://`) does Orbax skip the rename by
+# default, and there the file marks a complete step. On a local or shared
+# disk, judge a step by its folder's name, as a manager does.
 #
 # ## 6. Several processes: save, kill one, resume on another process count
 #
@@ -622,16 +658,14 @@ for form, (folder, state) in saved.items():
     )
 display(show.table(size_rows, caption=f"Checkpoint of step {STEPS // 2}, {n_params:,} parameters"))
 for row in size_rows:
-    ratio = row["bytes on disk"] / row["arrays (every leaf once)"]
-    verdict = "more" if ratio < 1 else "less"
-    print(
-        f"{row['form']}: the folder holds {ratio:.2f} x the arrays' bytes "
-        f"(zstd saved {verdict} than the metadata added)"
-    )
+    disk, arrays = row["bytes on disk"], row["arrays (every leaf once)"]
+    print(cost_sentences.size_sentence(row["form"], disk, arrays))
+print(cost_sentences.forms_sentence({row["form"]: row["bytes on disk"] for row in size_rows}))
 
 # %% [markdown]
-# Replicated or sharded, the checkpoint holds every leaf once: the saved
-# form does not change its size. Against the arrays, two things move the
+# Replicated or sharded, the checkpoint holds every leaf once, so the saved
+# form moves the folder's size only by its metadata (the last line above
+# says by how much in this run). Against the arrays, two things move the
 # folder's size, and the lines above give this run's balance: Orbax's
 # metadata files add a few kilobytes (they matter only at this lesson's
 # small sizes), and Orbax compresses each array with zstd (on by default
@@ -681,26 +715,20 @@ time_rows = [
     {"what": "restore (latest step, onto the mesh)", "s": f"{restore_s:.3f}"},
 ]
 display(show.table(time_rows, caption=f"Save and restore, {cfg.profile} profile, {backend}"))
-in_turn_s = steps_s + sync_save_s
-print(f"{HIDE_STEPS} steps, then a synchronous save: {in_turn_s:.3f} s")
-print(f"an asynchronous save beside the same steps: {async_total_s:.3f} s")
-print(f"  of which the loop waited {async_blocked_s:.3f} s for the save")
-hidden = in_turn_s - async_total_s
-if 0 < hidden <= sync_save_s:
-    share = f"{hidden / sync_save_s:.0%}"
-    print(f"saving asynchronously hid {hidden:.3f} s ({share}) of the synchronous save")
-elif hidden > sync_save_s:
-    print("the two runs differ by more than the whole save: these times vary more than the save")
-    print("lasts on this machine; run the cell again")
-else:
-    print("nothing was hidden here: the write and the steps took turns on the same cores")
+lines = cost_sentences.hiding_lines(
+    steps_s, sync_save_s, async_blocked_s, async_total_s, HIDE_STEPS
+)
+print("\n".join(lines))
+hidden = steps_s + sync_save_s - async_total_s  # recorded below
 
 # %% [markdown]
-# The asynchronous save costs the loop only its first part; the rest runs
-# beside the steps (on simulated CPU devices the write and the steps share
-# the same cores, so less is hidden than on GPUs, where the steps run on
-# the devices and the write on the host). A save every few minutes at a
-# few seconds each is the usual trade.
+# The asynchronous save blocks the loop only for its first part (the
+# "loop waited" line); the rest runs in a thread beside the steps, and
+# the last line above says how much of it this run hid. On simulated CPU
+# devices the write and the steps share the same cores, so little or
+# nothing may hide; on GPUs the steps run on the devices and the write on
+# the host. A save every few minutes at a few seconds each is the usual
+# trade.
 #
 # ## 8. A checkpoint from another run is refused
 #
@@ -759,16 +787,19 @@ print("removed", root.name)
 #   data position; leave one out and the resumed run trains something
 #   else, without any error.
 # - Orbax's `CheckpointManager` saves asynchronously: `save` returns
-#   early, the write and its failure happen in the background, and only
-#   `wait_until_finished()` (or `close()`) makes a save a checkpoint.
+#   early, and the write, its commit and its failure happen in the
+#   background. `wait_until_finished()`, the next `save()` and `close()`
+#   wait for it and raise its error: only a program's last save can fail
+#   unseen, so wait for it.
 # - A restore target is `jax.ShapeDtypeStruct` leaves with **this** run's
 #   shardings: the same checkpoint restores onto all the devices, half of
 #   them or one, a 2-D mesh, replicated or FSDP. Without target shardings Orbax silently uses
 #   the saved ones.
 # - A resumed run equals one that never stopped: bitwise on the same
 #   devices on the CPU, within rounding on another mesh or process count.
-# - A step is committed by one rename at the end: a kill, a full disk or a
-#   read-only folder during a save leaves the previous step the latest.
+# - On a local disk a step is committed by one rename at the end: a kill,
+#   a full disk or a read-only folder during a save leaves the previous
+#   step the latest.
 # - Every process of a multi-process run calls save and restore, into a
 #   folder they all see; GKE adds a shared volume and a Job that resumes
 #   after a Spot preemption.

@@ -57,7 +57,7 @@ from jax.sharding import PartitionSpec as P
 from dpcourse import bench, memory, model, record, show, train
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
-from dpcourse.large_batch import batch_size, time_to_target
+from dpcourse.large_batch import batch_size, readings, time_to_target
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -98,8 +98,9 @@ if rounded:
 #
 # Their ratio, the **simple noise scale** `B_simple = tr(Sigma) / |G|^2`, is
 # the batch at which the gradient's noise and its signal are of the same
-# size: below it a bigger batch mostly removes noise (fewer steps), above
-# it mostly repeats the signal (no fewer steps). The data-parallel step
+# size: below it a bigger batch mostly removes noise (a doubling nearly
+# halves the steps), above it mostly repeats the signal (each doubling
+# saves a smaller share of them). The data-parallel step
 # already holds both gradients; it costs one more scalar `pmean`, of each
 # device's squared norm. Notebook 05's step, with that added:
 
@@ -250,11 +251,22 @@ def steps_to_target(run_steps, params, opt_state, batches, held, target, max_ste
 
 # %% [markdown]
 # One compiled program per global batch (its shapes), whatever the
-# learning rate; every run starts from the same parameters and reads the
-# examples in the same order.
+# learning rate, all compiled first, side by side; every run starts from
+# the same parameters and reads the examples in the same order.
 
 # %%
+from concurrent.futures import ThreadPoolExecutor
+
 compiled = {}  # (global batch, devices) -> run_steps compiled for that shape
+
+
+def lower_run_steps(global_batch, on=mesh, held=(x_held, y_held)):
+    """run_steps for `global_batch` on the mesh `on`, lowered (the learning rate is state)."""
+    opt = batch_size.make_optimizer(plan.base_lr, cfg.weight_decay)
+    params = jax.device_put(model.init_params(cfg), NamedSharding(on, P()))
+    batches = batch_size.batch_stream(x_train, y_train, global_batch, 0, on)
+    run_steps = jax.jit(make_run_steps(make_noise_step(opt, on)))
+    return run_steps.lower(params, opt.init(params), *batches(0, plan.chunk(global_batch)), *held)
 
 
 def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, y_held)):
@@ -266,8 +278,7 @@ def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, 
     chunk = plan.chunk(global_batch)
     key = (global_batch, on.size)
     if key not in compiled:
-        run_steps = jax.jit(make_run_steps(make_noise_step(opt, on)))
-        compiled[key] = run_steps.lower(params, opt_state, *batches(0, chunk), *held).compile()
+        compiled[key] = lower_run_steps(global_batch, on, held).compile()
     noise = batch_size.NoiseScale(global_batch // on.size, global_batch) if on.size > 1 else None
     t0 = time.perf_counter()
     steps, losses = steps_to_target(
@@ -284,6 +295,9 @@ def train_to_target(global_batch, learning_rate, seed=0, on=mesh, held=(x_held, 
     return steps, losses, noise, time.perf_counter() - t0
 
 
+lowered = {(batch, n): lower_run_steps(batch) for batch in sizes}
+with ThreadPoolExecutor() as pool:  # the compiles are independent: use every core (as in 09)
+    compiled.update(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
 runs = {}  # (rule, global batch) -> (steps, losses, noise, seconds)
 for batch in show.progress(sizes, "global batches", "batch"):
     by_lr = {}  # the three rules share the smallest batch's learning rate
@@ -322,8 +336,10 @@ assert mine_steps == package_run.steps and mine_losses == package_run.held_out, 
 
 # %% [markdown]
 # The table: steps to the target for each global batch and learning-rate
-# rule ("same" keeps the smallest batch's learning rate, `plan.base_lr`;
-# "sqrt" multiplies it by `sqrt(B / B0)`, "linear" by `B / B0`).
+# rule. Each rule scales only the learning rate, from the smallest batch's
+# `plan.base_lr` at `B0`: "same" keeps it; "sqrt" multiplies it by
+# `sqrt(B / B0)`; "linear" by `B / B0`. AdamW's other settings stay as
+# they are at every batch.
 
 # %%
 rows = []
@@ -378,17 +394,34 @@ fig.tight_layout()
 _ = show.figure(fig, "steps_to_target")
 
 # %% [markdown]
-# Read the plot from left to right: at small batches the points follow the
-# perfect-scaling line (doubling the batch halves the steps); towards
-# `B_crit` they bend away; far beyond it more examples per step buy no
-# fewer steps. The learning rate matters as much as the batch: with the
-# same learning rate a bigger batch only averages the noise away and does
-# not step further; the square-root rule (Malladi et al.'s rule for
-# Adam-type optimizers) keeps the steps falling; the linear rule (Goyal et
-# al.'s, for SGD) gives AdamW, whose step size does not grow with the
-# gradient, a step far too large at the big batches, where it stalls or
-# diverges.
+# Read the plot from left to right: at small batches the points can follow
+# the perfect-scaling line (doubling the batch halves the steps; the line
+# below says how close this run's two smallest batches came); towards
+# `B_crit` they bend away. In the fit's model the steps never stop
+# falling, they fall by less and less: a doubling from `B` saves
+# `B_crit / (2 (B + B_crit))` of them, a quarter at `B_crit`, a tenth at
+# `4 B_crit`. Section 6 reads this run's largest doubling against the
+# seeds' spread.
 #
+# The learning rate matters as much as the batch, and the rules here are
+# partial, on purpose simple:
+#
+# - "sqrt" is only the learning-rate part of Malladi et al.'s square-root
+#   rule for Adam-type optimizers. Their rule, for a batch `kappa` times
+#   larger, also multiplies `1 - beta1` and `1 - beta2` by `kappa` and
+#   divides `epsilon` by `sqrt(kappa)`; here those stay at AdamW's
+#   defaults.
+# - "linear" is Goyal et al.'s rule for SGD without the gradual warm-up
+#   their rule comes with: at the large batches its first steps are as
+#   large as its last.
+#
+# Which did best at each batch, read from the table above:
+
+# %%
+print(readings.scaling_sentence(best))
+print(readings.rules_sentence({k: v[0] for k, v in runs.items()}, batch_size.LR_RULES, sizes))
+
+# %% [markdown]
 # ## 4. The noise scale beside the critical batch
 #
 # Each run averaged `B_simple` over its steps. McCandlish et al. find that
@@ -480,18 +513,15 @@ seed_steps = {0: runs["sqrt", seed_batch][0]}
 for seed in plan.seeds:
     if seed not in seed_steps:
         seed_steps[seed] = train_to_target(seed_batch, lr_seed, seed=seed)[0]
-counts = [s for s in seed_steps.values() if s is not None]
-spread = (max(counts) - min(counts)) / np.mean(counts) if counts else float("nan")
+spread = readings.seed_spread(list(seed_steps.values()))
 display(
     show.table(
         [{"seed": k, "steps to target": v} for k, v in seed_steps.items()],
         caption=f"Global batch {seed_batch}, square-root rule, {len(seed_steps)} seeds",
     )
 )
-print(
-    f"spread (max - min) / mean: {spread:.0%}: "
-    "differences between batches smaller than this are luck"
-)
+print(readings.spread_sentence(list(seed_steps.values()), seed_batch))
+print(readings.steps_sentence(best, fit.b_crit, spread))
 
 # %% [markdown]
 # ## 7. Time to the target
@@ -590,15 +620,20 @@ if lesson.devices.simulated:
 #   the top says which data this run has) every figure here changes with
 #   real Fashion-MNIST: the target, the steps, the noise scale, `B_crit`.
 #   The method does not.
-# - **Simulated devices** show the step counts and the noise scale
-#   exactly as N real devices would (the arithmetic is the same); their
-#   times do not.
-# - **One seed is noisy** (section 6): read step counts that differ by
-#   less than the spread as equal.
+# - **Simulated devices** run the CPU's float32 arithmetic: their step
+#   counts and noise scale are those of N real CPU devices (the line below,
+#   from section 5's measurement, says how far they carry to a GPU or a
+#   TPU); their times are not.
+# - **One seed is noisy** (section 6): step counts that differ by less
+#   than the spread cannot be told apart, and a few seeds give a low
+#   estimate of the spread.
 # - **A smaller model** than the profile's, and a learning rate tuned
 #   only by a rule, not searched at every batch as Shallue et al. and
 #   McCandlish et al. do: a tuned learning rate would lower the large-batch
 #   step counts, and with them `S_min`.
+
+# %%
+print(readings.same_split_sentence(backend, curve_diff, steps_1, steps_n, n))
 
 # %%
 _ = record.figures(
@@ -645,14 +680,20 @@ print("freed:", before, "->", after)
 # - Steps to a target fall with the global batch, at first in proportion
 #   (perfect scaling), then less and less: `S = S_min + E_min / B`, with
 #   the critical batch `B_crit = E_min / S_min` where the bend is.
-# - The learning rate has to move with the batch; for AdamW the
-#   square-root rule works where the linear rule (made for SGD) overshoots.
+# - The learning rate has to move with the batch. The rules here move only
+#   the learning rate (the learning-rate part of Malladi et al.'s
+#   square-root rule; Goyal et al.'s linear rule without its warm-up), and
+#   which does best can change with the batch: section 3's line says
+#   where, in this run.
 # - The gradient noise scale `B_simple = tr(Sigma) / |G|^2` predicts
 #   roughly where the bend is, from one run, for one scalar `pmean` per
 #   step: the per-device and the averaged gradient are the two batch sizes
 #   the estimate needs.
 # - More devices at a fixed per-device batch always buy throughput; past
-#   `B_crit` they stop buying time to the target.
+#   `B_crit` each doubling saves a smaller share of the steps (a quarter at
+#   `B_crit`, a tenth at `4 B_crit`), so the time to the target falls by
+#   less and less, and stops falling where the per-step costs grow faster
+#   than the steps fall (section 7).
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #

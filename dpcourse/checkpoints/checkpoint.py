@@ -524,20 +524,24 @@ def leaf_bytes(tree) -> int:
 
 @contextlib.contextmanager
 def fail_at_commit(error: BaseException | None = None, *, kill: bool = False) -> Iterator[None]:
-    """Simulate a failure at the last moment of a save: every array written, the step not yet committed.
+    """Simulate a failure at the last moment of a save: every item committed inside the step, the step not.
 
-    While active, Orbax's commit (the rename of ``<step>.orbax-checkpoint-tmp``
-    to ``<step>``) raises ``error`` (for example ``OSError(errno.ENOSPC,
+    While active, the step's commit (Orbax's rename of ``<step>.orbax-checkpoint-tmp``
+    to ``<step>``, after every item's own rename inside it and after its
+    ``commit_success.txt``) raises ``error`` (for example ``OSError(errno.ENOSPC,
     ...)``, a full disk) or, with ``kill=True``, ends this process at once
-    with SIGKILL, as a preempted machine would. Used by notebook 11 and the
-    tests; other renames pass through.
+    with SIGKILL, as a preempted machine would. The items' renames
+    (``<step>.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp`` to ``.../state``)
+    and every other rename pass through. Used by notebook 11 and the tests.
     """
     if (error is None) == (not kill):
         raise ValueError("Give either an error to raise or kill=True.")
     real = os.rename
 
     def rename(src, dst, *args, **kwargs):
-        if str(src).endswith(TMP_SUFFIX):
+        source = Path(src)
+        # The step's own folder, not an item's inside it (whose parent is the step's temporary folder).
+        if source.name.endswith(TMP_SUFFIX) and not source.parent.name.endswith(TMP_SUFFIX):
             if kill:
                 os.kill(os.getpid(), 9)
             raise error

@@ -132,6 +132,30 @@ def memory_figures(compiled) -> dict[str, int]:
     }
 
 
+def memory_saving(full_bytes: int, accumulated_bytes: int, k: int) -> str:
+    """The temporary bytes per device of the full batch against ``k`` microbatches, as a sentence read from both.
+
+    The activations shrink ``k`` times, the gradients do not, and the
+    compiler's workspace moves with its choices for each shape: the saving
+    lands near ``k`` where the activations dominate, below it where the
+    rest weighs as much, and can pass it. The sentence says where this
+    program's landed, or that there was none.
+    """
+    head = f"temporary bytes per device: full batch {full_bytes:,}, K = {k} microbatches {accumulated_bytes:,}"
+    if accumulated_bytes <= 0 or full_bytes <= 0:
+        return head + " (no temporary bytes to compare)"
+    ratio = full_bytes / accumulated_bytes
+    if ratio > 1.05 * k:
+        return head + f" ({ratio:.2f}x less: more than K)"
+    if ratio >= 0.95 * k:
+        return head + f" ({ratio:.2f}x less: about K)"
+    if ratio > 1:
+        return head + f" ({ratio:.2f}x less: below K)"
+    if ratio == 1:
+        return head + " (the same: accumulation saved nothing here)"
+    return head + f" ({1 / ratio:.2f}x more: accumulation saved nothing here)"
+
+
 def report_from_rows(rows: list[dict]) -> collectives.CollectiveReport:
     """A :class:`dpcourse.compiled.collectives.CollectiveReport` from per-collective dicts.
 

@@ -14,9 +14,13 @@ checks them against these. Sources:
   Parallelism on Neural Network Training", arXiv:1811.03600: steps to a
   fixed target against batch size (perfect scaling, then diminishing returns).
 - Goyal et al. 2017, "Accurate, Large Minibatch SGD", arXiv:1706.02677: the
-  linear learning-rate rule (for SGD, with warm-up); Malladi, Lyu, Panigrahi
-  and Arora 2022, "On the SDEs and Scaling Rules for Adaptive Gradient
-  Algorithms", arXiv:2205.10287: the square-root rule for Adam-type optimizers.
+  linear learning-rate rule (for SGD, with a gradual warm-up); Malladi, Lyu,
+  Panigrahi and Arora 2022, "On the SDEs and Scaling Rules for Adaptive
+  Gradient Algorithms", arXiv:2205.10287: the square-root rule for Adam-type
+  optimizers (learning rate times ``sqrt(kappa)``, ``1 - beta1`` and
+  ``1 - beta2`` times ``kappa``, ``epsilon`` divided by ``sqrt(kappa)`` for a
+  batch ``kappa`` times larger). :func:`scaled_learning_rate` takes only the
+  learning-rate part of each.
 """
 
 from __future__ import annotations
@@ -129,9 +133,12 @@ def plan_for(profile: str) -> Plan:
 def scaled_learning_rate(base_lr: float, base_batch: int, global_batch: int, rule: str) -> float:
     """The learning rate at ``global_batch`` under a scaling rule.
 
-    ``"same"``: ``base_lr``; ``"sqrt"``: ``base_lr * sqrt(B / B0)`` (Malladi et
-    al. 2022, for Adam-type optimizers); ``"linear"``: ``base_lr * B / B0``
-    (Goyal et al. 2017, for SGD with momentum, after a warm-up).
+    Only the learning rate moves; the optimizer's other settings stay.
+    ``"same"``: ``base_lr``; ``"sqrt"``: ``base_lr * sqrt(B / B0)``, the
+    learning-rate part of Malladi et al. 2022's square-root rule for Adam-type
+    optimizers (their rule also scales ``1 - beta1``, ``1 - beta2`` and
+    ``epsilon``); ``"linear"``: ``base_lr * B / B0``, Goyal et al. 2017's rule
+    for SGD with momentum without the gradual warm-up it comes with.
 
     Raises:
         ValueError: an unknown rule, or a batch < 1.

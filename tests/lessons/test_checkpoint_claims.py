@@ -8,6 +8,10 @@ Each test pins one sentence of the lesson to the library's behaviour
   the background write ends); a manager opened later skips the temporary
   folder (``_src/path/step.py``: ``_build_metadata`` returns None for a path
   that is not finalized);
+- section 2: ``save()`` first waits for the previous save and raises its
+  error (``checkpoint_manager.py``: ``save()`` calls ``wait_until_finished()``
+  before it starts), and the background thread commits a step nobody
+  waits for;
 - section 5: a leftover ``<step>.orbax-checkpoint-tmp`` survives a save of
   another step, goes when that step is saved again (``_src/path/atomicity.py``
   removes an existing temporary folder of the step it creates), and goes at
@@ -30,11 +34,13 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -90,6 +96,27 @@ def test_the_saving_manager_lists_a_step_at_once_and_a_manager_opened_later_skip
         manager.close()
     with ocp.CheckpointManager(folder) as restart:
         assert restart.latest_step() == 3
+
+
+def test_a_failed_background_save_is_raised_by_the_next_save_and_the_step_is_committed_without_a_wait(
+    tmp_path, cpu_devices
+):
+    # Section 2: save() waits for the previous save and raises its error (checkpoint_manager.py: save()
+    # calls wait_until_finished() before it starts); the background thread commits a step nobody waits for.
+    folder, state = tmp_path / "ckpt", _state(cpu_devices)
+    with checkpoint.quiet_orbax_log(), ocp.CheckpointManager(folder) as manager:
+        bad = ocp.args.Composite(state=ocp.args.StandardSave(state), run=ocp.args.JsonSave({"x": np.float32(1)}))
+        manager.save(1, args=bad)
+        good = ocp.args.Composite(state=ocp.args.StandardSave(state), run=ocp.args.JsonSave({"x": 1.0}))
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            manager.save(2, args=good)
+        manager.save(3, args=good)
+        deadline = time.monotonic() + WAIT_S
+        while "3" not in _steps_on_disk(folder) and time.monotonic() < deadline:
+            time.sleep(0.05)  # no wait_until_finished(): the thread commits on its own
+        assert "3" in _steps_on_disk(folder), _steps_on_disk(folder)
+    with ocp.CheckpointManager(folder) as restart:
+        assert restart.all_steps() == [3]
 
 
 def test_a_leftover_temporary_folder_survives_a_save_of_another_step(tmp_path, cpu_devices):

@@ -468,3 +468,33 @@ def test_the_synthetic_banner_note_keeps_the_reason(tmp_path):
     ds = data.load_fashion_mnist("auto", limit=50, directory=tmp_path, mirrors=("http://127.0.0.1:9/",))
     assert ds.source == "synthetic"
     assert "127.0.0.1:9" in ds.note and not ds.note.endswith("Tried:)")
+
+
+def test_the_synthetic_set_is_kept_after_the_first_call_and_read_back_the_same(tmp_path, monkeypatch):
+    fresh = data.synthetic_images(300, seed=1)
+    first = data.synthetic_kept(300, seed=1, directory=tmp_path)
+    kept = tmp_path / f"synthetic-v{data.SYNTHETIC_VERSION}-n300-seed1.npz"
+    assert kept.is_file() and not list(tmp_path.glob("*.tmp"))
+    monkeypatch.setattr(data, "synthetic_images", lambda *a, **k: pytest.fail("made again, not read"))
+    again = data.synthetic_kept(300, seed=1, directory=tmp_path)
+    for a, b, c in zip(fresh, first, again):
+        assert np.array_equal(a, b) and np.array_equal(a, c) and a.dtype == c.dtype
+
+
+def test_an_unreadable_kept_copy_is_made_again_and_an_unwritable_folder_keeps_nothing(tmp_path):
+    kept = tmp_path / f"synthetic-v{data.SYNTHETIC_VERSION}-n50-seed0.npz"
+    kept.write_bytes(b"half a file")
+    images, labels = data.synthetic_kept(50, directory=tmp_path)
+    assert np.array_equal(images, data.synthetic_images(50)[0]) and labels.shape == (50,)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    images, _ = data.synthetic_kept(50, directory=blocked / "cache")
+    assert images.shape == (50, 28, 28) and not (blocked / "cache").exists()
+
+
+def test_a_change_to_the_synthetic_set_comes_with_a_new_version_of_the_kept_copies():
+    # Kept copies are read by version: a generator that returns other arrays under the same
+    # SYNTHETIC_VERSION would keep serving the old ones. Change both together, and this digest.
+    images, labels = data.synthetic_images(64, seed=0)
+    digest = hashlib.md5(images.tobytes() + labels.tobytes()).hexdigest()
+    assert (data.SYNTHETIC_VERSION, digest) == (1, "167ebea50c67661a16f72f5e47f8bbde")

@@ -85,6 +85,24 @@ def test_a_full_disk_or_a_read_only_folder_during_a_save_is_one_sentence_and_no_
         assert checkpoint.restore(manager, target, run)[0] == 3
 
 
+def test_the_planted_failure_fires_at_the_steps_commit_after_every_items_rename(tmp_path, cfg, cpu_devices):
+    # Orbax 0.12.8 renames each item's temporary folder inside the step's, then writes the step's
+    # commit_success.txt, then renames the step's folder: the failure belongs to the last of these.
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    with (
+        checkpoint.open_manager(tmp_path / "ckpt") as manager,
+        checkpoint.fail_at_commit(OSError(errno.ENOSPC, "simulated")),
+    ):
+        checkpoint.save(manager, 4, state, run)
+        with pytest.raises(checkpoint.CheckpointError):
+            checkpoint.finish(manager)
+    step_tmp = tmp_path / "ckpt" / ("4" + checkpoint.TMP_SUFFIX)
+    inside = sorted(p.name for p in step_tmp.iterdir())
+    assert "state" in inside and "run" in inside, inside  # the items' renames passed through
+    assert not [name for name in inside if name.endswith(checkpoint.TMP_SUFFIX)], inside
+    assert "commit_success.txt" in inside, inside  # a temporary folder can hold the commit file
+
+
 def test_a_tensorstore_error_is_read_for_its_operating_system_code():
     message = checkpoint.explain(ValueError("Error writing 'w/0.0': [os_error_code='28'] No space"), "save step 4")
     assert message.startswith("Could not save step 4: no room left")

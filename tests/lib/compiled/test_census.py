@@ -68,3 +68,15 @@ def test_zero1_with_the_all_reduce_first_is_predicted_at_one_and_a_half_times_re
     row = pred["ZeRO-1, all-reduce first"]
     assert (row["all-reduce"], row["all-gather"], row["reduce-scatter"]) == (1, 1, 0)
     assert row["wire_bytes"] == pytest.approx(1.5 * pred["replicated DP"]["wire_bytes"])
+
+
+def test_the_memory_saving_sentence_reads_which_way_the_bytes_went():
+    assert census.memory_saving(4_000, 1_000, 4).endswith("(4.00x less: about K)")
+    # The cpu profile's run: 12,714,520 against 2,994,000 bytes, 4.25 times with K = 4.
+    assert census.memory_saving(12_714_520, 2_994_000, 4).endswith("(4.25x less: more than K)")
+    assert census.memory_saving(102_296, 29_648, 4).endswith("(3.45x less: below K)")
+    assert "1,000" in census.memory_saving(4_000, 1_000, 4)
+    grew = census.memory_saving(1_000, 1_250, 4)
+    assert grew.endswith("(1.25x more: accumulation saved nothing here)") and "less" not in grew
+    assert "the same" in census.memory_saving(1_000, 1_000, 4)
+    assert "no temporary bytes" in census.memory_saving(0, 0, 4)
