@@ -337,10 +337,11 @@ def time_line(notebook: str, record: dict) -> str:
         nb = run["notebooks"].get(notebook)
         if nb is None:
             continue
-        failed = "" if nb["status"] == "passed" else f" ({nb['status']})"
-        by_machine.setdefault(_machine_words(run["machine"]), []).append(
-            f"{time_bucket(nb['wall_s'])} with `{run['profile']}`{failed}"
-        )
+        if nb["status"] == "passed":
+            part = f"{time_bucket(nb['wall_s'])} with `{run['profile']}`"
+        else:  # a lesson that stopped says nothing of how long a whole run takes
+            part = f"{nb['status']} with `{run['profile']}` after {nb['wall_s']:.0f}\u00a0s"  # no break before s
+        by_machine.setdefault(_machine_words(run["machine"]), []).append(part)
     if not by_machine:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
     where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
@@ -357,9 +358,12 @@ def readme_block(record: dict) -> str:
     ]
     for run in record["runs"]:
         total = sum(nb["wall_s"] for nb in run["notebooks"].values())
+        stopped = [f"{name} {nb['status']}" for name, nb in run["notebooks"].items() if nb["status"] != "passed"]
         lines.append(
             f"- `make course` with the `{run['profile']}` profile: {total:.0f} s of notebook time "
-            f"for {len(run['notebooks'])} notebooks ({_run_text(run)})."
+            f"for {len(run['notebooks'])} notebooks"
+            + (f", {len(stopped)} of them not to the end ({', '.join(stopped)})" if stopped else "")
+            + f" ({_run_text(run)})."
         )
     make_test = record.get("make_test")
     if make_test:

@@ -402,3 +402,28 @@ def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
     assert timings.course_commit() is None
     monkeypatch.setenv("DPCOURSE_COMMIT", "abc1234")
     assert timings.course_commit() == "abc1234"
+
+
+@pytest.mark.parametrize(("status", "seconds"), [("failed", 36.55), ("interrupted", 19.4)])
+def test_a_lesson_that_stopped_gives_no_time_bucket(status, seconds):
+    """A real v5e run: 12 was interrupted at the check's budget after 19.4 s, which says nothing of a whole run."""
+    tpu = {
+        "profile": "full",
+        "machine": {"cores": 13, "gpus": [], "tpus": ["TPU v5 lite"]},
+        "notebooks": {"12_x": {"wall_s": seconds, "status": status}},
+    }
+    line = timings.time_line("12_x", {"runs": [tpu]})
+    assert f"{status} with `full` after {seconds:.0f}\u00a0s, on 1 x TPU v5 lite" in line
+    assert "under" not in line
+
+
+def test_the_readme_names_the_lessons_that_did_not_run_to_the_end():
+    run = {
+        "profile": "full",
+        "commit": "5074165",
+        "jax": ["0.10.2"],
+        "machine": {"cores": 13, "gpus": [], "tpus": ["TPU v5 lite"]},
+        "notebooks": {"10_x": {"wall_s": 20.0, "status": "passed"}, "11_x": {"wall_s": 30.0, "status": "failed"}},
+    }
+    block = timings.readme_block({"runs": [run]})
+    assert "50 s of notebook time for 2 notebooks, 1 of them not to the end (11_x failed) (" in block
