@@ -24,9 +24,7 @@ import errno
 import json
 import os
 import re
-import socket
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -461,10 +459,14 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
 
     Two runs saving into one directory would overwrite each other's steps
     (or fail half-way with "Directory not empty"). The lock
-    (:mod:`dpcourse.checkpoints.folderlock`) names its holder; this process touches it
-    every :data:`LOCK_REFRESH_S` seconds, so a lock from another host
-    (a pod replaced after a preemption) counts as stale once it is
-    :data:`LOCK_STALE_S` seconds old; one of a dead process on this host, at once.
+    (:mod:`dpcourse.checkpoints.folderlock`) is held by the operating system and
+    ends with this process however it ends, so a killed run's restart takes
+    it over, even with the same process id on the same host (a container's
+    PID 1). This process also touches it every :data:`LOCK_REFRESH_S`
+    seconds, so that a lock written on another machine, where the file
+    system may not pass the lock on, counts as stale once it is
+    :data:`LOCK_STALE_S` seconds old. Leaving the block never raises for
+    the lock: an error inside the block stays the error.
 
     Raises:
         CheckpointInUse: another live run holds it (process, host, since when).
@@ -475,18 +477,27 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
     path = check_directory(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        lock_file = path / LOCK_NAME
-        if lock_file.exists() and time.time() - lock_file.stat().st_mtime > LOCK_STALE_S:
-            with contextlib.suppress(OSError, ValueError):
-                holder = json.loads(lock_file.read_text(encoding="utf-8"))
-                if holder.get("host") != socket.gethostname():
-                    lock_file.unlink()  # not touched for a minute: its holder is gone
-        lock = folderlock.acquire(path, LOCK_NAME, command)
+        if (path / LOCK_NAME).is_dir():
+            raise CheckpointError(
+                f"The checkpoint directory {directory} cannot be used: its lock {path / LOCK_NAME} is a folder, "
+                "not a file. Remove that folder, or give the run another directory."
+            )
+        lock = folderlock.acquire(path, LOCK_NAME, command, stale_s=LOCK_STALE_S)
     except folderlock.FolderLocked as err:
+        if err.this_process:
+            raise CheckpointInUse(
+                f"The checkpoint directory {directory} is already held by this process (a run inside a run): "
+                "let the first run finish, or give this one another directory."
+            ) from None
+        elsewhere = (
+            ""
+            if err.same_host
+            else f"; one on another machine counts as over {LOCK_STALE_S:.0f} s after its last touch"
+        )
         raise CheckpointInUse(
             f"The checkpoint directory {directory} is in use by another run ({folderlock.describe(err.holder)}): "
             "two runs saving there would overwrite each other's steps. Wait for it to finish, or give this run "
-            f"another directory (a lock left by a run that is over: delete {err.lock})."
+            f"another directory (a lock whose run has ended frees itself{elsewhere})."
         ) from None
     except OSError as err:
         raise CheckpointError(explain(err, f"lock the checkpoint directory {directory}")) from err

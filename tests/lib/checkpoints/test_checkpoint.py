@@ -176,6 +176,30 @@ def test_a_lock_left_by_a_run_on_another_host_blocks_until_it_is_a_minute_old(tm
     assert not lock.exists()
 
 
+def test_a_restarted_pod_with_the_killed_one_s_pid_and_host_name_takes_its_lock(tmp_path, monkeypatch):
+    """The GKE Job's pod 0 comes back as PID 1 on host jax-multihost-ckpt-0: it must resume, not exit 78."""
+    import json
+    import os
+
+    from dpcourse.checkpoints import folderlock
+
+    monkeypatch.setattr(folderlock.socket, "gethostname", lambda: "jax-multihost-ckpt-0")
+    killed = {"pid": os.getpid(), "host": "jax-multihost-ckpt-0", "started": "2026-01-01T00:00:00+00:00"}
+    for record in (killed, {**killed, "boot": folderlock.boot_id()}):  # written by an older release, or this one
+        (tmp_path / checkpoint.LOCK_NAME).write_text(json.dumps(record))
+        with checkpoint.hold(tmp_path, "restart") as held:
+            assert json.loads(held.read_text())["command"] == "restart"
+            with pytest.raises(checkpoint.CheckpointInUse, match="already held by this process"):
+                checkpoint.hold(tmp_path).__enter__()
+        assert not (tmp_path / checkpoint.LOCK_NAME).exists()
+
+
+def test_a_lock_that_is_a_folder_is_one_sentence(tmp_path):
+    (tmp_path / checkpoint.LOCK_NAME).mkdir()
+    with pytest.raises(checkpoint.CheckpointError, match="is a folder, not a file"):
+        checkpoint.hold(tmp_path).__enter__()
+
+
 def test_an_unknown_form_and_a_fault_without_a_kind_are_refused(cfg, cpu_devices):
     with pytest.raises(ValueError, match="replicated, fsdp"):
         checkpoint.state_shardings(_state(cfg), _mesh(cpu_devices), "zero3")
