@@ -43,6 +43,7 @@ FORMS = ("replicated", "fsdp")
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
 
 LOCK_NAME = ".dpcourse-checkpoint.lock"  # the writer's lock file (:func:`hold`)
+_HELD_DIRS: dict[str, Path] = {}  # directory -> its lock file, for the directories this process holds
 LOCK_REFRESH_S, LOCK_STALE_S = 10.0, 60.0  # the holder touches its lock this often; older than this, it is stale
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
 _READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
@@ -56,6 +57,10 @@ _TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be saved or restored; the message says why and what to do."""
+
+
+class CheckpointGone(CheckpointError):
+    """The checkpoint directory this run holds was deleted, moved or unmounted while it ran."""
 
 
 class CheckpointMismatch(CheckpointError):
@@ -84,6 +89,27 @@ def check_directory(directory: str | os.PathLike) -> Path:
                 "run a folder (an absent one is created), or move the file away."
             )
     return path
+
+
+def check_still_there(directory: str | os.PathLike) -> None:
+    """Refuse to go on in a directory this process holds (:func:`hold`) whose lock file is gone or replaced.
+
+    Orbax creates a missing directory again as it saves: without this, a
+    run whose folder was deleted, moved or unmounted would write its next
+    step into a new, empty folder as if nothing had happened.
+
+    Raises:
+        CheckpointGone: the directory (or its lock file) was removed or replaced since :func:`hold` took it.
+    """
+    from dpcourse.checkpoints import folderlock
+
+    lock = _HELD_DIRS.get(str(Path(directory).absolute()))
+    if lock is not None and not folderlock.still_held(lock):
+        raise CheckpointGone(
+            f"The checkpoint directory {directory} was deleted, moved or unmounted while this run used it (its "
+            "lock file is gone): the run stopped rather than save into a new, empty folder. Put the directory "
+            "back (or mount it again) and resume, or give the run another directory."
+        )
 
 
 def steps_to_train(saved_step: int | None, target: int, where: str, option: str) -> int:
@@ -233,6 +259,7 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
 
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous)
     path = check_directory(directory)
+    check_still_there(path)
     try:
         return Manager(path, options=options)
     except OSError as err:
@@ -254,6 +281,12 @@ def explain(err: BaseException, doing: str) -> str:
         return (
             f"Could not {doing}: the directory cannot be written ({os.strerror(code)}). Give the run a "
             "writable directory; the last complete step is unchanged and still the one restored."
+        )
+    if code == errno.ENOENT:
+        return (
+            f"Could not {doing}: {getattr(err, 'filename', None) or 'a folder it writes into'} does not exist any "
+            "more (deleted, moved or unmounted during the run). Give the run a directory that stays; steps "
+            "saved before are wherever the directory went."
         )
     if code in (errno.ENOTEMPTY, errno.EEXIST) or type(err).__name__ == "StepAlreadyExistsError":
         return (
@@ -280,6 +313,7 @@ def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = Tru
     import orbax.checkpoint as ocp
 
     args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave(dict(run))})
+    check_still_there(manager.directory)
     try:
         return manager.save(int(step), args=args, force=force)
     except (OSError, ValueError, ocp.checkpoint_manager.StepAlreadyExistsError) as err:
@@ -296,7 +330,9 @@ def finish(manager) -> None:
     try:
         manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - whatever the background thread raised, said in one sentence
+        check_still_there(manager.directory)
         raise CheckpointError(explain(err, f"finish the save in {manager.directory}")) from err
+    check_still_there(manager.directory)
 
 
 def read_run(manager, step: int) -> dict[str, Any]:
@@ -407,6 +443,7 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
             whose leaves differ from the target's (named by their paths).
     """
     where = str(manager.directory)
+    check_still_there(where)
     unplaced = [
         jax.tree_util.keystr(path)
         for path, leaf in jax.tree_util.tree_leaves_with_path(target)
@@ -486,7 +523,8 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
     except folderlock.FolderLocked as err:
         if err.this_process:
             raise CheckpointInUse(
-                f"The checkpoint directory {directory} is already held by this process (a run inside a run): "
+                f"The checkpoint directory {directory} is already held by this process "
+                f"({folderlock.describe(err.holder)}; a run inside a run): "
                 "let the first run finish, or give this one another directory."
             ) from None
         elsewhere = (
@@ -510,10 +548,12 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
 
     toucher = threading.Thread(target=touch, name="dpcourse-checkpoint-lock", daemon=True)
     toucher.start()
+    _HELD_DIRS[str(path)] = lock
     try:
         yield lock
     finally:
         stop.set()
+        _HELD_DIRS.pop(str(path), None)
         folderlock.release(lock)
 
 

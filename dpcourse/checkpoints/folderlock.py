@@ -201,6 +201,17 @@ def _record_of_live_holder(lock: Path) -> dict:
         time.sleep(0.05)
 
 
+def still_held(lock: str | os.PathLike) -> bool:
+    """Whether this process holds ``lock`` and its file is still the one locked (not deleted, moved or replaced)."""
+    fd = _HELD.get(str(Path(lock)))
+    if fd is None:
+        return False
+    try:
+        return _is_current(fd, Path(lock))
+    except OSError:
+        return False
+
+
 def holds(lock: str | os.PathLike) -> bool:
     """Whether this process holds ``lock`` (taken by :func:`acquire` and not released)."""
     return str(Path(lock)) in _HELD
