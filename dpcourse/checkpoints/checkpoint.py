@@ -24,7 +24,6 @@ import errno
 import json
 import os
 import re
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,6 @@ FORMS = ("replicated", "fsdp")
 # checkpoint saved with another value of any of them is refused.
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
 
-LOCK_NAME = ".dpcourse-checkpoint.lock"  # the writer's lock file (:func:`hold`)
-_HELD_DIRS: dict[str, Path] = {}  # directory -> its lock file, for the directories this process holds
-LOCK_REFRESH_S, LOCK_STALE_S = 10.0, 60.0  # the holder touches its lock this often; older than this, it is stale
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
 _READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
 _TS_READ = re.compile(r'Error reading "([^"/]+)[^"]*"[^:]*"[^"]*": (.+)')
@@ -56,7 +52,19 @@ _TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint could not be saved or restored; the message says why and what to do."""
+    """A checkpoint could not be saved or restored; the message says why and what to do.
+
+    ``lasting`` is true when running again would fail the same way (a full
+    or read-only disk, another run's checkpoint, a folder that is a file):
+    a GKE Job then fails at once instead of retrying. It is false for an
+    error whose cause is unknown (the multi-process worker exits with 1).
+    """
+
+    lasting = True
+
+    def __init__(self, message: str, *, lasting: bool = True):
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class CheckpointGone(CheckpointError):
@@ -89,27 +97,6 @@ def check_directory(directory: str | os.PathLike) -> Path:
                 "run a folder (an absent one is created), or move the file away."
             )
     return path
-
-
-def check_still_there(directory: str | os.PathLike) -> None:
-    """Refuse to go on in a directory this process holds (:func:`hold`) whose lock file is gone or replaced.
-
-    Orbax creates a missing directory again as it saves: without this, a
-    run whose folder was deleted, moved or unmounted would write its next
-    step into a new, empty folder as if nothing had happened.
-
-    Raises:
-        CheckpointGone: the directory (or its lock file) was removed or replaced since :func:`hold` took it.
-    """
-    from dpcourse.checkpoints import folderlock
-
-    lock = _HELD_DIRS.get(str(Path(directory).absolute()))
-    if lock is not None and not folderlock.still_held(lock):
-        raise CheckpointGone(
-            f"The checkpoint directory {directory} was deleted, moved or unmounted while this run used it (its "
-            "lock file is gone): the run stopped rather than save into a new, empty folder. Put the directory "
-            "back (or mount it again) and resume, or give the run another directory."
-        )
 
 
 def steps_to_train(saved_step: int | None, target: int, where: str, option: str) -> int:
@@ -263,7 +250,13 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
     try:
         return Manager(path, options=options)
     except OSError as err:
-        raise CheckpointError(explain(err, f"open the checkpoint directory {directory}")) from err
+        raise _failed(err, f"open the checkpoint directory {directory}") from err
+
+
+def _failed(err: BaseException, doing: str) -> CheckpointError:
+    """:func:`explain`'s sentence as a :class:`CheckpointError`, lasting unless its cause is unknown."""
+    sentence = explain(err, doing)
+    return CheckpointError(sentence, lasting=not sentence.startswith(f"Could not {doing}: {type(err).__name__}: "))
 
 
 def explain(err: BaseException, doing: str) -> str:
@@ -317,7 +310,7 @@ def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = Tru
     try:
         return manager.save(int(step), args=args, force=force)
     except (OSError, ValueError, ocp.checkpoint_manager.StepAlreadyExistsError) as err:
-        raise CheckpointError(explain(err, f"save step {step} to {manager.directory}")) from err
+        raise _failed(err, f"save step {step} to {manager.directory}") from err
 
 
 def finish(manager) -> None:
@@ -331,7 +324,7 @@ def finish(manager) -> None:
         manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - whatever the background thread raised, said in one sentence
         check_still_there(manager.directory)
-        raise CheckpointError(explain(err, f"finish the save in {manager.directory}")) from err
+        raise _failed(err, f"finish the save in {manager.directory}") from err
     check_still_there(manager.directory)
 
 
@@ -402,7 +395,7 @@ def _restore_step(manager, target, run, step: int):
     except OSError as err:
         if isinstance(err, FileNotFoundError):
             return None, _read_failure(err)
-        raise CheckpointError(explain(err, f"restore step {step} from {where}")) from err
+        raise _failed(err, f"restore step {step} from {where}") from err
     except Exception as err:  # noqa: BLE001 - Orbax raises a plain Exception for a file it cannot read
         failure = _read_failure(err)
         if failure:
@@ -414,7 +407,17 @@ def _restore_step(manager, target, run, step: int):
     return restored[STATE_ITEM], None
 
 
-def restore(manager, target, run: Mapping[str, Any], step: int | None = None, warn=None):
+def restore(
+    manager,
+    target,
+    run: Mapping[str, Any],
+    step: int | None = None,
+    warn=None,
+    *,
+    agree=None,
+    barrier=None,
+    primary=True,
+):
     """Restore ``step`` (default: the latest complete one) onto ``target``'s shapes, dtypes and shardings.
 
     A latest step whose files are damaged (:func:`damage`, or a data file
@@ -431,6 +434,12 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
         run: this run's :func:`run_description`; a checkpoint saved by
             another run is refused before any array is read.
         step: a given step is restored or refused, never replaced by another.
+        agree, barrier, primary: for several processes restoring together
+            (the multi-process worker), which must all take the same step:
+            ``agree(what_is_damaged_or_None)`` returns the verdict every
+            process shares (the first process's cause, naming it), only the
+            ``primary`` process sets damaged steps aside, and ``barrier()``
+            waits for that before every process reads the folder again.
 
     Returns:
         ``(step, state)``: the step restored and the state, every leaf with
@@ -464,6 +473,8 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
     damaged = []
     for candidate in steps:
         state, broken = _restore_step(manager, target, run, candidate)
+        if agree is not None:
+            broken = agree(broken)  # one process's damaged file is every process's damaged step
         if broken is None:
             break
         damaged.append((candidate, broken))
@@ -479,82 +490,20 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
         raise CheckpointError(f"{said}; step {candidate} is complete: restore it with step={candidate}.")
     if damaged:
         kept = []
-        for k, _ in damaged:
-            with contextlib.suppress(OSError):
-                os.rename(Path(where) / str(k), Path(where) / f"{k}{DAMAGED_SUFFIX}")
-                kept.append(f"{k}{DAMAGED_SUFFIX}")
-        if kept and hasattr(manager, "reload"):
+        for k, _ in damaged if primary else ():
+            names = [f"{k}{DAMAGED_SUFFIX}", *(f"{k}{DAMAGED_SUFFIX}.{i}" for i in range(2, 100))]
+            aside = next((name for name in names if not (Path(where) / name).exists()), None)
+            with contextlib.suppress(OSError):  # a step set aside before keeps its name; this one takes the next
+                if aside is not None:
+                    os.rename(Path(where) / str(k), Path(where) / aside)
+                    kept.append(aside)
+        if barrier is not None:
+            barrier()  # every process reads the folder again after the primary one set the steps aside
+        if hasattr(manager, "reload"):
             manager.reload()
         aside = f" (kept as {', '.join(kept)})" if kept else ""
         warn(f"{said}; step {candidate} is complete: resuming from step {candidate}{aside}.")
     return candidate, state
-
-
-@contextlib.contextmanager
-def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
-    """Hold ``directory`` as its one writer while the block runs: a lock file naming this process.
-
-    Two runs saving into one directory would overwrite each other's steps
-    (or fail half-way with "Directory not empty"). The lock
-    (:mod:`dpcourse.checkpoints.folderlock`) is held by the operating system and
-    ends with this process however it ends, so a killed run's restart takes
-    it over, even with the same process id on the same host (a container's
-    PID 1). This process also touches it every :data:`LOCK_REFRESH_S`
-    seconds, so that a lock written on another machine, where the file
-    system may not pass the lock on, counts as stale once it is
-    :data:`LOCK_STALE_S` seconds old. Leaving the block never raises for
-    the lock: an error inside the block stays the error.
-
-    Raises:
-        CheckpointInUse: another live run holds it (process, host, since when).
-        CheckpointError: the directory is a file or cannot be written.
-    """
-    from dpcourse.checkpoints import folderlock
-
-    path = check_directory(directory)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if (path / LOCK_NAME).is_dir():
-            raise CheckpointError(
-                f"The checkpoint directory {directory} cannot be used: its lock {path / LOCK_NAME} is a folder, "
-                "not a file. Remove that folder, or give the run another directory."
-            )
-        lock = folderlock.acquire(path, LOCK_NAME, command, stale_s=LOCK_STALE_S)
-    except folderlock.FolderLocked as err:
-        if err.this_process:
-            raise CheckpointInUse(
-                f"The checkpoint directory {directory} is already held by this process "
-                f"({folderlock.describe(err.holder)}; a run inside a run): "
-                "let the first run finish, or give this one another directory."
-            ) from None
-        elsewhere = (
-            ""
-            if err.same_host
-            else f"; one on another machine counts as over {LOCK_STALE_S:.0f} s after its last touch"
-        )
-        raise CheckpointInUse(
-            f"The checkpoint directory {directory} is in use by another run ({folderlock.describe(err.holder)}): "
-            "two runs saving there would overwrite each other's steps. Wait for it to finish, or give this run "
-            f"another directory (a lock whose run has ended frees itself{elsewhere})."
-        ) from None
-    except OSError as err:
-        raise CheckpointError(explain(err, f"lock the checkpoint directory {directory}")) from err
-    stop = threading.Event()
-
-    def touch():
-        while not stop.wait(LOCK_REFRESH_S):
-            with contextlib.suppress(OSError):
-                os.utime(lock)
-
-    toucher = threading.Thread(target=touch, name="dpcourse-checkpoint-lock", daemon=True)
-    toucher.start()
-    _HELD_DIRS[str(path)] = lock
-    try:
-        yield lock
-    finally:
-        stop.set()
-        _HELD_DIRS.pop(str(path), None)
-        folderlock.release(lock)
 
 
 def half_written(directory: str | os.PathLike) -> list[str]:
@@ -618,3 +567,7 @@ def quiet_orbax_log() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(before)
+
+
+# The writer's lock (its own module); these names were first defined here.
+from dpcourse.checkpoints.holding import LOCK_NAME, LOCK_REFRESH_S, LOCK_STALE_S, check_still_there, hold  # noqa: E402,F401

@@ -106,6 +106,41 @@ def hold_directory(checkpoint_dir: str | os.PathLike) -> None:
         )
 
 
+def agree_on_damage(broken: str | None) -> str | None:
+    """Every process's verdict on one checkpoint step, shared: the first process that found it damaged, and why.
+
+    Each process reads only its own shards, so a file cut short may show in
+    one process alone; the others must still skip the step with it, or the
+    processes would train from different steps.
+    """
+    from jax.experimental import multihost_utils
+
+    width = 400
+    text = (broken or "").encode("utf-8")[: width - 1]
+    row = np.zeros(width, np.uint8)
+    row[0] = broken is not None
+    row[1 : 1 + len(text)] = np.frombuffer(text, np.uint8)
+    rows = np.asarray(multihost_utils.process_allgather(row)).reshape(-1, width)
+    for process, found in enumerate(rows):
+        if found[0]:
+            return f"process {process} found: {bytes(found[1:]).rstrip(bytes(1)).decode('utf-8', 'replace')}"
+    return None
+
+
+def check_savable_split(n_processes: int, local_devices: int, checkpoint_dir) -> None:
+    """Refuse a checkpointed run of several processes with one device each, which no save completes.
+
+    Raises:
+        ValueError: ``checkpoint_dir`` is given, ``n_processes`` > 1 and ``local_devices`` == 1.
+    """
+    if checkpoint_dir is not None and n_processes > 1 and local_devices == 1:
+        raise ValueError(
+            f"{n_processes} processes with one device each cannot save a checkpoint (every save fails inside "
+            "Orbax with JAX 0.10.2 and orbax-checkpoint 0.12.8: \"the input arrays must have one shard each\"): "
+            "give each process at least 2 devices (fewer processes), or run without a checkpoint directory."
+        )
+
+
 def train_worker(
     profile: str | None,
     steps: int,
@@ -207,6 +242,7 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
     if checkpoint_dir is not None:
         from dpcourse.checkpoints import checkpoint
 
+        check_savable_split(jax.process_count(), jax.local_device_count(), checkpoint_dir)
         heartbeat.set(f"restoring from {checkpoint_dir}")
         run = checkpoint.run_description(cfg, global_batch)
         hold_directory(checkpoint_dir)
@@ -215,7 +251,13 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
         shardings = checkpoint.state_shardings(state, mesh, "replicated")
         if manager.latest_step() is not None:
             start_step, state = checkpoint.restore(
-                manager, checkpoint.abstract_target(state, shardings), run, warn=lambda said: print_main(said)
+                manager,
+                checkpoint.abstract_target(state, shardings),
+                run,
+                warn=lambda said: print_main(said),
+                agree=agree_on_damage if jax.process_count() > 1 else None,
+                barrier=lambda: multihost_utils.sync_global_devices("dpcourse damaged steps set aside"),
+                primary=is_main_process(),
             )
             params, opt_state = state["params"], state["opt_state"]
         if not checkpoint.steps_to_train(start_step, steps, checkpoint_dir, "--steps"):
@@ -412,7 +454,9 @@ def _worker_main(args: argparse.Namespace) -> int:
             traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(UNUSABLE_CHECKPOINT_EXIT if type(err).__module__ == "dpcourse.checkpoints.checkpoint" else 1)
+        # 78 only where every retry would fail the same way (a GKE Job then fails at once).
+        lasting = type(err).__module__ == "dpcourse.checkpoints.checkpoint" and getattr(err, "lasting", True)
+        os._exit(UNUSABLE_CHECKPOINT_EXIT if lasting else 1)
     return 0
 
 

@@ -160,46 +160,6 @@ def test_the_step_rule_of_the_resume_command_and_the_worker():
         checkpoint.steps_to_train(4, 0, "d", "--until")
 
 
-def test_a_lock_left_by_a_run_on_another_host_blocks_until_it_is_a_minute_old(tmp_path):
-    import json
-    import os
-    import time
-
-    lock = tmp_path / checkpoint.LOCK_NAME
-    lock.write_text(json.dumps({"pid": 1, "host": "pod-0-abcde", "started": "2026-01-01T00:00:00+00:00"}))
-    with pytest.raises(checkpoint.CheckpointInUse, match=r"process 1 on pod-0-abcde, started 2026-01-01"):
-        checkpoint.hold(tmp_path).__enter__()
-    old = time.time() - checkpoint.LOCK_STALE_S - 5  # its holder stopped touching it (a preempted pod)
-    os.utime(lock, (old, old))
-    with checkpoint.hold(tmp_path) as held:
-        assert json.loads(held.read_text())["pid"] == os.getpid()
-    assert not lock.exists()
-
-
-def test_a_restarted_pod_with_the_killed_one_s_pid_and_host_name_takes_its_lock(tmp_path, monkeypatch):
-    """The GKE Job's pod 0 comes back as PID 1 on host jax-multihost-ckpt-0: it must resume, not exit 78."""
-    import json
-    import os
-
-    from dpcourse.checkpoints import folderlock
-
-    monkeypatch.setattr(folderlock.socket, "gethostname", lambda: "jax-multihost-ckpt-0")
-    killed = {"pid": os.getpid(), "host": "jax-multihost-ckpt-0", "started": "2026-01-01T00:00:00+00:00"}
-    for record in (killed, {**killed, "boot": folderlock.boot_id()}):  # written by an older release, or this one
-        (tmp_path / checkpoint.LOCK_NAME).write_text(json.dumps(record))
-        with checkpoint.hold(tmp_path, "restart") as held:
-            assert json.loads(held.read_text())["command"] == "restart"
-            with pytest.raises(checkpoint.CheckpointInUse, match="already held by this process"):
-                checkpoint.hold(tmp_path).__enter__()
-        assert not (tmp_path / checkpoint.LOCK_NAME).exists()
-
-
-def test_a_lock_that_is_a_folder_is_one_sentence(tmp_path):
-    (tmp_path / checkpoint.LOCK_NAME).mkdir()
-    with pytest.raises(checkpoint.CheckpointError, match="is a folder, not a file"):
-        checkpoint.hold(tmp_path).__enter__()
-
-
 def test_an_unknown_form_and_a_fault_without_a_kind_are_refused(cfg, cpu_devices):
     with pytest.raises(ValueError, match="replicated, fsdp"):
         checkpoint.state_shardings(_state(cfg), _mesh(cpu_devices), "zero3")
