@@ -136,7 +136,7 @@ def check_savable_split(n_processes: int, local_devices: int, checkpoint_dir) ->
     if checkpoint_dir is not None and n_processes > 1 and local_devices == 1:
         raise ValueError(
             f"{n_processes} processes with one device each cannot save a checkpoint (every save fails inside "
-            "Orbax with JAX 0.10.2 and orbax-checkpoint 0.12.8: \"the input arrays must have one shard each\"): "
+            'Orbax with JAX 0.10.2 and orbax-checkpoint 0.12.8: "the input arrays must have one shard each"): '
             "give each process at least 2 devices (fewer processes), or run without a checkpoint directory."
         )
 
@@ -406,6 +406,20 @@ def single_process_reference(
 # ---------------------------------------------------------------------------
 
 
+def keep_stdout_for_python() -> None:
+    """Send what C++ libraries write to file descriptor 1 to stderr; Python's ``print`` keeps the real stdout.
+
+    Gloo prints a notice per connection (``[Gloo] Rank 6 is connected to 7
+    peer ranks ...``) straight to descriptor 1, where it interleaves with the
+    results process 0 prints, and it arrives whenever a connection is made:
+    on stderr, with the other diagnostics, it never mixes into the results.
+    """
+    sys.stdout.flush()
+    python_stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(python_stdout, "w", buffering=1, encoding="utf-8", errors="replace")
+
+
 def _worker_main(args: argparse.Namespace) -> int:
     """One worker process: join, train, leave; on any error, exit at once.
 
@@ -512,4 +526,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    keep_stdout_for_python()  # before JAX starts Gloo, whose notices would land among the results
     sys.exit(main())
