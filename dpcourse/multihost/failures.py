@@ -109,6 +109,10 @@ _CONSEQUENCE = re.compile(
 )
 
 
+# Exit statuses of a process that did not fail by itself: success, still running, ended by the launcher.
+_NOT_FAILED = (0, None, -signal.SIGTERM, -signal.SIGKILL)
+
+
 def first_cause(failed: tuple[int, int], exit_codes: dict[int, int], texts: dict[int, tuple[str, str]]):
     """The failure to headline: a process that said its own cause, rather than one that failed because of it.
 
@@ -121,10 +125,10 @@ def first_cause(failed: tuple[int, int], exit_codes: dict[int, int], texts: dict
     if _CAUSE_SAID.search(texts[i][1]):
         return failed
     for j, code in sorted(exit_codes.items()):
-        if code not in (0, None) and j != i and _CAUSE_SAID.search(texts[j][1]):
+        if code not in _NOT_FAILED and j != i and _CAUSE_SAID.search(texts[j][1]):
             return j, code
     if _CONSEQUENCE.search(texts[i][1]):
         for j, code in sorted(exit_codes.items()):
-            if code not in (0, None) and code > 0 and j != i and not _CONSEQUENCE.search(texts[j][1]):
+            if code not in _NOT_FAILED and j != i and not _CONSEQUENCE.search(texts[j][1]):
                 return j, code
     return failed

@@ -41,8 +41,9 @@ from dpcourse.multihost.distributed import (
     relative_diff,
 )
 from dpcourse.multihost.failures import diagnose, first_cause, output_tail, port_taken
+from dpcourse.multihost.plan import check_savable_split
 from dpcourse.multihost.ports import check_port_free, free_port
-from dpcourse.multihost.worker import add_run_options, check_savable_split, single_process_reference
+from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
 # Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.

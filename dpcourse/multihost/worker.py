@@ -48,6 +48,7 @@ from dpcourse.multihost.distributed import (
     shutdown,
 )
 from dpcourse.multihost.heartbeat import Heartbeat
+from dpcourse.multihost.plan import check_savable_split
 from dpcourse.train import check_global_batch
 
 
@@ -125,20 +126,6 @@ def agree_on_damage(broken: str | None) -> str | None:
         if found[0]:
             return f"process {process} found: {bytes(found[1:]).rstrip(bytes(1)).decode('utf-8', 'replace')}"
     return None
-
-
-def check_savable_split(n_processes: int, local_devices: int, checkpoint_dir) -> None:
-    """Refuse a checkpointed run of several processes with one device each, which no save completes.
-
-    Raises:
-        ValueError: ``checkpoint_dir`` is given, ``n_processes`` > 1 and ``local_devices`` == 1.
-    """
-    if checkpoint_dir is not None and n_processes > 1 and local_devices == 1:
-        raise ValueError(
-            f"{n_processes} processes with one device each cannot save a checkpoint (every save fails inside "
-            'Orbax with JAX 0.10.2 and orbax-checkpoint 0.12.8: "the input arrays must have one shard each"): '
-            "give each process at least 2 devices (fewer processes), or run without a checkpoint directory."
-        )
 
 
 def train_worker(
@@ -468,9 +455,9 @@ def _worker_main(args: argparse.Namespace) -> int:
             traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        # 78 only where every retry would fail the same way (a GKE Job then fails at once).
-        lasting = type(err).__module__ == "dpcourse.checkpoints.checkpoint" and getattr(err, "lasting", True)
-        os._exit(UNUSABLE_CHECKPOINT_EXIT if lasting else 1)
+        # 78 only where every retry would fail the same way (a GKE Job then fails at once): a checkpoint
+        # error whose cause is known, a split that cannot save; not one caused by a partner that died.
+        os._exit(UNUSABLE_CHECKPOINT_EXIT if getattr(err, "lasting", False) else 1)
     return 0
 
 

@@ -2,12 +2,15 @@
 
 One bounded multi-process run in two launches (python -m dpcourse.multihost.worker
 under dpcourse.multihost.launcher, as notebook 11 section 6): 2 processes x 4 CPU
-devices save every 2 steps and process 1 dies at step 3; then 4 processes x
-2 devices resume from the latest step and finish. The result must be the
+devices save every 2 steps and process 1 dies at step 5; a data file of
+the latest step (4) is then cut short; 4 processes x 2 devices agree that
+step 4 is damaged, resume from step 2 and finish. The result must be the
 training of one process on 8 devices that never stopped.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -27,11 +30,18 @@ LIMIT_S = 150  # each launch; two JAX imports per process dominate (5 s quiet, o
 def test_a_job_killed_mid_run_resumes_from_its_last_step_on_another_process_count(tmp_path, cpu_devices):
     common = dict(profile=PROFILE, steps=STEPS, data_source=SOURCE, checkpoint_dir=str(tmp_path), save_every=2)
     with pytest.raises(launcher.WorkerFailed) as info:
-        launcher.launch_local(2, 4, fail_process=1, fail_at_step=3, timeout_s=LIMIT_S, init_timeout_s=60, **common)
-    assert info.value.process_id == 1 and "injected failure at step 3" in str(info.value)
+        launcher.launch_local(2, 4, fail_process=1, fail_at_step=5, timeout_s=LIMIT_S, init_timeout_s=60, **common)
+    assert info.value.process_id == 1 and "injected failure at step 5" in str(info.value)
     with checkpoint.open_manager(tmp_path) as manager:
-        assert manager.latest_step() == 2
+        assert manager.all_steps() == [2, 4]
+    # A damaged latest step: before, every process judged it alone, and the run ended with "already saved ...
+    # by another run" (exit status 78) under another process's Gloo traceback.
+    data = max((p for p in (tmp_path / "4" / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[:1000])
     resumed = launcher.launch_local(4, 2, timeout_s=LIMIT_S, init_timeout_s=60, **common)
+    said = resumed.stdout[0]
+    assert re.search(rf"step 4 in {re.escape(str(tmp_path))} is damaged \(process \d found: the data of ", said), said
+    assert "step 2 is complete: resuming from step 2 (kept as 4.damaged)" in said
     assert resumed.summary["resumed_from"] == 2 and resumed.summary["num_processes"] == 4
     assert len(resumed.summary["losses"]) == STEPS - 2
     reference, _, _ = worker.single_process_reference(PROFILE, STEPS, cpu_devices, SOURCE)

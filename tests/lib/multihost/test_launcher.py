@@ -152,6 +152,9 @@ def test_indivisible_global_batch_is_refused_before_anything_starts():
         (dict(timeout_s=0), "timeout_s positive"),
         (dict(port=99999), "port must be in 1..65535"),
         (dict(port=0), "port must be in 1..65535"),
+        # Every save failed inside Orbax with "one shard each", at every step: refused before anything starts.
+        (dict(devices_per_process=1, checkpoint_dir="ckpt"), "2 processes with one device each cannot save"),
+        (dict(n_processes=4, devices_per_process=1, checkpoint_dir="ckpt"), "4 processes with one device each"),
     ],
 )
 def test_bad_launch_arguments_are_refused(kwargs, fragment):
