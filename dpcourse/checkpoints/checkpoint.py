@@ -41,6 +41,7 @@ FORMS = ("replicated", "fsdp")
 # checkpoint saved with another value of any of them is refused.
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
 
+SAVE_BARRIER_S = 60  # the longest a background save waits for the other processes (each has written its part)
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
 _READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
 _TS_READ = re.compile(r'Error reading "([^"/]+)[^"]*"[^:]*"[^"]*": (.+)')
@@ -244,7 +245,13 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
                     raise
                 return False
 
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous)
+    # A step's folder is made before save() returns, so that a folder that cannot be written fails there, in
+    # the process that made it, rather than in a background thread that the other processes wait for; and
+    # no background wait on other processes lasts longer than SAVE_BARRIER_S (Orbax's default: 20 minutes).
+    async_options = ocp.AsyncOptions(timeout_secs=SAVE_BARRIER_S, create_directories_asynchronously=False)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous, async_options=async_options
+    )
     path = check_directory(directory)
     check_still_there(path)
     try:

@@ -89,7 +89,8 @@ def diagnose(
             f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
             "(it died); look for the first process that failed."
         )
-    said = re.search(r"^\[process \d+\] error: (.+)$", stderr, re.MULTILINE)
+    # Not anchored at a line's start: another thread's unfinished line may run into the sentence.
+    said = re.search(r"\[process \d+\] error: (.+)$", stderr, re.MULTILINE)
     if said:  # the worker said what went wrong in one sentence (a checkpoint it cannot use, say)
         return f"Process {process_id} stopped: {said[1]}"
     if "injected failure" in stderr:
@@ -102,7 +103,7 @@ def diagnose(
     return f"Process {process_id} raised an error (its stderr is below)."
 
 
-_CAUSE_SAID = re.compile(r"^\[process \d+\] (error: |injected failure)", re.MULTILINE)
+_CAUSE_SAID = re.compile(r"\[process \d+\] (error: |injected failure)")
 # What a process prints when it fails because another one did (a consequence, never the headline).
 _CONSEQUENCE = re.compile(
     r"gloo/transport|Connection (closed|reset) by peer|stopped sending heartbeats|UNAVAILABLE:|DEADLINE_EXCEEDED"

@@ -434,17 +434,20 @@ def _worker_main(args: argparse.Namespace) -> int:
             )
             os._exit(WORKER_FAILURE_EXIT)
         heartbeat.set("joined; loading data")
-        train_worker(
-            args.profile,
-            args.steps,
-            args.data_source,
-            args.global_batch,
-            args.out,
-            args.checkpoint_dir,
-            args.save_every,
-            args.fail_at_step if fails_here else None,
-            heartbeat,
-        )
+        from dpcourse.checkpoints.checkpoint import quiet_orbax_log
+
+        with quiet_orbax_log():  # a failed background save raises in the loop, said in one sentence; not logged too
+            train_worker(
+                args.profile,
+                args.steps,
+                args.data_source,
+                args.global_batch,
+                args.out,
+                args.checkpoint_dir,
+                args.save_every,
+                args.fail_at_step if fails_here else None,
+                heartbeat,
+            )
         heartbeat.set("leaving")
         shutdown()
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
