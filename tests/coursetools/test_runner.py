@@ -543,3 +543,22 @@ def test_a_full_disk_in_a_lesson_still_leaves_a_results_json_naming_the_notebook
     (run,) = json.loads((out / "results.json").read_text())["notebooks"]
     assert run["notebook"] == "09_performance" and "No space left on device" in run["error"]
     assert not (out / runner.RESERVE_FILE).exists()
+
+
+def test_a_full_disk_elsewhere_is_the_notebook_s_failure_not_blamed_on_the_out_folder(tmp_path, monkeypatch):
+    """Lesson 11 with a full temporary folder: the runner blamed --out, which had room."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "11_checkpoint.ipynb", "pass")
+    out = tmp_path / "out"
+    said = "CheckpointError: Could not copy a to /tmp/b: no room left (No space left on device). Free space ..."
+
+    def temp_disk_full(path, out_dir, *args, **kwargs):
+        return runner.NotebookRun(path.stem, "failed", 1.0, error=said)
+
+    monkeypatch.setattr(runner, "run_notebook", temp_disk_full)
+    monkeypatch.setattr(runner, "check_kernel_interpreter", lambda: sys.executable)
+    payload = runner.run_course("smoke", [nb], out)  # no DiskFullError naming --out
+    (run,) = payload["notebooks"]
+    assert run["status"] == "failed" and run["error"] == said
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".room")) == []
