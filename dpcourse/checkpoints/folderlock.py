@@ -142,8 +142,10 @@ def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s:
     JSON), is replaced. One exception: a record from another machine
     (another boot id or host) that was touched less than ``stale_s`` seconds
     ago counts as held (its holder may be alive where the lock cannot be
-    seen); with ``stale_s=None``, a record from another machine is never
-    taken over.
+    seen), and one untouched for longer is free even while the file system
+    still holds its lock (a vanished machine's lock on a network file
+    system): the file is replaced by a new one. With ``stale_s=None``, a
+    record from another machine is never taken over.
 
     Raises:
         FolderLocked: a live process (this one included) holds the lock, or
@@ -166,7 +168,12 @@ def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             if not _try_lock(fd):
-                raise FolderLocked(lock, _record_of_live_holder(lock), True, False)
+                holder = _record_of_live_holder(lock)
+                if _abandoned(fd, holder, stale_s) and _is_current(fd, lock):
+                    os.unlink(lock)  # a lock a dead machine keeps on a shared file system: a new file, free
+                    os.close(fd)
+                    continue
+                raise FolderLocked(lock, holder, _same_machine(holder) if holder else True, False)
             if not _is_current(fd, lock):
                 os.close(fd)
                 continue
@@ -189,6 +196,18 @@ def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s:
         _HELD[str(lock)] = fd
         return lock
     raise FolderLocked(lock, {}, False, False)
+
+
+def _abandoned(fd: int, holder: dict, stale_s: float | None) -> bool:
+    """Whether a held lock was written by another machine that stopped touching it ``stale_s`` seconds ago.
+
+    A network file system keeps the lock of a machine that vanished (a
+    preempted VM) until its server gives up on that machine, which NFSv3
+    may never do; the holder's touches tell a dead one from a live one.
+    """
+    if stale_s is None or not holder or _same_machine(holder):
+        return False
+    return time.time() - os.fstat(fd).st_mtime >= stale_s
 
 
 def _record_of_live_holder(lock: Path) -> dict:

@@ -207,3 +207,23 @@ def test_release_never_raises_and_a_lock_left_in_a_read_only_folder_is_taken_ove
     again = folderlock.acquire(tmp_path, ".lock", "second")
     assert json.loads(again.read_text())["command"] == "second"
     folderlock.release(again)
+
+
+def test_a_lock_still_held_for_a_machine_that_stopped_touching_it_is_replaced_once_stale(tmp_path):
+    """NFSv3 may keep a preempted VM's lock for ever: the restarted pod must not be refused for ever."""
+    holder = _holder(tmp_path)  # the file system says: held
+    try:
+        lock = tmp_path / ".lock"
+        lock.write_text(json.dumps({"pid": 1, "host": "jax-multihost-ckpt-0", "boot": "a-vanished-machine"}))
+        with pytest.raises(folderlock.FolderLocked) as caught:
+            folderlock.acquire(tmp_path, ".lock", stale_s=60.0)  # touched just now: maybe alive there
+        assert not caught.value.same_host
+        old = time.time() - 61
+        os.utime(lock, (old, old))
+        with pytest.raises(folderlock.FolderLocked):
+            folderlock.acquire(tmp_path, ".lock")  # never judged without stale_s
+        taken = folderlock.acquire(tmp_path, ".lock", "restart", stale_s=60.0)
+        assert json.loads(taken.read_text())["command"] == "restart" and folderlock.still_held(taken)
+        folderlock.release(taken)
+    finally:
+        _end(holder)
