@@ -21,6 +21,7 @@ from dpcourse.checkpoints.checkpoint import CheckpointError, explain
 # Checkpoint steps notebook 11 keeps on disk at once, counted from its cells: the replicated folder (3, with
 # the two failed saves), the FSDP one (1), three resumed copies of the first (4 each), the killed run's copy (4),
 # the multi-process run (4), the timed saves (4) and another model's (1): 29, rounded up.
+# Measured: with the smoke profile (17.7 MB asked) the folder's disk peaked at 10.1 MB used (df every 0.2 s).
 LESSON_STEPS_ON_DISK = 32
 # A step's files beyond its arrays' 12 bytes per parameter: Orbax's metadata and the file system's blocks
 # (measured with the smoke profile: 344,260 bytes of files for 318,072 bytes of arrays, in 19 files).
