@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -227,3 +228,20 @@ def test_a_lock_still_held_for_a_machine_that_stopped_touching_it_is_replaced_on
         folderlock.release(taken)
     finally:
         _end(holder)
+
+
+def test_a_lock_on_a_really_full_disk_leaves_nothing(tmp_path):
+    """The issue's example left .lock.<pid>.tmp files; a tmpfs filled to its last byte (root only)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("a small disk to fill needs root (mount -t tmpfs); the planted full disk above covers the rest")
+    try:
+        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            fh.write(b"\0" * 10**6)  # until ENOSPC
+        with pytest.raises(OSError) as caught:
+            folderlock.acquire(disk, ".lock")
+        assert caught.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
