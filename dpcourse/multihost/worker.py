@@ -397,9 +397,12 @@ def keep_stdout_for_python() -> None:
     """Send what C++ libraries write to file descriptor 1 to stderr; Python's ``print`` keeps the real stdout.
 
     Gloo prints a notice per connection (``[Gloo] Rank 6 is connected to 7
-    peer ranks ...``) straight to descriptor 1, where it interleaves with the
-    results process 0 prints, and it arrives whenever a connection is made:
-    on stderr, with the other diagnostics, it never mixes into the results.
+    peer ranks ...``) from C++, straight to descriptor 1, one per device and
+    whenever a connection is made; pieces of them were once left among the
+    results (``[Gloo] Rank 6`` in the output of a process that prints
+    nothing), which no filter of the text can undo reliably. On stderr, with
+    the other diagnostics, they never reach the results, and nothing is lost
+    (NCCL's warnings also go to descriptor 1).
     """
     sys.stdout.flush()
     python_stdout = os.dup(1)
@@ -453,7 +456,7 @@ def _worker_main(args: argparse.Namespace) -> int:
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
         if type(err).__module__ == "dpcourse.checkpoints.checkpoint" or isinstance(err, ValueError):
             who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")
-            print(f"[process {who}] error: {err}", file=sys.stderr)  # a sentence says it all
+            sys.stderr.write(f"[process {who}] error: {err}\n")  # a sentence says it all, in one write
         else:
             traceback.print_exc()
         sys.stderr.flush()
