@@ -170,6 +170,22 @@ def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(
         assert manager.all_steps() == [2]
 
 
+def test_a_step_damaged_twice_is_set_aside_twice_and_never_stays_listed(tmp_path, setup, two_steps):
+    """The second time, 4.damaged existed: the rename failed silently and step 4 stayed, refusing its new save."""
+    states, run, state0 = two_steps
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, setup[2], "replicated"))
+    for kept in ("4.damaged", "4.damaged.2"):
+        _damage(tmp_path, "bad metadata")
+        said = []
+        with checkpoint.open_manager(tmp_path) as manager:
+            step, _ = checkpoint.restore(manager, target, run, warn=said.append)
+            assert step == 2 and manager.all_steps() == [2] and f"(kept as {kept})" in said[0], said
+            checkpoint.save(manager, 4, states[4], run)  # trained again from 2: saved anew
+            checkpoint.finish(manager)
+    assert sorted(p.name for p in tmp_path.iterdir() if "damaged" in p.name) == ["4.damaged", "4.damaged.2"]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+
+
 def test_the_resume_command_goes_on_from_the_step_before_a_damaged_one_and_saves_it_anew(
     tmp_path, setup, capsys, two_steps
 ):
