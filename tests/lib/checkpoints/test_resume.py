@@ -333,6 +333,40 @@ def test_a_full_disk_that_also_holds_the_temporary_folder_is_one_sentence(tmp_pa
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
+def _as_pid_1() -> list[str]:
+    """A command prefix that runs a program as PID 1 of a new PID namespace (as in a container), or skip."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare command to start a process as PID 1")
+    for prefix in (
+        ["unshare", "--pid", "--fork", "--kill-child"],  # root
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"],  # where user namespaces are on
+    ):
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+        if probe.returncode == 0 and probe.stdout.strip() == b"1":
+            return prefix
+    pytest.skip("no PID namespace can be made here (needs root or user namespaces)")
+
+
+def test_a_run_killed_by_sigkill_resumes_when_restarted_with_the_same_pid_on_the_same_host(tmp_path, setup, two_steps):
+    """The issue's example: a container's restart (PID 1 again) was refused as "in use by another run (process 1 ...)"."""
+    states, run, state0 = two_steps
+    prefix = _as_pid_1()
+    # PID 1 ignores a SIGKILL it sends itself: killed from outside, through unshare (--kill-child passes it on).
+    first = subprocess.Popen([*prefix, *_command(tmp_path, setup, "--until", "6")], stderr=subprocess.PIPE)
+    lock, deadline = tmp_path / checkpoint.LOCK_NAME, time.monotonic() + EXIT_BOUND_S
+    while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    first.kill()
+    first.communicate(timeout=EXIT_BOUND_S)
+    held = json.loads(lock.read_text())
+    assert held["pid"] == 1 and held["host"] == socket.gethostname()  # left behind by the killed run
+    restarted, took = _run([*prefix, *_command(tmp_path, setup, "--until", "6")])
+    assert restarted.returncode == 0 and took < EXIT_BOUND_S, restarted.stderr[-2000:]
+    summary = json.loads(restarted.stdout.strip().splitlines()[-1])
+    assert summary["restored_step"] == 4 and summary["final_step"] == 6
+    assert not (tmp_path / checkpoint.LOCK_NAME).exists()
+
+
 def test_a_file_given_as_the_folder_is_one_sentence_not_start_from_step_0(tmp_path, setup, capsys):
     (tmp_path / "file").write_text("not a folder")
     assert resume.main(_args(tmp_path / "file", setup, "--until", "6", "--devices", "8")) == 1
