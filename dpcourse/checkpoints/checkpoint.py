@@ -272,14 +272,16 @@ def explain(err: BaseException, doing: str) -> str:
     if code is None:
         found = _TS_ERRNO.search(str(err))
         code = int(found[1]) if found else None
+    path = getattr(err, "filename", None)
+    at = f": {path}" if path and str(path) not in doing else ""  # the place, when it is not the one named
     if code in _NO_ROOM:
         return (
-            f"Could not {doing}: no room left ({os.strerror(code)}). Free space or point the run at a "
+            f"Could not {doing}: no room left ({os.strerror(code)}{at}). Free space or point the run at a "
             "directory with room; the last complete step is unchanged and still the one restored."
         )
     if code in _NO_RIGHTS:
         return (
-            f"Could not {doing}: the directory cannot be written ({os.strerror(code)}). Give the run a "
+            f"Could not {doing}: the directory cannot be written ({os.strerror(code)}{at}). Give the run a "
             "writable directory; the last complete step is unchanged and still the one restored."
         )
     if code == errno.ENOENT:
