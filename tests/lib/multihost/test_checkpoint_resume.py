@@ -52,34 +52,43 @@ def test_a_job_killed_mid_run_resumes_from_its_last_step_on_another_process_coun
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_folder_that_turns_read_only_mid_run_ends_the_launch_in_one_sentence_within_a_minute(tmp_path):
-    """Before, every process hung in Orbax's barriers until the launcher's limit, which blamed a hung file system."""
+@pytest.mark.parametrize("fault", ["read-only", "deleted"])
+def test_a_folder_that_turns_read_only_or_vanishes_mid_run_ends_the_launch_in_one_sentence_within_a_minute(
+    tmp_path, fault
+):
+    """Before: every process hung in Orbax's barriers until the launcher's limit (read-only), or the run saved
+    its next steps into a new, empty folder of the same name (deleted)."""
     import os
     import shutil
     import subprocess
     import threading
     import time
 
-    if os.geteuid() == 0 and shutil.which("mount") is None:
-        pytest.skip("no mount command to make the folder read-only as root")
+    folder = tmp_path / "ckpt"
     root = os.geteuid() == 0
-    make = ["mount", "--bind", "-o", "ro", str(tmp_path), str(tmp_path)] if root else ["chmod", "555", str(tmp_path)]
-    undo = ["umount", str(tmp_path)] if root else ["chmod", "755", str(tmp_path)]
+    if fault == "deleted":
+        make, undo = ["rm", "-rf", str(folder)], ["true"]
+    elif root:
+        if shutil.which("mount") is None:
+            pytest.skip("no mount command to make the folder read-only as root")
+        make, undo = ["mount", "--bind", "-o", "ro", str(folder), str(folder)], ["umount", str(folder)]
+    else:
+        make, undo = ["chmod", "555", str(folder)], ["chmod", "755", str(folder)]
     flipped = []
 
-    def flip_after_the_first_save():
+    def fault_after_the_first_save():
         deadline = time.monotonic() + LIMIT_S
-        while not (tmp_path / "25").is_dir() and time.monotonic() < deadline:
+        while not (folder / "25").is_dir() and time.monotonic() < deadline:
             time.sleep(0.05)
         subprocess.run(make, check=True, capture_output=True)
         flipped.append(time.monotonic())
 
-    watcher = threading.Thread(target=flip_after_the_first_save, daemon=True)
+    watcher = threading.Thread(target=fault_after_the_first_save, daemon=True)
     watcher.start()
     try:
         with pytest.raises(launcher.WorkerFailed) as info:
             launcher.launch_local(
-                2, 4, profile=PROFILE, steps=400, data_source=SOURCE, checkpoint_dir=str(tmp_path), save_every=25,
+                2, 4, profile=PROFILE, steps=400, data_source=SOURCE, checkpoint_dir=str(folder), save_every=25,
                 timeout_s=LIMIT_S, init_timeout_s=60,
             )  # fmt: skip
         ended = time.monotonic()
@@ -88,6 +97,11 @@ def test_a_folder_that_turns_read_only_mid_run_ends_the_launch_in_one_sentence_w
         subprocess.run(undo, capture_output=True)
     assert flipped and ended - flipped[0] < 60, str(info.value)
     headline = str(info.value).splitlines()[0]
-    assert "(exit status 78)" in headline and "the directory cannot be written" in headline, headline
-    with checkpoint.open_manager(tmp_path) as manager:
-        assert manager.latest_step() is not None and manager.latest_step() >= 25
+    assert "(exit status 78)" in headline, headline
+    if fault == "deleted":
+        assert f"The checkpoint directory {folder} was deleted, moved or unmounted" in headline, headline
+        assert not folder.exists() or not any(p.name.isdigit() for p in folder.iterdir())
+    else:
+        assert "the directory cannot be written" in headline, headline
+        with checkpoint.open_manager(folder) as manager:
+            assert manager.latest_step() is not None and manager.latest_step() >= 25
