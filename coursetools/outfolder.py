@@ -105,18 +105,23 @@ def write_json_atomic(path: str | os.PathLike, payload) -> Path:
 def acquire_lock(folder: Path, command: str = "") -> Path:
     """Take ``folder``'s run lock (a JSON file with pid, host, start time and command); return its path.
 
-    :func:`dpcourse.checkpoints.folderlock.acquire` does the locking: a lock whose
-    process is gone (same host, dead pid) is stale and replaced. Release it
-    with :func:`release_lock`.
+    :func:`dpcourse.checkpoints.folderlock.acquire` does the locking: the operating
+    system holds the lock for this process, so a lock whose process has ended
+    (however it ended) is free and taken over. Release it with :func:`release_lock`.
 
     Raises:
         FolderInUse: a live run (or a run on another host, which cannot be
             checked) holds the folder; the message names the folder, that run,
             and what to do.
+        DiskFullError: no room for the lock's record (nothing is left behind).
     """
     folder = Path(folder)
     try:
-        return folderlock.acquire(folder, LOCK_NAME, command, write=write_atomic)
+        return folderlock.acquire(folder, LOCK_NAME, command)
+    except OSError as err:
+        if is_disk_full(err):
+            raise DiskFullError(disk_full_message(folder)) from err
+        raise
     except folderlock.FolderLocked as err:
         if not err.holder:
             raise FolderInUse(f"--out {folder}: could not take the run lock {err.lock}; try again.") from None

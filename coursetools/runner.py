@@ -443,8 +443,13 @@ def run_course(
                             path, out_dir, records_file, profile, cell_timeout_s, on_cell, solutions, kernel=kernel
                         )
                     )
-                    if runs[-1].error and ("No space left on device" in runs[-1].error or "Errno 28" in runs[-1].error):
-                        raise DiskFullError(disk_full_message(out_dir))  # the kernel's own writes (records)
+                    said_full = runs[-1].error and (
+                        "No space left on device" in runs[-1].error or "Errno 28" in runs[-1].error
+                    )
+                    if said_full and not _has_room(out_dir):
+                        # The kernel's own writes there (records). A full disk elsewhere (the temporary folder
+                        # a lesson writes to) is that notebook's failure, in its own words.
+                        raise DiskFullError(disk_full_message(out_dir))
                 except RunInterrupted as stop:
                     runs.append(stop.run)
                     raise
@@ -477,6 +482,18 @@ def forced_cpu_devices() -> int | None:
     """The CPU device count ``XLA_FLAGS`` forces on the lessons' kernels, or None (the lessons' own)."""
     found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
     return int(found[-1]) if found else None
+
+
+def _has_room(folder: Path, n_bytes: int = 64 * 1024) -> bool:
+    """Whether ``folder`` takes a file of ``n_bytes`` now (written through :func:`write_atomic`, then removed)."""
+    probe = folder / ".room-probe"
+    try:
+        write_atomic(probe, b"\0" * n_bytes)
+    except (OSError, DiskFullError):
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+    return True
 
 
 def recorded_words(saved: list[int], runs: list[NotebookRun]) -> str:

@@ -45,9 +45,7 @@ import errno
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -56,7 +54,7 @@ from IPython.display import display
 from jax.sharding import Mesh
 
 from dpcourse import config, model, record, show, train
-from dpcourse.checkpoints import checkpoint, cost_sentences, resume
+from dpcourse.checkpoints import checkpoint, cost_sentences, resume, scratch
 from dpcourse.multihost import launcher, ports, worker
 from dpcourse.multihost import plan as multihost_plan
 
@@ -65,7 +63,8 @@ lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this less
 n, backend = len(devs), devs[0].platform
 global_batch = cfg.global_batch(n)  # fixed for the whole run, on every mesh it resumes on
 mesh = Mesh(np.array(devs), ("data",))
-root = Path(tempfile.mkdtemp(prefix="dpcourse-checkpoints-"))  # removed at the end of the lesson
+# A temporary folder with room for every checkpoint below; removed at the end of the lesson.
+root = scratch.scratch_folder("dpcourse-checkpoints-", scratch.lesson_bytes(cfg))
 # Notebook 08's persistent compilation cache, for this process and the fresh ones it starts.
 compile_cache = multihost_plan.worker_cache_env()
 jax.config.update("jax_compilation_cache_dir", compile_cache[multihost_plan.CACHE_ENV])
@@ -408,7 +407,7 @@ jobs[fewer] = ("replicated", n // 2)
 procs = {}
 for label, (form, n_dev) in jobs.items():
     folder = root / f"resume {label}"
-    shutil.copytree(saved[form][0], folder)
+    scratch.copy_folder(saved[form][0], folder)
     command = [
         sys.executable,
         "-m",
@@ -422,17 +421,22 @@ for label, (form, n_dev) in jobs.items():
     command += ["--form", form, "--profile", cfg.profile]
     command += ["--global-batch", str(global_batch), "--n-batches", str(N_BATCHES)]
     command += ["--data-source", dataset.source]
-    procs[label] = (folder, form, subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs[label] = (folder, form, proc)
 print(
     f"started {len(procs)} processes, each restores step {STEPS // 2} and trains to step {STEPS}:"
 )
 t0 = time.perf_counter()
 fresh = {}
+said = {}
 for label, (folder, form, proc) in procs.items():
-    fresh[label] = (folder, form, proc.communicate()[0], proc.returncode)
+    out, said[label] = proc.communicate()
+    fresh[label] = (folder, form, out, proc.returncode)
     print(f"  {label}: exit status {proc.returncode} after {time.perf_counter() - t0:.0f} s")
 for label, (_, _, _, code) in fresh.items():
-    assert code == 0, f"the fresh process ({label}) failed with exit status {code}"
+    assert code == 0, (
+        f"the fresh process ({label}) failed with exit status {code}: {said[label].strip()[-2000:]}"
+    )
 
 # %% [markdown]
 # Each process saved step N. Read it back here and compare it with the
@@ -480,7 +484,7 @@ display(show.table(resume_rows, caption=f"Stopped at {STEPS // 2}, resumed to {S
 
 # %%
 killed_dir = root / "killed"
-shutil.copytree(directory, killed_dir)
+scratch.copy_folder(directory, killed_dir)
 command = [
     sys.executable,
     "-m",

@@ -24,9 +24,6 @@ import errno
 import json
 import os
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,8 +41,7 @@ FORMS = ("replicated", "fsdp")
 # checkpoint saved with another value of any of them is refused.
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
 
-LOCK_NAME = ".dpcourse-checkpoint.lock"  # the writer's lock file (:func:`hold`)
-LOCK_REFRESH_S, LOCK_STALE_S = 10.0, 60.0  # the holder touches its lock this often; older than this, it is stale
+SAVE_BARRIER_S = 60  # the longest a background save waits for the other processes (each has written its part)
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
 _READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
 _TS_READ = re.compile(r'Error reading "([^"/]+)[^"]*"[^:]*"[^"]*": (.+)')
@@ -57,7 +53,23 @@ _TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint could not be saved or restored; the message says why and what to do."""
+    """A checkpoint could not be saved or restored; the message says why and what to do.
+
+    ``lasting`` is true when running again would fail the same way (a full
+    or read-only disk, another run's checkpoint, a folder that is a file):
+    a GKE Job then fails at once instead of retrying. It is false for an
+    error whose cause is unknown (the multi-process worker exits with 1).
+    """
+
+    lasting = True
+
+    def __init__(self, message: str, *, lasting: bool = True):
+        super().__init__(message)
+        self.lasting = lasting
+
+
+class CheckpointGone(CheckpointError):
+    """The checkpoint directory this run holds was deleted, moved or unmounted while it ran."""
 
 
 class CheckpointMismatch(CheckpointError):
@@ -233,12 +245,25 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
                     raise
                 return False
 
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous)
+    # A step's folder is made before save() returns, so that a folder that cannot be written fails there, in
+    # the process that made it, rather than in a background thread that the other processes wait for; and
+    # no background wait on other processes lasts longer than SAVE_BARRIER_S (Orbax's default: 20 minutes).
+    async_options = ocp.AsyncOptions(timeout_secs=SAVE_BARRIER_S, create_directories_asynchronously=False)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, enable_async_checkpointing=asynchronous, async_options=async_options
+    )
     path = check_directory(directory)
+    check_still_there(path)
     try:
         return Manager(path, options=options)
     except OSError as err:
-        raise CheckpointError(explain(err, f"open the checkpoint directory {directory}")) from err
+        raise _failed(err, f"open the checkpoint directory {directory}") from err
+
+
+def _failed(err: BaseException, doing: str) -> CheckpointError:
+    """:func:`explain`'s sentence as a :class:`CheckpointError`, lasting unless its cause is unknown."""
+    sentence = explain(err, doing)
+    return CheckpointError(sentence, lasting=not sentence.startswith(f"Could not {doing}: {type(err).__name__}: "))
 
 
 def explain(err: BaseException, doing: str) -> str:
@@ -247,15 +272,23 @@ def explain(err: BaseException, doing: str) -> str:
     if code is None:
         found = _TS_ERRNO.search(str(err))
         code = int(found[1]) if found else None
+    path = getattr(err, "filename", None)
+    at = f": {path}" if path and str(path) not in doing else ""  # the place, when it is not the one named
     if code in _NO_ROOM:
         return (
-            f"Could not {doing}: no room left ({os.strerror(code)}). Free space or point the run at a "
+            f"Could not {doing}: no room left ({os.strerror(code)}{at}). Free space or point the run at a "
             "directory with room; the last complete step is unchanged and still the one restored."
         )
     if code in _NO_RIGHTS:
         return (
-            f"Could not {doing}: the directory cannot be written ({os.strerror(code)}). Give the run a "
+            f"Could not {doing}: the directory cannot be written ({os.strerror(code)}{at}). Give the run a "
             "writable directory; the last complete step is unchanged and still the one restored."
+        )
+    if code == errno.ENOENT:
+        return (
+            f"Could not {doing}: {getattr(err, 'filename', None) or 'a folder it writes into'} does not exist any "
+            "more (deleted, moved or unmounted during the run). Give the run a directory that stays; steps "
+            "saved before are wherever the directory went."
         )
     if code in (errno.ENOTEMPTY, errno.EEXIST) or type(err).__name__ == "StepAlreadyExistsError":
         return (
@@ -282,10 +315,11 @@ def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = Tru
     import orbax.checkpoint as ocp
 
     args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave(dict(run))})
+    check_still_there(manager.directory)
     try:
         return manager.save(int(step), args=args, force=force)
     except (OSError, ValueError, ocp.checkpoint_manager.StepAlreadyExistsError) as err:
-        raise CheckpointError(explain(err, f"save step {step} to {manager.directory}")) from err
+        raise _failed(err, f"save step {step} to {manager.directory}") from err
 
 
 def finish(manager) -> None:
@@ -298,7 +332,9 @@ def finish(manager) -> None:
     try:
         manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - whatever the background thread raised, said in one sentence
-        raise CheckpointError(explain(err, f"finish the save in {manager.directory}")) from err
+        check_still_there(manager.directory)
+        raise _failed(err, f"finish the save in {manager.directory}") from err
+    check_still_there(manager.directory)
 
 
 def read_run(manager, step: int) -> dict[str, Any]:
@@ -368,7 +404,7 @@ def _restore_step(manager, target, run, step: int):
     except OSError as err:
         if isinstance(err, FileNotFoundError):
             return None, _read_failure(err)
-        raise CheckpointError(explain(err, f"restore step {step} from {where}")) from err
+        raise _failed(err, f"restore step {step} from {where}") from err
     except Exception as err:  # noqa: BLE001 - Orbax raises a plain Exception for a file it cannot read
         failure = _read_failure(err)
         if failure:
@@ -380,7 +416,17 @@ def _restore_step(manager, target, run, step: int):
     return restored[STATE_ITEM], None
 
 
-def restore(manager, target, run: Mapping[str, Any], step: int | None = None, warn=None):
+def restore(
+    manager,
+    target,
+    run: Mapping[str, Any],
+    step: int | None = None,
+    warn=None,
+    *,
+    agree=None,
+    barrier=None,
+    primary=True,
+):
     """Restore ``step`` (default: the latest complete one) onto ``target``'s shapes, dtypes and shardings.
 
     A latest step whose files are damaged (:func:`damage`, or a data file
@@ -397,6 +443,12 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
         run: this run's :func:`run_description`; a checkpoint saved by
             another run is refused before any array is read.
         step: a given step is restored or refused, never replaced by another.
+        agree, barrier, primary: for several processes restoring together
+            (the multi-process worker), which must all take the same step:
+            ``agree(what_is_damaged_or_None)`` returns the verdict every
+            process shares (the first process's cause, naming it), only the
+            ``primary`` process sets damaged steps aside, and ``barrier()``
+            waits for that before every process reads the folder again.
 
     Returns:
         ``(step, state)``: the step restored and the state, every leaf with
@@ -409,6 +461,7 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
             whose leaves differ from the target's (named by their paths).
     """
     where = str(manager.directory)
+    check_still_there(where)
     unplaced = [
         jax.tree_util.keystr(path)
         for path, leaf in jax.tree_util.tree_leaves_with_path(target)
@@ -429,6 +482,8 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
     damaged = []
     for candidate in steps:
         state, broken = _restore_step(manager, target, run, candidate)
+        if agree is not None:
+            broken = agree(broken)  # one process's damaged file is every process's damaged step
         if broken is None:
             break
         damaged.append((candidate, broken))
@@ -444,66 +499,20 @@ def restore(manager, target, run: Mapping[str, Any], step: int | None = None, wa
         raise CheckpointError(f"{said}; step {candidate} is complete: restore it with step={candidate}.")
     if damaged:
         kept = []
-        for k, _ in damaged:
-            with contextlib.suppress(OSError):
-                os.rename(Path(where) / str(k), Path(where) / f"{k}{DAMAGED_SUFFIX}")
-                kept.append(f"{k}{DAMAGED_SUFFIX}")
-        if kept and hasattr(manager, "reload"):
+        for k, _ in damaged if primary else ():
+            names = [f"{k}{DAMAGED_SUFFIX}", *(f"{k}{DAMAGED_SUFFIX}.{i}" for i in range(2, 100))]
+            aside = next((name for name in names if not (Path(where) / name).exists()), None)
+            with contextlib.suppress(OSError):  # a step set aside before keeps its name; this one takes the next
+                if aside is not None:
+                    os.rename(Path(where) / str(k), Path(where) / aside)
+                    kept.append(aside)
+        if barrier is not None:
+            barrier()  # every process reads the folder again after the primary one set the steps aside
+        if hasattr(manager, "reload"):
             manager.reload()
         aside = f" (kept as {', '.join(kept)})" if kept else ""
         warn(f"{said}; step {candidate} is complete: resuming from step {candidate}{aside}.")
     return candidate, state
-
-
-@contextlib.contextmanager
-def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
-    """Hold ``directory`` as its one writer while the block runs: a lock file naming this process.
-
-    Two runs saving into one directory would overwrite each other's steps
-    (or fail half-way with "Directory not empty"). The lock
-    (:mod:`dpcourse.checkpoints.folderlock`) names its holder; this process touches it
-    every :data:`LOCK_REFRESH_S` seconds, so a lock from another host
-    (a pod replaced after a preemption) counts as stale once it is
-    :data:`LOCK_STALE_S` seconds old; one of a dead process on this host, at once.
-
-    Raises:
-        CheckpointInUse: another live run holds it (process, host, since when).
-        CheckpointError: the directory is a file or cannot be written.
-    """
-    from dpcourse.checkpoints import folderlock
-
-    path = check_directory(directory)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        lock_file = path / LOCK_NAME
-        if lock_file.exists() and time.time() - lock_file.stat().st_mtime > LOCK_STALE_S:
-            with contextlib.suppress(OSError, ValueError):
-                holder = json.loads(lock_file.read_text(encoding="utf-8"))
-                if holder.get("host") != socket.gethostname():
-                    lock_file.unlink()  # not touched for a minute: its holder is gone
-        lock = folderlock.acquire(path, LOCK_NAME, command)
-    except folderlock.FolderLocked as err:
-        raise CheckpointInUse(
-            f"The checkpoint directory {directory} is in use by another run ({folderlock.describe(err.holder)}): "
-            "two runs saving there would overwrite each other's steps. Wait for it to finish, or give this run "
-            f"another directory (a lock left by a run that is over: delete {err.lock})."
-        ) from None
-    except OSError as err:
-        raise CheckpointError(explain(err, f"lock the checkpoint directory {directory}")) from err
-    stop = threading.Event()
-
-    def touch():
-        while not stop.wait(LOCK_REFRESH_S):
-            with contextlib.suppress(OSError):
-                os.utime(lock)
-
-    toucher = threading.Thread(target=touch, name="dpcourse-checkpoint-lock", daemon=True)
-    toucher.start()
-    try:
-        yield lock
-    finally:
-        stop.set()
-        folderlock.release(lock)
 
 
 def half_written(directory: str | os.PathLike) -> list[str]:
@@ -571,3 +580,7 @@ def quiet_orbax_log() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(before)
+
+
+# The writer's lock (its own module); these names were first defined here.
+from dpcourse.checkpoints.holding import LOCK_NAME, LOCK_REFRESH_S, LOCK_STALE_S, check_still_there, hold  # noqa: E402,F401

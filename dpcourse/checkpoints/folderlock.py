@@ -1,19 +1,41 @@
-"""One writer per folder: a lock file that names its holder (process, host, since when), stale once that process is gone.
+"""One writer per folder: a lock file held by the operating system (it dies with its process) that names its holder.
 
 The course runner holds its ``--out`` folder with it
 (``coursetools.outfolder``), and a run of notebook 11 holds its checkpoint
 folder (:func:`dpcourse.checkpoints.checkpoint.hold`): a second writer is
 refused with :class:`FolderLocked`, which carries the holder's record so
 that each caller words the sentence for its own flag.
+
+The lock is ``flock`` on the open lock file (``fcntl.flock``; on Windows,
+``msvcrt.locking``), which the kernel drops when its process ends however it
+ends (SIGKILL included), so a lock left by a killed run never blocks its
+restart, even one with the same process id on the same host (PID 1 in a
+container). The file's text (a JSON record: process, host, boot, since
+when, command) only names the holder; it decides nothing on this machine.
+On a shared folder whose file system does not pass locks between machines,
+a record written by another machine (another boot id) counts as live while
+its holder keeps touching it (``stale_s``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import socket
+import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
+
+RECORD_MAX_BYTES = 64 * 1024  # a lock's record is a few hundred bytes; more is not a record
+WRITE_GRACE_S = 2.0  # a held lock with no record yet: its holder is writing it; wait this long for it
+_HELD: dict[str, int] = {}  # lock path -> open descriptor, for the locks this process holds
 
 
 class FolderLocked(RuntimeError):
@@ -22,7 +44,7 @@ class FolderLocked(RuntimeError):
     Attributes:
         lock: the lock file's path.
         holder: its record (``pid``, ``host``, ``started`` in UTC ISO 8601, ``command``); ``{}`` when unreadable.
-        same_host: the holder runs on this machine (so it is alive: a dead one's lock is replaced).
+        same_host: the holder runs on this machine (so it is alive: the operating system holds its lock).
         this_process: the holder is this very process (a run inside a run).
     """
 
@@ -32,76 +54,200 @@ class FolderLocked(RuntimeError):
 
 
 def describe(holder: dict) -> str:
-    """``process PID on HOST, started WHEN (COMMAND)``: the holder of a lock, in words."""
-    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}" + (
-        f" ({holder['command']})" if holder.get("command") else ""
-    )
+    """``process PID on HOST, started WHEN (COMMAND)``: the holder of a lock, in words (any record, even an odd one)."""
+    holder = holder if isinstance(holder, dict) else {}
+
+    def field(key: str) -> str:
+        value = holder.get(key)
+        return "?" if value is None or value == "" else str(value)[:200]
+
+    command = f" ({field('command')})" if holder.get("command") else ""
+    return f"process {field('pid')} on {field('host')}, started {field('started')}{command}"
 
 
-def _alive(pid: int) -> bool:
+def boot_id() -> str:
+    """This machine's boot id (Linux; the same in every container of one machine), or ``""`` where there is none."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _same_machine(holder: dict) -> bool:
+    """Whether a record was written on this machine: its boot id, else its host name, is this one's (or it names none)."""
+    theirs, mine = holder.get("boot"), boot_id()
+    if isinstance(theirs, str) and theirs and mine:
+        return theirs == mine
+    host = holder.get("host")
+    return not (isinstance(host, str) and host) or host == socket.gethostname()
+
+
+def read_record(lock: str | os.PathLike) -> dict:
+    """A lock file's record as a dict; ``{}`` when it is empty, unreadable, too long or not a JSON object."""
+    try:
+        with open(lock, "rb") as fh:
+            raw = fh.read(RECORD_MAX_BYTES + 1)
+        record = json.loads(raw.decode("utf-8")) if len(raw) <= RECORD_MAX_BYTES else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _try_lock(fd: int) -> bool:
+    """Take the operating system's lock on ``fd`` without waiting; False when another open file holds it."""
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:  # one byte far past the record, so that the record stays readable
+            os.lseek(fd, 1 << 30, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except (BlockingIOError, PermissionError):
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
+    except OSError as err:
+        if fcntl is None and err.errno in (13, 36):  # EACCES, EDEADLOCK: Windows' "locked by another process"
+            return False
+        raise
     return True
 
 
-def acquire(folder: str | os.PathLike, name: str, command: str = "", write=None) -> Path:
-    """Take the lock file ``folder/name`` (a JSON record of this process); return its path.
+def _write_record(fd: int, record: dict) -> None:
+    """Replace the text of the open lock file with ``record`` and flush it to disk."""
+    data = json.dumps(record).encode("utf-8")
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+    os.fsync(fd)
 
-    The record is first written to a temporary file (by ``write(path,
-    text)``, default :meth:`Path.write_text`) and then hard-linked to the
-    lock's name, which fails when the lock exists: never two holders. A lock
-    whose process is gone (same host, dead pid) is stale and replaced.
-    Release it with :func:`release`.
+
+def _is_current(fd: int, lock: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``lock`` (not one a releasing holder just removed)."""
+    try:
+        now = os.stat(lock)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s: float | None = None) -> Path:
+    """Take the lock file ``folder/name`` for this process; return its path. Release it with :func:`release`.
+
+    The file is opened (created when absent) and locked by the operating
+    system without waiting; the process that gets the lock writes its record
+    into it. Two processes started at one instant never both get it, and a
+    lock whose process has ended, by any means, is free: its record, whatever
+    it holds (nothing, a process id that exists again, text that is not
+    JSON), is replaced. One exception: a record from another machine
+    (another boot id or host) that was touched less than ``stale_s`` seconds
+    ago counts as held (its holder may be alive where the lock cannot be
+    seen), and one untouched for longer is free even while the file system
+    still holds its lock (a vanished machine's lock on a network file
+    system): the file is replaced by a new one. With ``stale_s=None``, a
+    record from another machine is never taken over.
 
     Raises:
-        FolderLocked: a live process here, this process, or a process on
-            another host (which cannot be checked) holds it.
-        OSError: the folder cannot be written (read-only, full, not a folder).
+        FolderLocked: a live process (this one included) holds the lock, or
+            a record from another machine is not stale.
+        OSError: the folder cannot be written (read-only, full, not a folder);
+            nothing is left behind.
     """
-    folder = Path(folder)
-    lock = folder / name
+    lock = Path(folder) / name
+    if str(lock) in _HELD:
+        raise FolderLocked(lock, read_record(lock), True, True)
     me = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
+        "boot": boot_id(),
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": command,
     }
-    tmp = folder / f"{name}.{os.getpid()}.tmp"
-    (write or (lambda path, text: Path(path).write_text(text, encoding="utf-8")))(tmp, json.dumps(me))
-    try:
-        for _ in range(3):
-            try:
-                os.link(tmp, lock)
-                return lock
-            except FileExistsError:
-                pass
-            try:
-                holder = json.loads(lock.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                continue  # released in between: try again
-            except (OSError, ValueError):
-                holder = {}
-            holder = holder if isinstance(holder, dict) else {}
-            same_host = holder.get("host") == me["host"]
-            pid = holder.get("pid")
-            if same_host and isinstance(pid, int) and pid != me["pid"] and not _alive(pid):
-                lock.unlink(missing_ok=True)  # stale: that process was killed
+    for _ in range(20):  # each retry follows a holder that released the file between our open and our lock
+        existed = lock.exists()
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            if not _try_lock(fd):
+                holder = _record_of_live_holder(lock)
+                if _abandoned(fd, holder, stale_s) and _is_current(fd, lock):
+                    os.unlink(lock)  # a lock a dead machine keeps on a shared file system: a new file, free
+                    os.close(fd)
+                    continue
+                raise FolderLocked(lock, holder, _same_machine(holder) if holder else True, False)
+            if not _is_current(fd, lock):
+                os.close(fd)
                 continue
-            raise FolderLocked(lock, holder, same_host, same_host and pid == me["pid"])
-        raise FolderLocked(lock, {}, False, False)
-    finally:
-        tmp.unlink(missing_ok=True)
+            holder = read_record(lock)
+            if holder and not _same_machine(holder):
+                age = time.time() - os.fstat(fd).st_mtime
+                if stale_s is None or age < stale_s:
+                    raise FolderLocked(lock, holder, False, False)
+            try:
+                _write_record(fd, me)
+            except OSError:
+                if not existed:
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)  # made by this attempt: leave nothing behind
+                raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        _HELD[str(lock)] = fd
+        return lock
+    raise FolderLocked(lock, {}, False, False)
+
+
+def _abandoned(fd: int, holder: dict, stale_s: float | None) -> bool:
+    """Whether a held lock was written by another machine that stopped touching it ``stale_s`` seconds ago.
+
+    A network file system keeps the lock of a machine that vanished (a
+    preempted VM) until its server gives up on that machine, which NFSv3
+    may never do; the holder's touches tell a dead one from a live one.
+    """
+    if stale_s is None or not holder or _same_machine(holder):
+        return False
+    return time.time() - os.fstat(fd).st_mtime >= stale_s
+
+
+def _record_of_live_holder(lock: Path) -> dict:
+    """The record of a lock another process holds, waiting up to :data:`WRITE_GRACE_S` for one just taken."""
+    deadline = time.monotonic() + WRITE_GRACE_S
+    while True:
+        record = read_record(lock)
+        if record or time.monotonic() > deadline:
+            return record
+        time.sleep(0.05)
+
+
+def still_held(lock: str | os.PathLike) -> bool:
+    """Whether this process holds ``lock`` and its file is still the one locked (not deleted, moved or replaced)."""
+    fd = _HELD.get(str(Path(lock)))
+    if fd is None:
+        return False
+    try:
+        return _is_current(fd, Path(lock))
+    except OSError:
+        return False
+
+
+def holds(lock: str | os.PathLike) -> bool:
+    """Whether this process holds ``lock`` (taken by :func:`acquire` and not released)."""
+    return str(Path(lock)) in _HELD
 
 
 def release(lock: str | os.PathLike) -> None:
-    """Remove a lock taken by :func:`acquire` in this process (never another's)."""
-    try:
-        holder = json.loads(Path(lock).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """Give up a lock taken by :func:`acquire` in this process (never another's); never raises.
+
+    The file is removed when it can be (a folder that turned read-only
+    keeps it, and the next run takes it over: its holder is gone); the
+    operating system's lock ends with the descriptor.
+    """
+    fd = _HELD.pop(str(Path(lock)), None)
+    if fd is None:
         return
-    if isinstance(holder, dict) and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-        Path(lock).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        if _is_current(fd, Path(lock)):
+            os.unlink(lock)
+    with contextlib.suppress(OSError):
+        os.close(fd)

@@ -20,6 +20,7 @@ be restored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -174,16 +175,62 @@ def _resume(args: argparse.Namespace, say) -> dict:
     }
 
 
+class _HeldLog:
+    """Orbax's log and stray tracebacks, held in memory (bounded) while the command runs; written to a file only on failure.
+
+    A handler that writes to a file as records come would fail on the full
+    disk that made the save fail, and logging would then print its own
+    errors over the one sentence; one held in memory cannot fail.
+    """
+
+    MAX_RECORDS = 200
+
+    def __init__(self):
+        import logging
+
+        self.lines: list[str] = []
+        self.handler = logging.Handler()
+        self.handler.emit = self._emit
+
+    def _emit(self, record) -> None:
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            if len(self.lines) < self.MAX_RECORDS:
+                self.lines.append(self.handler.format(record))
+
+    def add(self, text: str) -> None:
+        if len(self.lines) < self.MAX_RECORDS:
+            self.lines.append(text)
+
+    def keep(self) -> str:
+        """Write the held lines to a file in the temp folder; ``(details: PATH)``, or why there are none."""
+        import tempfile
+
+        try:
+            folder = tempfile.gettempdir()
+        except (OSError, ValueError) as err:  # "No usable temporary directory": every candidate is full or read-only
+            return f"(no details kept: no usable temporary folder, {type(err).__name__})"
+        path = Path(folder) / f"dpcourse-resume-{os.getpid()}.log"
+        try:
+            path.write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return f"(no details kept: the temporary folder {folder} cannot be written, {os.strerror(err.errno or 0)})"
+        return f"(details: {path})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m dpcourse.checkpoints.resume --dir DIR --until N [--devices K] [--form fsdp] ...``.
 
     Returns the exit status: 0 (also when the directory already holds step
     N: nothing to do, said on stderr), 1 for a checkpoint that cannot be
-    used or saved (one sentence on stderr, first; Orbax's log and the
-    traceback go to a log file it names), 2 for bad arguments.
+    used or saved, or any other failure (one sentence on stderr, first;
+    Orbax's log and the traceback go to a log file it names, when the temp
+    folder has room for one), 2 for bad arguments. Never raises.
     """
     import logging
-    import tempfile
     import threading
     import traceback
 
@@ -214,37 +261,46 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_bad_xla_flags()  # before JAX starts: XLA would end the process with its whole flag list
     if args.until is None and args.kill_at is None:
         parser.error("--until N is required: the step to train to (the latest saved step is resumed).")
-    # Orbax logs a failed background save from its own thread (a traceback per try): to a file, not the screen.
-    log_path = Path(tempfile.gettempdir()) / f"dpcourse-resume-{os.getpid()}.log"
-    handler = logging.FileHandler(log_path, delay=True)
+    # Orbax logs a failed background save from its own thread (a traceback per try): held, not on the screen.
+    held = _HeldLog()
     absl = logging.getLogger("absl")
     before = absl.propagate
-    absl.addHandler(handler)
+    absl.addHandler(held.handler)
     absl.propagate = False
     hooks = sys.unraisablehook, threading.excepthook
-    # A read that failed leaves Tensorstore's other callbacks to find Orbax's event loop closed: to the log too.
-    sys.unraisablehook = lambda u: absl.error("%s", "".join(traceback.format_exception(u.exc_value)))
-    threading.excepthook = lambda e: absl.error("%s", "".join(traceback.format_exception(e.exc_value)))
+    # A read that failed leaves Tensorstore's other callbacks to find Orbax's event loop closed: held too.
+    sys.unraisablehook = lambda u: held.add("".join(traceback.format_exception(u.exc_value)))
+    threading.excepthook = lambda e: held.add("".join(traceback.format_exception(e.exc_value)))
     try:
         summary = _main(args, lambda sentence: print(sentence, file=sys.stderr, flush=True))
-    except (checkpoint.CheckpointError, ValueError) as err:
-        with open(log_path, "a", encoding="utf-8") as log:
-            traceback.print_exc(file=log)
-        print(f"error: {err} (details: {log_path})", file=sys.stderr, flush=True)
+    except (checkpoint.CheckpointError, ValueError, OSError) as err:
+        held.add(traceback.format_exc())
+        sentence = str(err) if not isinstance(err, OSError) else checkpoint.explain(err, f"resume from {args.dir}")
+        print(f"error: {sentence} {held.keep()}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as err:  # noqa: BLE001 - anything else still ends in one line and an exit status
+        held.add(traceback.format_exc())
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        print(f"error: {type(err).__name__}: {first} {held.keep()}", file=sys.stderr, flush=True)
         return 1
     finally:
-        absl.removeHandler(handler)
+        absl.removeHandler(held.handler)
         absl.propagate = before
         sys.unraisablehook, threading.excepthook = hooks
-        handler.close()
     print(json.dumps(summary))
     return 0
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # A failed save leaves Orbax's background thread behind, which would keep the interpreter alive:
-    # the error is said, so end now.
-    os._exit(code)
+    code = 1
+    try:
+        code = main()
+    except SystemExit as exited:  # argparse's usage errors
+        code = exited.code if isinstance(exited.code, int) else 2
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        # A failed save leaves Orbax's background thread behind, which would keep the interpreter alive:
+        # the error is said, so end now, whatever happened.
+        os._exit(code)

@@ -322,7 +322,10 @@ def log(message: str) -> None:
     """A diagnostic line on stderr, tagged with this process (every process logs)."""
     import jax
 
-    print(f"[process {jax.process_index()}/{jax.process_count()}] {message}", file=sys.stderr, flush=True)
+    # One write for the whole line: C++ libraries write to the same stream (the worker sends gloo's notices
+    # there), and their text between a line and its newline would break the line.
+    sys.stderr.write(f"[process {jax.process_index()}/{jax.process_count()}] {message}\n")
+    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dpcourse import devices as _devices
-from dpcourse.backend.xlaflags import check_xla_flags, describe_abort
+from dpcourse.backend.xlaflags import check_xla_flags
 from dpcourse.multihost import heartbeat as progress
 from dpcourse.multihost import reaper
 from dpcourse.multihost.distributed import (
@@ -42,12 +40,12 @@ from dpcourse.multihost.distributed import (
     format_coordinator_address,
     relative_diff,
 )
+from dpcourse.multihost.failures import diagnose, first_cause, output_tail, port_taken
+from dpcourse.multihost.plan import check_savable_split
 from dpcourse.multihost.ports import TcpUnavailable, check_port_free, free_port, tcp_unavailable
 from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
-# Lines of an absl "Check failure" stack dump: addresses, not information.
-_STACK_LINE = re.compile(r"^\s+@\s+0x[0-9a-f]+")
 # Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.
 PORT_ATTEMPTS = 3
 
@@ -160,98 +158,6 @@ def worker_env(
     return env
 
 
-_GLOO_NOTICE = re.compile(r"is connected to \d+ peer ranks")
-_GLOO_FRAGMENT = re.compile(r"\s*\[Gloo\] Rank\s*$")
-# The whole notice, with a line break allowed between any two of its words (where the
-# interleaving split it): "[Gloo] Rank 0 is connected to 7 peer ranks. Expected number of
-# connected peer ranks is : 7".
-_GLOO_WHOLE = re.compile(
-    r"\[Gloo\]\s*Rank\s*\d+\s*is\s*connected\s*to\s*\d+\s*peer\s*ranks\.?"
-    r"(\s*Expected\s*number\s*of\s*connected\s*peer\s*ranks\s*is\s*:\s*\d+)?"
-)
-
-
-def output_tail(text: str, lines: int = 15) -> str:
-    """The last ``lines`` informative lines of a worker's output.
-
-    Drops the addresses of absl's stack dumps and gloo's connection notices
-    (``[Gloo] Rank 3 is connected to 7 peer ranks``), also when gloo's C++
-    output and Python's were interleaved and split such a notice over two
-    lines (``... [Gloo] Rank`` then ``4 is connected to 7 peer ranks ...``).
-    """
-    kept = []
-    for line in _GLOO_WHOLE.sub("", text).splitlines():
-        line = _GLOO_FRAGMENT.sub("", line).rstrip()
-        if line.strip() and not _STACK_LINE.match(line) and not _GLOO_NOTICE.search(line):
-            kept.append(line)
-    return "\n".join(kept[-lines:])
-
-
-def _port_taken(stderr: str) -> bool:
-    """Whether a worker's stderr says the coordinator's port was taken.
-
-    When the port is taken, JAX 0.10.2 usually raises "Failed to start RPC
-    server", but now and then crashes (SIGSEGV) right after logging "Failed
-    to add port to server": look for both.
-    """
-    return any(s in stderr for s in ("Failed to start RPC server", "Failed to add port", "CoordinatorPortInUse"))
-
-
-def _diagnose(
-    stderr: str,
-    exit_code: int,
-    process_id: int,
-    launched: Sequence[int],
-    num_processes: int,
-    coordinator: str,
-    init_timeout_s: int,
-) -> str:
-    """A sentence on the likely cause of a worker's failure."""
-    n_launched = len(launched)
-    flags = describe_abort(stderr)
-    if flags:
-        return f"Process {process_id} stopped at JAX's start: {flags}"
-    if _port_taken(stderr):
-        return (
-            f"The coordinator could not listen on {coordinator}: the port is already in use. "
-            "Pass another port, or port=None to pick a free one."
-        )
-    if "DEADLINE_EXCEEDED" in stderr and ("RegisterTask" in stderr or "Barrier" in stderr):
-        if 0 not in launched:
-            return (
-                f"The coordinator at {coordinator} could not be reached within {init_timeout_s} s: process 0, "
-                "which runs it, was not launched, so nothing listens there. On real hosts: check the "
-                "address, that process 0 started, and that the port is open between the hosts."
-            )
-        if n_launched < num_processes:
-            return (
-                f"num_processes={num_processes}, but only {n_launched} process(es) were launched: the "
-                f"coordinator waits for all {num_processes} to join and gave up after "
-                f"{init_timeout_s} s. Launch as many processes as num_processes says."
-            )
-        return (
-            f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
-            f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
-            "started, that the address is right and reachable, and that every process was launched."
-        )
-    if "stopped sending heartbeats" in stderr:
-        return (
-            f"Process {process_id} was stopped by JAX because another process stopped sending heartbeats "
-            "(it died); look for the first process that failed."
-        )
-    said = re.search(r"^\[process \d+\] error: (.+)$", stderr, re.MULTILINE)
-    if said:  # the worker said what went wrong in one sentence (a checkpoint it cannot use, say)
-        return f"Process {process_id} stopped: {said[1]}"
-    if "injected failure" in stderr:
-        return f"Process {process_id} was told to fail (fail_process={process_id})."
-    if "does not divide evenly" in stderr:
-        return "The global batch does not divide by the global device count (see the error above)."
-    if exit_code < 0:
-        name = signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else str(-exit_code)
-        return f"Process {process_id} was ended by signal {name} (a crash, or the machine ran out of memory)."
-    return f"Process {process_id} raised an error (its stderr is below)."
-
-
 def launch_local(
     n_processes: int = 2,
     devices_per_process: int = 4,
@@ -314,7 +220,8 @@ def launch_local(
         XlaFlagsError: ``XLA_FLAGS`` holds a token XLA would end the workers on (a ValueError).
         ValueError: counts or ``steps`` < 1, ``init_timeout_s`` < 1 or >= ``timeout_s``, a ``port``
             outside 1..65535, process ids
-            outside ``0 .. num_processes - 1`` or repeated, or a global
+            outside ``0 .. num_processes - 1`` or repeated, several processes of one device
+            each with a ``checkpoint_dir`` (no save completes then), or a global
             batch that does not divide by ``n_processes x devices_per_process``
             (checked before anything starts).
         CoordinatorPortInUse: ``port`` is taken (checked before anything starts).
@@ -351,6 +258,7 @@ def launch_local(
         )
     if global_batch is not None:
         check_global_batch(global_batch, n_processes * devices_per_process)
+    check_savable_split(num_processes, devices_per_process, checkpoint_dir)
     # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
     check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
     picked = port is None
@@ -473,14 +381,15 @@ def _run_workers(
                 **details,
             )
         if failed is not None:
+            failed = first_cause(failed, exit_codes, texts)
             i, code = failed
-            cause = _diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)
+            cause = diagnose(texts[i][1], code, i, launched, num_processes, coordinator, init_timeout_s)
             raise WorkerFailed(
                 f"Worker process {i} of {num_processes} failed (exit status {code}) after {wall_s:.1f} s. {cause} "
                 f"Every process was ended (exit statuses {exit_codes}).{not_ended}\n--- stderr of process {i} (last lines) ---\n"
                 f"{tails[i] or '(empty)'}",
                 process_id=i,
-                port_in_use=_port_taken(texts[i][1]),
+                port_in_use=port_taken(texts[i][1]),
                 **details,
             )
         if timed_out:

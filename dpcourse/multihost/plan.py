@@ -1,4 +1,4 @@
-"""Plan notebook 08's local multi-process run: the process split and the workers' compilation cache.
+"""Plan notebook 08's local multi-process run: the process split (one that can save, for 11) and the workers' compilation cache.
 
 The reference run in the notebook's kernel needs as many CPU devices as the
 processes hold together, so the split is chosen from the CPU devices the
@@ -17,6 +17,30 @@ MAX_DEVICES = 8  # the lesson's default: 2 processes x 4 devices
 MAX_PROCESSES = 4  # each process starts Python and JAX: more is slow on a laptop
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 MIN_COMPILE_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+
+
+class UnsavableSplit(ValueError):
+    """Several processes of one device each were given a checkpoint folder: no save would complete."""
+
+    lasting = True  # every retry fails the same way (the worker exits with 78: a GKE Job fails at once)
+
+
+def check_savable_split(n_processes: int, local_devices: int, checkpoint_dir) -> None:
+    """Refuse a checkpointed run of several processes with one device each, which no save completes.
+
+    Tried with JAX 0.10.2 and orbax-checkpoint 0.12.8 on CPU: 2 x 1 and 4 x 1
+    fail every save inside Orbax ("the input arrays must have one shard
+    each"), while 2 x 2, 2 x 4 and 4 x 2 save and resume.
+
+    Raises:
+        UnsavableSplit: ``checkpoint_dir`` is given, ``n_processes`` > 1 and ``local_devices`` == 1 (a ValueError).
+    """
+    if checkpoint_dir is not None and n_processes > 1 and local_devices == 1:
+        raise UnsavableSplit(
+            f"{n_processes} processes with one device each cannot save a checkpoint (every save fails inside "
+            'Orbax: "the input arrays must have one shard each"): give each process at least 2 devices '
+            "(fewer processes), or run without a checkpoint directory."
+        )
 
 
 def _fix_hint(available: int) -> str:

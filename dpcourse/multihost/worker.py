@@ -48,6 +48,7 @@ from dpcourse.multihost.distributed import (
     shutdown,
 )
 from dpcourse.multihost.heartbeat import Heartbeat
+from dpcourse.multihost.plan import check_savable_split
 from dpcourse.train import check_global_batch
 
 
@@ -104,6 +105,27 @@ def hold_directory(checkpoint_dir: str | os.PathLike) -> None:
         raise refusal or checkpoint.CheckpointInUse(
             f"Process 0 could not take the lock of the checkpoint directory {checkpoint_dir} (its error says why)."
         )
+
+
+def agree_on_damage(broken: str | None) -> str | None:
+    """Every process's verdict on one checkpoint step, shared: the first process that found it damaged, and why.
+
+    Each process reads only its own shards, so a file cut short may show in
+    one process alone; the others must still skip the step with it, or the
+    processes would train from different steps.
+    """
+    from jax.experimental import multihost_utils
+
+    width = 400
+    text = (broken or "").encode("utf-8")[: width - 1]
+    row = np.zeros(width, np.uint8)
+    row[0] = broken is not None
+    row[1 : 1 + len(text)] = np.frombuffer(text, np.uint8)
+    rows = np.asarray(multihost_utils.process_allgather(row)).reshape(-1, width)
+    for process, found in enumerate(rows):
+        if found[0]:
+            return f"process {process} found: {bytes(found[1:]).rstrip(bytes(1)).decode('utf-8', 'replace')}"
+    return None
 
 
 def train_worker(
@@ -207,6 +229,7 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
     if checkpoint_dir is not None:
         from dpcourse.checkpoints import checkpoint
 
+        check_savable_split(jax.process_count(), jax.local_device_count(), checkpoint_dir)
         heartbeat.set(f"restoring from {checkpoint_dir}")
         run = checkpoint.run_description(cfg, global_batch)
         hold_directory(checkpoint_dir)
@@ -215,7 +238,13 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
         shardings = checkpoint.state_shardings(state, mesh, "replicated")
         if manager.latest_step() is not None:
             start_step, state = checkpoint.restore(
-                manager, checkpoint.abstract_target(state, shardings), run, warn=lambda said: print_main(said)
+                manager,
+                checkpoint.abstract_target(state, shardings),
+                run,
+                warn=lambda said: print_main(said),
+                agree=agree_on_damage if jax.process_count() > 1 else None,
+                barrier=lambda: multihost_utils.sync_global_devices("dpcourse damaged steps set aside"),
+                primary=is_main_process(),
             )
             params, opt_state = state["params"], state["opt_state"]
         if not checkpoint.steps_to_train(start_step, steps, checkpoint_dir, "--steps"):
@@ -364,6 +393,23 @@ def single_process_reference(
 # ---------------------------------------------------------------------------
 
 
+def keep_stdout_for_python() -> None:
+    """Send what C++ libraries write to file descriptor 1 to stderr; Python's ``print`` keeps the real stdout.
+
+    Gloo prints a notice per connection (``[Gloo] Rank 6 is connected to 7
+    peer ranks ...``) from C++, straight to descriptor 1, one per device and
+    whenever a connection is made; pieces of them were once left among the
+    results (``[Gloo] Rank 6`` in the output of a process that prints
+    nothing), which no filter of the text can undo reliably. On stderr, with
+    the other diagnostics, they never reach the results, and nothing is lost
+    (NCCL's warnings also go to descriptor 1).
+    """
+    sys.stdout.flush()
+    python_stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(python_stdout, "w", buffering=1, encoding="utf-8", errors="replace")
+
+
 def _worker_main(args: argparse.Namespace) -> int:
     """One worker process: join, train, leave; on any error, exit at once.
 
@@ -391,28 +437,33 @@ def _worker_main(args: argparse.Namespace) -> int:
             )
             os._exit(WORKER_FAILURE_EXIT)
         heartbeat.set("joined; loading data")
-        train_worker(
-            args.profile,
-            args.steps,
-            args.data_source,
-            args.global_batch,
-            args.out,
-            args.checkpoint_dir,
-            args.save_every,
-            args.fail_at_step if fails_here else None,
-            heartbeat,
-        )
+        from dpcourse.checkpoints.checkpoint import quiet_orbax_log
+
+        with quiet_orbax_log():  # a failed background save raises in the loop, said in one sentence; not logged too
+            train_worker(
+                args.profile,
+                args.steps,
+                args.data_source,
+                args.global_batch,
+                args.out,
+                args.checkpoint_dir,
+                args.save_every,
+                args.fail_at_step if fails_here else None,
+                heartbeat,
+            )
         heartbeat.set("leaving")
         shutdown()
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
         if type(err).__module__ == "dpcourse.checkpoints.checkpoint" or isinstance(err, ValueError):
             who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")
-            print(f"[process {who}] error: {err}", file=sys.stderr)  # a sentence says it all
+            sys.stderr.write(f"[process {who}] error: {err}\n")  # a sentence says it all, in one write
         else:
             traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(UNUSABLE_CHECKPOINT_EXIT if type(err).__module__ == "dpcourse.checkpoints.checkpoint" else 1)
+        # 78 only where every retry would fail the same way (a GKE Job then fails at once): a checkpoint
+        # error whose cause is known, a split that cannot save; not one caused by a partner that died.
+        os._exit(UNUSABLE_CHECKPOINT_EXIT if getattr(err, "lasting", False) else 1)
     return 0
 
 
@@ -468,4 +519,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    keep_stdout_for_python()  # before JAX starts Gloo, whose notices would land among the results
     sys.exit(main())

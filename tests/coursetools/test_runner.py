@@ -612,3 +612,22 @@ def test_results_json_says_whether_the_solutions_were_in_and_the_cpu_devices_for
     assert timings.read_results(tmp_path / "out" / "results.json")["cpu_devices"] == 3  # of the record's schema
     monkeypatch.delenv("XLA_FLAGS")
     assert runner.run_course("smoke", [nb], tmp_path / "out")["cpu_devices"] is None
+
+
+def test_a_full_disk_elsewhere_is_the_notebook_s_failure_not_blamed_on_the_out_folder(tmp_path, monkeypatch):
+    """Lesson 11 with a full temporary folder: the runner blamed --out, which had room."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = write_notebook(nbs / "11_checkpoint.ipynb", "pass")
+    out = tmp_path / "out"
+    said = "CheckpointError: Could not copy a to /tmp/b: no room left (No space left on device). Free space ..."
+
+    def temp_disk_full(path, out_dir, *args, **kwargs):
+        return runner.NotebookRun(path.stem, "failed", 1.0, error=said)
+
+    monkeypatch.setattr(runner, "run_notebook", temp_disk_full)
+    monkeypatch.setattr(runner, "check_kernel_interpreter", lambda: sys.executable)
+    payload = runner.run_course("smoke", [nb], out)  # no DiskFullError naming --out
+    (run,) = payload["notebooks"]
+    assert run["status"] == "failed" and run["error"] == said
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".room")) == []

@@ -178,22 +178,6 @@ def test_the_step_rule_of_the_resume_command_and_the_worker():
         checkpoint.steps_to_train(4, 0, "d", "--until")
 
 
-def test_a_lock_left_by_a_run_on_another_host_blocks_until_it_is_a_minute_old(tmp_path):
-    import json
-    import os
-    import time
-
-    lock = tmp_path / checkpoint.LOCK_NAME
-    lock.write_text(json.dumps({"pid": 1, "host": "pod-0-abcde", "started": "2026-01-01T00:00:00+00:00"}))
-    with pytest.raises(checkpoint.CheckpointInUse, match=r"process 1 on pod-0-abcde, started 2026-01-01"):
-        checkpoint.hold(tmp_path).__enter__()
-    old = time.time() - checkpoint.LOCK_STALE_S - 5  # its holder stopped touching it (a preempted pod)
-    os.utime(lock, (old, old))
-    with checkpoint.hold(tmp_path) as held:
-        assert json.loads(held.read_text())["pid"] == os.getpid()
-    assert not lock.exists()
-
-
 def test_an_unknown_form_and_a_fault_without_a_kind_are_refused(cfg, cpu_devices):
     with pytest.raises(ValueError, match="replicated, fsdp"):
         checkpoint.state_shardings(_state(cfg), _mesh(cpu_devices), "zero3")
@@ -243,3 +227,50 @@ def test_a_restore_under_an_active_set_mesh_gives_the_target_shardings(tmp_path,
             step, got = checkpoint.restore(manager, checkpoint.abstract_target(state, shardings), run)
     assert step == 3 and train.max_abs_diff(state, got) == 0.0
     assert all(jax.tree.leaves(jax.tree.map(lambda a, s: a.sharding == s, got, shardings)))
+
+
+def _make_read_only(folder):
+    """Make ``folder`` read-only (a bind mount as root, who writes anywhere; chmod otherwise); return the undo."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return lambda: folder.chmod(0o755)
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command to make the folder read-only as root")
+    done = subprocess.run(["mount", "--bind", "-o", "ro", str(folder), str(folder)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"mount --bind -o ro failed here: {done.stderr.decode()[:200]}")
+    return lambda: subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_folder_that_turned_read_only_fails_the_save_call_itself_not_a_thread_the_others_wait_for(
+    tmp_path, cfg, cpu_devices
+):
+    """Several processes hung in Orbax's barriers for minutes when the step's folder was made in the background."""
+    state, run = _saved(tmp_path, cfg, cpu_devices)
+    folder = tmp_path / "ckpt"
+    with checkpoint.open_manager(folder) as manager:
+        undo = _make_read_only(folder)
+        try:
+            with pytest.raises(checkpoint.CheckpointError, match="save step 4 to .*cannot be written") as caught:
+                checkpoint.save(manager, 4, state, run)
+        finally:
+            undo()
+        assert caught.value.lasting  # a retry would fail the same way: the worker exits with 78
+        assert manager.latest_step() == 3
+
+
+def test_an_error_of_unknown_cause_is_not_lasting_and_a_known_one_is():
+    import errno
+
+    assert checkpoint._failed(OSError(errno.ENOSPC, "full"), "save step 1 to d").lasting
+    assert checkpoint._failed(OSError(errno.EROFS, "ro"), "save step 1 to d").lasting
+    unknown = checkpoint._failed(RuntimeError("DEADLINE_EXCEEDED: barrier timed out"), "finish the save in d")
+    assert not unknown.lasting and str(unknown) == (
+        "Could not finish the save in d: RuntimeError: DEADLINE_EXCEEDED: barrier timed out"
+    )
+    gone = checkpoint._failed(FileNotFoundError(errno.ENOENT, "no such file", "/d/4.orbax-checkpoint-tmp"), "save")
+    assert "/d/4.orbax-checkpoint-tmp does not exist any more" in str(gone)

@@ -172,6 +172,22 @@ def test_a_damaged_latest_step_is_named_and_the_complete_one_before_it_restored(
         assert manager.all_steps() == [2]
 
 
+def test_a_step_damaged_twice_is_set_aside_twice_and_never_stays_listed(tmp_path, setup, two_steps):
+    """The second time, 4.damaged existed: the rename failed silently and step 4 stayed, refusing its new save."""
+    states, run, state0 = two_steps
+    target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, setup[2], "replicated"))
+    for kept in ("4.damaged", "4.damaged.2"):
+        _damage(tmp_path, "bad metadata")
+        said = []
+        with checkpoint.open_manager(tmp_path) as manager:
+            step, _ = checkpoint.restore(manager, target, run, warn=said.append)
+            assert step == 2 and manager.all_steps() == [2] and f"(kept as {kept})" in said[0], said
+            checkpoint.save(manager, 4, states[4], run)  # trained again from 2: saved anew
+            checkpoint.finish(manager)
+    assert sorted(p.name for p in tmp_path.iterdir() if "damaged" in p.name) == ["4.damaged", "4.damaged.2"]
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+
+
 def test_the_resume_command_goes_on_from_the_step_before_a_damaged_one_and_saves_it_anew(
     tmp_path, setup, capsys, two_steps
 ):
@@ -221,6 +237,138 @@ def test_a_full_disk_during_the_save_ends_the_command_in_seconds_with_one_senten
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
 
 
+def _after_training(monkeypatch, action) -> None:
+    """The resume command (in this process) trains, then ``action()`` runs (a fault in the middle of the run), then it saves."""
+    real = resume.train_until
+
+    def train_until(*args, **kwargs):
+        out = real(*args, **kwargs)
+        action()
+        return out
+
+    monkeypatch.setattr(resume, "train_until", train_until)
+
+
+def _one_sentence_in_process(tmp_path, setup, capsys, *parts, folder=None):
+    start = time.monotonic()
+    status = resume.main(_args(folder or tmp_path, setup, "--until", "6", "--devices", "8"))
+    took, err = time.monotonic() - start, capsys.readouterr().err
+    assert status == 1 and took < EXIT_BOUND_S, (took, err[-3000:])
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err[-3000:]
+    for part in parts:
+        assert part in err, err
+
+
+def test_a_folder_that_turns_read_only_mid_run_ends_the_command_with_one_sentence(
+    tmp_path, setup, two_steps, monkeypatch, capsys
+):
+    """The issue's example: a 123-line traceback (the lock's release raised over the sentence), then a hang."""
+    states, run, state0 = two_steps
+    if os.geteuid() == 0:  # root writes anywhere: a read-only bind mount, undone below
+        if shutil.which("mount") is None:
+            pytest.skip("no mount command to make the folder read-only as root")
+        make = ["mount", "--bind", "-o", "ro", str(tmp_path), str(tmp_path)]
+        undo = ["umount", str(tmp_path)]
+    else:
+        make, undo = ["chmod", "555", str(tmp_path)], ["chmod", "755", str(tmp_path)]
+    _after_training(monkeypatch, lambda: subprocess.run(make, check=True, capture_output=True))
+    try:
+        _one_sentence_in_process(tmp_path, setup, capsys, "the directory cannot be written")
+    finally:
+        subprocess.run(undo, capture_output=True)
+    assert (tmp_path / checkpoint.LOCK_NAME).exists()  # could not be removed; the next run takes it over
+    _restores_whole(tmp_path, setup, run, state0, 4, states[4])
+    monkeypatch.undo()
+    assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0  # the lock freed itself
+
+
+def test_a_folder_deleted_mid_run_ends_the_command_with_one_sentence_not_a_new_folder(
+    tmp_path, setup, two_steps, monkeypatch, capsys
+):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tmp_path, folder, ignore=lambda d, names: ["ckpt"] if d == str(tmp_path) else [])
+    _after_training(monkeypatch, lambda: shutil.rmtree(folder))
+    _one_sentence_in_process(
+        tmp_path, setup, capsys, f"The checkpoint directory {folder} was deleted, moved or unmounted", folder=folder
+    )
+    assert not folder.exists()  # not made again, empty, by the save
+
+
+def test_no_usable_temporary_folder_still_ends_in_the_one_sentence(tmp_path, setup, two_steps, monkeypatch, capsys):
+    """With 0 bytes free, an 18-line "No usable temporary directory" traceback replaced the sentence."""
+    import errno
+    import tempfile
+
+    def no_temp():
+        raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "gettempdir", no_temp)
+    with checkpoint.fail_at_commit(OSError(errno.ENOSPC, "No space left on device")):
+        _one_sentence_in_process(
+            tmp_path, setup, capsys, "Could not finish the save", "no room left", "no usable temporary folder"
+        )
+
+
+def test_a_full_disk_that_also_holds_the_temporary_folder_is_one_sentence(tmp_path, setup, two_steps):
+    """The issue's example: 877 lines of "Logging error" and no sentence (a real full disk: root only)."""
+    states, run, state0 = two_steps
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("a small disk to fill needs root (mount -t tmpfs); the planted full disks above cover the rest")
+    try:
+        shutil.copytree(tmp_path, disk / "ckpt", ignore=lambda d, names: ["disk"] if d == str(tmp_path) else [])
+        (disk / "tmp").mkdir()
+        free = shutil.disk_usage(disk).free
+        with open(disk / "filler", "wb") as fh:  # leave less than a step's files
+            fh.write(b"\0" * max(0, free - 16384))
+        start = time.monotonic()
+        env = {**os.environ, "TMPDIR": str(disk / "tmp")}
+        command = _command(disk / "ckpt", setup, "--until", "6")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=EXIT_BOUND_S * 3, env=env)
+        took, err = time.monotonic() - start, done.stderr
+        assert done.returncode == 1 and took < EXIT_BOUND_S, (took, err[-3000:])
+        assert len(err.splitlines()) == 1 and "no room left" in err and f"{disk / 'ckpt'}:" in err, err[-3000:]
+        (disk / "filler").unlink()
+        _restores_whole(disk / "ckpt", setup, run, state0, 4, states[4])
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def _as_pid_1() -> list[str]:
+    """A command prefix that runs a program as PID 1 of a new PID namespace (as in a container), or skip."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare command to start a process as PID 1")
+    for prefix in (
+        ["unshare", "--pid", "--fork", "--kill-child"],  # root
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"],  # where user namespaces are on
+    ):
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+        if probe.returncode == 0 and probe.stdout.strip() == b"1":
+            return prefix
+    pytest.skip("no PID namespace can be made here (needs root or user namespaces)")
+
+
+def test_a_run_killed_by_sigkill_resumes_when_restarted_with_the_same_pid_on_the_same_host(tmp_path, setup, two_steps):
+    """The issue's example: a container's restart (PID 1 again) was refused as "in use by another run (process 1 ...)"."""
+    states, run, state0 = two_steps
+    prefix = _as_pid_1()
+    # PID 1 ignores a SIGKILL it sends itself: killed from outside, through unshare (--kill-child passes it on).
+    first = subprocess.Popen([*prefix, *_command(tmp_path, setup, "--until", "6")], stderr=subprocess.PIPE)
+    lock, deadline = tmp_path / checkpoint.LOCK_NAME, time.monotonic() + EXIT_BOUND_S
+    while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    first.kill()
+    first.communicate(timeout=EXIT_BOUND_S)
+    held = json.loads(lock.read_text())
+    assert held["pid"] == 1 and held["host"] == socket.gethostname()  # left behind by the killed run
+    restarted, took = _run([*prefix, *_command(tmp_path, setup, "--until", "6")])
+    assert restarted.returncode == 0 and took < EXIT_BOUND_S, restarted.stderr[-2000:]
+    summary = json.loads(restarted.stdout.strip().splitlines()[-1])
+    assert summary["restored_step"] == 4 and summary["final_step"] == 6
+    assert not (tmp_path / checkpoint.LOCK_NAME).exists()
+
+
 def test_a_file_given_as_the_folder_is_one_sentence_not_start_from_step_0(tmp_path, setup, capsys):
     (tmp_path / "file").write_text("not a folder")
     assert resume.main(_args(tmp_path / "file", setup, "--until", "6", "--devices", "8")) == 1
@@ -233,7 +381,7 @@ def test_a_second_run_on_the_folder_is_refused_naming_the_first(tmp_path, setup,
     with checkpoint.hold(tmp_path, "the first run"):
         assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 1
     err = capsys.readouterr().err
-    assert f"is in use by another run (process {os.getpid()} on {socket.gethostname()}, started 20" in err
+    assert f"is already held by this process (process {os.getpid()} on {socket.gethostname()}, started 20" in err
     assert "(the first run)" in err
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
     assert not (tmp_path / checkpoint.LOCK_NAME).exists()  # released when the first run ended

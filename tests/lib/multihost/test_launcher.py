@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpcourse import train
-from dpcourse.multihost import distributed, launcher, ports, worker
+from dpcourse.multihost import distributed, failures, launcher, ports, worker
 from dpcourse.train import max_abs_diff
 
 PROFILE = "smoke"
@@ -172,6 +172,9 @@ def test_indivisible_global_batch_is_refused_before_anything_starts():
         (dict(timeout_s=0), "timeout_s positive"),
         (dict(port=99999), "port must be in 1..65535"),
         (dict(port=0), "port must be in 1..65535"),
+        # Every save failed inside Orbax with "one shard each", at every step: refused before anything starts.
+        (dict(devices_per_process=1, checkpoint_dir="ckpt"), "2 processes with one device each cannot save"),
+        (dict(n_processes=4, devices_per_process=1, checkpoint_dir="ckpt"), "4 processes with one device each"),
     ],
 )
 def test_bad_launch_arguments_are_refused(kwargs, fragment):
@@ -221,7 +224,8 @@ def test_each_process_loads_only_its_half_and_only_process_0_prints(two_process_
     assert [r["rows"] for r in layout] == [[0, global_batch // 2], [global_batch // 2, global_batch]]
     assert all(len(r["devices"]) == 4 for r in layout)
     assert "replicas agree: yes" in run.stdout[0]
-    assert launcher.output_tail(run.stdout[1]) == ""
+    assert run.stdout[1] == ""  # not even Gloo's connection notices, which go to stderr
+    assert "[Gloo]" not in run.stdout[0]
     for i in (0, 1):
         assert f"[process {i}/2] 4 local of 8 global devices" in run.stderr[i]
 
@@ -424,7 +428,7 @@ def test_a_stopped_process_is_named_not_its_victims(monkeypatch, n, index, when)
 
 def test_a_worker_s_one_sentence_error_is_the_cause_the_launcher_gives():
     stderr = "[process 1/2] loaded rows\n[process 1] error: The checkpoint directory /x cannot be used: /x is a file.\n"
-    cause = launcher._diagnose(stderr, 1, 1, [0, 1], 2, "127.0.0.1:1", 20)
+    cause = failures.diagnose(stderr, 1, 1, [0, 1], 2, "127.0.0.1:1", 20)
     assert cause == "Process 1 stopped: The checkpoint directory /x cannot be used: /x is a file."
 
 

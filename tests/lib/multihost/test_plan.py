@@ -65,3 +65,11 @@ def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert multihost_plan.default_cache_dir() == tmp_path
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
     assert multihost_plan.default_cache_dir().parts[-2:] == ("dpcourse", "jax-compilation")
+
+
+def test_only_a_split_with_several_devices_per_process_may_save_a_checkpoint():
+    for n_processes, local, folder in ((1, 1, "ckpt"), (2, 2, "ckpt"), (4, 2, "ckpt"), (2, 1, None)):
+        multihost_plan.check_savable_split(n_processes, local, folder)
+    with pytest.raises(multihost_plan.UnsavableSplit, match="2 processes with one device each cannot save") as caught:
+        multihost_plan.check_savable_split(2, 1, "ckpt")
+    assert isinstance(caught.value, ValueError) and caught.value.lasting  # the worker exits with 78 for it

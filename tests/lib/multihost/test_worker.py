@@ -113,7 +113,7 @@ def test_a_second_run_on_the_checkpoint_folder_is_refused_by_process_0_naming_th
 
     with checkpoint.hold(tmp_path, "the first run"), pytest.raises(checkpoint.CheckpointInUse) as caught:
         worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path))
-    assert "is in use by another run (process" in str(caught.value) and "(the first run)" in str(caught.value)
+    assert "already held by this process (process" in str(caught.value) and "(the first run)" in str(caught.value)
     worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path))  # free again: it runs, and lets go
     assert not (tmp_path / checkpoint.LOCK_NAME).exists()
 
