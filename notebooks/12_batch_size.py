@@ -528,8 +528,9 @@ print(readings.steps_sentence(best, fit.b_crit, spread))
 #
 # Time to the target is steps x time per step. With a fixed per-device
 # batch `b`, N devices train a global batch `N b`: each device's step stays
-# about as long (plus the all-reduce), while the steps needed fall only
-# until `N b` passes `B_crit`. Below, the steps come from the fit and the
+# about as long (plus the all-reduce), while each doubling of `N b` saves a
+# smaller share of the steps once it passes `B_crit` (the fit's
+# `S_min (1 + B_crit / B)`). Below, the steps come from the fit and the
 # step time from the course's cost model (`dpcourse.large_batch.time_to_target`),
 # for the per-device batch of this run's smallest global batch and **this
 # lesson's model**, the one whose steps were counted (the `full` profile's
@@ -689,11 +690,12 @@ print("freed:", before, "->", after)
 #   roughly where the bend is, from one run, for one scalar `pmean` per
 #   step: the per-device and the averaged gradient are the two batch sizes
 #   the estimate needs.
-# - More devices at a fixed per-device batch always buy throughput; past
-#   `B_crit` each doubling saves a smaller share of the steps (a quarter at
-#   `B_crit`, a tenth at `4 B_crit`), so the time to the target falls by
-#   less and less, and stops falling where the per-step costs grow faster
-#   than the steps fall (section 7).
+# - More devices at a fixed per-device batch buy throughput while the
+#   all-reduce's cost grows slower than the devices do (section 7's model
+#   says how far); past `B_crit` each doubling saves a smaller share of the
+#   steps (a quarter at `B_crit`, a tenth at `4 B_crit`), so the time to
+#   the target falls by less and less, and stops falling where the per-step
+#   costs grow faster than the steps fall (section 7).
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #
