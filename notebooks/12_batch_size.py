@@ -565,10 +565,10 @@ machines = [
     time_to_target.gpus("H200", "NVIDIA H200", counts_n),
     time_to_target.tpu_slices("TPU v5e", "TPU v5 lite", v5e_shapes),
 ]
-tables, readings = {}, {}
+tables, verdicts = {}, {}
 for machine in machines:
     table = time_to_target.rows(fit, b_dev, machine, cfg, sizes)
-    tables[machine.label], readings[machine.label] = (
+    tables[machine.label], verdicts[machine.label] = (
         table,
         time_to_target.reading(table, machine.label),
     )
@@ -590,7 +590,7 @@ for row in node_rows.values():
             f"(fitted steps x modelled step, global batch {row['global batch']}, {row['batch']})"
         )
 for label in tables:
-    print(readings[label])
+    print(verdicts[label])
 
 # %% [markdown]
 # And measured here: each run's loop time over its steps, on this run's

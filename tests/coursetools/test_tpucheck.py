@@ -71,7 +71,8 @@ def test_a_check_writes_a_results_file_that_compare_and_timings_read(tmp_path, m
     assert check["passed"] and check["tpus"] == ["TPU v5 lite"] and payload["machine"]["tpus"] == ["TPU v5 lite"]
     assert check["steps"][0]["exit_status"] == 0 and "peak chip MiB" in out and "3,072" in out
     assert compare.compare(payload, payload, threshold=0.1).exit_code == 0
-    entry = timings._run_entry(path)  # the record and the lessons' Time lines read it
+    lessons = [nb["notebook"] for nb in payload["notebooks"]]
+    entry = timings._run_entry(path, lessons)  # the record and the lessons' Time lines read it
     assert timings._machine_words(entry["machine"]) == "1 x TPU v5 lite"
 
 

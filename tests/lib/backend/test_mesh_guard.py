@@ -225,6 +225,8 @@ def test_in_a_script_any_other_error_goes_to_the_previous_hook(cpu_devices, monk
     own, _, foreign = _meshes(cpu_devices)
     seen = []
     monkeypatch.setattr(sys, "excepthook", lambda *exc: seen.append(exc[1]))
+    # An earlier test in this worker may have left an IPython shell (get_ipython() then finds it): none here.
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)
     assert mesh_guard.guard(own) == "script" and mesh_guard.guard(own) == "script"
     error = ZeroDivisionError("division by zero")
     sys.excepthook(ZeroDivisionError, error, None)
