@@ -11,6 +11,19 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from coursetools import shellrun
 
 
+@pytest.fixture(autouse=True)
+def _no_shell_left_behind():
+    """The in-process runs make the worker's IPython shell; later tests in the worker must not find it.
+
+    ``get_ipython()`` would return it, and code that behaves differently in IPython (a note shown with
+    ``display`` instead of printed, the global-mesh guard) would then fail tests that expect a plain
+    process: seen in ``make test`` when this file ran before them in one worker.
+    """
+    yield
+    if shellrun._CLASSES is not None:
+        shellrun._CLASSES[0].clear_instance()
+
+
 def _notebook(*sources: str):
     return new_notebook(cells=[new_markdown_cell("# title"), *(new_code_cell(s) for s in sources)])
 
