@@ -749,9 +749,11 @@ pkg = {
     "accumulation, scan": sharded_steps.accum_scan,
 }
 built = {form: build(cfg, mesh) for form, build in pkg.items()}  # (jitted step, abstract args)
-with ThreadPoolExecutor() as pool:  # the compiles are independent: use every core (as in 09)
-    pkg_steps = pool.map(lambda b: b[0].lower(*b[1]).compile(), built.values())
-    pkg_steps = dict(zip(built, pkg_steps))
+# Lowered here: a mesh set with jax.set_mesh belongs to this thread, and a worker thread would
+# lower without it. The compiles are independent: they use every core (as in 09).
+lowered = {form: step.lower(*args) for form, (step, args) in built.items()}
+with ThreadPoolExecutor() as pool:
+    pkg_steps = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
 package_diff, package_check = {}, {}
 for form, (_, args) in built.items():
     step = pkg_steps[form]

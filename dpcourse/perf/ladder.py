@@ -185,21 +185,33 @@ def compile_rungs(
     gives its exception instead (the rung then fails with it).
     """
 
-    def one(rung: Rung):
+    def lower(rung: Rung):
         rcfg = rung.config(cfg)
         optimizer = train.make_optimizer(rcfg)
         step = jax.jit(train.make_train_step(rcfg, optimizer))
         args = _abstract_args(rcfg, optimizer, init_params, dataset, device, rung.global_batch)
+        try:
+            return step, step.lower(*args)
+        except Exception as err:  # noqa: BLE001 - recorded as the rung's failure
+            return err
+
+    def compile_one(lowered):
+        if isinstance(lowered, Exception):
+            return lowered
+        step, low = lowered
         start = time.perf_counter()
         try:
-            executable = step.lower(*args).compile()
+            executable = low.compile()
         except Exception as err:  # noqa: BLE001 - recorded as the rung's failure
             return err
         return step, executable, time.perf_counter() - start
 
+    # Lowered here, in the caller's thread: a mesh set with jax.set_mesh is this thread's alone, and a
+    # step lowered in a worker thread would not see it. Only the compiles run side by side.
+    lowered = [lower(rung) for rung in rungs]
     workers = workers or max(1, min(len(rungs), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        return dict(zip((r.name for r in rungs), pool.map(one, rungs)))
+        return dict(zip((r.name for r in rungs), pool.map(compile_one, lowered)))
 
 
 def run_ladder(
