@@ -165,13 +165,13 @@ batch = cfg.ladder_global_batch
 f32_rate = measured["float32 default"].rate
 bw = measured["memory bandwidth"].rate
 bf16_cfg = cfg.with_overrides(compute_dtype="bfloat16")
-bound_rows = []
+work_rows, bound_rows = [], []  # two tables: what a step does, then the times it bounds
 for label, c, rate in (
     ("float32", cfg, f32_rate),
     ("bfloat16", bf16_cfg, measured["bfloat16"].rate),
 ):
     bound = roofline.step_bound(c, batch, rate, bw) if rate and bw else None
-    bound_rows.append(
+    work_rows.append(
         {
             "compute": label,
             "FLOPs/step": costs.train_flops_per_step(c, batch),
@@ -179,6 +179,11 @@ for label, c, rate in (
             "separate-kernel bytes/step": roofline.elementwise_bytes_per_step(c, batch),
             "block matmul FLOP/byte": roofline.block_matmul_intensity(c, batch),
             "ridge FLOP/byte (measured)": rate / bw if rate and bw else None,
+        }
+    )
+    bound_rows.append(
+        {
+            "compute": label,
             "matmul ms": None if bound is None else bound.compute_s * 1e3,
             "least-bytes ms": None if bound is None else bound.memory_s * 1e3,
             "bound ms (max)": None if bound is None else bound.overlap_s * 1e3,
@@ -187,6 +192,7 @@ for label, c, rate in (
             else bound.serial_s * 1e3,
         }
     )
+display(show.table(work_rows, caption=f"Work of one step at global batch {batch} (one device)"))
 display(show.table(bound_rows, caption=f"Roofline at global batch {batch} (one device)"))
 print(
     f"{roofline.passes_per_repeat()} passes over a [batch, {cfg.width}] activation per repeat; "
