@@ -20,6 +20,7 @@ failing cell and its error, and the accelerator's peak memory
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -190,6 +191,10 @@ def device_peak_bytes() -> int | None:
     return max(peaks) if peaks else None
 
 
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
 def execute(nb, cwd: Path, echo: bool = False) -> dict:
     """Execute ``nb``'s code cells in order in this process, in ``cwd``; outputs go into ``nb``.
 
@@ -212,6 +217,7 @@ def execute(nb, cwd: Path, echo: bool = False) -> dict:
             if cell.cell_type != "code":
                 continue
             sink.execution_count = shell.execution_count
+            started = _now_iso()
             try:
                 result = shell.run_cell(cell.source, store_history=True)
             except KeyboardInterrupt:  # between IPython's own handlers
@@ -219,6 +225,8 @@ def execute(nb, cwd: Path, echo: bool = False) -> dict:
                 result = None
             cell.outputs = sink.take()
             cell.execution_count = sink.execution_count
+            # nbclient's record_timing keys, so a cell's time reads the same from either runner
+            cell.metadata["execution"] = {"iopub.execute_input": started, "shell.execute_reply": _now_iso()}
             err = None if result is None else (result.error_before_exec or result.error_in_exec)
             if result is None or err is not None:
                 name = "KeyboardInterrupt" if result is None else type(err).__name__

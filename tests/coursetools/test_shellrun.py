@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 
 import nbformat
@@ -45,6 +46,22 @@ def test_outputs_land_in_their_cells_in_order(tmp_path):
     assert [o.output_type for o in second.outputs] == ["display_data", "execute_result"]
     assert second.outputs[0].data["text/html"] == "<b>x</b>" and second.outputs[1].data["text/plain"] == "42"
     assert third.outputs == [] and first.execution_count < second.execution_count < third.execution_count
+
+
+def test_each_cell_keeps_when_it_started_and_ended_as_nbclient_records_it(tmp_path):
+    nb = _notebook("import time\ntime.sleep(0.2)", "1 + 1")
+    shellrun.execute(nb, tmp_path)
+    first, second = (c for c in nb.cells if c.cell_type == "code")
+    spans = []
+    for cell in (first, second):
+        timing = cell.metadata["execution"]
+        start, end = (
+            datetime.datetime.fromisoformat(timing[key].replace("Z", "+00:00"))
+            for key in ("iopub.execute_input", "shell.execute_reply")
+        )
+        spans.append((start, end))
+    assert (spans[0][1] - spans[0][0]).total_seconds() >= 0.2
+    assert spans[0][1] <= spans[1][0] <= spans[1][1]
 
 
 def test_the_first_error_stops_the_run_with_its_cell_and_traceback(tmp_path):
