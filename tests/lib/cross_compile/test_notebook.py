@@ -93,8 +93,9 @@ def test_with_the_extra_it_compiles_for_h200_and_on_a_gpu_machine_for_the_cpu_to
     assert asked[1] == asked[0] + [deviceless.Job("cpu", "cpu", 8, "smoke")]
 
 
-def test_with_both_extras_the_gpu_and_the_tpu_slices_compile_in_one_worker(monkeypatch):
+def test_with_both_extras_the_gpu_and_the_tpu_slices_compile_in_one_worker_on_two_cores(monkeypatch):
     asked = []
+    monkeypatch.setattr(gpu_notebook, "_cores", lambda: 2)
     monkeypatch.setattr(gpu_targets, "extra_missing", missing(None, None))
     monkeypatch.setattr(deviceless, "compile_jobs", lambda jobs, steps, disable_passes: asked.append(jobs) or [])
     gpu_notebook.show_gpu_placement("smoke", "cpu")
@@ -105,6 +106,37 @@ def test_with_both_extras_the_gpu_and_the_tpu_slices_compile_in_one_worker(monke
             deviceless.Job("tpu", "v6e_16x16", 256, "smoke"),
         ]
     ]
+
+
+def test_on_a_host_with_cores_to_spare_each_slice_compiles_in_a_worker_of_its_own(monkeypatch):
+    started, collected, events = [], [], []
+
+    class Pending:
+        def __init__(self, jobs):
+            self.jobs = jobs
+
+        def results(self):
+            collected.append(self.jobs)
+            events.append("wait")
+            return [
+                CompileResult(j.backend, j.target, j.n_devices, j.profile, target_label=j.target) for j in self.jobs
+            ]
+
+    def start_jobs(jobs, steps, disable_passes):
+        started.append(jobs)
+        events.append("start")
+        return Pending(jobs)
+
+    monkeypatch.setattr(gpu_notebook, "_cores", lambda: 13)
+    monkeypatch.setattr(gpu_targets, "extra_missing", missing(None, None))
+    monkeypatch.setattr(deviceless, "compile_jobs", lambda *a, **k: pytest.fail("one worker for all"))
+    monkeypatch.setattr(deviceless, "start_jobs", start_jobs)
+    shown = gpu_notebook.show_gpu_placement("smoke", "tpu")
+    h200, cpu = deviceless.Job("gpu", "h200", 8, "smoke"), deviceless.Job("cpu", "cpu", 8, "smoke")
+    v5e, v6e = deviceless.Job("tpu", "v5e_2x4", 8, "smoke"), deviceless.Job("tpu", "v6e_16x16", 256, "smoke")
+    assert started == collected == [[h200, cpu], [v5e], [v6e]]
+    assert events == ["start"] * 3 + ["wait"] * 3  # every worker started before any is waited for
+    assert [r.target for r in shown] == ["h200", "cpu", "v5e_2x4", "v6e_16x16"]
 
 
 def test_with_the_tpu_extra_only_the_slices_compile_and_the_gpu_is_stored(monkeypatch, capsys):

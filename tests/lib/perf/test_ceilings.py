@@ -42,6 +42,38 @@ def test_measure_all_covers_every_setting_and_the_bandwidth(cpu0):
     assert list(out) == list(ceilings.MATMUL_SETTINGS) + ["memory bandwidth"]
 
 
+def test_measure_all_draws_one_pair_of_operands_per_size_on_the_device(cpu0, monkeypatch):
+    drawn = []
+    real = ceilings.random_operands
+
+    def counting(n, device):
+        drawn.append(n)
+        a, b = real(n, device)
+        assert a.shape == b.shape == (n, n) and a.dtype == b.dtype == jax.numpy.float32
+        assert a.devices() == b.devices() == {device} and not bool((a == b).all())
+        return a, b
+
+    monkeypatch.setattr(ceilings, "random_operands", counting)
+    out = ceilings.measure_all(16, cpu0, warmup=0, repeats=1, steps=1)
+    assert drawn == [16, 32]  # shared by the three settings, not drawn three times
+    assert all(out[s].status == "ok" for s in ceilings.MATMUL_SETTINGS)
+
+
+def test_operands_that_cannot_be_made_fail_every_setting_at_that_size_only(cpu0, monkeypatch):
+    real = ceilings.random_operands
+
+    def no_room_at_32(n, device):
+        if n == 32:
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+        return real(n, device)
+
+    monkeypatch.setattr(ceilings, "random_operands", no_room_at_32)
+    out = ceilings.measure_all(16, cpu0, warmup=0, repeats=1, steps=1)
+    assert all(out[s].status == "ok" and out[s].size == 16 for s in ceilings.MATMUL_SETTINGS)
+    out = ceilings.measure_all(32, cpu0, sizes=(32,), warmup=0, repeats=1, steps=1)
+    assert all(out[s].reason == "RuntimeError: RESOURCE_EXHAUSTED: out of memory" for s in ceilings.MATMUL_SETTINGS)
+
+
 def test_bad_arguments_raise(cpu0):
     with pytest.raises(ValueError, match="Valid: float32 highest, float32 default, bfloat16"):
         ceilings.matmul_rate(8, "tf32", cpu0)
