@@ -28,13 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from dpcourse.cross_compile.mocked import nvidia_gpus
 
 PROFILE = "full"
 BUDGET_S = 8 * 60  # the whole check, on one GPU: what a learner or a lent machine can spare
@@ -81,18 +82,6 @@ def plan(out: Path, python: str = sys.executable) -> list[Step]:
             "the package tests that touch the GPU",
         ),
     ]
-
-
-def nvidia_gpus(timeout_s: float = 10.0) -> list[str]:
-    """The GPUs ``nvidia-smi -L`` lists (``"GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)"``); empty without it."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.startswith("GPU ")] if out.returncode == 0 else []
 
 
 def gpu_name(listed: str) -> str:
@@ -150,17 +139,19 @@ def run_step(step: Step, deadline: float) -> tuple[int, float, bool]:
         return proc.returncode, time.monotonic() - start, True
 
 
-def results_payload(lessons: dict | None, gpus: list[str], steps: list[dict], wall_s: float) -> dict:
-    """The results file: the runner's ``results.json`` (``lessons``) with the check's ``gpu_check`` section."""
+def installed(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from dpcourse.backend.gpuinfo import gpu_memory_totals
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
-    def installed(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
+
+def results_payload(lessons: dict | None, gpus: list[str], steps: list[dict], wall_s: float) -> dict:
+    """The results file: the runner's ``results.json`` (``lessons``) with the check's ``gpu_check`` section."""
+    from dpcourse.backend.gpuinfo import gpu_memory_totals
 
     payload = dict(lessons or {"schema": 1, "profile": PROFILE, "notebooks": [], "records": []})
     payload["gpu_check"] = {
@@ -176,20 +167,35 @@ def results_payload(lessons: dict | None, gpus: list[str], steps: list[dict], wa
     return payload
 
 
-def summary(payload: dict) -> str:
-    """Plain-text lines: each lesson's status, wall time and peak GPU memory, then each step and the verdict."""
-    lines = [f"{'lesson':<18} {'status':<12} {'wall s':>8} {'peak GPU MiB':>13}"]
+def check_summary(payload: dict, check: str, peak_key: str, peak_label: str) -> str:
+    """Plain-text lines of a check's results: each lesson's status, wall time, peak memory and error, then the verdict.
+
+    Args:
+        check: the payload's section and the command's name (``"gpu_check"``, ``"tpu_check"``).
+        peak_key: each notebook's peak-memory field (``"peak_gpu_bytes"``).
+        peak_label: that column's heading (``"peak GPU MiB"``).
+    """
+    width = max(len(peak_label), 13)
+    lines = [f"{'lesson':<18} {'status':<12} {'wall s':>8} {peak_label:>{width}}"]
     for nb in payload.get("notebooks", []):
-        gpu = nb.get("peak_gpu_bytes")
-        peak = f"{gpu / 2**20:,.0f}" if gpu is not None else "-"
-        lines.append(f"{nb['notebook']:<18} {nb['status']:<12} {nb['wall_s']:>8.1f} {peak:>13}")
-    check = payload["gpu_check"]
-    for s in check["steps"]:
+        used = nb.get(peak_key)
+        peak = f"{used / 2**20:,.0f}" if used is not None else "-"
+        lines.append(f"{nb['notebook']:<18} {nb['status']:<12} {nb['wall_s']:>8.1f} {peak:>{width}}")
+        if nb.get("error"):
+            lines.append(f"  {nb['error'][:200]}")
+    section = payload[check]
+    for s in section["steps"]:
         late = ", stopped at the time budget" if s["timed_out"] else ""
         lines.append(f"{s['name']}: exit status {s['exit_status']} in {s['wall_s']:.0f} s{late}")
-    verdict = "passed" if check["passed"] else "FAILED"
-    lines.append(f"gpu-check {verdict}: {check['wall_s']:.0f} s of a {check['budget_s']} s budget")
+    verdict = "passed" if section["passed"] else "FAILED"
+    name = check.replace("_", "-")
+    lines.append(f"{name} {verdict}: {section['wall_s']:.0f} s of a {section['budget_s']:.0f} s budget")
     return "\n".join(lines)
+
+
+def summary(payload: dict) -> str:
+    """:func:`check_summary` of the GPU check: peak GPU memory per lesson."""
+    return check_summary(payload, "gpu_check", "peak_gpu_bytes", "peak GPU MiB")
 
 
 def main(argv: list[str] | None = None) -> int:

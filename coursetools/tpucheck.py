@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from coursetools.gpucheck import Step, run_step
+from coursetools.gpucheck import Step, check_summary, installed, run_step
 
 PROFILE = "full"
 BUDGET_S = 9 * 60  # a lent TPU machine gives one command 10 minutes, the install included
@@ -116,15 +116,6 @@ def results_name(device_kind: str, jax_version: str) -> str:
     return f"{re.sub(r'[^a-z0-9.]+', '-', device_kind.lower()).strip('-')}-{PROFILE}-jax{jax_version}.json"
 
 
-def _installed(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
 def results_payload(lessons: dict | None, probe: dict, steps: list[dict], wall_s: float, budget_s: float) -> dict:
     """The results file: the runner's ``results.json`` (``lessons``) with the check's ``tpu_check`` section."""
     payload = dict(lessons or {"schema": 1, "profile": PROFILE, "notebooks": [], "records": []})
@@ -134,9 +125,9 @@ def results_payload(lessons: dict | None, probe: dict, steps: list[dict], wall_s
     payload["tpu_check"] = {
         "tpus": chips,
         "tpu_memory_bytes": probe.get("memory_bytes"),
-        "jax_version": _installed("jax"),
-        "jaxlib_version": _installed("jaxlib"),
-        "libtpu_version": _installed("libtpu") or _installed("libtpu-nightly"),
+        "jax_version": installed("jax"),
+        "jaxlib_version": installed("jaxlib"),
+        "libtpu_version": installed("libtpu") or installed("libtpu-nightly"),
         "budget_s": budget_s,
         "wall_s": round(wall_s, 1),
         "steps": steps,
@@ -149,21 +140,8 @@ def results_payload(lessons: dict | None, probe: dict, steps: list[dict], wall_s
 
 
 def summary(payload: dict) -> str:
-    """Plain-text lines: each lesson's status, wall time and the chip's peak memory, then the step and the verdict."""
-    lines = [f"{'lesson':<18} {'status':<12} {'wall s':>8} {'peak chip MiB':>14}"]
-    for nb in payload.get("notebooks", []):
-        chip = nb.get("peak_device_bytes")
-        peak = f"{chip / 2**20:,.0f}" if chip is not None else "-"
-        lines.append(f"{nb['notebook']:<18} {nb['status']:<12} {nb['wall_s']:>8.1f} {peak:>14}")
-        if nb.get("error"):
-            lines.append(f"  {nb['error'][:200]}")
-    check = payload["tpu_check"]
-    for s in check["steps"]:
-        late = ", stopped at the time budget" if s["timed_out"] else ""
-        lines.append(f"{s['name']}: exit status {s['exit_status']} in {s['wall_s']:.0f} s{late}")
-    verdict = "passed" if check["passed"] else "FAILED"
-    lines.append(f"tpu-check {verdict}: {check['wall_s']:.0f} s of a {check['budget_s']:.0f} s budget")
-    return "\n".join(lines)
+    """:func:`coursetools.gpucheck.check_summary` of the TPU check: peak chip memory per lesson."""
+    return check_summary(payload, "tpu_check", "peak_device_bytes", "peak chip MiB")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,7 +58,8 @@ def _cuda_plugin_names() -> list[str]:
     return names
 
 
-def _nvidia_gpus(timeout_s: float = 10.0) -> list[str]:
+def nvidia_gpus(timeout_s: float = 10.0) -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists (``"GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)"``); empty without it."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -66,7 +67,7 @@ def _nvidia_gpus(timeout_s: float = 10.0) -> list[str]:
         out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line for line in out.stdout.splitlines() if line.startswith("GPU ")] if out.returncode == 0 else []
+    return [line.strip() for line in out.stdout.splitlines() if line.startswith("GPU ")] if out.returncode == 0 else []
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -75,7 +76,7 @@ def gpu_unavailable_reason() -> str | None:
     Needs at least one NVIDIA GPU (listed by ``nvidia-smi -L``) and jaxlib's
     CUDA plugin. Starts no JAX backend.
     """
-    if not _nvidia_gpus():
+    if not nvidia_gpus():
         return "no NVIDIA GPU here (nvidia-smi is absent or lists no GPU)"
     if not _cuda_plugin_names():
         return "jaxlib's CUDA plugin is not installed (pip install 'jax[cuda12]' or 'jax[cuda13]')"

@@ -106,3 +106,20 @@ def test_a_bad_xla_flags_token_is_named_before_any_step(tmp_path, monkeypatch, c
     with pytest.raises(SystemExit) as exit_:
         gpucheck.main(["--out", str(tmp_path / "out")])
     assert exit_.value.code == 2 and "em dash" in capsys.readouterr().err
+
+
+def test_the_summary_gives_each_lesson_its_peak_and_error_under_either_check():
+    notebooks = [
+        {"notebook": "01_setup", "status": "passed", "wall_s": 9.6, "peak_gpu_bytes": 3 * 2**30},
+        {"notebook": "09_performance", "status": "failed", "wall_s": 37.0, "error": "ValueError: too big"},
+    ]
+    section = {"steps": [{"name": "lessons", "exit_status": 1, "wall_s": 47.0, "timed_out": False}]}
+    payload = {"notebooks": notebooks, "gpu_check": {**section, "passed": False, "wall_s": 48.0, "budget_s": 480}}
+    lines = gpucheck.summary(payload).splitlines()
+    assert lines[0].split()[-3:] == ["peak", "GPU", "MiB"]
+    assert lines[1].split() == ["01_setup", "passed", "9.6", "3,072"]
+    assert lines[2].split() == ["09_performance", "failed", "37.0", "-"] and lines[3] == "  ValueError: too big"
+    assert lines[-2:] == ["lessons: exit status 1 in 47 s", "gpu-check FAILED: 48 s of a 480 s budget"]
+    on_a_chip = {"notebooks": notebooks[1:], "tpu_check": {**section, "passed": False, "wall_s": 48.0, "budget_s": 520}}
+    text = gpucheck.check_summary(on_a_chip, "tpu_check", "peak_device_bytes", "peak chip MiB")
+    assert "peak chip MiB" in text and text.endswith("tpu-check FAILED: 48 s of a 520 s budget")

@@ -84,6 +84,7 @@ def test_mocked_topologies_need_a_gpu_and_the_cuda_plugin(tmp_path, monkeypatch)
     fake_nvidia_smi(tmp_path, "")
     assert "no NVIDIA GPU" in gp.gpu_unavailable_reason()  # nvidia-smi lists nothing
     fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H200 (UUID: GPU-0)\\n")
+    assert gp.nvidia_gpus() == ["GPU 0: NVIDIA H200 (UUID: GPU-0)"]  # what gpu-check reads too
     monkeypatch.setattr(gp, "_cuda_plugin_names", lambda: [])
     assert "CUDA plugin" in gp.gpu_unavailable_reason()
     monkeypatch.setattr(gp, "_cuda_plugin_names", lambda: ["jax_plugins.xla_cuda12"])
