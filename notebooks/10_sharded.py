@@ -35,7 +35,10 @@ ACCUM_K = 4  # microbatches per step in section 4
 MIN_SHARD_ELEMENTS = 1024  # leaves smaller than this stay replicated
 STEPS = 3  # training steps each form runs before it is compared with replicated DP
 GPU_TARGETS = ("h200", "l4")  # GPUs to compile for without a GPU (section 6); () skips it
-TPU_TARGETS = ("v5e_2x4",)  # TPU slices to compile for without a TPU (section 6); () skips it
+TPU_TARGETS = (
+    "v5e_2x4",
+    "v5p_2x2x2",
+)  # TPU slices to compile for without a TPU (section 6); () skips it
 
 # %%
 from dpcourse.lesson import start_lesson
@@ -831,23 +834,20 @@ for res in gpu_results:
     if res.error:
         print(f"{res.label}: {res.error}")
         continue
-    gpu_rows = [
-        census.census_row(
-            sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives), res.n_devices
-        )
-        for name, s in res.steps.items()
-    ]
+    gpu_rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
     display(
         show.table(gpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
     )
 
 # %% [markdown]
-# **For a TPU slice, without a TPU.** The same seven steps compiled by the
-# TPU compiler for a v5e 2x4 slice (the 8 chips of Kaggle's TPU v5e-8),
-# from libtpu's description of the slice (the optional extra `make
-# tpu-compile`; without it, the result `make placement` stored, labelled
-# as stored). Under the table, each form whose collectives are of other
-# kinds than in the GPU program above, read from the two programs.
+# **For TPU slices, without a TPU.** The same seven steps compiled by the
+# TPU compiler for two 8-chip slices: a v5e 2x4 (the chips of Kaggle's TPU
+# v5e-8) and a v5p 2x2x2 (a 3-D mesh), from libtpu's description of each
+# slice (the optional extra `make tpu-compile`; without it, the result
+# `make placement` stored, labelled as stored). Under each table, each
+# form whose collectives are of other kinds than in the GPU program above,
+# read from the two programs; after the tables, where the two slices'
+# programs differ.
 
 
 # %%
@@ -860,12 +860,7 @@ for res in tpu_results:
     if res.error:
         print(f"{res.label}: {res.error}")
         continue
-    tpu_rows = [
-        census.census_row(
-            sharded_steps.FORM_LABELS[name], census.report_from_rows(s.collectives), res.n_devices
-        )
-        for name, s in res.steps.items()
-    ]
+    tpu_rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
     display(
         show.table(tpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
     )
@@ -876,17 +871,42 @@ for res in tpu_results:
             print(f"  {gpu.target_label}: {', '.join(kinds(gpu.steps[name]))}")
             print(f"  {res.target_label}: {', '.join(kinds(s))}")
 
+slices_ok = [r for r in tpu_results if not r.error]
+for other in slices_ok[1:]:  # the same compiler, another chip: read where the programs differ
+    first = slices_ok[0]
+    for name, s in first.steps.items():
+        o = other.steps.get(name)
+        if (
+            o is None
+            or s.error
+            or o.error
+            or (s.count, s.bytes_per_step) == (o.count, o.bytes_per_step)
+        ):
+            continue
+        print(
+            f"{sharded_steps.FORM_LABELS[name]}, {first.target_label} against {other.target_label}:"
+        )
+        for r, st in ((first, s), (other, o)):
+            print(
+                f"  {r.target_label}: {st.count} collectives ({', '.join(kinds(st))}), "
+                f"{st.bytes_per_step:,} result bytes per step"
+            )
+
 # %% [markdown]
 # What the TPU compiler did differently (libtpu 0.0.42 and 0.0.50, the
 # smoke and full profiles): it wrote no reduce-scatter. Where the GPU
 # program reduce-scatters the gradient (ZeRO-1, FSDP), the TPU program
 # all-reduces it whole and each chip keeps its slice, so its ZeRO-1 and
-# FSDP steps move more bytes per step than replicated DP's one all-reduce;
-# and it leaves the all-gathers of the parameters one per leaf where the
-# GPU compiler combines them into one. Replicated DP and accumulation with
-# `reduced`/`unreduced` are placed as on the GPU: one all-reduce per step,
-# after the loops. "ZeRO-1, all-reduce first", which asks for the
-# all-reduce itself, is the form that keeps its bytes on both compilers.
+# FSDP steps move more bytes per step than replicated DP's one all-reduce.
+# For the v5e slice it left ZeRO-1's all-gathers of the parameters one per
+# leaf (five), where the GPU compiler combines them into one and, for the
+# v5p slice, the same TPU compiler into two (the smoke profile, both
+# libtpu releases): how far a compiler combines collectives depends on
+# the chip it compiles for, so read the program rather than assume.
+# Replicated DP and accumulation with `reduced`/`unreduced` are placed as
+# on the GPU: one all-reduce per step, after the loops. "ZeRO-1,
+# all-reduce first", which asks for the all-reduce itself, is the form
+# that keeps its bytes on both compilers.
 
 # %% [markdown]
 # What the GPU compiler did (the tests in `tests/lib/cross_compile/test_sharded_steps.py` hold

@@ -122,6 +122,21 @@ def census_row(label: str, report: collectives.CollectiveReport, n_devices: int 
     return row
 
 
+def form_rows(steps: dict, labels: dict[str, str], n_devices: int) -> list[dict]:
+    """A :func:`census_row` per compiled step, in order: the table lesson 10 shows for each GPU and TPU target.
+
+    Args:
+        steps: step name -> a compiled step with a ``collectives`` list of
+            row dicts (``dpcourse.cross_compile.result.StepResult``).
+        labels: step name -> the form's label in the table.
+        n_devices: the devices the steps were compiled for (sent bytes).
+
+    Raises:
+        KeyError: a step without a label.
+    """
+    return [census_row(labels[name], report_from_rows(s.collectives), n_devices) for name, s in steps.items()]
+
+
 def memory_figures(compiled) -> dict[str, int]:
     """Argument, output and temporary bytes per device of a compiled step (``memory_analysis()``)."""
     m = compiled.memory_analysis()

@@ -144,3 +144,17 @@ def test_a_cpu_program_is_scheduled_and_its_collectives_are_synchronous(cpu_devi
     sched = schedule.read_schedule(text, len(cpu_devices))
     assert sched.scheduled and [w.kind for w in sched.windows] == ["all-reduce"]
     assert sched.windows[0].work == () and "-start" not in text
+
+
+def test_lesson_10s_tpu_sentence_reads_the_stored_tpu_programs():
+    """Lesson 10 says the v5e program keeps ZeRO-1's parameter gathers one per leaf (five), the v5p's two, and
+    that neither slice's program has a reduce-scatter: held to the programs `make placement-store` stored."""
+    from dpcourse.cross_compile import notebook as gpu_notebook
+
+    text = _flat(ROOT / "notebooks" / "10_sharded.py")
+    assert "one per leaf (five)" in text and "the same TPU compiler into two" in text and "no reduce-scatter" in text
+    smoke = {r.target: r for r in gpu_notebook.stored_results("tpu") if r.profile == "smoke" and "zero1" in r.steps}
+    gathers = {t: sum(c["kind"] == "all-gather" for c in r.steps["zero1"].collectives) for t, r in smoke.items()}
+    assert gathers == {"v5e_2x4": 5, "v5p_2x2x2": 2}
+    kinds = {c["kind"] for r in smoke.values() for s in r.steps.values() for c in s.collectives}
+    assert "reduce-scatter" not in kinds

@@ -38,6 +38,20 @@ def test_report_from_rows_round_trip():
     assert with_n["sent per device"] == round(7 / 8 * 40 + 2 * 7 / 8 * 3)
 
 
+def test_form_rows_gives_a_labelled_row_per_compiled_step_in_order():
+    from types import SimpleNamespace
+
+    ar = {"kind": "all-reduce", "name": "ar", "bytes": 800, "in_loop": False, "runs_per_step": 1}
+    ag = {"kind": "all-gather", "name": "ag", "bytes": 80, "in_loop": True, "runs_per_step": 3}
+    steps = {"dp": SimpleNamespace(collectives=[ar]), "fsdp": SimpleNamespace(collectives=[ag, ar])}
+    rows = census.form_rows(steps, {"dp": "replicated DP", "fsdp": "FSDP"}, 8)
+    assert [r["form"] for r in rows] == ["replicated DP", "FSDP"]
+    assert rows[0]["sent per device"] == 1400 and rows[1]["result bytes per step"] == 3 * 80 + 800
+    assert rows[1]["all-gather"] == "1 (1 in loop), 3/step"
+    with pytest.raises(KeyError):
+        census.form_rows(steps, {"dp": "replicated DP"}, 8)
+
+
 def test_bytes_sent_follow_the_ring_formulas_of_each_kind():
     # A reduce-scatter's result is the 1/N slice: it sends N - 1 slices, (N - 1) / N of the full array.
     assert census.sent_bytes("reduce-scatter", 100, 8) == pytest.approx(700)
