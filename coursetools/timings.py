@@ -79,8 +79,8 @@ def _gpus() -> list[str]:
 
 def machine_info() -> dict:
     """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
-    whether the GPU-compile extra was installed (04, 09 and 10 compile for GPUs without one only with it,
-    which adds seconds to each)."""
+    whether the GPU- and TPU-compile extras were installed (04, 05, 09 and 10 compile for GPUs and TPU slices
+    without them only with the extras, which adds seconds to each)."""
     from dpcourse.cross_compile.targets import extra_missing
 
     return {
@@ -92,6 +92,7 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "load_average_start": load_average(),
         "gpu_compile_extra": extra_missing() is None,
+        "tpu_compile_extra": extra_missing("tpu") is None,
     }
 
 
@@ -143,6 +144,7 @@ RESULTS_SCHEMA = {
                 "load_average_start": _LOADS,
                 "load_average_end": _LOADS,
                 "gpu_compile_extra": {"type": ["boolean", "null"]},
+                "tpu_compile_extra": {"type": ["boolean", "null"]},
             },
         },
         "notebooks": {
@@ -281,8 +283,14 @@ def _machine_text(machine: dict) -> str:
     where = f"{machine.get('cores')}-core {machine.get('cpu')}, {machine.get('memory_gib')} GiB"
     if _accelerator(machine):
         where += f", {_accelerator(machine)}"
-    extra = machine.get("gpu_compile_extra")
-    if extra is not None:  # runs recorded before the field say nothing
+    extra, tpu_extra = machine.get("gpu_compile_extra"), machine.get("tpu_compile_extra")
+    if extra is not None and tpu_extra is not None:
+        both = {(True, True): "with the GPU- and TPU-compile extras", (True, False): "with the GPU-compile extra only"}
+        where += ", " + both.get(
+            (extra, tpu_extra),
+            "with the TPU-compile extra only" if tpu_extra else "without the compile extras (no GPU or TPU compiles)",
+        )
+    elif extra is not None:  # runs recorded before the TPU field say only this; earlier ones nothing
         where += ", with the GPU-compile extra" if extra else ", without the GPU-compile extra (no GPU compiles)"
     start, end = machine.get("load_average_start"), machine.get("load_average_end")
     if start and end:

@@ -162,14 +162,27 @@ def test_a_run_says_whether_it_compiled_for_gpus_without_one():
     assert "with the GPU-compile extra" in timings._machine_text({**MACHINE, "gpu_compile_extra": True})
     without = timings._machine_text({**MACHINE, "gpu_compile_extra": False})
     assert "without the GPU-compile extra (no GPU compiles)" in without
+    said = {
+        (g, t): timings._machine_text({**MACHINE, "gpu_compile_extra": g, "tpu_compile_extra": t})
+        for g in (True, False)
+        for t in (True, False)
+    }
+    assert "with the GPU- and TPU-compile extras" in said[True, True]
+    assert "with the GPU-compile extra only" in said[True, False]
+    assert "with the TPU-compile extra only" in said[False, True]
+    assert "without the compile extras (no GPU or TPU compiles)" in said[False, False]
 
 
 def test_machine_info_records_the_extra(monkeypatch):
     from dpcourse.cross_compile import targets as gpu_targets
 
-    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
-    assert timings.machine_info()["gpu_compile_extra"] is False
-    monkeypatch.setattr(gpu_targets, "extra_missing", lambda: None)
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda p="gpu": f"the {p} extra is not installed")
+    info = timings.machine_info()
+    assert info["gpu_compile_extra"] is False and info["tpu_compile_extra"] is False
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda p="gpu": None if p == "tpu" else "missing")
+    info = timings.machine_info()
+    assert info["gpu_compile_extra"] is False and info["tpu_compile_extra"] is True
+    monkeypatch.setattr(gpu_targets, "extra_missing", lambda p="gpu": None)
     assert timings.machine_info()["gpu_compile_extra"] is True
 
 
