@@ -144,6 +144,76 @@ def summary(payload: dict) -> str:
     return check_summary(payload, "tpu_check", "peak_device_bytes", "peak chip MiB")
 
 
+def _course_lessons() -> list[str]:
+    from coursetools.timings import lesson_files
+
+    return [path.stem for path in lesson_files()]
+
+
+def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
+    """One check's results from its parts: the same chip, software and commit, each lesson in one part.
+
+    A lent TPU machine can limit one command to less time than the whole
+    course takes: the check then runs as parts (``--notebooks``), one after
+    another on the same machine, and this joins their results files into
+    the one the course's check would have written. It passes when every
+    lesson of ``lessons`` (default: the course's) ran and passed and each
+    part kept to its budget.
+
+    Raises:
+        ValueError: (one sentence, nothing written) fewer than two parts, a
+            part that is not a TPU check's results, parts that differ in
+            profile, chip, JAX, jaxlib, libtpu or commit, or a lesson in two parts.
+    """
+    if len(parts) < 2:
+        raise ValueError("--join needs the results files of two parts or more of one check.")
+    if any("tpu_check" not in p or "notebooks" not in p for p in parts):
+        raise ValueError("--join reads only tpu-check results files (with a tpu_check section); give those.")
+    same = {
+        "profile": lambda p: p.get("profile"),
+        "chip": lambda p: tuple(p["tpu_check"]["tpus"]),
+        "JAX": lambda p: p["tpu_check"]["jax_version"],
+        "jaxlib": lambda p: p["tpu_check"]["jaxlib_version"],
+        "libtpu": lambda p: p["tpu_check"]["libtpu_version"],
+        "commit": lambda p: p.get("commit"),
+    }
+    for what, read in same.items():
+        seen = {read(p) for p in parts}
+        if len(seen) > 1:
+            raise ValueError(
+                f"the parts ran with different {what} ({', '.join(map(str, seen))}): join parts of one check."
+            )
+    names = [nb["notebook"] for p in parts for nb in p["notebooks"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{twice[0]} is in two parts: give each lesson's part once.")
+    order = {name: i for i, name in enumerate(lessons or _course_lessons())}
+    first = min(parts, key=lambda p: p.get("created") or "")
+    joined = dict(first)
+    joined["notebooks"] = sorted(
+        [nb for p in parts for nb in p["notebooks"]], key=lambda nb: order.get(nb["notebook"], len(order))
+    )
+    by_lesson = {nb["notebook"]: i for i, nb in enumerate(joined["notebooks"])}
+    joined["records"] = sorted(
+        [r for p in parts for r in p.get("records", [])], key=lambda r: by_lesson.get(r.get("notebook"), len(by_lesson))
+    )
+    checks = [p["tpu_check"] for p in sorted(parts, key=lambda p: p.get("created") or "")]
+    passed = (
+        set(order) <= {nb["notebook"] for nb in joined["notebooks"] if nb["status"] == "passed"}
+        and all(s["exit_status"] == 0 and not s["timed_out"] for c in checks for s in c["steps"])
+        and all(c["wall_s"] <= c["budget_s"] for c in checks)
+    )
+    joined["tpu_check"] = {
+        **{k: v for k, v in checks[0].items() if k not in ("only", "passed")},
+        "budget_s": round(sum(c["budget_s"] for c in checks), 1),
+        "wall_s": round(sum(c["wall_s"] for c in checks), 1),
+        "steps": [s for c in checks for s in c["steps"]],
+        "parts": [{"notebooks": c.get("only"), "wall_s": c["wall_s"], "budget_s": c["budget_s"]} for c in checks],
+        "passed": passed,
+    }
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     """``make tpu-check``: refuse without a usable TPU, run :func:`plan`, write the results file; exit 1 when it failed."""
     parser = argparse.ArgumentParser(prog="python -m coursetools.tpucheck", description=__doc__.splitlines()[0])
@@ -153,7 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--notebooks", nargs="+", metavar="NAME", help="only these lessons (e.g. 01 09); the check passes only with all"
     )
+    parser.add_argument(
+        "--join",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="join the results files of a check run in parts; run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.join:
+        return _join_main(args.join, args.out)
     if args.budget_s <= 0:
         print(f"error: --budget-s must be a positive number of seconds, got {args.budget_s:g}.", file=sys.stderr)
         return 2
@@ -196,6 +275,23 @@ def main(argv: list[str] | None = None) -> int:
     path = write_json_atomic(args.out / name, payload)
     print(summary(payload))
     print(f"tpu-check: results in {path} (the format of baselines/; python -m coursetools compare reads it)")
+    return 0 if payload["tpu_check"]["passed"] else 1
+
+
+def _join_main(files: list[Path], out: Path) -> int:
+    from coursetools.outfolder import write_json_atomic
+
+    try:
+        parts = [json.loads(Path(f).read_text(encoding="utf-8")) for f in files]
+        payload = join_parts(parts)
+    except (OSError, json.JSONDecodeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    name = results_name(payload["tpu_check"]["tpus"][0], payload["tpu_check"]["jax_version"] or "unknown")
+    path = write_json_atomic(out / name, payload)
+    print(summary(payload))
+    print(f"tpu-check: {len(parts)} parts joined in {path}")
     return 0 if payload["tpu_check"]["passed"] else 1
 
 

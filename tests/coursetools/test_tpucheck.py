@@ -81,3 +81,78 @@ def test_the_budget_stops_the_lessons_and_the_check_fails(tmp_path, monkeypatch,
     monkeypatch.setattr(tpucheck, "plan", lambda out: _fake_plan(out, wall_s=30))
     assert tpucheck.main(["--out", str(tmp_path), "--budget-s", "1"]) == 1
     assert "stopped at the time budget" in capsys.readouterr().out
+
+
+def _part(notebooks: list[str], created: str, wall_s: float = 100.0, status: str = "passed", **check) -> dict:
+    return {
+        "schema": 1,
+        "profile": "full",
+        "created": created,
+        "commit": "abc1234",
+        "machine": {"tpus": ["TPU v5 lite"]},
+        "notebooks": [{"notebook": n, "status": status, "wall_s": 10.0} for n in notebooks],
+        "records": [{"notebook": n, "metric": "m", "value": 1} for n in notebooks],
+        "tpu_check": {
+            "tpus": ["TPU v5 lite"],
+            "jax_version": "0.10.2",
+            "jaxlib_version": "0.10.2",
+            "libtpu_version": "0.0.42.1",
+            "budget_s": 500.0,
+            "wall_s": wall_s,
+            "steps": [{"name": "lessons", "argv": [], "exit_status": 0, "wall_s": wall_s, "timed_out": False}],
+            "passed": False,
+            "only": notebooks,
+            **check,
+        },
+    }
+
+
+def test_a_check_run_in_parts_joins_into_the_whole_courses_file(tmp_path, capsys, monkeypatch):
+    lessons = ["01_setup", "02_baseline", "09_performance"]
+    later = _part(["09_performance"], "2026-12-06T11:18:00+00:00", wall_s=260.0)
+    earlier = _part(["02_baseline", "01_setup"], "2026-12-06T11:10:00+00:00")
+    joined = tpucheck.join_parts([later, earlier], lessons)
+    assert [nb["notebook"] for nb in joined["notebooks"]] == lessons and joined["created"] == earlier["created"]
+    assert [r["notebook"] for r in joined["records"]] == lessons
+    check = joined["tpu_check"]
+    assert check["passed"] and check["wall_s"] == 360.0 and check["budget_s"] == 1000.0 and "only" not in check
+    assert [p["notebooks"] for p in check["parts"]] == [["02_baseline", "01_setup"], ["09_performance"]]
+    assert not tpucheck.join_parts([later, _part(["01_setup"], "2026-12-06T11:00:00+00:00")], lessons)["tpu_check"][
+        "passed"
+    ]  # 02 never ran
+    failed = _part(["01_setup", "02_baseline"], "2026-12-06T11:00:00+00:00", status="failed")
+    assert not tpucheck.join_parts([later, failed], lessons)["tpu_check"]["passed"]
+    files = []
+    for i, part in enumerate((earlier, later)):
+        files.append(tmp_path / f"part{i}.json")
+        files[-1].write_text(json.dumps(part))
+    monkeypatch.setattr(tpucheck, "_course_lessons", lambda: lessons)
+    assert tpucheck.main(["--join", *map(str, files), "--out", str(tmp_path / "out")]) == 0
+    assert "2 parts joined" in capsys.readouterr().out
+    (written,) = (tmp_path / "out").glob("tpu-v5-lite-full-jax0.10.2.json")
+    assert json.loads(written.read_text())["tpu_check"]["passed"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"commit": "def5678"}, "different commit"),
+        ({"notebooks": [{"notebook": "01_setup", "status": "passed", "wall_s": 1.0}]}, "01_setup is in two parts"),
+        ({"tpu_check": None}, "only tpu-check results files"),
+    ],
+)
+def test_parts_of_different_checks_are_refused_and_nothing_is_written(tmp_path, capsys, change, said):
+    one = _part(["01_setup"], "2026-12-06T11:00:00+00:00")
+    other = {**_part(["02_baseline"], "2026-12-06T11:10:00+00:00"), **change}
+    if other["tpu_check"] is None:
+        del other["tpu_check"]
+    with pytest.raises(ValueError, match=said):
+        tpucheck.join_parts([one, other], ["01_setup", "02_baseline"])
+    paths = []
+    for i, part in enumerate((one, other)):
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    assert tpucheck.main(["--join", *map(str, paths), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="two parts or more"):
+        tpucheck.join_parts([one])
