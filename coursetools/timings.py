@@ -102,15 +102,19 @@ COMMIT_ENV = "DPCOURSE_COMMIT"  # the commit of a copy of the course without its
 def course_commit() -> str | None:
     """The course's git commit (short), with ``+changes`` when the work tree differs.
 
-    Outside git, ``$DPCOURSE_COMMIT`` when set (a copy of the course without
-    its ``.git``, for example on a lent TPU host), else None.
+    ``$DPCOURSE_COMMIT`` when set, first: a copy of the course sent to
+    another machine (a lent TPU host) may carry no ``.git`` or one older
+    than its files, and whoever sent it knows the commit. Outside git and
+    without it, None.
     """
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
         )
         if head.returncode != 0:
-            return os.environ.get(COMMIT_ENV) or None
+            return None
         dirty = subprocess.run(
             ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
@@ -118,7 +122,7 @@ def course_commit() -> str | None:
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return os.environ.get(COMMIT_ENV) or None
+        return None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 

@@ -417,6 +417,13 @@ def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
     assert timings.course_commit() == "abc1234"
 
 
+def test_a_commit_given_in_the_environment_beats_a_copys_stale_git(monkeypatch):
+    monkeypatch.delenv("DPCOURSE_COMMIT", raising=False)
+    assert timings.course_commit()  # this repository's own
+    monkeypatch.setenv("DPCOURSE_COMMIT", "6cde9e2")  # what was sent, whatever the copy's .git says
+    assert timings.course_commit() == "6cde9e2"
+
+
 @pytest.mark.parametrize(("status", "seconds"), [("failed", 36.55), ("interrupted", 19.4)])
 def test_a_lesson_that_stopped_gives_no_time_bucket(status, seconds):
     """A real v5e run: 12 was interrupted at the check's budget after 19.4 s, which says nothing of a whole run."""
