@@ -244,9 +244,13 @@ class Setting:
 def gke_spot_l4(mtbf_s: float, restart_s: float = GKE_INSTALL_S, save_s: float = LESSON11_SAVE_S) -> Setting:
     """The course's GKE Job on Spot VMs with 2 L4 GPUs a node: the MTBF is the caller's assumption.
 
-    Google publishes no preemption rate for Spot VMs ("Compute Engine might
-    reclaim the resources by preempting Spot VMs at any time", no SLA), so
-    ``mtbf_s`` is an assumption the caller states. The defaults: the save
+    Google guarantees no preemption rate for Spot VMs ("Compute Engine might
+    reclaim the resources by preempting Spot VMs at any time", no SLA) and
+    publishes none as a constant: its advice.capacity API gives, for one
+    machine type and zone at the time, a best-effort estimated uptime
+    (https://cloud.google.com/compute/docs/instances/view-vm-availability).
+    So ``mtbf_s`` is an assumption the caller states; read that API for a
+    real run. The defaults: the save
     measured in lesson 11 (:data:`LESSON11_SAVE_S`, the build machine's disk,
     not Filestore) and the install every restarted pod repeats
     (:data:`GKE_INSTALL_S`, a lower bound on the restart: the wait for a new
@@ -275,7 +279,8 @@ def gke_spot_l4(mtbf_s: float, restart_s: float = GKE_INSTALL_S, save_s: float =
                 if restart_s == GKE_INSTALL_S
                 else "given"
             ),
-            f"MTBF {mtbf_s / 3600:.3g} h: an assumption; Google publishes no preemption rate for Spot VMs",
+            f"MTBF {mtbf_s / 3600:.3g} h: an assumption; Google guarantees no preemption rate for Spot VMs"
+            " (its advice.capacity API estimates one per machine type and zone)",
         ),
     )
 
