@@ -145,3 +145,20 @@ def test_the_lesson_11_save_is_the_recorded_one():
 
 def test_the_gke_shutdown_share_fits_in_the_spot_notice():
     assert interval.GKE_SPOT_POD_SHUTDOWN_S < interval.SPOT_NOTICE_S == interval.KUBERNETES_DEFAULT_GRACE_S
+
+
+def test_the_table_has_one_row_per_setting_with_the_figures_it_computes():
+    node, job = interval.gke_spot_l4(24 * HOUR), interval.llama3_405b()
+    rows = interval.table_rows([node, job])
+    assert [r["setting"] for r in rows] == [node.name, job.name]
+    first = rows[0]
+    assert first["MTBF (h)"] == 24.0 and first["restart (s)"] == 300.0
+    assert first["Daly's interval (s)"] == node.optimal_interval_s()
+    assert first["Young's interval (s)"] == interval.young_interval_s(node.save_s, node.mtbf_s)
+    # Half of (222.28 s + 0.286 s), plus the 300 s restart: 411.28 s.
+    assert first["lost per failure (s)"] == pytest.approx(411.28, abs=0.01)
+    assert first["goodput"] == node.goodput()
+    # Llama 3 with no restart counted: 92.5%, beside the paper's "higher than 90% effective training time".
+    assert rows[1]["goodput"] == pytest.approx(0.9252, abs=1e-4)
+    with pytest.raises(ValueError, match="at least one Setting"):
+        interval.table_rows([])
