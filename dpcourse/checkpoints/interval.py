@@ -36,12 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Compute Engine: 30 s between the ACPI G2 Soft Off that starts a Spot VM's
-# preemption and the G3 Mechanical Off that ends it (Scheduling.skipGuestOsShutdown
-# in the Compute Engine API: "120 seconds ... for Standard VMs and 30 seconds for
-# Spot VMs"; https://cloud.google.com/compute/docs/instances/spot).
+# preemption and the G3 Mechanical Off that ends it (the Compute Engine API's
+# description of Scheduling.skipGuestOsShutdown: "120 seconds ... for Standard
+# VMs and 30 seconds for Spot VMs"; https://cloud.google.com/compute/docs/instances/spot).
 SPOT_NOTICE_S = 30.0
-# GKE: graceful node shutdown splits those 30 s, "the first 15 seconds" to stop
-# the node's ordinary Pods and the last 15 to critical system Pods; a Standard
+# GKE: graceful node shutdown splits those 30 s, the first 15 s to stop the
+# node's ordinary Pods and the last 15 s to critical system Pods; a Standard
 # node pool on GKE 1.35.0-gke.1171000 or later can raise the total to 120 s
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms, "Termination
 # and graceful shutdown of Spot VMs"). Older pages gave Pods 25 s and system Pods 5 s.
