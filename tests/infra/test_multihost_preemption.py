@@ -71,7 +71,7 @@ ENDINGS = [
     ("drained or evicted while installing", 1, ("DisruptionTarget",), IGNORED),
     ("killed without notice (SIGKILL, out of memory)", 137, (), COUNTED),
     ("a crash", 1, (), COUNTED),
-    ("ended by JAX after its partner's heartbeats stopped (SIGABRT)", 134, (), COUNTED),
+    ("aborted (SIGABRT: 128 + 6), a status no rule names", 134, (), COUNTED),
     ("a ref that does not exist, or a checkpoint folder it cannot use", 78, (), FAILED),
 ]
 
