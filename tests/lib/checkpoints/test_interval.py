@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,20 @@ def test_the_table_has_one_row_per_setting_with_the_figures_it_computes():
     assert rows[1]["goodput"] == pytest.approx(0.9252, abs=1e-4)
     with pytest.raises(ValueError, match="at least one Setting"):
         interval.table_rows([])
+
+
+def test_the_goodput_matches_a_simulation_of_the_failures_it_models():
+    """Poisson failures during work, saves and restarts alike; each sends the segment back to its start."""
+    rng = random.Random(13)
+    mtbf, tau, save, restart, segments = 100.0, 50.0, 5.0, 10.0, 20_000
+    wall = 0.0
+    for _ in range(segments):
+        while (failure := rng.expovariate(1 / mtbf)) < tau + save:
+            wall += failure
+            while (again := rng.expovariate(1 / mtbf)) < restart:
+                wall += again
+            wall += restart
+        wall += tau + save
+    # Expected: 50 / (100 x e^0.1 x (e^0.55 - 1)) = 50 / 81.04 = 0.617.
+    assert interval.goodput(tau, save, restart, mtbf) == pytest.approx(0.61700, abs=1e-5)
+    assert segments * tau / wall == pytest.approx(interval.goodput(tau, save, restart, mtbf), rel=0.02)
