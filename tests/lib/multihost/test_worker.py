@@ -8,6 +8,7 @@ tests/lib/multihost/test_launcher.py.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -126,3 +127,89 @@ def test_a_damaged_latest_step_is_named_and_the_worker_resumes_from_the_one_befo
     again = worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path), save_every=1)
     assert again["resumed_from"] == 1 and len(again["losses"]) == 1
     assert f"step 2 in {tmp_path} is damaged (its metadata file" in capsys.readouterr().out
+
+
+def test_at_the_agreed_preemption_step_the_worker_saves_it_and_stops(tmp_path, cpu_devices, monkeypatch):
+    """JAX's answer stood in for (every process gets True at the agreed step); the run then resumes from it."""
+    from jax.experimental import multihost_utils
+
+    from dpcourse.checkpoints import checkpoint
+    from dpcourse.multihost import worker
+
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: step == 3)
+    with pytest.raises(worker.Preempted) as stopped:
+        worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(tmp_path), save_every=2)
+    assert stopped.value.step == 3
+    assert f"every process saved step 3 to {tmp_path}; leaving with status 143" in str(stopped.value)
+    assert checkpoint.open_manager(str(tmp_path)).all_steps() == [2, 3]
+    # The agreed step already saved (a save every 3 steps): nothing saved twice, the same stop.
+    again = tmp_path / "again"
+    with pytest.raises(worker.Preempted):
+        worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(again), save_every=3)
+    assert checkpoint.open_manager(str(again)).all_steps() == [3]
+    monkeypatch.undo()
+    resumed = worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(tmp_path), save_every=2)
+    assert resumed["resumed_from"] == 3 and len(resumed["losses"]) == 3
+
+
+def test_without_a_checkpoint_folder_or_the_preemption_service_the_worker_never_asks(
+    tmp_path, cpu_devices, monkeypatch
+):
+    """Lessons 08 and 11 run the worker with the service off (the launcher's workers) or without a folder.
+
+    Orbax asks too, for each step it saves (its CheckpointManager saves a preemption step whatever its
+    interval): only the loop's own questions, one before every step from the first, are the worker's.
+    """
+    import jax
+    from jax.experimental import multihost_utils
+
+    from dpcourse.multihost import worker
+
+    asked = []
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: asked.append(step) or False)
+    assert len(worker.train_worker(PROFILE, 3, SOURCE)["losses"]) == 3
+    assert asked == []
+    before = jax.config.jax_enable_preemption_service
+    jax.config.update("jax_enable_preemption_service", False)
+    try:
+        assert len(worker.train_worker(PROFILE, 3, SOURCE, checkpoint_dir=str(tmp_path))["losses"]) == 3
+    finally:
+        jax.config.update("jax_enable_preemption_service", before)
+    assert 0 not in asked and 1 not in asked
+    worker.train_worker(PROFILE, 5, SOURCE, checkpoint_dir=str(tmp_path))  # service on: asked at 3 and 4
+    assert {3, 4} <= set(asked)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_sent_sigterm_saves_the_agreed_step_and_leaves_with_the_preempted_status(tmp_path):
+    """A real process, JAX's preemption service on as in a GKE pod: SIGTERM mid-run, a save, status 143."""
+    import signal
+    import time
+
+    from dpcourse.checkpoints import checkpoint
+    from dpcourse.multihost.heartbeat import PROGRESS_ENV
+    from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
+
+    coordinator = f"127.0.0.1:{launcher.free_port()}"
+    env = launcher.worker_env(0, 1, coordinator, 60)
+    env["JAX_ENABLE_PREEMPTION_SERVICE"] = "true"  # what a pod has; the local launcher turns it off
+    progress = tmp_path / "progress"
+    env[PROGRESS_ENV] = str(progress)
+    folder = tmp_path / "ckpt"
+    command = [sys.executable, "-m", "dpcourse.multihost.worker", "--profile", PROFILE, "--data-source", SOURCE]
+    # Far more steps than the test waits for: the run ends only through the preemption.
+    command += ["--cpu-devices", "2", "--steps", "1000000", "--checkpoint-dir", str(folder)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while "step " not in (progress.read_text() if progress.exists() else "") and proc.poll() is None:
+            assert time.monotonic() < deadline, f"no training step within {BOUND_S} s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=BOUND_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    (step,) = [int(s) for s in re.findall(r"every process saved step (\d+) to", out)]
+    assert checkpoint.open_manager(str(folder)).latest_step() == step >= 1
