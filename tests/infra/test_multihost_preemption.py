@@ -156,15 +156,26 @@ def test_the_guides_interval_example_is_the_modules(section):
     assert f"{node.restart_s / 60:g}-minute reinstall" in section
 
 
+def _flat(text: str) -> str:
+    """Text with its line breaks, comment marks and indents turned to single spaces."""
+    return " ".join(text.replace("\n#", "\n").split())
+
+
 def test_the_header_and_the_guide_say_what_the_worker_does_on_sigterm(section):
     """Whether the GKE worker saves at the preemption step is read from its source, not assumed."""
-    header = CHECKPOINT_MANIFEST.read_text().split("---", 1)[0]
-    asks = "reached_preemption_sync_point" in WORKER_SOURCE.read_text()
-    told_never = "the worker never asks multihost_utils.reached_preemption_sync_point" in header
-    guide_never = "`dpcourse.multihost.worker` never asks" in section
-    assert told_never == guide_never == (not asks), (
+    header = _flat(CHECKPOINT_MANIFEST.read_text().split("---", 1)[0])
+    guide = _flat(section)
+    source = WORKER_SOURCE.read_text()
+    asks = "reached_preemption_sync_point(" in source and "PREEMPTED_EXIT_CODE" in source
+    header_asks = "the worker asks multihost_utils.reached_preemption_sync_point before each step" in header
+    guide_asks = "`dpcourse.multihost.worker` asks the preemption sync point" in guide
+    assert header_asks == guide_asks == asks, (
         "dpcourse/multihost/worker.py "
-        + ("now asks" if asks else "does not ask")
-        + " the preemption sync point: update the manifest's header (step 1) and the guide"
+        + ("asks" if asks else "does not ask")
+        + " the preemption sync point: the manifest's header (step 1) and the guide must say so"
     )
     assert "exits with 143" in header and "exit code 143" in header
+    # The local launcher's workers keep the service off (SIGTERM must end them at once); the guide says so.
+    launcher_source = (ROOT / "dpcourse" / "multihost" / "launcher.py").read_text()
+    assert '"JAX_ENABLE_PREEMPTION_SERVICE": "false"' in launcher_source
+    assert "`JAX_ENABLE_PREEMPTION_SERVICE=false`" in guide
