@@ -8,7 +8,10 @@ process runs ``python -m dpcourse.multihost.worker`` (started by
 :func:`dpcourse.multihost.distributed.initialize`, trains on its own rows of every
 global batch, and process 0 reports. :func:`single_process_reference` is the
 same training in one process, the yardstick the multi-process result is
-compared with.
+compared with. With a checkpoint folder and JAX's preemption service on (a
+GKE pod; the local launcher turns it off), a SIGTERM to any process makes
+every process save the step they agree on and leave with
+``PREEMPTED_EXIT_CODE`` (notebook 13's form, :class:`Preempted`).
 
 Imports flow one way: launcher -> worker -> distributed.
 """
