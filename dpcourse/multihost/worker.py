@@ -8,7 +8,10 @@ process runs ``python -m dpcourse.multihost.worker`` (started by
 :func:`dpcourse.multihost.distributed.initialize`, trains on its own rows of every
 global batch, and process 0 reports. :func:`single_process_reference` is the
 same training in one process, the yardstick the multi-process result is
-compared with.
+compared with. With a checkpoint folder and JAX's preemption service on (a
+GKE pod; the local launcher turns it off), a SIGTERM to any process makes
+every process save the step they agree on and leave with
+``PREEMPTED_EXIT_CODE`` (notebook 13's form, :class:`Preempted`).
 
 Imports flow one way: launcher -> worker -> distributed.
 """
@@ -49,7 +52,23 @@ from dpcourse.multihost.distributed import (
 )
 from dpcourse.multihost.heartbeat import Heartbeat
 from dpcourse.multihost.plan import check_savable_split
+from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 from dpcourse.train import check_global_batch
+
+
+class Preempted(Exception):
+    """Every process saved the preemption step they agreed on: the worker leaves with ``PREEMPTED_EXIT_CODE``.
+
+    Not an error: a GKE Job's ``podFailurePolicy`` retries that status
+    without counting it (notebook 13; ``deploy/multihost-checkpoint.yaml``).
+    """
+
+    def __init__(self, step: int, checkpoint_dir: str) -> None:
+        self.step = step
+        super().__init__(
+            f"preempted: every process saved step {step} to {checkpoint_dir}; "
+            f"leaving with status {PREEMPTED_EXIT_CODE} to resume from there"
+        )
 
 
 def load_global_batches(mesh, dataset: _data.Dataset, n_batches: int, global_batch: int) -> tuple[list, object, object]:
@@ -178,6 +197,9 @@ def train_worker(
             A checkpoint at exactly ``steps`` is no error: no step is trained,
             ``losses`` is empty and ``ms_per_step`` is None (a finished Job
             applied again).
+        Preempted: with a ``checkpoint_dir`` and JAX's preemption service on,
+            after a process got SIGTERM: every process saved the step they
+            agreed on (``multihost_utils.reached_preemption_sync_point``).
     """
     try:
         return _train(
@@ -259,7 +281,20 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
     compiled = step.lower(params, opt_state, x[0], y[0]).compile()
     compile_s = time.perf_counter() - compile_start
     losses, accuracies, step_s, first_moment = [], [], [], {}
+    # JAX's preemption service (on unless JAX_ENABLE_PREEMPTION_SERVICE=false, which the local launcher sets)
+    # catches SIGTERM; once any process got it, every process reaches the same agreed step here, saves it
+    # and leaves (notebook 13). A GKE Job retries that exit without counting it.
+    preemptible = manager is not None and bool(jax.config.jax_enable_preemption_service)
+    saved_step = start_step
     for i in range(start_step, steps):
+        if preemptible and multihost_utils.reached_preemption_sync_point(i):
+            if i > saved_step:
+                key = jax.device_put(jax.random.PRNGKey(cfg.seed), shardings["key"])  # unused by this step
+                heartbeat.set(f"saving step {i} to {checkpoint_dir} (preempted)")
+                checkpoint.save(manager, i, checkpoint.make_state(params, opt_state, i, key, i), run)
+            checkpoint.finish(manager)
+            manager.close()
+            raise Preempted(i, checkpoint_dir)
         heartbeat.set(f"step {i + 1} of {steps}")
         if fail_at_step is not None and i == fail_at_step:
             if manager is not None:
@@ -278,6 +313,7 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
             key = jax.device_put(jax.random.PRNGKey(cfg.seed), shardings["key"])  # unused by this step
             heartbeat.set(f"saving step {i + 1} to {checkpoint_dir}")
             checkpoint.save(manager, i + 1, checkpoint.make_state(params, opt_state, i + 1, key, i + 1), run)
+            saved_step = i + 1
     if manager is not None:
         heartbeat.set(f"finishing the saves to {checkpoint_dir}")
         checkpoint.finish(manager)
@@ -453,6 +489,10 @@ def _worker_main(args: argparse.Namespace) -> int:
             )
         heartbeat.set("leaving")
         shutdown()
+    except Preempted as stop:  # no shutdown barrier: the other processes are leaving too
+        print_main(str(stop), flush=True)
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT_CODE)
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
         if type(err).__module__ == "dpcourse.checkpoints.checkpoint" or isinstance(err, ValueError):
             who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")

@@ -8,6 +8,7 @@ tests/lib/multihost/test_launcher.py.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -126,3 +127,84 @@ def test_a_damaged_latest_step_is_named_and_the_worker_resumes_from_the_one_befo
     again = worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path), save_every=1)
     assert again["resumed_from"] == 1 and len(again["losses"]) == 1
     assert f"step 2 in {tmp_path} is damaged (its metadata file" in capsys.readouterr().out
+
+
+def test_at_the_agreed_preemption_step_the_worker_saves_it_and_stops(tmp_path, cpu_devices, monkeypatch):
+    """JAX's answer stood in for (every process gets True at the agreed step); the run then resumes from it.
+
+    The agreed step is also a regular save here (every 3 steps): saved once, not twice. A step no regular
+    save covers is the real processes' case below.
+    """
+    from jax.experimental import multihost_utils
+
+    from dpcourse.checkpoints import checkpoint
+    from dpcourse.multihost import worker
+
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: step == 3)
+    with pytest.raises(worker.Preempted) as stopped:
+        worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(tmp_path), save_every=3)
+    assert stopped.value.step == 3
+    assert f"every process saved step 3 to {tmp_path}; leaving with status 143" in str(stopped.value)
+    assert checkpoint.open_manager(str(tmp_path)).all_steps() == [3]
+    monkeypatch.undo()
+    resumed = worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(tmp_path), save_every=3)
+    assert resumed["resumed_from"] == 3 and len(resumed["losses"]) == 3
+
+
+def test_with_the_preemption_service_off_the_worker_never_asks(tmp_path, cpu_devices, monkeypatch):
+    """The local launcher's workers (lessons 08 and 11) run with the service off: asking would raise there.
+
+    Orbax asks too, for each step it saves (its CheckpointManager saves a preemption step whatever its
+    interval): the loop's own questions would come before every step from the first.
+    """
+    import jax
+    from jax.experimental import multihost_utils
+
+    from dpcourse.multihost import worker
+
+    asked = []
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: asked.append(step) or False)
+    before = jax.config.jax_enable_preemption_service
+    jax.config.update("jax_enable_preemption_service", False)
+    try:
+        assert len(worker.train_worker(PROFILE, 3, SOURCE, checkpoint_dir=str(tmp_path))["losses"]) == 3
+    finally:
+        jax.config.update("jax_enable_preemption_service", before)
+    assert 0 not in asked and 1 not in asked
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_sent_sigterm_saves_the_agreed_step_and_leaves_with_the_preempted_status(tmp_path):
+    """Two real processes, JAX's preemption service on as in a GKE pod: SIGTERM to one, the same save in both."""
+    import signal
+    import time
+
+    from dpcourse.checkpoints import checkpoint
+    from dpcourse.multihost.heartbeat import PROGRESS_ENV
+    from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
+
+    coordinator = f"127.0.0.1:{launcher.free_port()}"
+    folder, procs = tmp_path / "ckpt", []
+    # Far more steps than the test waits for: the run ends only through the preemption.
+    command = [sys.executable, "-m", "dpcourse.multihost.worker", "--profile", PROFILE, "--data-source", SOURCE]
+    command += ["--cpu-devices", "2", "--steps", "1000000", "--checkpoint-dir", str(folder)]
+    for process in range(2):
+        env = launcher.worker_env(process, 2, coordinator, 60)
+        env["JAX_ENABLE_PREEMPTION_SERVICE"] = "true"  # what a pod has; the local launcher turns it off
+        env[PROGRESS_ENV] = str(tmp_path / f"progress.{process}")
+        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    progress = tmp_path / "progress.1"
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while "step " not in (progress.read_text() if progress.exists() else "") and procs[1].poll() is None:
+            assert time.monotonic() < deadline, f"no training step within {BOUND_S} s"
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGTERM)  # process 1 only, as a Spot VM's kubelet would
+        outs = [p.communicate(timeout=BOUND_S) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [PREEMPTED_EXIT_CODE] * 2, [err[-2000:] for _, err in outs]
+    (step,) = [int(s) for s in re.findall(r"every process saved step (\d+) to", outs[0][0])]
+    assert checkpoint.open_manager(str(folder)).all_steps() == [step] and step >= 1
