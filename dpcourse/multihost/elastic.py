@@ -23,6 +23,7 @@ training in one process, with the same change of mesh at the same step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -62,10 +63,8 @@ def read_events(out: str | os.PathLike, process_id: int) -> list[dict]:
     path = Path(out) / f"events.{process_id}.jsonl"
     events = []
     for line in path.read_text().splitlines() if path.exists() else ():
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             events.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
     return events
 
 
@@ -160,7 +159,7 @@ def train(args: argparse.Namespace, events: Events) -> int:
             events("saved", step=i)
             return PREEMPTED_EXIT_CODE
         if args.lose_process == pid and args.lose_at == i and args.lose_where == "between":
-            events("killed", step=i)
+            events("killed", step=i, where="between")
             os.kill(os.getpid(), signal.SIGKILL)
         if args.recoverable:
             live = _live(all_devices)
@@ -179,13 +178,15 @@ def train(args: argparse.Namespace, events: Events) -> int:
         x, y = place_batch(mesh, xs[i % cfg.n_batches], ys[i % cfg.n_batches])
         if args.lose_process == pid and args.lose_at == i and args.lose_where == "collective":
             time.sleep(IN_COLLECTIVE_DELAY_S)  # the others are inside the step's all-reduce by now
-            events("killed", step=i)
+            events("killed", step=i, where="collective")
             os.kill(os.getpid(), signal.SIGKILL)
         params, opt_state, metrics = step_fn(params, opt_state, x, y)
         loss = float(metrics["loss"])
         time.sleep(max(0.0, args.step_s - (time.time() - began)))  # a step of a larger model lasts this long
         began = time.time()
         events("step", step=i + 1, loss=loss, devices=len(devices))
+        if args.save_every and (i + 1) % args.save_every == 0 and i + 1 < args.steps:
+            _save(manager, i + 1, params, opt_state, key, run, devices, len(all_devices))
     if manager is not None:
         _save(manager, args.steps, params, opt_state, key, run, devices, len(all_devices))
     if args.out and pid == min(d.process_index for d in devices):
@@ -286,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--global-batch", type=int, required=True)
     parser.add_argument("--cpu-devices", type=int, default=1)
     parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument("--save-every", type=int, default=None, help="steps between checkpoints")
     parser.add_argument("--out", default=None)
     parser.add_argument("--recoverable", action="store_true", help="go on without a lost process")
     parser.add_argument("--heartbeat-timeout-s", type=int, default=5)

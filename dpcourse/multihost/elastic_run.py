@@ -86,6 +86,7 @@ def run_local(
     lose_at: int | None = None,
     lose_where: str = "between",
     leave_at: int | None = None,
+    save_every: int | None = None,
     timeout_s: float = 120.0,
     stall_s: float = 15.0,
 ) -> ElasticRun:
@@ -121,6 +122,7 @@ def run_local(
         ("--lose-at", lose_at),
         ("--lose-where", lose_where if lose_process is not None else None),
         ("--leave-at", leave_at),
+        ("--save-every", save_every),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -207,6 +209,16 @@ def ending(run: ElasticRun) -> str:
         return (
             f"Every live process saved step {max(saved)} and left with status {PREEMPTED_EXIT_CODE} "
             "(preempted): restart every process; each resumes from that step."
+        )
+    gloo = [
+        i for i, c in codes.items() if c not in (0, PREEMPTED_EXIT_CODE, -signal.SIGKILL) and "Gloo" in run.stderr[i]
+    ]
+    if killed is not None and killed["where"] == "collective" and gloo and not run.stalled:
+        lost = next(i for i, es in run.events.items() if any(e["event"] == "killed" for e in es))
+        return (
+            f"Process {lost} was lost inside the all-reduce of step {killed['step'] + 1}; the others' all-reduce "
+            f"failed (gloo: the connection closed) {run.ended_t - killed['t']:.1f} s later, and the CPU's collectives "
+            f"cannot cancel one in flight and go on: restart every process from the latest checkpoint ({latest})."
         )
     if killed is not None and run.stalled:
         lost = next(i for i, es in run.events.items() if any(e["event"] == "killed" for e in es))
