@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_PROCESSES = 3  # local processes, one CPU device each (>= 2)
-STEPS = 12  # training steps of every run
+STEPS = 20  # training steps of every run
 STEP_S = 0.1  # the least time a step takes: the processes wait out the rest (a larger model's step)
 PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
 LOSE_AT = 4  # section 2: the last process is lost (SIGKILL) at this step
@@ -166,8 +166,12 @@ if not no_tcp:
 
 # %% [markdown]
 # The agreed step is later than the steps done at the signal: the notice
-# travels (JAX's handler, the coordination service, every process's next
-# check) while the steps go on. Every process took the same one, and the
+# travels while the steps go on. JAX's handler only sets a flag; a thread
+# looks at it once a second (`kListenInterval` in XLA's
+# `xla/tsl/distributed_runtime/preemption/preemption_notifier.cc`), then
+# the coordination service tells every process, and each takes the
+# largest step reported plus one. Up to a second and more of steps, here
+# a few hundred milliseconds of saving: far inside the grace period. Every process took the same one, and the
 # folder holds that step alone. Now the restart, as the Job's retry would
 # run it, and the proof: the parameters after `STEPS` steps against one
 # process that trained them without a stop, on as many devices.

@@ -206,9 +206,12 @@ def _save(manager, step: int, params, opt_state, key, run, devices: list, n_all:
     if len(devices) < n_all:  # Orbax's barriers would wait for the lost processes: only the live ones save
         manager = survivors_manager(manager.directory, sorted({d.process_index for d in devices}))
     mesh = Mesh(np.array(devices), (AXIS,))
-    state = checkpoint.make_state(
-        place_replicated(mesh, to_host(params)), place_replicated(mesh, to_host(opt_state)), step, key, step
-    )
+    params, opt_state = to_host(params), to_host(opt_state)
+    if len({d.process_index for d in devices}) > 1:
+        params, opt_state = place_replicated(mesh, params), place_replicated(mesh, opt_state)
+    # else: a lone survivor's arrays are all its own, which Orbax refuses in a run of several processes
+    # ("Cannot serialize host local jax.Array"); it saves them as the host arrays they are.
+    state = checkpoint.make_state(params, opt_state, step, key, step)
     checkpoint.save(manager, step, state, run)
     checkpoint.finish(manager)
 
