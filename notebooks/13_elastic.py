@@ -162,7 +162,9 @@ if not no_tcp:
         f"{interval.KUBERNETES_DEFAULT_GRACE_S / committed_s:.0f} times inside the first."
     )
     say(elastic_run.ending(pre))
-    assert set(pre.exit_codes.values()) == {PREEMPTED_EXIT_CODE} and len(set(agreed.values())) == 1
+    assert set(pre.exit_codes.values()) == {PREEMPTED_EXIT_CODE} and len(set(agreed.values())) == 1, (
+        "the processes did not all save one agreed step and leave preempted"
+    )
 
 # %% [markdown]
 # The agreed step is later than the steps done at the signal: the notice
@@ -404,26 +406,28 @@ if not no_tcp:
 shutil.rmtree(root, ignore_errors=True)
 
 # %% [markdown]
-# ## Closing note
+# ## What you learned
 #
 # - **Preemption** is the clean case: the notice comes with a grace
-#   period, and one protocol (the sync point, a save, status 143) loses no
-#   step; the save took a small part of the grace period here (section 1's
-#   figure), and must on a real job too: a save that outlasts it is a
-#   SIGKILL.
+#   period, and one protocol (the sync point, a save at the agreed step,
+#   status 143) loses no step. The save must fit the grace period: one
+#   that outlasts it ends in SIGKILL, half-written (lesson 11 never
+#   restores that step).
 # - **A process killed between steps** costs the survivors a heartbeat
-#   timeout and a compile, and no step; the global batch is kept, so the
-#   training is the same. Bringing the process back is a restart from the
-#   survivors' checkpoint on this backend.
+#   timeout and a compile, and no step, with `jax_enable_recoverability`
+#   and a `live_devices` barrier before each all-reduce. Keep the global
+#   batch and the training is the same one; bringing the process back is,
+#   on this backend, a restart from the survivors' checkpoint.
 # - **A loss inside a collective, or of process 0**, ends the run on the
-#   CPU; the bound and the sentence are what the course adds, and the
-#   checkpoint interval of section 4 decides what it costs.
-# - The **GKE Job** (docs/multihost.md) retries status 143 without
-#   counting a failure and keeps checkpoints on the shared folder the
+#   CPU (section 3's table gives the evidence): bound every wait, say
+#   what happened, restart from the latest checkpoint, and choose the
+#   checkpoint interval (section 4) for what such a loss costs.
+# - The **GKE Job** (`docs/multihost.md`) retries status 143 without
+#   counting a failure, and keeps the checkpoints on the shared folder the
 #   restarted pods read.
 #
-# **Next:** the course ends here; `docs/multihost.md` runs lessons 08, 11
-# and 13's forms on GKE.
+# **Next:** the exercises below; then `docs/multihost.md` runs these forms
+# on GKE.
 
 # %% [markdown]
 # ## Exercises

@@ -15,7 +15,7 @@ from dpcourse.exercises import base
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if "02" <= p.stem[:2] <= "12")
+LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if "02" <= p.stem[:2] <= "13")
 
 
 def _nb(stem):
@@ -69,7 +69,7 @@ def test_each_exercise_is_checked_by_its_own_checker(stem):
         assert getattr(module, called.group(1)).exercise == ident
 
 
-@pytest.mark.parametrize("lesson", ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"])
+@pytest.mark.parametrize("lesson", ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"])
 def test_every_checker_reports_not_attempted_for_an_untouched_answer(lesson):
     module = importlib.import_module(f"dpcourse.exercises.lesson{lesson}")
     checkers = [f for f in vars(module).values() if callable(f) and hasattr(f, "exercise")]
