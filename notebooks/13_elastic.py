@@ -28,7 +28,8 @@
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
-N_PROCESSES = 3  # local processes, one CPU device each (>= 2)
+N_CPU_DEVICES = 3  # simulated CPU devices of this kernel, where the reference runs
+N_PROCESSES = None  # local processes of one CPU device each (>= 2); None: one per device, at most 3
 STEPS = 20  # training steps of every run
 STEP_S = 0.1  # the least time a step takes: the processes wait out the rest (a larger model's step)
 PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
@@ -45,7 +46,7 @@ LAUNCH_TIMEOUT_S = 120.0  # each run ends (every process) past this
 # %%
 from dpcourse.lesson import start_lesson
 
-lesson = start_lesson("13_elastic", PROFILE, N_PROCESSES, min_devices=2)
+lesson = start_lesson("13_elastic", PROFILE, N_CPU_DEVICES, min_devices=2)
 cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
@@ -59,6 +60,7 @@ from IPython.display import display
 from dpcourse import record, show, train
 from dpcourse.checkpoints import interval, scratch
 from dpcourse.multihost import elastic, elastic_run, ports
+from dpcourse.multihost import plan as multihost_plan
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
 MULTIHOST_TOL = (
@@ -71,14 +73,20 @@ def say(sentence):
     print(textwrap.fill(sentence, 100))
 
 
-if N_PROCESSES < 2:
-    raise ValueError(f"N_PROCESSES must be >= 2 (one is lost in section 2), got {N_PROCESSES}.")
-# The reference runs in this process on as many CPU devices.
-cpu = sorted(jax.devices("cpu"), key=lambda d: d.id)[:N_PROCESSES]
+# Each process is a whole JAX runtime on this machine's cores: more than 3 mostly wait for a core.
+N_PROCESSES = N_PROCESSES or min(len(lesson.devices.devices), 3)
+cpu = sorted(jax.devices("cpu"), key=lambda d: d.id)  # the reference trains on as many CPU devices
+if not 2 <= N_PROCESSES <= len(cpu):
+    raise ValueError(
+        f"N_PROCESSES must be from 2 (one is lost in section 2) to the {len(cpu)} CPU devices the "
+        f"reference can use, got {N_PROCESSES}: change it, or N_CPU_DEVICES and restart the kernel."
+    )
+cpu = cpu[:N_PROCESSES]
 # The workers train on the CPU: the full profile's model would take minutes there; they take cpu's.
 profile = cfg.profile if cfg.profile in ("smoke", "cpu") else "cpu"
 global_batch = math.lcm(N_PROCESSES, N_PROCESSES - 1) * 8  # split evenly before and after a loss
 root = scratch.scratch_folder("dpcourse-elastic-", 64 * 2**20)
+compile_cache = multihost_plan.worker_cache_env()  # notebook 08's cache: the processes compile once
 common = dict(
     profile=profile,
     data_source=dataset.source,
@@ -162,9 +170,9 @@ if not no_tcp:
         f"{interval.KUBERNETES_DEFAULT_GRACE_S / committed_s:.0f} times inside the first."
     )
     say(elastic_run.ending(pre))
-    assert set(pre.exit_codes.values()) == {PREEMPTED_EXIT_CODE} and len(set(agreed.values())) == 1, (
-        "the processes did not all save one agreed step and leave preempted"
-    )
+    assert (
+        set(pre.exit_codes.values()) == {PREEMPTED_EXIT_CODE} and len(set(agreed.values())) == 1
+    ), "the processes did not all save one agreed step and leave preempted"
 
 # %% [markdown]
 # The agreed step is later than the steps done at the signal: the notice
@@ -172,11 +180,11 @@ if not no_tcp:
 # looks at it once a second (`kListenInterval` in XLA's
 # `xla/tsl/distributed_runtime/preemption/preemption_notifier.cc`), then
 # the coordination service tells every process, and each takes the
-# largest step reported plus one. Up to a second and more of steps, here
-# a few hundred milliseconds of saving: far inside the grace period. Every process took the same one, and the
-# folder holds that step alone. Now the restart, as the Job's retry would
-# run it, and the proof: the parameters after `STEPS` steps against one
-# process that trained them without a stop, on as many devices.
+# largest step reported plus one: up to a second of steps and more, then
+# the save. Every process took the same step, and the folder holds that
+# step alone. Now the restart, as the Job's retry would run it, and the
+# proof: the parameters after `STEPS` steps against one process that
+# trained them without a stop, on as many devices.
 
 # %%
 if not no_tcp:
