@@ -48,6 +48,21 @@ def test_the_reference_makes_the_change_it_is_told(cpu_devices):
     assert max_abs_diff(straight, shorter) > 1e-4  # while a step more is seen
 
 
+def test_the_reference_runs_under_a_learners_explicit_global_mesh(cpu_devices):
+    """Notebook 13's kernel computes only this reference; a mesh the learner set globally must not change it."""
+    import jax
+    import numpy as np
+
+    before = elastic.reference_params("smoke", 3, 8, cpu_devices, 1, cpu_devices[:1], data_source="synthetic")
+    explicit = (jax.sharding.AxisType.Explicit,)
+    jax.set_mesh(jax.sharding.Mesh(np.array(cpu_devices), ("data",), axis_types=explicit))
+    try:
+        under = elastic.reference_params("smoke", 3, 8, cpu_devices, 1, cpu_devices[:1], data_source="synthetic")
+    finally:
+        jax.set_mesh(None)
+    assert max_abs_diff(before, under) == 0.0
+
+
 def test_the_command_line_refuses_an_unknown_place_to_lose_a_process():
     with pytest.raises(SystemExit):
         elastic.main(["--steps", "2", "--global-batch", "8", "--lose-where", "inside"])
