@@ -59,7 +59,7 @@ from IPython.display import display
 
 from dpcourse import record, show, train
 from dpcourse.checkpoints import interval, scratch
-from dpcourse.multihost import elastic, elastic_run, ports
+from dpcourse.multihost import elastic, elastic_run, ports, preemption
 from dpcourse.multihost import plan as multihost_plan
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
@@ -163,12 +163,8 @@ if not no_tcp:
     print(f"SIGTERM to process 1 when the processes had done steps {at_signal}")
     print(f"agreed step, by process: {agreed}; exit statuses: {pre.exit_codes}")
     print(f"steps in the checkpoint folder: {pre.checkpoint_steps}")
-    say(
-        f"From the signal to the committed checkpoint: {committed_s:.2f} s, against a grace period "
-        f"of {interval.KUBERNETES_DEFAULT_GRACE_S:g} s (Kubernetes' default) or "
-        f"{interval.GKE_SPOT_POD_SHUTDOWN_S:g} s (a Pod on a GKE Spot node): "
-        f"{interval.KUBERNETES_DEFAULT_GRACE_S / committed_s:.0f} times inside the first."
-    )
+    grace = (interval.KUBERNETES_DEFAULT_GRACE_S, interval.GKE_SPOT_POD_SHUTDOWN_S)
+    say(preemption.grace_sentence(committed_s, *grace))
     say(elastic_run.ending(pre))
     assert (
         set(pre.exit_codes.values()) == {PREEMPTED_EXIT_CODE} and len(set(agreed.values())) == 1
@@ -194,6 +190,7 @@ if not no_tcp:
         profile, STEPS, global_batch, cpu, data_source=dataset.source
     )
     preempt_diff = train.max_abs_diff(straight, resumed.params)
+    preempt_lost = max(agreed.values()) - resumed.first("resumed")["step"]  # steps done twice
     print(
         f"resumed from step {resumed.first('resumed')['step']}; trained to {resumed.last_step(0)}"
     )
@@ -288,6 +285,9 @@ if not no_tcp:
         data_source=dataset.source,
     )
     lost_diff = train.max_abs_diff(changed, rejoined.params)
+    # Steps done twice: the survivors' last step against the step every process resumed from.
+    survivors_lost = max(e["step"] for e in lost_run.events[0] if e["event"] == "step")
+    survivors_lost -= rejoined.first("resumed")["step"]
     print(f"max |param diff| vs one process making the same changes: {lost_diff:.3g}")
     print(f"(tolerance {MULTIHOST_TOL:g})")
     assert lost_diff <= MULTIHOST_TOL, "the survivors' training is not the reference's"
@@ -395,14 +395,17 @@ if not no_tcp:
     in_allreduce_s = endings["in the all-reduce"][1]
     coordinator_s = endings["process 0"][1]
     say(
-        f"Signal to committed checkpoint {committed_s:.2f} s (0 steps lost); a killed process seen "
-        f"gone in {detect_s:.1f} s and the survivors training again in {going_s:.1f} s (0 steps "
-        f"lost); a loss inside the all-reduce ended in {in_allreduce_s:.1f} s, process 0's in "
-        f"{coordinator_s:.1f} s (both back to the last save)."
+        f"Signal to committed checkpoint {committed_s:.2f} s ({preempt_lost} steps done twice); "
+        f"a killed process seen gone in {detect_s:.1f} s and the survivors training again in "
+        f"{going_s:.1f} s ({survivors_lost} steps done twice); a loss inside the all-reduce "
+        f"ended in {in_allreduce_s:.1f} s, process 0's in {coordinator_s:.1f} s (both back to "
+        "the last save)."
     )
     _ = record.figures(
         {
             "signal_to_committed_checkpoint_s": (committed_s, "s"),
+            "preempted_steps_done_twice": (preempt_lost, "steps"),
+            "survivors_steps_done_twice": (survivors_lost, "steps"),
             "kill_to_seen_gone_s": (detect_s, "s"),
             "kill_to_next_step_s": (going_s, "s"),
             "preempted_resume_max_abs_param_diff": (preempt_diff, "abs"),
