@@ -34,12 +34,8 @@ STEPS = 20  # training steps of every run
 STEP_S = 0.1  # the least time a step takes: the processes wait out the rest (a larger model's step)
 PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
 LOSE_AT = 4  # section 2: the last process is lost (SIGKILL) at this step
-LEAVE_AT = (
-    8  # section 2: the survivors save at this step and leave, for the restart with every process
-)
-HEARTBEAT_TIMEOUT_S = (
-    3  # seconds without a heartbeat before the coordination service calls a process dead
-)
+LEAVE_AT = 8  # section 2: the survivors save here and leave; every process restarts from it
+HEARTBEAT_TIMEOUT_S = 3  # seconds without a heartbeat before a process is called dead
 STALL_S = 10.0  # the launcher ends a run in which no process reported anything for this long
 LAUNCH_TIMEOUT_S = 120.0  # each run ends (every process) past this
 
@@ -63,9 +59,7 @@ from dpcourse.multihost import elastic, elastic_run, ports, preemption
 from dpcourse.multihost import plan as multihost_plan
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
-MULTIHOST_TOL = (
-    1e-5  # lesson 08's bound on multi-process vs one-process parameters (reduction order)
-)
+MULTIHOST_TOL = 1e-5  # lesson 08's bound: multi-process vs one process (the order of additions)
 
 
 def say(sentence):
@@ -73,10 +67,12 @@ def say(sentence):
     print(textwrap.fill(sentence, 100))
 
 
+# One sentence, or None where processes can open a TCP socket on 127.0.0.1 (notebook 08).
+no_tcp = ports.tcp_unavailable()
 # Each process is a whole JAX runtime on this machine's cores: more than 3 mostly wait for a core.
 N_PROCESSES = N_PROCESSES or min(len(lesson.devices.devices), 3)
 cpu = sorted(jax.devices("cpu"), key=lambda d: d.id)  # the reference trains on as many CPU devices
-if not 2 <= N_PROCESSES <= len(cpu):
+if not no_tcp and not 2 <= N_PROCESSES <= len(cpu):
     raise ValueError(
         f"N_PROCESSES must be from 2 (one is lost in section 2) to the {len(cpu)} CPU devices the "
         f"reference can use, got {N_PROCESSES}: change it, or N_CPU_DEVICES and restart the kernel."
@@ -97,8 +93,6 @@ common.update(timeout_s=LAUNCH_TIMEOUT_S, stall_s=STALL_S)
 print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch {global_batch}")
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
 print(f"checkpoints go to a temporary folder, {root.name}")
-# One sentence, or None where processes can open a TCP socket on 127.0.0.1 (notebook 08).
-no_tcp = ports.tcp_unavailable()
 if no_tcp:
     display(show.banner(f"{no_tcp} Sections 1 to 3 are skipped; section 4 runs.", "warning"))
 
@@ -115,7 +109,7 @@ if no_tcp:
 # through the coordination service; each process asks, at every step,
 # `multihost_utils.reached_preemption_sync_point(step)`, which turns True in
 # every process at the same step: the largest step any process had reached
-# when the notice spread, plus one. Each process saves that step with
+# when the notice spread, plus one (its docstring). Each process saves that step with
 # lesson 11's checkpoint and leaves with status
 # `PREEMPTED_EXIT_CODE` (128 + SIGTERM = 143, what Kubernetes reports for a
 # container SIGTERM ended; the GKE Job retries it without counting a
@@ -314,12 +308,16 @@ if not no_tcp:
 # Two losses end the run on this backend, each within a bound, each said in
 # one sentence by `elastic_run.ending`:
 #
-# - **A process lost inside the all-reduce.** On GPUs JAX cancels the
-#   collective in flight; the CPU's gloo cannot. The others' all-reduce
-#   fails with a closed connection, or, in some runs, waits in it for good
-#   (both measured); the launcher bounds that wait by `STALL_S`.
+# - **A process lost inside the all-reduce.** JAX's fault-tolerance guide
+#   says its support works fully only on GPUs, where a collective in
+#   flight is cancelled; the CPU's gloo cannot cancel one. The others'
+#   all-reduce fails with a closed connection, or waits in it: in a probe
+#   written for this lesson one survivor got the error while the other
+#   still waited 30 s later, when it was killed. The launcher bounds that
+#   wait by `STALL_S`.
 # - **Process 0 lost.** It runs the coordination service, the one that
-#   says who is alive; JAX ends every other process at once.
+#   says who is alive; JAX ends every other process (SIGABRT) as soon as
+#   their next call to it fails.
 #
 # Both runs save every 3 steps, so a checkpoint is there to restart from.
 
@@ -364,9 +362,10 @@ if not no_tcp:
 # ## 4. What a failure costs, and how often to save
 #
 # A loss costs the steps since the last save (redone) and the restart.
-# Sections 1 and 2 lost no step: the save was at the agreed step, or the
-# survivors kept the work. A loss that ends the run (section 3) sends it
-# back to the last save, on average half a checkpoint interval. Saving
+# Sections 1 and 2 redo no step by design (the save is at the agreed step,
+# or the survivors keep the work; the last line of this section counts
+# them). A loss that ends the run (section 3) sends it back to the last
+# save, on average half a checkpoint interval. Saving
 # more often cuts that and costs the saves themselves: Young's optimal
 # interval `sqrt(2 x save x MTBF)` balances the two, and Daly's adds the
 # next terms of the same expansion (`dpcourse.checkpoints.interval`, with
