@@ -47,6 +47,8 @@ class ElasticRun:
         ended_t: wall clock when the last process ended.
         params: final parameters written by the lowest live process (None: none written).
         stall_s: the bound on silence this run had.
+        checkpoint_steps: the steps in the checkpoint folder when the run ended.
+        timed_out: the launcher ended the run at its time limit (``timeout_s``, given here when it did).
     """
 
     exit_codes: dict[int, int]
@@ -58,6 +60,7 @@ class ElasticRun:
     stall_s: float
     params: dict[str, np.ndarray] | None = None
     checkpoint_steps: list[int] = field(default_factory=list)
+    timed_out: float | None = None
 
     def first(self, event: str, process: int | None = None) -> dict | None:
         """The earliest event of that name (in ``process``, or in any), or None."""
@@ -145,7 +148,7 @@ def run_local(
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
-            signal_t, stalled = _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s)
+            signal_t, stopped = _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s)
         finally:
             reaper.end_all(procs, grace_s=1.0)
             ended_t = time.time()
@@ -166,35 +169,41 @@ def run_local(
             events={i: read_events(out, i) for i in procs},
             stderr=texts,
             signal_t=signal_t,
-            stalled=stalled,
+            stalled=stopped == "stalled",
             ended_t=ended_t,
             stall_s=stall_s,
             params=params,
             checkpoint_steps=steps_saved,
+            timed_out=timeout_s if stopped == "timeout" else None,
         )
 
 
-def _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s) -> tuple[float | None, bool]:
-    """Wait for every process to end, within the bounds; send the preemption notice on cue."""
+def _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s) -> tuple[float | None, str | None]:
+    """Wait for every process to end, within the bounds; send the preemption notice on cue.
+
+    Returns:
+        When SIGTERM was sent (None: not sent), and why the wait stopped early: ``"stalled"``,
+        ``"timeout"``, or None when every process ended.
+    """
     start = time.monotonic()
     signal_t, seen, heard = None, -1, time.monotonic()
     while time.monotonic() - start < timeout_s:
         codes = {i: p.poll() for i, p in procs.items()}
         if all(c is not None for c in codes.values()):
-            return signal_t, False
+            return signal_t, None
         events = {i: read_events(out, i) for i in procs}
         count = sum(len(es) for es in events.values())
         if count != seen:
             seen, heard = count, time.monotonic()
         elif time.monotonic() - heard > stall_s:
-            return signal_t, True
+            return signal_t, "stalled"
         if signal_t is None and preempt_process is not None:
             done = [e["step"] for e in events[preempt_process] if e["event"] == "step"]
             if done and max(done) >= preempt_after_step and codes[preempt_process] is None:
                 procs[preempt_process].send_signal(signal.SIGTERM)
                 signal_t = time.time()
         time.sleep(0.05)
-    return signal_t, True
+    return signal_t, "timeout"
 
 
 def ending(run: ElasticRun) -> str:
@@ -236,7 +245,11 @@ def ending(run: ElasticRun) -> str:
             f"{waited:.1f} s (SIGABRT: the service that says who is alive went with it): restart every process "
             f"from the latest checkpoint ({latest})."
         )
+    if run.timed_out is not None:
+        return f"The run passed its limit of {run.timed_out:g} s and the launcher ended it (statuses {codes})."
     if run.stalled:
         return f"No process reported anything for {run.stall_s:g} s and the launcher ended them (statuses {codes})."
-    bad = next(i for i, c in codes.items() if c not in (0, PREEMPTED_EXIT_CODE))
+    bad = next((i for i, c in codes.items() if c not in (0, PREEMPTED_EXIT_CODE)), None)
+    if bad is None:
+        return f"The processes ended with statuses {codes}, and no step was saved at a preemption."
     return f"Process {bad} failed (exit status {codes[bad]}): {output_tail(run.stderr.get(bad, ''), 1)}"

@@ -100,6 +100,13 @@ def test_each_ending_is_read_from_the_run():
     assert "(step 2)" in stalled
     quiet = elastic_run.ending(_run({0: -9, 1: -9}, {0: [], 1: []}, stalled=True, steps=()))
     assert quiet.startswith("No process reported anything for 8 s")
+    late = _run({0: -9, 1: -9}, {0: [], 1: []}, steps=())
+    late.timed_out = 90.0
+    assert elastic_run.ending(late).startswith("The run passed its limit of 90 s and the launcher ended it")
+    mixed = elastic_run.ending(_run({0: 0, 1: 143}, {0: [], 1: []}))
+    assert mixed == "The processes ended with statuses {0: 0, 1: 143}, and no step was saved at a preemption."
+    crashed = elastic_run.ending(_run({0: 1, 1: -9}, {0: [], 1: []}, {0: "Traceback\nValueError: bad\n", 1: ""}))
+    assert crashed == "Process 0 failed (exit status 1): ValueError: bad"
 
 
 def test_a_batch_the_processes_cannot_split_is_refused_before_anything_starts():
