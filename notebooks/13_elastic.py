@@ -84,13 +84,10 @@ profile = cfg.profile if cfg.profile in ("smoke", "cpu") else "cpu"
 global_batch = math.lcm(N_PROCESSES, N_PROCESSES - 1) * 8  # split evenly before and after a loss
 root = scratch.scratch_folder("dpcourse-elastic-", 64 * 2**20)
 compile_cache = multihost_plan.worker_cache_env()  # notebook 08's cache: the processes compile once
-common = dict(
-    profile=profile,
-    data_source=dataset.source,
-    step_s=STEP_S,
-    heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
-)
+common = dict(profile=profile, data_source=dataset.source, step_s=STEP_S)
 common.update(timeout_s=LAUNCH_TIMEOUT_S, stall_s=STALL_S)
+# The runs that go on without a lost process see it gone after this heartbeat timeout (the others: 10 s).
+survive = dict(recoverable=True, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch {global_batch}")
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
 print(f"checkpoints go to a temporary folder, {root.name}")
@@ -234,11 +231,11 @@ if not no_tcp:
         STEPS,
         global_batch,
         checkpoint_dir=ck2,
-        recoverable=True,
         lose_process=N_PROCESSES - 1,
         lose_at=LOSE_AT,
         leave_at=LEAVE_AT,
         **common,
+        **survive,
     )
     killed, seen = lost_run.first("killed"), lost_run.first("live")
     assert killed is not None and seen is not None, (
@@ -334,12 +331,12 @@ if not no_tcp:
             STEPS,
             global_batch,
             checkpoint_dir=root / where,
-            recoverable=True,
             save_every=3,
             lose_process=who,
             lose_at=LOSE_AT,
             lose_where=where,
             **common,
+            **survive,
         )
         endings[name] = (run, run.ended_t - run.first("killed")["t"])
         print(

@@ -40,6 +40,7 @@ from dpcourse.multihost.distributed import AXIS, initialize
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
 LOSS_KINDS = ("between", "collective")  # where a process is lost: between two steps, or inside the all-reduce
+COORDINATOR_LINGER_S = 0.5  # process 0 leaves this long after the others (it serves them until they are gone)
 IN_COLLECTIVE_DELAY_S = 0.5  # how long the lost process waits after the barrier, so the others are in the all-reduce
 
 
@@ -317,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
 
         shutdown()
     # A preempted process, or one whose partner is gone, leaves without the shutdown barrier (which would wait
-    # for every process, lost ones included).
+    # for every process, lost ones included). Process 0 runs the coordination service: it leaves a moment after
+    # the others, whose last calls to the service would otherwise fail and end them with SIGABRT.
+    if spec.process_id == 0 and (code != 0 or args.recoverable):
+        time.sleep(COORDINATOR_LINGER_S)
     os._exit(code)
 
 

@@ -81,7 +81,7 @@ def run_local(
     data_source: str | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     recoverable: bool = False,
-    heartbeat_timeout_s: int = 5,
+    heartbeat_timeout_s: int = 10,
     step_s: float = 0.0,
     preempt_process: int | None = None,
     preempt_after_step: int | None = None,
@@ -100,6 +100,8 @@ def run_local(
         lose_process, lose_at, lose_where: that process kills itself (SIGKILL) at that step, between two
             steps or inside the step's all-reduce (:mod:`dpcourse.multihost.elastic`).
         leave_at: after a loss, the survivors save at this step and leave (for a restart with every process).
+        heartbeat_timeout_s: seconds without a heartbeat before the coordination service calls a process dead:
+            how soon survivors see a loss (with ``recoverable``), and how long a slow process may go quiet.
         step_s: the least time a step takes: each process waits out the rest of it (a larger model's step).
         timeout_s: limit for the whole run; stall_s: limit on a silence of every live process.
 
