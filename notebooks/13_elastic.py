@@ -86,7 +86,7 @@ root = scratch.scratch_folder("dpcourse-elastic-", 64 * 2**20)
 compile_cache = multihost_plan.worker_cache_env()  # notebook 08's cache: the processes compile once
 common = dict(profile=profile, data_source=dataset.source, step_s=STEP_S)
 common.update(timeout_s=LAUNCH_TIMEOUT_S, stall_s=STALL_S)
-# Runs that go on without a lost process see it gone after this heartbeat timeout (the others: 10 s).
+# Runs that go on without a lost process see it gone after this heartbeat timeout (others: 10 s).
 survive = dict(recoverable=True, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch {global_batch}")
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
