@@ -24,7 +24,7 @@
 # global batch split over devices) and 11 (checkpoints). Several local
 # processes of one CPU device each, on this machine's TCP loopback.
 #
-# **Time**: under 1 min with `smoke`, 1-2 min with `cpu`, on a 2-core CPU (measured; the run's
+# **Time**: under 1 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU (measured; the run's
 # details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
