@@ -50,6 +50,7 @@ cfg, dataset = lesson.cfg, lesson.dataset
 import math
 import shutil
 import textwrap
+import time
 
 import jax
 from IPython.display import display
@@ -60,6 +61,7 @@ from dpcourse.multihost import elastic, elastic_run, ports, preemption
 from dpcourse.multihost import plan as multihost_plan
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
+started = time.perf_counter()  # for section 5's time of this run
 MULTIHOST_TOL = 1e-5  # lesson 08's bound: multi-process vs one process (the order of additions)
 
 
@@ -92,7 +94,8 @@ print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch 
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
 print(f"checkpoints go to a temporary folder, {root.name}")
 if no_tcp:
-    display(show.banner(f"{no_tcp} Sections 1 to 3 are skipped; section 4 runs.", "warning"))
+    skipped = "Sections 1 to 3 are skipped, and with them section 5's figures; section 4 runs."
+    display(show.banner(f"{no_tcp} {skipped}", "warning"))
 
 # %% [markdown]
 # ## 1. Preemption, cleanly: save at the step every process agrees on
@@ -361,10 +364,10 @@ if not no_tcp:
 #
 # A loss costs the steps since the last save (redone) and the restart.
 # Sections 1 and 2 redo no step by design (the save is at the agreed step,
-# or the survivors keep the work; the last line of this section counts
-# them). A loss that ends the run (section 3) sends it back to the last
-# save, on average half a checkpoint interval. Saving
-# more often cuts that and costs the saves themselves: Young's optimal
+# or the survivors keep the work; section 5 counts them). A loss that ends
+# the run (section 3) sends it back to the last save, on average half a
+# checkpoint interval. Saving more often cuts that and costs the saves
+# themselves: Young's optimal
 # interval `sqrt(2 x save x MTBF)` balances the two, and Daly's adds the
 # next terms of the same expansion (`dpcourse.checkpoints.interval`, with
 # both papers). For the course's GKE node (2 x L4, Spot VMs: Google
@@ -384,8 +387,11 @@ for s in settings:
         say(f"{s.name}: {line}")
 
 # %% [markdown]
-# This lesson's own figures, from the runs above: the times the protocol
-# itself takes, against which the tables' save and restart times are large.
+# ## 5. What recovery took here
+#
+# This run's own figures: the times the protocol itself takes, against
+# which the tables' save and restart times are large, and this lesson's
+# time (its header gives the measured time of a whole run).
 
 # %%
 if not no_tcp:
@@ -412,6 +418,7 @@ if not no_tcp:
         }
     )
 shutil.rmtree(root, ignore_errors=True)
+print(f"This run of the lesson, from its imports to here: {time.perf_counter() - started:.0f} s.")
 
 # %% [markdown]
 # ## What you learned
