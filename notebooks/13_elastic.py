@@ -31,7 +31,7 @@
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
 N_CPU_DEVICES = 3  # simulated CPU devices of this kernel, where the reference runs
 N_PROCESSES = None  # local processes of one CPU device each (>= 2); None: one per device, at most 3
-STEPS = 24  # training steps of every run (the agreed preemption step comes up to ~10 later)
+STEPS = 24  # training steps of every run; the agreed preemption step comes steps after the signal
 STEP_S = 0.1  # the least time a step takes: the processes wait out the rest (a larger model's step)
 PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
 LOSE_AT = 4  # section 2: the last process is lost (SIGKILL) at this step
