@@ -699,8 +699,9 @@ print("freed:", before, "->", after)
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #
-# **Next:** the exercises below, then your own workload: measure its
-# noise scale before you buy devices.
+# **Next:** [13_elastic](13_elastic.ipynb): when a process goes away,
+# preemption, survivors and restarts. First the exercises below; and on
+# your own workload, measure its noise scale before you buy devices.
 
 # %% [markdown]
 # ## Exercises

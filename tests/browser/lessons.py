@@ -33,6 +33,8 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
     "11_checkpoint": ("resumed to", "Restored leaves against the saved state"),
     # The steps-to-target table and the 1-vs-N comparison.
     "12_batch_size": ("Steps to held-out loss", "Same global batch, 1 device vs N devices"),
+    # The agreed preemption step, and the checkpoint-interval table.
+    "13_elastic": ("agreed step, by process:", "Optimal checkpoint interval (Daly) and its cost"),
 }
 
 

@@ -168,10 +168,10 @@ def test_a_lesson_that_starts_processes_asks_first_whether_this_host_allows_tcp(
     """On a sandboxed TPU host no process may open a TCP socket: 11's multi-process section stopped there
     with ``TcpUnavailable`` in a cell (a real v5e host, 2026-12-06); 08 had said so in one sentence."""
     text = path.read_text(encoding="utf-8")
-    first_launch = text.find("launch_local(")
-    if first_launch < 0:
+    launches = [i for i in (text.find("launch_local("), text.find("run_local(")) if i >= 0]  # lessons 08-11, 13
+    if not launches:
         return
     asked = text.find("ports.tcp_unavailable()")
-    assert 0 <= asked < first_launch, (
-        f"{path.name} starts processes (launch_local) without asking ports.tcp_unavailable() first"
+    assert 0 <= asked < min(launches), (
+        f"{path.name} starts processes (launch_local, run_local) without asking ports.tcp_unavailable() first"
     )

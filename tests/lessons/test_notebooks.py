@@ -26,6 +26,7 @@ EXPECTED = [
     "10_sharded",
     "11_checkpoint",
     "12_batch_size",
+    "13_elastic",
 ]
 PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 

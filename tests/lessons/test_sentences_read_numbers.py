@@ -27,6 +27,8 @@ GENERATED = [
     ("11_checkpoint", "cost_sentences.size_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
     ("11_checkpoint", "cost_sentences.forms_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
     ("11_checkpoint", "cost_sentences.hiding_lines(", "tests/lib/checkpoints/test_cost_sentences.py"),
+    ("13_elastic", "preemption.grace_sentence(", "tests/lib/multihost/test_preemption.py"),
+    ("13_elastic", "elastic_run.ending(", "tests/lib/multihost/test_elastic_run.py"),
     ("07_sweep", "costs.judge_fit(", "tests/lib/test_costs.py"),
     ("07_sweep", "costs.scaling(", "tests/lib/test_costs.py"),
 ]

@@ -19,7 +19,7 @@ Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
 does: so a lesson with a global-mesh run is run solved here, in both mesh
 kinds, and the newest lane's solutions-test runs only the lessons before 04
-(``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
+and 13 (``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
 and without the GPU-compile extra (docs/testing.md).
 
 A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
@@ -61,8 +61,18 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKER = Path(__file__).resolve().parent / "blocker"
 
+# Lessons that train in processes of their own, not in the kernel (13: processes preempted, killed and started
+# again): a mesh set globally in the kernel never reaches them, and the kernel's one computation, their reference,
+# runs under a mesh of its own (tests/lib/multihost/test_elastic.py runs it under a learner's Explicit global mesh).
+# A whole run starts 18 processes; notebook-test and solutions-test run them at 2 and 3 processes.
+OWN_PROCESSES = ("13_elastic",)
+
 # --- a global mesh (notebook 03, section 4, allows `jax.set_mesh(mesh)` without `with`) ---
-MESH_LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 4]
+MESH_LESSONS = [
+    p.stem
+    for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    if int(p.stem[:2]) >= 4 and p.stem not in OWN_PROCESSES
+]
 MESH_KINDS = ("Auto", "Explicit")
 MESH_LINE = re.compile(r"^(?P<indent> *)mesh = .*$", re.M)
 SET = {
@@ -85,7 +95,11 @@ def with_global_mesh(source: str, kind: str) -> str:
 
 # --- a mesh of the learner's own, set globally in a lesson's cell ---
 FOREIGN = "Foreign"
-FOREIGN_LESSONS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if int(p.stem[:2]) >= 3]
+FOREIGN_LESSONS = [
+    p.stem
+    for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    if int(p.stem[:2]) >= 3 and p.stem not in OWN_PROCESSES
+]
 START_LINE = re.compile(r"^(?P<indent> *)lesson = start_lesson\(.*$", re.M)
 # The first code line that builds a mesh or picks the lesson's devices: the foreign mesh goes in a cell after its cell.
 FIRST_MESH_LINE = re.compile(r"^(?![ \t]*#).*\b(Mesh|make_mesh|lesson_devices)\(.*$", re.M)

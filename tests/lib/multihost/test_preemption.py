@@ -18,3 +18,23 @@ def test_a_shell_reports_a_process_ended_by_sigterm_with_the_preempted_status():
     script = f"{sys.executable} -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)'; echo $?"
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert int(out.stdout.split()[-1]) == preemption.PREEMPTED_EXIT_CODE
+
+
+def test_the_grace_sentence_reads_its_verdict_from_the_numbers():
+    inside = preemption.grace_sentence(0.67, 30.0, 15.0)
+    assert inside == (
+        "From the signal to the committed checkpoint: 0.67 s, inside both grace periods, 30 s (Kubernetes' "
+        "default) and 15 s (a GKE Spot node's Pod): 22 times shorter than the shorter one."
+    )
+    for between in (20.0, 15.0):  # a save that ends as the grace period does is cut off
+        said = preemption.grace_sentence(between, 30.0, 15.0)
+        assert "inside 30 s (Kubernetes' default) but past 15 s (a GKE Spot node's Pod)" in said
+    assert "past both grace periods" in preemption.grace_sentence(31.0, 30.0, 15.0)
+
+
+def test_the_grace_sentence_refuses_a_time_that_is_not_one():
+    import pytest
+
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="a time in seconds > 0"):
+            preemption.grace_sentence(bad, 30.0, 15.0)
