@@ -55,6 +55,7 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
     assert lost.first("live")["t"] - lost.first("killed")["t"] < 3 + 5  # the heartbeat timeout, and a margin
     rejoined = elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path, **COMMON)
     assert rejoined.exit_codes == {0: 0, 1: 0} and rejoined.first("resumed")["step"] == 5
+    assert rejoined.started_t < rejoined.first("resumed")["t"] < rejoined.first("step")["t"] < rejoined.ended_t
     reference = elastic.reference_params(
         "smoke", STEPS, BATCH, cpu_devices, 2, cpu_devices[:1], data_source="synthetic"
     )
