@@ -20,10 +20,7 @@ TOL = 1e-5  # notebook 08's bound on multi-process vs one-process parameters (th
 
 @pytest.fixture(scope="module")
 def cpu_devices():
-    from dpcourse import devices
-
-    devices.setup_devices(2)
-    import jax
+    import jax  # tests/conftest.py set this session's simulated CPU devices
 
     return sorted(jax.devices("cpu"), key=lambda d: d.id)[:2]
 
