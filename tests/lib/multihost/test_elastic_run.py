@@ -59,6 +59,8 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
     assert max_abs_diff(reference, rejoined.params) <= TOL
     unchanged = elastic.reference_params("smoke", STEPS, BATCH, cpu_devices, data_source="synthetic")
     assert max_abs_diff(unchanged, rejoined.params) <= TOL  # the same global batch: the same training
+    again = elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path, **COMMON)  # a finished run, run again
+    assert again.exit_codes == {0: 0, 1: 0} and again.first("resumed")["step"] == STEPS, elastic_run.ending(again)
 
 
 @pytest.mark.parametrize("who, where", [(1, "collective"), (0, "between")], ids=["in-the-all-reduce", "process-0"])
