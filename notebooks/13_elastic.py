@@ -266,10 +266,12 @@ if not no_tcp:
     print(f"exit statuses: {lost_run.exit_codes}; steps saved: {lost_run.checkpoint_steps}")
     say(elastic_run.ending(lost_run))
     rejoined = elastic_run.run_local(N_PROCESSES, STEPS, global_batch, checkpoint_dir=ck2, **common)
+    rejoin_s = rejoined.first("step")["t"] - rejoined.started_t  # start, restore, compile, a step
     print(
         f"rejoin: {N_PROCESSES} processes resumed from step {rejoined.first('resumed')['step']}; "
         f"statuses {rejoined.exit_codes}"
     )
+    print(f"from the restart to its first step: {rejoin_s:.1f} s")
     changed = elastic.reference_params(
         profile,
         STEPS,
@@ -400,7 +402,8 @@ if not no_tcp:
     say(
         f"Signal to committed checkpoint {committed_s:.2f} s ({preempt_lost} steps done twice); "
         f"a killed process seen gone in {detect_s:.1f} s and the survivors training again in "
-        f"{going_s:.1f} s ({survivors_lost} steps done twice); a loss inside the all-reduce "
+        f"{going_s:.1f} s ({survivors_lost} steps done twice), every process training again "
+        f"{rejoin_s:.1f} s after the restart began; a loss inside the all-reduce "
         f"ended in {in_allreduce_s:.1f} s, process 0's in {coordinator_s:.1f} s (both back to "
         "the last save)."
     )
@@ -411,6 +414,7 @@ if not no_tcp:
             "survivors_steps_done_twice": (survivors_lost, "steps"),
             "kill_to_seen_gone_s": (detect_s, "s"),
             "kill_to_next_step_s": (going_s, "s"),
+            "restart_to_first_step_s": (rejoin_s, "s"),
             "preempted_resume_max_abs_param_diff": (preempt_diff, "abs"),
             "survivors_max_abs_param_diff": (lost_diff, "abs"),
             "lost_in_allreduce_ended_s": (in_allreduce_s, "s"),

@@ -202,8 +202,8 @@ def _save(manager, step: int, params, opt_state, key, run, devices: list, n_all:
 
     from dpcourse.checkpoints import checkpoint
 
-    if manager is None:
-        return
+    if manager is None or (Path(manager.directory) / str(step)).exists():
+        return  # no folder, or the step is saved already (by --save-every, or the run this one resumed)
     if len(devices) < n_all:  # Orbax's barriers would wait for the lost processes: only the live ones save
         manager = survivors_manager(manager.directory, sorted({d.process_index for d in devices}))
     mesh = Mesh(np.array(devices), (AXIS,))

@@ -49,6 +49,7 @@ class ElasticRun:
         stall_s: the bound on silence this run had.
         checkpoint_steps: the steps in the checkpoint folder when the run ended.
         timed_out: the launcher ended the run at its time limit (``timeout_s``, given here when it did).
+        started_t: wall clock when the launcher started the first process.
     """
 
     exit_codes: dict[int, int]
@@ -61,6 +62,7 @@ class ElasticRun:
     params: dict[str, np.ndarray] | None = None
     checkpoint_steps: list[int] = field(default_factory=list)
     timed_out: float | None = None
+    started_t: float = 0.0
 
     def first(self, event: str, process: int | None = None) -> dict | None:
         """The earliest event of that name (in ``process``, or in any), or None."""
@@ -137,6 +139,7 @@ def run_local(
     with tempfile.TemporaryDirectory(prefix="dpcourse-elastic-") as tmp:
         out = Path(tmp)
         procs, logs = {}, {}
+        started_t = time.time()
         try:
             for i in range(n_processes):
                 env = worker_env(i, n_processes, coordinator, init_timeout_s=int(min(60, timeout_s)))
@@ -177,6 +180,7 @@ def run_local(
             params=params,
             checkpoint_steps=steps_saved,
             timed_out=timeout_s if stopped == "timeout" else None,
+            started_t=started_t,
         )
 
 

@@ -30,10 +30,7 @@ def test_mesh_order_is_by_process_then_id():
 
 @pytest.fixture(scope="module")
 def cpu_devices():
-    from dpcourse import devices
-
-    devices.setup_devices(2)
-    import jax
+    import jax  # tests/conftest.py set this session's simulated CPU devices
 
     return sorted(jax.devices("cpu"), key=lambda d: d.id)[:2]
 

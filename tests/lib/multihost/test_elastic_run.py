@@ -20,10 +20,7 @@ TOL = 1e-5  # notebook 08's bound on multi-process vs one-process parameters (th
 
 @pytest.fixture(scope="module")
 def cpu_devices():
-    from dpcourse import devices
-
-    devices.setup_devices(2)
-    import jax
+    import jax  # tests/conftest.py set this session's simulated CPU devices
 
     return sorted(jax.devices("cpu"), key=lambda d: d.id)[:2]
 
@@ -55,12 +52,15 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
     assert lost.first("live")["t"] - lost.first("killed")["t"] < 3 + 5  # the heartbeat timeout, and a margin
     rejoined = elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path, **COMMON)
     assert rejoined.exit_codes == {0: 0, 1: 0} and rejoined.first("resumed")["step"] == 5
+    assert rejoined.started_t < rejoined.first("resumed")["t"] < rejoined.first("step")["t"] < rejoined.ended_t
     reference = elastic.reference_params(
         "smoke", STEPS, BATCH, cpu_devices, 2, cpu_devices[:1], data_source="synthetic"
     )
     assert max_abs_diff(reference, rejoined.params) <= TOL
     unchanged = elastic.reference_params("smoke", STEPS, BATCH, cpu_devices, data_source="synthetic")
     assert max_abs_diff(unchanged, rejoined.params) <= TOL  # the same global batch: the same training
+    again = elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path, **COMMON)  # a finished run, run again
+    assert again.exit_codes == {0: 0, 1: 0} and again.first("resumed")["step"] == STEPS, elastic_run.ending(again)
 
 
 @pytest.mark.parametrize("who, where", [(1, "collective"), (0, "between")], ids=["in-the-all-reduce", "process-0"])
