@@ -20,7 +20,7 @@
 # **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
 # least 2 devices.
 #
-# **Time**: under 30 s with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with
 # `full`, on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]

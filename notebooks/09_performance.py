@@ -20,8 +20,8 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time**: under 30 s with `smoke`, under 1 min with `cpu`, on a 2-core CPU; 2-5 min with `full`,
-# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; 2-5 min with `full`, on
+# 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only

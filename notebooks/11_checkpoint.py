@@ -22,8 +22,8 @@
 # (FSDP). 8 devices by default (half of them and 1 are taken from them);
 # with another count, the restores onto other meshes use what there is.
 #
-# **Time**: 1-2 min with `smoke`, 1-2 min with `cpu`, on a 2-core CPU; under 1 min with `full`, on 1
-# x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with `full`,
+# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
