@@ -156,19 +156,23 @@ def test_the_command_line_fills_only_the_notebooks_named_and_refuses_one_that_is
 
 
 def test_every_lesson_with_exercises_runs_solved_in_solutions_test_or_in_the_global_mesh_runs():
-    # test-newest's solutions-test runs the lessons before 04 and 13 (SOLVED_ALONE); the unit layer's global-mesh runs
-    # (tests/lessons/variants.py, always solved) run the others, so on the newest JAX each is run solved once.
-    # (make test's pinned solutions-test runs every lesson: the 4-device and no-GPU-extra run, docs/testing.md.)
+    # test-newest's solutions-test runs the lessons before 04 (SOLVED_ALONE); the unit layer's global-mesh runs
+    # (tests/lessons/variants.py, always solved) run the others, so on the newest JAX each is run solved once,
+    # except the lessons that train in processes of their own (OWN_PROCESSES, 13): run whole in the pinned lane
+    # only, for make test's time; on the newest JAX their package tests launch the same processes and
+    # tests/lib/exercises checks their exercises. (make test's pinned solutions-test runs every lesson.)
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "lessons"))
-    from variants import MESH_LESSONS
+    from variants import MESH_LESSONS, OWN_PROCESSES
 
     pattern = re.search(r"^SOLVED_ALONE = \$\(wildcard ([^)]+)\)$", (ROOT / "Makefile").read_text(), re.M)
     assert pattern, "the Makefile has no SOLVED_ALONE = $(wildcard ...) line"
     alone = {p.stem for glob in pattern.group(1).split() for p in ROOT.glob(glob)}
     with_exercises = {stem for stem in LESSONS if solutions.exercise_cells(_nb(stem))}
-    assert with_exercises <= alone | set(MESH_LESSONS), with_exercises - alone - set(MESH_LESSONS)
+    covered = alone | set(MESH_LESSONS) | set(OWN_PROCESSES)
+    assert with_exercises <= covered, with_exercises - covered
+    assert all((ROOT / "tests" / "lib" / "exercises" / f"test_lesson{s[:2]}.py").is_file() for s in OWN_PROCESSES)
     assert not alone & set(MESH_LESSONS), f"run solved twice: {sorted(alone & set(MESH_LESSONS))}"
 
 

@@ -19,7 +19,7 @@ Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
 does: so a lesson with a global-mesh run is run solved here, in both mesh
 kinds, and the newest lane's solutions-test runs only the lessons before 04
-and 13 (``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
+(``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
 and without the GPU-compile extra (docs/testing.md).
 
 A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
