@@ -373,8 +373,9 @@ if not no_tcp:
 # interval `sqrt(2 x save x MTBF)` balances the two, and Daly's adds the
 # next terms of the same expansion (`dpcourse.checkpoints.interval`, with
 # both papers). For the course's GKE node (2 x L4, Spot VMs: Google
-# publishes no preemption rate, so the MTBF is an assumption you set) and
-# a large job whose failures were published (Llama 3 405B):
+# guarantees no preemption rate, only a best-effort estimate per machine
+# type and zone, so the MTBF is an assumption you set) and a large job
+# whose failures were published (Llama 3 405B):
 
 # %%
 SPOT_MTBF_H = 24.0  # an assumption: read the advice.capacity API for your machine type and zone
