@@ -139,6 +139,28 @@ def run_step(step: Step, deadline: float) -> tuple[int, float, bool]:
         return proc.returncode, time.monotonic() - start, True
 
 
+def run_steps(steps: list[Step], out: Path, budget_s: float) -> tuple[list[dict], dict | None, float]:
+    """Run ``steps`` in order within ``budget_s`` seconds from now, stopping at the first one past it.
+
+    Returns:
+        Each step run (name, argv, exit status, wall s, timed out), the
+        runner's ``results.json`` under ``out/lessons`` when these steps wrote
+        it (None for an earlier run's file or none), and the seconds taken.
+    """
+    start, started_at, done = time.monotonic(), time.time(), []
+    for step in steps:
+        code, wall, late = run_step(step, start + budget_s)
+        done.append(
+            {"name": step.name, "argv": step.argv, "exit_status": code, "wall_s": round(wall, 1), "timed_out": late}
+        )
+        if late:
+            break
+    lessons_file = out / "lessons" / "results.json"
+    fresh = lessons_file.exists() and lessons_file.stat().st_mtime >= started_at  # not an earlier check's
+    lessons = json.loads(lessons_file.read_text(encoding="utf-8")) if fresh else None
+    return done, lessons, time.monotonic() - start
+
+
 def installed(name: str) -> str | None:
     """The installed version of distribution ``name``, or None."""
     from importlib.metadata import PackageNotFoundError, version
@@ -228,18 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(gpus) > 1:
         print(f"gpu-check: {len(gpus)} GPUs listed; the lessons choose their devices as they do for a learner")
     args.out.mkdir(parents=True, exist_ok=True)
-    start, started_at, done = time.monotonic(), time.time(), []
-    for step in steps:
-        code, wall, late = run_step(step, start + BUDGET_S)
-        done.append(
-            {"name": step.name, "argv": step.argv, "exit_status": code, "wall_s": round(wall, 1), "timed_out": late}
-        )
-        if late:
-            break
-    lessons_file = args.out / "lessons" / "results.json"
-    fresh = lessons_file.exists() and lessons_file.stat().st_mtime >= started_at  # not an earlier check's
-    lessons = json.loads(lessons_file.read_text(encoding="utf-8")) if fresh else None
-    payload = results_payload(lessons, gpus, done, time.monotonic() - start)
+    done, lessons, wall_s = run_steps(steps, args.out, BUDGET_S)
+    payload = results_payload(lessons, gpus, done, wall_s)
     path = write_json_atomic(args.out / results_name(gpus, payload["gpu_check"]["jax_version"] or "unknown"), payload)
     print(summary(payload))
     print(f"gpu-check: results in {path} (the format of baselines/; python -m coursetools compare reads it)")

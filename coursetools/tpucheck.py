@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from coursetools.gpucheck import Step, check_summary, installed, run_step
+from coursetools.gpucheck import Step, check_summary, installed, run_steps
 
 PROFILE = "full"
 BUDGET_S = 9 * 60  # a lent TPU machine gives one command 10 minutes, the install included
@@ -167,8 +167,16 @@ def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
     """
     if len(parts) < 2:
         raise ValueError("--join needs the results files of two parts or more of one check.")
-    if any("tpu_check" not in p or "notebooks" not in p for p in parts):
-        raise ValueError("--join reads only tpu-check results files (with a tpu_check section); give those.")
+    check_keys = ("tpus", "jax_version", "jaxlib_version", "libtpu_version", "budget_s", "wall_s", "steps")
+    for p in parts:
+        if not (
+            isinstance(p, dict)
+            and isinstance(p.get("tpu_check"), dict)
+            and all(k in p["tpu_check"] for k in check_keys)
+            and isinstance(p.get("notebooks"), list)
+            and all(isinstance(nb, dict) and {"notebook", "status"} <= nb.keys() for nb in p["notebooks"])
+        ):
+            raise ValueError("--join reads only tpu-check results files (with a tpu_check section); give those.")
     same = {
         "profile": lambda p: p.get("profile"),
         "chip": lambda p: tuple(p["tpu_check"]["tpus"]),
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     # A process started in the background by a non-interactive shell ignores Ctrl-C, and its children
     # inherit that: the budget's Ctrl-C to the runner would do nothing. Handled here, it is reset in them.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    start, started_at = time.monotonic(), time.time()
+    start = time.monotonic()
     probe = probe_tpu()
     problem = refusal(probe)
     if problem:
@@ -257,17 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"tpu-check: {probe['count']} x {probe['device_kind']}; every lesson, one process at a time")
     args.out.mkdir(parents=True, exist_ok=True)
-    done = []
-    for step in steps:
-        code, wall, late = run_step(step, start + args.budget_s)
-        done.append(
-            {"name": step.name, "argv": step.argv, "exit_status": code, "wall_s": round(wall, 1), "timed_out": late}
-        )
-        if late:
-            break
-    lessons_file = args.out / "lessons" / "results.json"
-    fresh = lessons_file.exists() and lessons_file.stat().st_mtime >= started_at  # not an earlier check's
-    lessons = json.loads(lessons_file.read_text(encoding="utf-8")) if fresh else None
+    done, lessons, _ = run_steps(steps, args.out, args.budget_s - (time.monotonic() - start))
     payload = results_payload(lessons, probe, done, time.monotonic() - start, args.budget_s)
     if args.notebooks:  # a part of the course is not the course's check
         payload["tpu_check"].update(passed=False, only=args.notebooks)
@@ -287,9 +285,15 @@ def _join_main(files: list[Path], out: Path) -> int:
     except (OSError, json.JSONDecodeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
     name = results_name(payload["tpu_check"]["tpus"][0], payload["tpu_check"]["jax_version"] or "unknown")
-    path = write_json_atomic(out / name, payload)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path = write_json_atomic(out / name, payload)
+    except OSError as err:
+        print(
+            f"error: cannot write the joined results into {out} ({err.strerror}): give another --out.", file=sys.stderr
+        )
+        return 2
     print(summary(payload))
     print(f"tpu-check: {len(parts)} parts joined in {path}")
     return 0 if payload["tpu_check"]["passed"] else 1

@@ -129,6 +129,9 @@ def test_a_check_run_in_parts_joins_into_the_whole_courses_file(tmp_path, capsys
     monkeypatch.setattr(tpucheck, "_course_lessons", lambda: lessons)
     assert tpucheck.main(["--join", *map(str, files), "--out", str(tmp_path / "out")]) == 0
     assert "2 parts joined" in capsys.readouterr().out
+    (tmp_path / "a_file").write_text("")
+    assert tpucheck.main(["--join", *map(str, files), "--out", str(tmp_path / "a_file" / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot write the joined results into")
     (written,) = (tmp_path / "out").glob("tpu-v5-lite-full-jax0.10.2.json")
     assert json.loads(written.read_text())["tpu_check"]["passed"]
 
@@ -139,6 +142,8 @@ def test_a_check_run_in_parts_joins_into_the_whole_courses_file(tmp_path, capsys
         ({"commit": "def5678"}, "different commit"),
         ({"notebooks": [{"notebook": "01_setup", "status": "passed", "wall_s": 1.0}]}, "01_setup is in two parts"),
         ({"tpu_check": None}, "only tpu-check results files"),
+        ({"tpu_check": {"tpus": ["TPU v5 lite"]}}, "only tpu-check results files"),
+        ({"notebooks": [{"wall_s": 1.0}]}, "only tpu-check results files"),
     ],
 )
 def test_parts_of_different_checks_are_refused_and_nothing_is_written(tmp_path, capsys, change, said):
