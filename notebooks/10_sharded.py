@@ -830,14 +830,20 @@ gpu_results = [r for r in compiled if r.backend != "tpu"]
 tpu_results = [r for r in compiled if r.backend == "tpu"]
 if gpu_compile.pending is not None:
     print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
-for res in gpu_results:
+
+
+def show_collectives(res):
+    """Show a target's collectives per form (True), or its error when it did not compile (False)."""
     if res.error:
         print(f"{res.label}: {res.error}")
-        continue
-    gpu_rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
-    display(
-        show.table(gpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
-    )
+        return False
+    rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
+    display(show.table(rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}"))
+    return True
+
+
+for res in gpu_results:
+    show_collectives(res)
 
 # %% [markdown]
 # **For TPU slices, without a TPU.** The same seven steps compiled by the
@@ -857,13 +863,8 @@ def kinds(step):
 
 
 for res in tpu_results:
-    if res.error:
-        print(f"{res.label}: {res.error}")
+    if not show_collectives(res):
         continue
-    tpu_rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
-    display(
-        show.table(tpu_rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}")
-    )
     gpu = next((g for g in gpu_results if not g.error and g.profile == res.profile), None)
     for name, s in res.steps.items() if gpu is not None else ():
         if name in gpu.steps and kinds(s) != kinds(gpu.steps[name]):

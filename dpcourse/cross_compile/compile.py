@@ -163,19 +163,24 @@ def _label(job: Job) -> str:
     return gpu_targets.target(job.target).label if job.backend in DEVICELESS else "CPU"
 
 
-def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileResult:
-    approx = job.backend in DEVICELESS and gpu_targets.target(job.target).approximate
+def _result(job: Job, disabled: tuple[str, ...] = (), **fields) -> CompileResult:
+    """The :class:`CompileResult` of ``job``: what the job says of its target, and ``fields``."""
+    deviceless = job.backend in DEVICELESS
     return CompileResult(
         job.backend,
         job.target,
         job.n_devices,
         job.profile,
         target_label=_label(job),
-        approximate=approx,
-        deviceless=job.backend in DEVICELESS,
+        approximate=deviceless and gpu_targets.target(job.target).approximate,
+        deviceless=deviceless,
         disabled_passes=list(disabled),
-        error=message,
+        **fields,
     )
+
+
+def _failed(job: Job, message: str, disabled: tuple[str, ...] = ()) -> CompileResult:
+    return _result(job, disabled, error=message)
 
 
 # ---- in the worker process ----
@@ -344,18 +349,12 @@ def run_jobs(jobs: list[Job], steps: dict[str, str], disabled: tuple[str, ...] =
                 if hlo_dir:
                     path = os.path.join(hlo_dir, f"{job.backend}_{job.target}_{job.n_devices}_{job.profile}_{name}.hlo")
                 out[name] = compile_step(name, builder, cfg, mesh, path, options)
-        yield CompileResult(
-            job.backend,
-            job.target,
-            job.n_devices,
-            job.profile,
-            target_label=_label(job),
-            approximate=job.backend in DEVICELESS and gpu_targets.target(job.target).approximate,
-            deviceless=job.backend in DEVICELESS,
+        yield _result(
+            job,
+            disabled,
             device_kind=devices[0].device_kind,
             jax_version=jax.__version__,
             jaxlib_version=jaxlib.__version__,
-            disabled_passes=list(disabled),
             steps=out,
         )
 
