@@ -582,10 +582,13 @@ machines = [
     time_to_target.gpus("H200", "NVIDIA H200", counts_n),
     time_to_target.tpu_slices("TPU v5e", "TPU v5 lite", v5e_shapes),
 ]
-LESSON_MODEL = "this lesson's model"
+LESSON_MODEL = f"this lesson's model ({lesson.cfg.profile} profile, width {cfg.width})"
 workloads = {  # whose step is priced: (model, per-device batch)
     LESSON_MODEL: (cfg, b_dev),
-    "the full workload": (full_cfg, full_cfg.per_device_batch),
+    f"the full profile's model (width {full_cfg.width}, assumed steps)": (
+        full_cfg,
+        full_cfg.per_device_batch,
+    ),
 }
 tables = {}  # (workload, machine) -> rows
 for workload, (model_cfg, per_device) in workloads.items():

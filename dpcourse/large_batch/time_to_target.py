@@ -231,7 +231,8 @@ def regime_sentence(table: Sequence[dict], b_crit: float, label: str, workload: 
     return head + (
         f"compute is {1 - share:.0%} of the modelled step at {first['devices']} devices "
         f"({first['compute µs']:.3g} µs against {first['all-reduce µs']:.3g} µs of all-reduce) and "
-        f"{1 - comm_share(last):.0%} at {last['devices']}: the time follows the fitted steps, so B_crit decides "
+        f"{1 - comm_share(last):.0%} at {last['devices']}: while it is most of the step, the time follows the "
+        f"fitted steps, so B_crit decides "
         f"what more devices buy, and {where}: {trend}; {shortest}"
     )
 

@@ -1,0 +1,201 @@
+"""Every conclusion a lesson prints from its numbers holds on the recorded results of every stored run.
+
+The lessons write their conclusions with library functions that read the
+run's own figures (``dpcourse.large_batch.readings`` and
+``time_to_target`` for lesson 12). Here each stored run's records, every
+profile the course keeps (``baselines/*.json``: ``smoke``, ``cpu``, and the
+TPU chip's ``full`` run, whose multi-device lessons ran the ``cpu``
+workload), and the ``smoke`` copies of ``make notebook-test`` when this
+checkout has them (``build/notebook-test/records.jsonl``), are fed back to
+those functions, and each sentence is checked against the numbers by
+arithmetic of its own: a fixed sentence that one profile's numbers
+contradict, or a verdict that names a winner inside the noise, fails here.
+No lesson runs: the records are read and the tables rebuilt from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from dpcourse import config
+from dpcourse.large_batch import batch_size, readings, time_to_target
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSON_12 = "12_batch_size"
+STEPS = re.compile(r"^steps_to_target_(same|sqrt|linear)_(\d+)$")
+
+
+def _stored_runs() -> dict[str, list[dict]]:
+    """``"<file>: <notebook> (<profile>)" -> records`` for every stored run of a lesson."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for path in sorted((ROOT / "baselines").glob("*.json")):
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        for rec in payload.get("records", []) if isinstance(payload, dict) else []:
+            runs[f"{path.name}: {rec['notebook']} ({rec['profile']})"].append(rec)
+    executed = ROOT / "build" / "notebook-test" / "records.jsonl"
+    if executed.is_file():  # make notebook-test's smoke copies, where this checkout ran them
+        for line in executed.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                runs[f"notebook-test: {rec['notebook']} ({rec['profile']})"].append(rec)
+    return dict(runs)
+
+
+RUNS = _stored_runs()
+LESSON_12_RUNS = {k: v for k, v in RUNS.items() if f": {LESSON_12} (" in k}
+
+
+def test_every_profile_of_lesson_12_is_stored():
+    profiles = {k.rsplit("(", 1)[1].rstrip(")") for k in LESSON_12_RUNS}
+    assert {"smoke", "cpu"} <= profiles, f"stored lesson 12 runs: {sorted(LESSON_12_RUNS)}"
+
+
+class Run12:
+    """One stored run of lesson 12, its figures as the lesson had them."""
+
+    def __init__(self, records: list[dict]):
+        self.figures = {r["metric"]: r["value"] for r in records}
+        self.profile = records[0]["profile"]
+        self.devices = records[0]["device_count"]
+        self.simulated = records[0]["backend"] == "cpu" and self.devices > 1
+        self.steps: dict[tuple[str, int], int | None] = {}
+        for metric, value in self.figures.items():
+            if match := STEPS.match(metric):
+                self.steps[match[1], int(match[2])] = int(value)
+        self.sizes = sorted({b for _, b in self.steps})
+        for rule in batch_size.LR_RULES:
+            for b in self.sizes:
+                self.steps.setdefault((rule, b), None)  # not recorded: not reached
+        self.best = {
+            b: min(v for (_, bb), v in self.steps.items() if bb == b and v is not None)
+            for b in self.sizes
+            if any(v is not None for (_, bb), v in self.steps.items() if bb == b)
+        }
+        self.fit = batch_size.TradeOff(
+            self.figures["s_min"], self.figures["e_min"], self.figures.get("fit_worst_error", 0.0)
+        )
+        self.spread = self.figures["seed_spread"]
+        self.b_dev = int(self.figures.get("per_device_batch", self.sizes[0] // self.devices))
+
+    def tables(self) -> dict[tuple[str, str], list[dict]]:
+        """Section 7's tables, rebuilt as the lesson builds them, from the recorded fit."""
+        plan = batch_size.plan_for(self.profile)
+        model_cfg = config.make_config(self.profile).with_overrides(width=plan.width, block_repeats=plan.block_repeats)
+        full = config.make_config("full")
+        counts = [2**k for k in range(1, int(math.log2(4 * self.sizes[-1] // self.b_dev)) + 1)]
+        machines = [
+            time_to_target.gpus("L4", "NVIDIA L4", counts),
+            time_to_target.gpus("H200", "NVIDIA H200", counts),
+            time_to_target.tpu_slices(
+                "TPU v5e", "TPU v5 lite", [(2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)]
+            ),
+        ]
+        out = {}
+        for workload, (cfg, per_device) in {
+            "lesson": (model_cfg, self.b_dev),
+            "full": (full, full.per_device_batch),
+        }.items():
+            for m in machines:
+                out[workload, m.label] = time_to_target.rows(self.fit, per_device, m, cfg, self.sizes)
+        return out
+
+
+@pytest.fixture(params=sorted(LESSON_12_RUNS), scope="module")
+def run12(request) -> Run12:
+    return Run12(LESSON_12_RUNS[request.param])
+
+
+def test_the_rules_sentence_names_a_winner_exactly_where_one_beats_the_others_beyond_the_spread(run12):
+    text = readings.rules_sentence(run12.steps, batch_size.LR_RULES, run12.sizes, run12.spread)
+    no_winner = text.split("No winner at ", 1)[1] if "No winner at " in text else ""
+    for b in run12.sizes:
+        reached = {r: run12.steps[r, b] for r in batch_size.LR_RULES if run12.steps[r, b] is not None}
+        if not reached:
+            continue
+        least = min(reached.values())
+        beaten = [c for c in reached.values() if c != least]
+        leaders = [r for r, c in reached.items() if c == least]
+        wins = (
+            len(leaders) == 1
+            and len(beaten) == len(reached) - 1
+            and beaten
+            and all(abs(c - least) / ((c + least) / 2) > run12.spread for c in beaten)
+        )
+        if wins:
+            assert f'"{leaders[0]}" at' in text and f"{b:,} (" not in no_winner, (b, reached, text)
+        else:
+            assert f"{b:,} (" in no_winner, (b, reached, run12.spread, text)
+
+
+def test_the_steps_sentence_reads_the_two_largest_batches(run12):
+    text = readings.steps_sentence(run12.best, run12.fit.b_crit, run12.spread)
+    small, large = sorted(run12.best)[-2:]
+    before, after = run12.best[small], run12.best[large]
+    moved = "fell" if after < before else "rose" if after > before else "stayed"
+    assert f"the fewest steps {moved} from {before} to {after}" in text, text
+    assert ("a doubling" in text) == (large == 2 * small), text
+    beyond = abs(after - before) / ((after + before) / 2) > run12.spread
+    assert ("within the seeds' spread" in text) == (not beyond), text
+
+
+def test_the_scaling_sentence_reads_the_two_smallest_batches(run12):
+    text = readings.scaling_sentence(run12.best)
+    small, next_up = sorted(run12.best)[:2]
+    share = run12.best[small] * small / next_up / run12.best[next_up]
+    assert f"{share:.0%} of perfect scaling" in text
+    assert ("on the perfect-scaling line" in text) == (share >= 0.9), text
+
+
+def test_the_seeds_spread_is_the_recorded_seeds(run12):
+    seeds = [v for k, v in run12.figures.items() if k.startswith("seed_steps_")]
+    if not seeds:
+        pytest.skip("this run recorded no seeds' steps (recorded before they were)")
+    assert readings.seed_spread(seeds) == pytest.approx(run12.spread)
+
+
+def test_section_7_rebuilds_the_recorded_verdicts_and_each_regime_holds(run12):
+    """The What you learned claims: this lesson's step is mostly the all-reduce, mostly latency; the full's is compute."""
+    for (workload, label), table in run12.tables().items():
+        first = table[0]
+        comm = first["all-reduce µs"] / (first["all-reduce µs"] + first["compute µs"])
+        text = time_to_target.regime_sentence(table, run12.fit.b_crit, label, workload)
+        best = time_to_target.fastest(table)
+        assert f"the time is shortest at {best['devices']} devices" in text, text
+        if workload == "lesson":
+            assert comm >= 0.5 and first["of which latency µs"] >= 0.5 * first["all-reduce µs"], (label, first)
+            assert "B_crit alone does not decide" in text, text
+            recorded = run12.figures.get(f"devices_fastest_to_target_{label.replace(' ', '_')}")
+        else:
+            assert comm < 0.5, (label, first)
+            assert "B_crit decides" in text, text
+            recorded = run12.figures.get(f"devices_fastest_to_target_full_workload_{label.replace(' ', '_')}")
+        if recorded is not None and "fit_worst_error" in run12.figures:  # recorded with this rebuild's model
+            assert recorded == best["devices"], (workload, label, recorded, best["devices"])
+        reading = time_to_target.reading(table, label)
+        assert f"shortest at {best['devices']} devices" in reading
+        if best is table[-1]:
+            assert "it still falls there" in reading
+        else:
+            assert all(r["time to target ms"] >= best["time to target ms"] for r in table), table
+
+
+def test_the_measured_sentence_reads_the_recorded_step_times(run12):
+    ms = {int(k.rsplit("_", 1)[1]): v for k, v in run12.figures.items() if k.startswith("ms_per_step_measured_")}
+    if not ms:
+        pytest.skip("this run recorded no measured step times (recorded before they were)")
+    soon = {int(k.rsplit("_", 1)[1]): v for k, v in run12.figures.items() if k.startswith("time_to_target_s_measured_")}
+    rows = [{"global batch": b, "ms/step": ms[b], "time to target s": soon.get(b)} for b in sorted(ms)]
+    text = readings.measured_sentence(rows, run12.simulated)
+    batch_x, time_x = rows[-1]["global batch"] / rows[0]["global batch"], rows[-1]["ms/step"] / rows[0]["ms/step"]
+    assert ("about in proportion" in text) == (time_x >= 0.75 * batch_x), text
+    assert ("hardly followed the batch" in text) == (time_x <= 1.25 and time_x < 0.75 * batch_x), text
+    if soon:
+        first = min(soon, key=soon.get)
+        assert f"soonest at global batch {first:,}" in text, text
+    assert ("only the step counts carry over" in text) == run12.simulated
