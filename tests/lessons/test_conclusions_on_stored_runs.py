@@ -199,3 +199,96 @@ def test_the_measured_sentence_reads_the_recorded_step_times(run12):
         first = min(soon, key=soon.get)
         assert f"soonest at global batch {first:,}" in text, text
     assert ("only the step counts carry over" in text) == run12.simulated
+
+
+# The other lessons whose conclusions a library function writes from recorded figures.
+
+
+def _runs_of(notebook: str, *metrics: str) -> dict[str, dict[str, float]]:
+    """``run -> {metric: value}`` for the stored runs of ``notebook`` that recorded every one of ``metrics``."""
+    out = {}
+    for key, records in RUNS.items():
+        if f": {notebook} (" in key:
+            figures = {r["metric"]: r["value"] for r in records}
+            figures["device_count"] = records[0]["device_count"]
+            figures["simulated"] = records[0]["backend"] == "cpu"
+            if all(m in figures for m in metrics):
+                out[key] = figures
+    return out
+
+
+SCALING_07 = _runs_of("07_sweep", "per_device_throughput_1", "per_device_throughput_n", "scaling_verdict")
+SAVING_10 = _runs_of("10_sharded", "temp_bytes_dp_replicated", "temp_bytes_accum_scan")
+SIZES_11 = _runs_of("11_checkpoint", "checkpoint_bytes_replicated", "checkpoint_bytes_fsdp")
+HIDING_11 = _runs_of("11_checkpoint", "sync_save_s", "async_save_blocking_s", "async_save_hidden_s")
+
+
+@pytest.mark.parametrize("key", sorted(SCALING_07))
+def test_lesson_07_scaling_verdict_is_the_recorded_throughputs(key):
+    from dpcourse import costs
+
+    f = SCALING_07[key]
+    n = f["device_count"]
+    sc = costs.scaling(f["per_device_throughput_1"], f["per_device_throughput_n"] * n, n, f["simulated"])
+    assert sc.verdict == f["scaling_verdict"], (key, sc)
+    assert sc.efficiency == pytest.approx(f["scaling_efficiency"], rel=1e-6)
+
+
+@pytest.mark.parametrize("key", sorted(SAVING_10))
+def test_lesson_10_memory_saving_names_where_the_recorded_ratio_landed(key):
+    from dpcourse.compiled import census
+
+    lesson = (ROOT / "notebooks" / "10_sharded.py").read_text(encoding="utf-8")
+    k = int(re.search(r"^ACCUM_K = (\d+)", lesson, re.M)[1])
+    f = SAVING_10[key]
+    ratio = f["temp_bytes_dp_replicated"] / f["temp_bytes_accum_scan"]
+    text = census.memory_saving(int(f["temp_bytes_dp_replicated"]), int(f["temp_bytes_accum_scan"]), k)
+    want = (
+        "more than K"
+        if ratio > 1.05 * k
+        else "about K"
+        if ratio >= 0.95 * k
+        else "below K"
+        if ratio > 1
+        else "saved nothing"
+    )
+    assert want in text and (ratio <= 1 or f"{ratio:.2f}x less" in text), (key, ratio, text)
+
+
+def test_lesson_10_cites_the_stored_cpu_runs_saving_as_it_was_recorded():
+    """The text cites "the `cpu` profile's run on 8 devices measured 4.25 x with K = 4": every stored such run must."""
+    lesson = " ".join((ROOT / "notebooks" / "10_sharded.py").read_text(encoding="utf-8").replace("#", " ").split())
+    cited = re.search(r"`cpu` profile's run on (\d+) devices measured ([\d.]+) x with K = (\d+)", lesson)
+    assert cited, "lesson 10 no longer cites a stored run's saving: update this test"
+    devices, ratio = int(cited[1]), float(cited[2])
+    stored = [f for k, f in SAVING_10.items() if k.endswith("(cpu)") and f["device_count"] == devices]
+    assert stored, "no stored cpu run of lesson 10 on that many devices"
+    for f in stored:
+        assert round(f["temp_bytes_dp_replicated"] / f["temp_bytes_accum_scan"], 2) == ratio
+
+
+@pytest.mark.parametrize("key", sorted(SIZES_11))
+def test_lesson_11_forms_sentence_reads_the_recorded_sizes(key):
+    from dpcourse.checkpoints import cost_sentences
+
+    f = SIZES_11[key]
+    sizes = {"replicated": int(f["checkpoint_bytes_replicated"]), "FSDP": int(f["checkpoint_bytes_fsdp"])}
+    text = cost_sentences.forms_sentence(sizes)
+    low, high = min(sizes.values()), max(sizes.values())
+    assert text.endswith("on disk.") if low == high else f"{(high - low) / high:.2%} apart" in text, text
+
+
+@pytest.mark.parametrize("key", sorted(HIDING_11))
+def test_lesson_11_hiding_lines_read_the_recorded_save(key):
+    from dpcourse.checkpoints import cost_sentences
+
+    f = HIDING_11[key]
+    sync, hidden = f["sync_save_s"], f["async_save_hidden_s"]
+    # Only the sum steps + save - total enters the verdict: steps of 0 s keep it.
+    last = cost_sentences.hiding_lines(0.0, sync, f["async_save_blocking_s"], sync - hidden, 4)[-1]
+    if 0 < hidden <= sync:
+        assert f"hid {hidden:.3f} s" in last, (key, last)
+    elif hidden <= 0:
+        assert "nothing was hidden" in last, (key, last)
+    else:
+        assert "lasts on this machine" in last, (key, last)
