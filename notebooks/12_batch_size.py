@@ -722,14 +722,15 @@ print("freed:", before, "->", after)
 #   gradient are the two batch sizes the estimate needs. McCandlish et al.
 #   find it tracks the bend roughly; section 4 says how close it came here.
 # - Time to the target is steps x step time, and which term decides
-#   depends on the step. Where it is mostly the all-reduce, mostly its
-#   fixed latency (this lesson's small model), every device added changes
-#   each step's length, and the shortest time is set by that cost against
-#   the falling steps, not by `B_crit` alone; where it is mostly compute
-#   (the `full` workload's step), the time follows the steps, and `B_crit`
-#   decides what more devices buy: in the model each doubling past it saves
-#   less than a quarter of the steps (a tenth at `4 B_crit`). Section 7's
-#   lines say which regime each table is in, and where its time is shortest.
+#   depends on the step. Where it is mostly the all-reduce (this lesson's
+#   small model; section 7's line says how much of it is latency), every
+#   device added changes each step's length, and the shortest time is set
+#   by that cost against the falling steps, not by `B_crit` alone; where it
+#   is mostly compute (the `full` workload's step), the time follows the
+#   steps, and `B_crit` decides what more devices buy: in the model each
+#   doubling past it saves less than a quarter of the steps (a tenth at
+#   `4 B_crit`). Section 7's lines say which regime each table is in, and
+#   where its time is shortest.
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #

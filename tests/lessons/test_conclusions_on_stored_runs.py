@@ -160,7 +160,7 @@ def test_the_seeds_spread_is_the_recorded_seeds(run12):
 
 
 def test_section_7_rebuilds_the_recorded_verdicts_and_each_regime_holds(run12):
-    """The What you learned claims: this lesson's step is mostly the all-reduce, mostly latency; the full's is compute."""
+    """The What you learned claims: this lesson's step is mostly the all-reduce; the full workload's is compute."""
     for (workload, label), table in run12.tables().items():
         first = table[0]
         comm = first["all-reduce µs"] / (first["all-reduce µs"] + first["compute µs"])
@@ -168,7 +168,7 @@ def test_section_7_rebuilds_the_recorded_verdicts_and_each_regime_holds(run12):
         best = time_to_target.fastest(table)
         assert f"the time is shortest at {best['devices']} devices" in text, text
         if workload == "lesson":
-            assert comm >= 0.5 and first["of which latency µs"] >= 0.5 * first["all-reduce µs"], (label, first)
+            assert comm >= 0.5, (label, first)
             assert "B_crit alone does not decide" in text, text
             recorded = run12.figures.get(f"devices_fastest_to_target_{label.replace(' ', '_')}")
         else:
@@ -292,3 +292,28 @@ def test_lesson_11_hiding_lines_read_the_recorded_save(key):
         assert "nothing was hidden" in last, (key, last)
     else:
         assert "lasts on this machine" in last, (key, last)
+
+
+@pytest.mark.parametrize("profile", sorted(batch_size.PLANS))
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_the_regimes_what_you_learned_names_hold_at_every_profile_and_device_count(profile, n):
+    """What you learned: "mostly the all-reduce (this lesson's small model)"; "mostly compute (the full's step)".
+
+    The shares of the modelled step depend on the model and the per-device batch only, not on the fit, so
+    every profile's plan is checked here, the `full` one too (no stored run of it: a single TPU chip runs
+    this lesson's `cpu` workload on simulated devices), at the device counts make test runs the lesson on.
+    """
+    plan = batch_size.plan_for(profile)
+    model_cfg = config.make_config(profile).with_overrides(width=plan.width, block_repeats=plan.block_repeats)
+    full = config.make_config("full")
+    fit = batch_size.TradeOff(50.0, 50.0 * 400, 0.0)
+    b_dev = plan.global_batches[0] // n  # the lesson rounds the batches to multiples of n
+    for machine in (
+        time_to_target.gpus("L4", "NVIDIA L4", [2, 8, 64]),
+        time_to_target.gpus("H200", "NVIDIA H200", [2, 8, 64]),
+        time_to_target.tpu_slices("TPU v5e", "TPU v5 lite", [(2, 2), (2, 4), (16, 16)]),
+    ):
+        small = time_to_target.rows(fit, b_dev, machine, model_cfg, plan.global_batches)[0]
+        assert small["all-reduce µs"] > small["compute µs"], (machine.label, small)
+        big = time_to_target.rows(fit, full.per_device_batch, machine, full, plan.global_batches)[0]
+        assert big["compute µs"] > big["all-reduce µs"], (machine.label, big)
