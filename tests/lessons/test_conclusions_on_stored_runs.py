@@ -218,6 +218,7 @@ def _runs_of(notebook: str, *metrics: str) -> dict[str, dict[str, float]]:
 
 
 SCALING_07 = _runs_of("07_sweep", "per_device_throughput_1", "per_device_throughput_n", "scaling_verdict")
+FIT_07 = _runs_of("07_sweep", "fit_overhead", "fit_per_example", "sizes_ok")
 SAVING_10 = _runs_of("10_sharded", "temp_bytes_dp_replicated", "temp_bytes_accum_scan")
 SIZES_11 = _runs_of("11_checkpoint", "checkpoint_bytes_replicated", "checkpoint_bytes_fsdp")
 HIDING_11 = _runs_of("11_checkpoint", "sync_save_s", "async_save_blocking_s", "async_save_hidden_s")
@@ -232,6 +233,25 @@ def test_lesson_07_scaling_verdict_is_the_recorded_throughputs(key):
     sc = costs.scaling(f["per_device_throughput_1"], f["per_device_throughput_n"] * n, n, f["simulated"])
     assert sc.verdict == f["scaling_verdict"], (key, sc)
     assert sc.efficiency == pytest.approx(f["scaling_efficiency"], rel=1e-6)
+
+
+@pytest.mark.parametrize("key", sorted(FIT_07))
+def test_lesson_07_judges_its_fit_from_the_recorded_sizes(key):
+    """What you learned once said the throughput "fits" overhead + per-example time: two stored runs miss by 55-64%."""
+    from dpcourse import costs
+
+    f = FIT_07[key]
+    ms = {int(m.rsplit("_", 1)[1]): v for m, v in f.items() if m.startswith("ms_per_step_global_batch_")}
+    sizes = sorted(ms)
+    fit = costs.fit_step_time(sizes, [ms[b] / 1000.0 for b in sizes])
+    assert fit.overhead_s * 1e3 == pytest.approx(f["fit_overhead"], abs=1e-9)
+    assert fit.per_example_s * 1e6 == pytest.approx(f["fit_per_example"], rel=1e-9)
+    errors = [
+        (fit.examples_per_s(b) - f[f"throughput_global_batch_{b}"]) / f[f"throughput_global_batch_{b}"] for b in sizes
+    ]
+    worst = max(errors, key=abs)
+    text = costs.judge_fit(len(sizes), worst)
+    assert f"{worst:+.1%}" in text and ("describes them well" in text) == (abs(worst) < 0.10), (key, text)
 
 
 @pytest.mark.parametrize("key", sorted(SAVING_10))

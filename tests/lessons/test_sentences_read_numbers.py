@@ -55,6 +55,7 @@ RETIRED = [
     ("12_batch_size", r"at first in\s+(#\s+)?proportion"),
     ("12_batch_size", r"so the time to\s+(#\s+)?the target falls by less and less"),
     ("04_sharding", r"between\s+(#\s+)?1\.0 and 1\.8"),
+    ("07_sweep", r"Throughput over batch size fits"),
     ("10_sharded", r"x less\)\""),
     ("10_sharded", r"the measured column falls a little short"),
     ("10_sharded", r"The saving is at most about K"),
