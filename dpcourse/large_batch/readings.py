@@ -239,10 +239,12 @@ def measured_sentence(measured: Sequence[Mapping], simulated: bool) -> str:
         simulated: whether the devices are simulated CPU devices.
 
     Raises:
-        ValueError: fewer than 2 rows.
+        ValueError: fewer than 2 rows, or a row whose batch or step time is not > 0.
     """
     if len(measured) < 2:
         raise ValueError(f"Need 2 or more measured rows, got {len(measured)}.")
+    if any(not (r["ms/step"] and r["ms/step"] > 0 and r["global batch"] > 0) for r in measured):
+        raise ValueError(f"Every measured row needs a global batch and a ms/step > 0, got {list(measured)}.")
     first, last = measured[0], measured[-1]
     batch_x = last["global batch"] / first["global batch"]
     time_x = last["ms/step"] / first["ms/step"]

@@ -126,6 +126,8 @@ def test_the_measured_sentence_reads_how_the_step_time_grew():
     assert "by less than the batch" in middle and "No run reached the target." in middle
     with pytest.raises(ValueError, match="2 or more"):
         readings.measured_sentence(rows((64, 2.0, 1.0)), True)
+    with pytest.raises(ValueError, match="ms/step > 0"):
+        readings.measured_sentence(rows((64, 0.0, 1.0), (128, 2.0, 1.0)), True)
 
 
 def test_the_same_split_sentence_carries_counts_only_for_the_cpus_arithmetic():
