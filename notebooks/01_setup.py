@@ -25,7 +25,9 @@
 # real devices for placement, collectives and correctness, but they share
 # the same cores: **simulated devices add no compute, so they never give a
 # real speed-up**. Timing ratios measured on them, above or below 1, come
-# from how the same cores are scheduled and say nothing about GPUs.
+# from how the same cores are scheduled and say nothing about GPUs. The line
+# under section 1's first table gives this host's cores and memory: what
+# every simulated device shares.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -73,7 +75,7 @@ print("XLA_FLAGS =", os.environ.get("XLA_FLAGS"))
 from IPython.display import display
 
 from dpcourse import config, show
-from dpcourse.backend import gpuinfo
+from dpcourse.backend import gpuinfo, host
 
 report = devices.device_report()
 profile = config.resolve_profile(PROFILE)
@@ -94,6 +96,7 @@ display(
         caption="What JAX sees",
     )
 )
+print(host.host_sentence(host.host_cores(), host.host_memory_bytes(), report.cpu_device_count))
 # Every GPU's total, when all have the same memory (then nvidia-smi's row order does not matter).
 gpu_total = (
     gpuinfo.uniform_gpu_memory(gpuinfo.gpu_memory_totals()) if report.backend == "gpu" else None

@@ -524,8 +524,9 @@ _ = record.save_figure(fig, "throughput")
 # real speed-up to measure. The ratio still moves away from 1, in either
 # direction: N smaller per-device matmuls may use the cores and caches
 # better or worse than one large one, and the all-reduce and partitioning
-# cost extra work. On the course's 2-core build machine it came out between
-# 1.0 and 1.8 from run to run. Read it as scheduling noise, not as scaling.
+# cost extra work. The table below gives this run's ratio; it moves from run
+# to run, with the profile's sizes and with the machine's cores (01 prints
+# them). Read it as scheduling noise, not as scaling.
 
 # %%
 # The same link rule as notebook 02: the device's own link where it is listed

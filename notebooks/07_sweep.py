@@ -559,9 +559,12 @@ print("freed:", before, "->", after)
 #
 # - A sweep must survive its failures: skip what cannot divide, record what
 #   fails, free buffers every time.
-# - Throughput over batch size fits "fixed overhead + per-example time"; the
-#   fixed part includes the gradient all-reduce, which does not grow with the
-#   batch, so at the plateau it no longer counts.
+# - Throughput over batch size is modelled as "fixed overhead + per-example
+#   time"; the fixed part includes the gradient all-reduce, which does not
+#   grow with the batch, so where the model holds it stops counting at the
+#   plateau. Whether it holds is a measurement: section 2's line says how
+#   far it missed this run's sizes (simulated devices on a shared host can
+#   miss it by far).
 # - More compute per gradient byte (BLOCK_REPEATS, per-device batch) is what
 #   lets data parallelism scale; scaling efficiency says how well it does.
 # - The all-reduce can be measured (a timed `psum`): a latency per ring step

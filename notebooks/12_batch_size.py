@@ -54,7 +54,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, memory, model, record, show, train
+from dpcourse import bench, config, memory, model, record, show, train
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
 from dpcourse.large_batch import batch_size, readings, time_to_target
@@ -98,9 +98,11 @@ if rounded:
 #
 # Their ratio, the **simple noise scale** `B_simple = tr(Sigma) / |G|^2`, is
 # the batch at which the gradient's noise and its signal are of the same
-# size: below it a bigger batch mostly removes noise (a doubling nearly
-# halves the steps), above it mostly repeats the signal (each doubling
-# saves a smaller share of them). The data-parallel step
+# size. In McCandlish et al.'s model, well below it a bigger batch mostly
+# removes noise (a doubling comes close to halving the steps), well above
+# it mostly repeats the signal (each doubling saves a smaller share of
+# them); section 3 prints how closely this run's steps followed that, and
+# section 4 how close `B_simple` came to the bend. The data-parallel step
 # already holds both gradients; it costs one more scalar `pmean`, of each
 # device's squared norm. Notebook 05's step, with that added:
 
@@ -400,8 +402,9 @@ _ = show.figure(fig, "steps_to_target")
 # `B_crit` they bend away. In the fit's model the steps never stop
 # falling, they fall by less and less: a doubling from `B` saves
 # `B_crit / (2 (B + B_crit))` of them, a quarter at `B_crit`, a tenth at
-# `4 B_crit`. Section 6 reads this run's largest doubling against the
-# seeds' spread.
+# `4 B_crit`. Section 6 reads the step between this run's two largest
+# batches, and which rule did best at each batch, against the seeds'
+# spread.
 #
 # The learning rate matters as much as the batch, and the rules here are
 # partial, on purpose simple:
@@ -415,11 +418,12 @@ _ = show.figure(fig, "steps_to_target")
 #   their rule comes with: at the large batches its first steps are as
 #   large as its last.
 #
-# Which did best at each batch, read from the table above:
+# How close the two smallest batches came to perfect scaling, read from
+# the table above (which rule did best is read in section 6, once the
+# seeds have said how far a count moves by luck):
 
 # %%
 print(readings.scaling_sentence(best))
-print(readings.rules_sentence({k: v[0] for k, v in runs.items()}, batch_size.LR_RULES, sizes))
 
 # %% [markdown]
 # ## 4. The noise scale beside the critical batch
@@ -521,42 +525,55 @@ display(
     )
 )
 print(readings.spread_sentence(list(seed_steps.values()), seed_batch))
+print(
+    readings.rules_sentence({k: v[0] for k, v in runs.items()}, batch_size.LR_RULES, sizes, spread)
+)
 print(readings.steps_sentence(best, fit.b_crit, spread))
 
 # %% [markdown]
 # ## 7. Time to the target
 #
 # Time to the target is steps x time per step. With a fixed per-device
-# batch `b`, N devices train a global batch `N b`: each device's step stays
-# about as long (plus the all-reduce), while each doubling of `N b` saves a
-# smaller share of the steps once it passes `B_crit` (the fit's
-# `S_min (1 + B_crit / B)`). Below, the steps come from the fit and the
-# step time from the course's cost model (`dpcourse.large_batch.time_to_target`),
-# for the per-device batch of this run's smallest global batch and **this
-# lesson's model**, the one whose steps were counted (the `full` profile's
-# model would need its own runs to the target: its steps are not these).
-# The modelled step is the training FLOPs at the device's peak (TF32 on the
-# GPUs, bf16 on the TPU, where a default float32 matmul is one bf16 pass),
-# plus the all-reduce of the gradient with its latency: on the GPUs a ring
-# over the datasheet link with NCCL's own latencies (8.4 µs per call and
-# 3.4 µs per ring step over NVLink, 5.7 µs over PCIe: the tuning tables
-# of NCCL's source), on TPU v5e slices the ICI model of `dpcourse.costs`
-# (about 1 µs per hop; a slice with fewer than 16 chips along an axis has
-# no wraparound link there, so that axis is a line, not a ring). The step's
-# own fixed cost (launches, the update) is left out, as nothing measured it
-# on these machines; for a model this small, the compute term is a
-# fraction of a microsecond and the all-reduce's latency is most of the
-# step. Neither a lower nor an upper bound, then: an estimate. Each row's
-# global batch is marked **trained** (run to the target here),
-# **interpolated** (between two trained ones) or **extrapolated** (beyond
-# them); the steps of every row come from the fit, whose worst error at the
-# trained batches is printed above. One device is left out: with no all-reduce and no fixed cost its
-# modelled step would be the compute term alone. Beyond one node (2 L4s,
-# 8 H200s) the link between nodes is slower than the one assumed. On a GPU
-# or TPU machine, the measured table below gives this run's devices.
+# batch `b`, N devices train a global batch `N b`: each device's compute
+# stays the same while the all-reduce changes with N, and in the fit's
+# model (`S_min (1 + B_crit / B)`) each doubling of `N b` saves a smaller
+# share of the steps once it passes `B_crit`. Which of the two decides
+# depends on what the step is made of, so the tables below price two
+# steps, each with the steps of this run's fit
+# (`dpcourse.large_batch.time_to_target`):
+#
+# - **this lesson's model**, the one whose steps were counted, at the
+#   per-device batch of this run's smallest global batch;
+# - **the `full` workload's model** at its own per-device batch, with the
+#   same fitted steps: an assumption, since its steps to its own target
+#   were not counted here (a larger model reaches a target in other step
+#   counts, with another `B_crit`). Read it for how the step's make-up
+#   moves the answer, not as a forecast of that workload.
+#
+# The modelled step is the training FLOPs at the device's peak (TF32 on
+# the GPUs, bf16 on the TPU, where a default float32 matmul is one bf16
+# pass), plus the all-reduce of the gradient with its latency: on the
+# GPUs a ring over the datasheet link with NCCL's own latencies (8.4 µs
+# per call and 3.4 µs per ring step over NVLink, 5.7 µs over PCIe: the
+# tuning tables of NCCL's source), on TPU v5e slices the ICI model of
+# `dpcourse.costs` (about 1 µs per hop; a slice with fewer than 16 chips
+# along an axis has no wraparound link there, so that axis is a line, not
+# a ring). The step's own fixed cost (launches, the update) is left out,
+# as nothing measured it on these machines. Neither a lower nor an upper
+# bound, then: an estimate. Each row's global batch is marked **trained**
+# (run to the target here), **interpolated** (between two trained ones)
+# or **extrapolated** (beyond them); the steps of every row come from the
+# fit, whose worst error at the trained batches is printed above. Under
+# each table, one line says which term of the step decides it, read from
+# its rows, and one where its time is shortest. One device is left out:
+# with no all-reduce and no fixed cost its modelled step would be the
+# compute term alone. Beyond one node (2 L4s, 8 H200s) the link between
+# nodes is slower than the one assumed. On a GPU or TPU machine, the
+# measured table below gives this run's devices.
 
 # %%
 b_dev = sizes[0] // n
+full_cfg = config.make_config("full")  # the profile of a GPU or TPU machine
 # Up to 4 x the largest batch measured: the last rows extrapolate the fit.
 counts_n = [2**k for k in range(1, int(np.log2(4 * sizes[-1] // b_dev)) + 1)]
 v5e_shapes = [(2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)]  # Google's v5e slices
@@ -565,32 +582,38 @@ machines = [
     time_to_target.gpus("H200", "NVIDIA H200", counts_n),
     time_to_target.tpu_slices("TPU v5e", "TPU v5 lite", v5e_shapes),
 ]
-tables, verdicts = {}, {}
-for machine in machines:
-    table = time_to_target.rows(fit, b_dev, machine, cfg, sizes)
-    tables[machine.label], verdicts[machine.label] = (
-        table,
-        time_to_target.reading(table, machine.label),
-    )
-    display(
-        show.table(
-            table,
-            caption=f"{machine.label}: time to the target, fitted steps x modelled step "
-            f"with latency, {b_dev} examples per device",
+LESSON_MODEL = f"this lesson's model ({lesson.cfg.profile} profile, width {cfg.width})"
+workloads = {  # whose step is priced: (model, per-device batch)
+    LESSON_MODEL: (cfg, b_dev),
+    f"the full profile's model (width {full_cfg.width}, assumed steps)": (
+        full_cfg,
+        full_cfg.per_device_batch,
+    ),
+}
+tables = {}  # (workload, machine) -> rows
+for workload, (model_cfg, per_device) in workloads.items():
+    for machine in machines:
+        table = time_to_target.rows(fit, per_device, machine, model_cfg, sizes)
+        tables[workload, machine.label] = table
+        display(
+            show.table(
+                table,
+                caption=f"{machine.label}, {workload}: time to the target, fitted steps x modelled "
+                f"step with latency, {per_device} examples per device",
+            )
         )
-    )
-node_rows = {  # one node of GPUs, one TPU v5e host (a v5e-8)
-    label: next((r for r in tables[label] if r["devices"] == node), None)
+        print(time_to_target.regime_sentence(table, fit.b_crit, machine.label, workload))
+        print(time_to_target.reading(table, machine.label))
+node_rows = {  # one node of GPUs, one TPU v5e host (a v5e-8), this lesson's model
+    label: next((r for r in tables[LESSON_MODEL, label] if r["devices"] == node), None)
     for label, node in (("L4", 2), ("H200", 8), ("TPU v5e", 8))
 }
 for row in node_rows.values():
     if row is not None:
         print(
-            f"{row['machine']}: {row['time to target ms']:.3g} ms to the target "
+            f"{row['machine']}, {LESSON_MODEL}: {row['time to target ms']:.3g} ms to the target "
             f"(fitted steps x modelled step, global batch {row['global batch']}, {row['batch']})"
         )
-for label in tables:
-    print(verdicts[label])
 
 # %% [markdown]
 # And measured here: each run's loop time over its steps, on this run's
@@ -608,11 +631,7 @@ measured = [
     for b in sizes
 ]
 display(show.table(measured, caption=f"Measured, square-root rule, {lesson.devices.label}"))
-if lesson.devices.simulated:
-    print(
-        "Simulated devices share this machine's cores: a bigger global batch costs\n"
-        "proportionally more time here, so only the step counts carry over to real devices."
-    )
+print(readings.measured_sentence(measured, lesson.devices.simulated))
 
 # %% [markdown]
 # ## 8. What these numbers are, and are not
@@ -651,13 +670,21 @@ _ = record.figures(
         "noise_scale": (b_simple, "examples"),
         "noise_scale_vs_b_crit_factor": (factor, "ratio"),
         "one_vs_n_held_out_loss_max_abs_diff": (curve_diff, "abs"),
+        "fit_worst_error": (fit.worst_error, "fraction"),
         "seed_spread": (spread, "fraction"),
+        **{f"seed_steps_{k}": (v, "steps") for k, v in seed_steps.items() if v is not None},
+        "seed_batch": (seed_batch, "examples"),
+        "per_device_batch": (b_dev, "examples"),
+        **{f"ms_per_step_measured_{r['global batch']}": (r["ms/step"], "ms") for r in measured},
         **{
-            f"devices_fastest_to_target_{label.replace(' ', '_')}": (
-                time_to_target.fastest(table)["devices"],
-                "count",
-            )
-            for label, table in tables.items()
+            f"time_to_target_s_measured_{r['global batch']}": (r["time to target s"], "s")
+            for r in measured
+            if r["time to target s"] is not None
+        },
+        **{
+            f"devices_fastest_to_target_{'' if workload == LESSON_MODEL else 'full_workload_'}"
+            f"{label.replace(' ', '_')}": (time_to_target.fastest(table)["devices"], "count")
+            for (workload, label), table in tables.items()
         },
         **{
             f"time_to_target_s_{row['devices']}x{label.replace(' ', '_')}": (
@@ -678,24 +705,32 @@ print("freed:", before, "->", after)
 # %% [markdown]
 # ## What you learned
 #
-# - Steps to a target fall with the global batch, at first in proportion
-#   (perfect scaling), then less and less: `S = S_min + E_min / B`, with
-#   the critical batch `B_crit = E_min / S_min` where the bend is.
+# - In McCandlish et al.'s model, steps to a target fall with the global
+#   batch, in proportion well below the critical batch and by less and
+#   less past it: `S = S_min + E_min / B`, with `B_crit = E_min / S_min`
+#   where the bend is. A run's own counts follow it only roughly: sections
+#   3 and 6 say how closely this one did, and which of its differences the
+#   seeds' spread leaves undecided.
 # - The learning rate has to move with the batch. The rules here move only
 #   the learning rate (the learning-rate part of Malladi et al.'s
 #   square-root rule; Goyal et al.'s linear rule without its warm-up), and
-#   which does best can change with the batch: section 3's line says
-#   where, in this run.
-# - The gradient noise scale `B_simple = tr(Sigma) / |G|^2` predicts
-#   roughly where the bend is, from one run, for one scalar `pmean` per
-#   step: the per-device and the averaged gradient are the two batch sizes
-#   the estimate needs.
-# - More devices at a fixed per-device batch buy throughput while the
-#   all-reduce's cost grows slower than the devices do (section 7's model
-#   says how far); past `B_crit` each doubling saves a smaller share of the
-#   steps (a quarter at `B_crit`, a tenth at `4 B_crit`), so the time to
-#   the target falls by less and less, and stops falling where the per-step
-#   costs grow faster than the steps fall (section 7).
+#   which does best can change with the batch; a difference smaller than
+#   the seeds' spread names no winner (section 6's line says where, in
+#   this run).
+# - The gradient noise scale `B_simple = tr(Sigma) / |G|^2` comes from one
+#   run, for one scalar `pmean` per step: the per-device and the averaged
+#   gradient are the two batch sizes the estimate needs. McCandlish et al.
+#   find it tracks the bend roughly; section 4 says how close it came here.
+# - Time to the target is steps x step time, and which term decides
+#   depends on the step. Where it is mostly the all-reduce (this lesson's
+#   small model; section 7's line says how much of it is latency), every
+#   device added changes each step's length, and the shortest time is set
+#   by that cost against the falling steps, not by `B_crit` alone; where it
+#   is mostly compute (the `full` workload's step), the time follows the
+#   steps, and `B_crit` decides what more devices buy: in the model each
+#   doubling past it saves less than a quarter of the steps (a tenth at
+#   `4 B_crit`). Section 7's lines say which regime each table is in, and
+#   where its time is shortest.
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #

@@ -378,7 +378,7 @@ if not no_tcp:
 # whose failures were published (Llama 3 405B):
 
 # %%
-SPOT_MTBF_H = 24.0  # an assumption: read the advice.capacity API for your machine type and zone
+SPOT_MTBF_H = 24.0  # an assumption (advice.capacity estimates an uptime per machine type and zone)
 settings = [interval.gke_spot_l4(SPOT_MTBF_H * 3600.0), interval.llama3_405b()]
 display(
     show.table(

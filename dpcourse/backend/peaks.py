@@ -149,8 +149,10 @@ class DevicePeak:
 # TPU figures: Google Cloud's TPU pages, per chip. "Bidirectional ICI
 # bandwidth per chip" counts every port in both directions, so one link
 # each way is that figure / ports / 2. Austin et al.'s table ("How to Scale
-# Your Model", the TPU chapter) rounds these to 45 GB/s (v5e) and 90 GB/s
-# (v5p, v6e) per link each way; the model below uses Google's.
+# Your Model", the TPU chapter: jax-ml/scaling-book, tpus.md, its main branch
+# of February 2025) gives other figures, 10% lower: 4.5e10 bytes/s (v5e) and
+# 9e10 (v5p, v6e) per link one way, 9e10 and 1.8e11 both ways; the model
+# below uses Google's.
 _V5E_URL = "https://cloud.google.com/tpu/docs/v5e"
 _V5P_URL = "https://cloud.google.com/tpu/docs/v5p"
 _V6E_URL = "https://cloud.google.com/tpu/docs/v6e"

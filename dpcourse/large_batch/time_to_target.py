@@ -114,8 +114,8 @@ def rows(
 
     Keys: ``machine``, ``devices``, ``global batch``, ``batch`` (see
     :func:`batch_mark`; the steps of every row come from the fit),
-    ``steps``, ``compute µs``, ``all-reduce µs``, ``ms/step``,
-    ``time to target ms``.
+    ``steps``, ``compute µs``, ``all-reduce µs``, ``of which latency µs``
+    (the all-reduce's latency terms), ``ms/step``, ``time to target ms``.
     """
     per_device_batch = _whole(per_device_batch, "The per-device batch")
     out = []
@@ -123,6 +123,7 @@ def rows(
         n = math.prod(shape)
         batch = n * per_device_batch
         compute_s, comm_s = step_terms(cfg, per_device_batch, machine.peak, shape, latency)
+        latency_s = comm_s - step_terms(cfg, per_device_batch, machine.peak, shape, False)[1]
         steps = trade_off.steps_at(batch)
         out.append(
             {
@@ -133,6 +134,7 @@ def rows(
                 "steps": steps,
                 "compute µs": compute_s * 1e6,
                 "all-reduce µs": comm_s * 1e6,
+                "of which latency µs": latency_s * 1e6,
                 "ms/step": (compute_s + comm_s) * 1e3,
                 "time to target ms": steps * (compute_s + comm_s) * 1e3,
             }
@@ -171,3 +173,72 @@ def reading(table: Sequence[dict], label: str) -> str:
         f"{where}{which}; every larger count in the table takes at least as long "
         f"({last['time to target ms']:.3g} ms at {last['devices']})."
     )
+
+
+def regime_sentence(table: Sequence[dict], b_crit: float, label: str, workload: str) -> str:
+    """Which term of the modelled step decides the table, read from its rows: the all-reduce or the compute.
+
+    Where the all-reduce is at least half of the step at the smallest count,
+    it grows with every device added while each device's compute stays: the
+    step's cost decides where the time is shortest. Where compute is most of
+    the step, the step stays about as long and the time follows the fitted
+    steps, whose cut per doubling is above a quarter below ``b_crit`` and
+    below a quarter past it (:func:`dpcourse.large_batch.readings.doubling_cut`):
+    ``B_crit`` decides.
+
+    Raises:
+        ValueError: an empty table or a ``b_crit`` that is not > 0.
+    """
+    if not table:
+        raise ValueError("No rows: give a machine at least one device count.")
+    if not b_crit > 0:
+        raise ValueError(f"The critical batch must be > 0, got {b_crit}.")
+    first, last, best = table[0], table[-1], fastest(table)
+
+    def comm_share(row: dict) -> float:
+        return row["all-reduce µs"] / (row["all-reduce µs"] + row["compute µs"])
+
+    share = comm_share(first)
+    head = f"{label}, {workload}: "
+    step_change = last["ms/step"] / first["ms/step"] - 1
+    steps_fall = 1 - last["steps"] / first["steps"]
+    trend = (
+        f"from {first['devices']} to {last['devices']} devices the fitted steps fall by {steps_fall:.0%} "
+        f"and the modelled step {_change(step_change)}"
+    )
+    shortest = (
+        f"the time is shortest at {best['devices']} devices (global batch {best['global batch']:,}, "
+        f"{best['global batch'] / b_crit:.2g} x B_crit)."
+    )
+    if share >= 0.5:
+        latency = first["of which latency µs"] / first["all-reduce µs"]
+        return head + (
+            f"the all-reduce is {share:.0%} of the modelled step at {first['devices']} devices "
+            f"({first['all-reduce µs']:.3g} µs, {latency:.0%} of it latency, against {first['compute µs']:.3g} µs "
+            f"of compute) and {comm_share(last):.0%} at {last['devices']}: the time is the steps times an "
+            f"all-reduce that changes with the device count, so B_crit alone does not decide: {trend}; {shortest}"
+        )
+    lo, hi = first["global batch"], last["global batch"]
+    if lo >= b_crit:
+        where = f"every row is past B_crit ({b_crit:,.0f}), where a doubling saves less than a quarter of the steps"
+    elif hi <= b_crit:
+        where = f"every row is below B_crit ({b_crit:,.0f}), where a doubling saves more than a quarter of the steps"
+    else:
+        where = (
+            f"B_crit ({b_crit:,.0f}) lies inside the table: below it a doubling saves more than a quarter "
+            "of the steps, past it less"
+        )
+    return head + (
+        f"compute is {1 - share:.0%} of the modelled step at {first['devices']} devices "
+        f"({first['compute µs']:.3g} µs against {first['all-reduce µs']:.3g} µs of all-reduce) and "
+        f"{1 - comm_share(last):.0%} at {last['devices']}: while it is most of the step, the time follows the "
+        f"fitted steps, so B_crit decides "
+        f"what more devices buy, and {where}: {trend}; {shortest}"
+    )
+
+
+def _change(fraction: float) -> str:
+    """A relative change in words: "grows by 43%", "grows 253-fold", "shrinks by 5%"."""
+    if fraction >= 1:
+        return f"grows {1 + fraction:.3g}-fold"
+    return f"{'grows' if fraction >= 0 else 'shrinks'} by {abs(fraction):.0%}"

@@ -87,3 +87,38 @@ def test_rows_need_a_per_device_batch_of_one_or_more():
     machine = ttt.gpus("H200", "NVIDIA H200", [2])
     with pytest.raises(ValueError, match="^The per-device batch must be a whole number >= 1, got 0.$"):
         ttt.rows(TradeOff(100.0, 1000.0, 0.1), 0, machine, make_config("smoke"), [64])
+
+
+def _priced(cfg, per_device_batch, b_crit=404.0):
+    fit = TradeOff(50.0, 50.0 * b_crit, 0.1)
+    gpus = ttt.gpus("L4", "NVIDIA L4", [2, 4, 8, 16, 32, 64])
+    return ttt.rows(fit, per_device_batch, gpus, cfg, [64, 256, 2048])
+
+
+def test_the_regime_of_a_small_models_step_is_the_all_reduce_and_of_the_full_workloads_compute():
+    plan_cfg = make_config("cpu").with_overrides(width=32, block_repeats=1)  # lesson 12's cpu model
+    small = _priced(plan_cfg, 8)
+    assert all(r["all-reduce µs"] > 100 * r["compute µs"] for r in small)
+    assert all(0 < r["of which latency µs"] < r["all-reduce µs"] for r in small)
+    text = ttt.regime_sentence(small, 404.0, "L4", "this lesson's model")
+    share = small[0]["all-reduce µs"] / (small[0]["all-reduce µs"] + small[0]["compute µs"])
+    assert text.startswith(f"L4, this lesson's model: the all-reduce is {share:.0%} of the modelled step at 2")
+    assert "B_crit alone does not decide" in text and f"shortest at {ttt.fastest(small)['devices']} devices" in text
+    full = make_config("full")
+    big = _priced(full, full.per_device_batch)
+    assert big[0]["compute µs"] > 10 * big[0]["all-reduce µs"]
+    text = ttt.regime_sentence(big, 404.0, "L4", "the full workload")
+    assert "compute is 98% of the modelled step at 2 devices" in text and "B_crit decides" in text
+    assert "every row is past B_crit (404)" in text and f"shortest at {ttt.fastest(big)['devices']} devices" in text
+
+
+def test_the_regime_says_where_b_crit_lies_against_the_rows():
+    full = make_config("full")
+    inside = ttt.regime_sentence(_priced(full, 16, b_crit=300.0), 300.0, "L4", "w")
+    below = ttt.regime_sentence(_priced(full, 1, b_crit=5000.0), 5000.0, "L4", "w")
+    for text, where in ((inside, "lies inside the table"), (below, "every row is below B_crit")):
+        assert where in text or "the all-reduce is" in text, text
+    with pytest.raises(ValueError, match="> 0"):
+        ttt.regime_sentence(_priced(full, 16), 0.0, "L4", "w")
+    with pytest.raises(ValueError, match="No rows"):
+        ttt.regime_sentence([], 1.0, "L4", "w")
