@@ -651,6 +651,7 @@ _ = record.figures(
         "noise_scale": (b_simple, "examples"),
         "noise_scale_vs_b_crit_factor": (factor, "ratio"),
         "one_vs_n_held_out_loss_max_abs_diff": (curve_diff, "abs"),
+        "one_vs_n_held_out_loss_max_abs_diff_tolerance": (CURVE_TOL, "abs"),
         "seed_spread": (spread, "fraction"),
         **{
             f"devices_fastest_to_target_{label.replace(' ', '_')}": (
