@@ -169,6 +169,11 @@ def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s:
         try:
             if not _try_lock(fd):
                 holder = _record_of_live_holder(lock)
+                if _abandoned(fd, holder, stale_s):
+                    # A stale record under a lock held now: a vanished machine's lock on a shared file
+                    # system, or a process here that took the lock an instant ago and is writing its own
+                    # record over that one (two runs started together beside a stale lock).
+                    holder = _record_once_rewritten(lock, holder)
                 if _abandoned(fd, holder, stale_s) and _is_current(fd, lock):
                     os.unlink(lock)  # a lock a dead machine keeps on a shared file system: a new file, free
                     os.close(fd)
@@ -218,6 +223,24 @@ def _record_of_live_holder(lock: Path) -> dict:
         if record or time.monotonic() > deadline:
             return record
         time.sleep(0.05)
+
+
+def _record_once_rewritten(lock: Path, stale: dict) -> dict:
+    """The lock's record once it is no longer ``stale``, waiting up to :data:`WRITE_GRACE_S` (else ``stale``).
+
+    A process that just took the lock replaces the stale record with its own
+    within microseconds; a vanished machine never does. Without this wait, a
+    run started at the same instant as the new holder took the stale record
+    for the holder's, removed the new holder's file and took another: both
+    ran, and the first then found its folder "deleted" (20 of 100 tries).
+    """
+    deadline = time.monotonic() + WRITE_GRACE_S
+    while time.monotonic() <= deadline:
+        record = read_record(lock)
+        if record and record != stale:
+            return record
+        time.sleep(0.02)
+    return stale
 
 
 def still_held(lock: str | os.PathLike) -> bool:
