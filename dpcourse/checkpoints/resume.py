@@ -112,9 +112,9 @@ def fresh_process_platform(devices: list) -> str:
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
 # Nothing saved: this command resumes a run, it never starts one (notebook 11 trains the run from step 0).
 NOTHING_TO_RESUME = (
-    "The checkpoint directory {dir} {what}, so there is nothing to resume: this command goes on from a saved "
-    "step. Check the folder's name, or train from step 0 first as notebook 11 does (its section 2, \"Save with "
-    'Orbax", saves step STEPS // 2 of the run) and give that folder to --dir.'
+    "The checkpoint directory {dir} {what}, so there is nothing to resume (this command goes on from a saved "
+    "step): check the folder's name, or train from step 0 first as notebook 11 does (its section 2, \"Save with "
+    'Orbax", saves the run half way) and give that folder to --dir.'
 )
 
 
