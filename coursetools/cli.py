@@ -170,7 +170,9 @@ def _in_workspace(space, args: argparse.Namespace) -> int:
     for note in space.notes:
         print(note)
     if args.action in ("init", "update") and not args.verbose:
-        print("\n".join(ws.summary(space.root, actions)))
+        from coursetools.workspace_summary import summary
+
+        print("\n".join(summary(space.root, actions)))
     else:
         print(f"workspace {space.root}:")
         for action in actions:
