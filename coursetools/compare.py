@@ -73,7 +73,41 @@ STATUS_SUFFIX = "_status"
 TARGET_SUFFIX = "_target"
 COLLECTIVES_PREFIX = "collective"  # collectives_per_step_*, collective_bytes_per_step_*, collectives_in_loop_*
 HARDWARE_FIELDS = ("backend", "device_kind", "device_count")
-_RECORD_KEYS = ("notebook", "metric", "value", "unit")
+_TEXT = {"type": ["string", "null"]}
+# What compare reads of a results.json (coursetools.runner, dpcourse.record.Record), and the types it needs.
+RESULTS_SCHEMA = {
+    "type": "object",
+    "required": ["notebooks", "records"],
+    "properties": {
+        "profile": _TEXT,
+        "notebooks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["notebook", "status"],
+                "properties": {
+                    "notebook": {"type": "string", "minLength": 1},
+                    "status": {"type": "string", "minLength": 1},
+                    "error_cell": {"type": ["integer", "null"]},
+                    "error": _TEXT,
+                },
+            },
+        },
+        "records": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["notebook", "metric", "value", "unit"],
+                "properties": {
+                    **dict.fromkeys(("notebook", "metric"), {"type": "string", "minLength": 1}),
+                    "unit": {"type": "string"},
+                    **dict.fromkeys(("profile", "data_source", "backend", "device_kind", "jax_version"), _TEXT),
+                    "device_count": {"type": ["integer", "null"]},
+                },
+            },
+        },
+    },
+}
 # (notebook, old metric name) -> its name now. Lesson 09 recorded the tolerance of the median
 # bfloat16-vs-float32 loss difference under the max's name (before JAX 0.10.2's TPU baseline).
 # Differences a lesson reports without a tolerance, and why: no warning that they are not checked.
@@ -97,8 +131,9 @@ def load_results(path: str | Path) -> dict:
 
     Raises:
         ResultsFileError: the file is missing, unreadable, not JSON, of
-            another schema, or lacks the runner's fields; the message names
-            the file and what is wrong.
+            another schema, or lacks the runner's fields or holds one of the
+            wrong type (:data:`RESULTS_SCHEMA`); one sentence naming the file,
+            the field and what is wrong.
     """
     path = Path(path)
     try:
@@ -116,15 +151,13 @@ def load_results(path: str | Path) -> dict:
     schema = payload.get("schema")
     if schema != SCHEMA_VERSION:
         raise ResultsFileError(f"{path}: results schema {schema!r}, this version reads schema {SCHEMA_VERSION}.")
-    for key in ("notebooks", "records"):
-        if not isinstance(payload.get(key), list):
-            raise ResultsFileError(f"{path}: '{key}' must be a list.")
-    for i, nb in enumerate(payload["notebooks"]):
-        if not isinstance(nb, dict) or not {"notebook", "status"} <= nb.keys():
-            raise ResultsFileError(f"{path}: notebooks[{i}] lacks 'notebook' or 'status'.")
-    for i, rec in enumerate(payload["records"]):
-        if not isinstance(rec, dict) or not set(_RECORD_KEYS) <= rec.keys():
-            raise ResultsFileError(f"{path}: records[{i}] lacks one of {', '.join(_RECORD_KEYS)}.")
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(payload))
+    if error is not None:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        said = error.message if len(error.message) <= 120 else f"breaks the rule {error.validator}"
+        raise ResultsFileError(f"{path}: {where or 'the top level'}: {said}; it is not a results.json a run wrote.")
     payload["records"] = [renamed(rec) for rec in payload["records"]]
     return payload
 

@@ -266,9 +266,23 @@ def test_non_numeric_values_are_shown_without_a_change():
         ("{not json", "not valid JSON"),
         ("[]", "expected a JSON object"),
         (json.dumps({"schema": 2, "notebooks": [], "records": []}), "schema 2"),
-        (json.dumps({"schema": 1, "notebooks": {}, "records": []}), "'notebooks' must be a list"),
-        (json.dumps({"schema": 1, "notebooks": [{"notebook": "x"}], "records": []}), r"notebooks\[0\]"),
-        (json.dumps({"schema": 1, "notebooks": [], "records": [{"metric": "m"}]}), r"records\[0\]"),
+        (json.dumps({"schema": 1, "notebooks": {}, "records": []}), r"notebooks: \{\} is not of type 'array'"),
+        (json.dumps({"schema": 1, "notebooks": [{"notebook": "x"}], "records": []}), r"notebooks\[0\]: 'status' is"),
+        (json.dumps({"schema": 1, "notebooks": [], "records": [{"metric": "m"}]}), r"records\[0\]: 'notebook' is"),
+        # Fields of the wrong type: one sentence each, never a traceback.
+        (
+            json.dumps({"schema": 1, "notebooks": [], "records": [rec(1, 2, 3, 4)]}),
+            r"records\[0\]\.\w+: \d is not of type 'string'",
+        ),
+        (
+            json.dumps({"schema": 1, "notebooks": [nb(["x"])], "records": []}),
+            r"notebooks\[0\]\.notebook: \['x'\] is not",
+        ),
+        (
+            json.dumps({"schema": 1, "notebooks": [nb("a", "failed", "x")], "records": []}),
+            r"notebooks\[0\]\.error_cell",
+        ),
+        (json.dumps({**baseline(), "records": [rec("a", "m", 1, "s", device_count=[1])]}), r"device_count: \[1\]"),
     ],
 )
 def test_bad_file_exits_2_naming_it(write, tmp_path, capsys, content, match):
@@ -278,7 +292,7 @@ def test_bad_file_exits_2_naming_it(write, tmp_path, capsys, content, match):
         code = compare.main(old, new)
         err = capsys.readouterr().err
         assert code == 2
-        assert str(bad) in err
+        assert str(bad) in err and "Traceback" not in err and err.count("\n") == 1
         assert re.search(match, err), err
 
 
