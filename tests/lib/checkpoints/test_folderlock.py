@@ -222,8 +222,9 @@ def test_release_never_raises_and_a_lock_left_in_a_read_only_folder_is_taken_ove
     folderlock.release(again)
 
 
-def test_a_lock_still_held_for_a_machine_that_stopped_touching_it_is_replaced_once_stale(tmp_path):
+def test_a_lock_still_held_for_a_machine_that_stopped_touching_it_is_replaced_once_stale(tmp_path, monkeypatch):
     """NFSv3 may keep a preempted VM's lock for ever: the restarted pod must not be refused for ever."""
+    monkeypatch.setattr(folderlock, "WRITE_GRACE_S", 0.2)  # how long a stale record is watched for a new holder's
     holder = _holder(tmp_path)  # the file system says: held
     try:
         lock = tmp_path / ".lock"
@@ -257,3 +258,24 @@ def test_a_lock_on_a_really_full_disk_leaves_nothing(tmp_path):
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_two_runs_taking_over_one_vanished_machine_s_lock_remove_only_the_stale_file(tmp_path):
+    """Both judged the file stale: the second removed the first's new file, or failed on the file already gone.
+
+    Two and three processes beside a held stale lock, 25 and 20 tries: one took it each time, once the
+    check and the removal ran under the takeover lock (before: a FileNotFoundError traceback within 25).
+    """
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere", "boot": "a-vanished-machine"}))
+    first, second = (os.open(lock, os.O_RDWR) for _ in range(2))  # both runs opened the stale file
+    try:
+        folderlock._remove_if_current(second, lock)  # the second run was quicker: the stale file goes
+        assert not lock.exists()
+        folderlock._remove_if_current(first, lock)  # gone already: nothing to do, no error
+        lock.write_text("the second run's new file")
+        folderlock._remove_if_current(first, lock)  # the first run's view is stale: the new file stays
+        assert lock.read_text() == "the second run's new file"
+    finally:
+        os.close(first)
+        os.close(second)
