@@ -392,14 +392,17 @@ WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
 
 # `lab` first brings the workspace up to the course (new lessons in; a lesson
 # you edited is never overwritten: the new version goes beside it), then
-# serves it. Kernels run in their notebook's folder, the workspace.
+# serves it. Kernels run in their notebook's folder, the workspace, and
+# inherit the server's environment: PROFILE=smoke (checked first) reaches
+# every lesson's parameters cell as DPCOURSE_PROFILE.
 lab: $(VENV)/.installed
-	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT)
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT) $(if $(PROFILE),--profile "$(PROFILE)",)
 	$(PY) -m coursetools workspace init --dir "$(WORKSPACE)"
-	$(LAB_ENV) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
+	$(LAB_ENV) $(if $(PROFILE),DPCOURSE_PROFILE="$(PROFILE)",) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
 
 # A fresh copy of one lesson (make reset LESSON=05) or of all (make reset);
-# the old copies move to $(WORKSPACE)/old/ with a timestamp.
+# the old copies move to $(WORKSPACE)/old/ with a timestamp, and the lesson's
+# checks leave the workspace's progress.json.
 reset: $(VENV)/.installed
 	$(PY) -m coursetools workspace reset --dir "$(WORKSPACE)" $(if $(LESSON),$(LESSON),--all)
 

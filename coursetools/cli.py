@@ -170,7 +170,9 @@ def _in_workspace(space, args: argparse.Namespace) -> int:
     for note in space.notes:
         print(note)
     if args.action in ("init", "update") and not args.verbose:
-        print("\n".join(ws.summary(space.root, actions)))
+        from coursetools.workspace_summary import summary
+
+        print("\n".join(summary(space.root, actions)))
     else:
         print(f"workspace {space.root}:")
         for action in actions:
@@ -225,6 +227,17 @@ def _lab_port(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.profile is not None:
+        from dpcourse import config
+
+        names = [*config.profile_names(), "auto"]
+        if args.profile.strip().lower() not in names:
+            print(
+                f"error: PROFILE={args.profile} is not one of the course's profiles ({', '.join(names)}); "
+                "give one of those (make lab PROFILE=smoke), or none for auto.",
+                file=sys.stderr,
+            )
+            return 2
     problem = port_in_use(args.ip, args.port)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -321,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     lab = sub.add_parser("lab-port", help="refuse a JupyterLab address that is taken (make lab runs it first)")
     lab.add_argument("--ip", default="127.0.0.1")
     lab.add_argument("--port", type=int, default=8888)
+    lab.add_argument("--profile", default=None, help="make lab's PROFILE: refused unless a profile of the course")
     lab.set_defaults(func=_lab_port)
     # Lessons may also follow an option (`workspace reset --dir D 05`), which
     # argparse leaves over once the positionals have been matched.

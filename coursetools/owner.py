@@ -29,7 +29,7 @@ def other_owner(folder: Path) -> tuple[int, int] | None:
     for path in (folder, *folder.parents):
         try:
             info = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not there, or under a file (the command then refuses it)
             continue
         return (info.st_uid, info.st_gid) if info.st_uid != 0 else None
     return None

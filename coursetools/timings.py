@@ -2,9 +2,11 @@
 
 Every course run's ``results.json`` holds each notebook's wall time, the
 machine (CPU, cores, memory), its load average at the start and end, and
-the course commit (:func:`machine_info`, filled in by the runner).
+the course commit (:func:`coursetools.machine.machine_info`, filled in by the runner).
 ``python -m coursetools timings --update RESULTS.json ...`` copies those
-figures into ``baselines/timings.json`` (the committed record) and writes
+figures into ``baselines/timings.json`` (the committed record), refusing a
+run measured on a machine too busy to time it (``--allow-busy`` records it
+all the same, :func:`coursetools.machine.busy_sentence`), and writes
 from it each lesson's ``**Time.**`` line and the README's block between
 ``<!-- timings:begin -->`` and ``<!-- timings:end -->``;
 ``--make-test-seconds S`` adds a measured ``make test`` time.
@@ -20,7 +22,6 @@ import datetime as _dt
 import json
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import textwrap
 from pathlib import Path
 
 from coursetools import paths
+from coursetools.machine import busy_sentence, load_average, machine_info
 from coursetools.outfolder import write_atomic
 
 ROOT = paths.ROOT
@@ -36,64 +38,6 @@ README = paths.README
 NOTEBOOK_DIR = paths.NOTEBOOKS
 BEGIN, END = "<!-- timings:begin -->", "<!-- timings:end -->"
 TIME_LINE = re.compile(r"^# \*\*Time[.*].*$", re.MULTILINE)
-
-
-def load_average() -> list[float] | None:
-    """The 1-, 5- and 15-minute load averages (runnable processes), or None where the OS has none."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (OSError, AttributeError):
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _gpus() -> list[str]:
-    """GPU names from ``nvidia-smi`` (no JAX started), empty where there is none."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
-
-
-def machine_info() -> dict:
-    """The machine a run ran on: CPU model, cores, memory (GiB), GPUs, OS, the load average at the start, and
-    whether the GPU- and TPU-compile extras were installed (04, 05, 09 and 10 compile for GPUs and TPU slices
-    without them only with the extras, which adds seconds to each)."""
-    from dpcourse.cross_compile.targets import extra_missing
-
-    return {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "memory_gib": _memory_gib(),
-        "gpus": _gpus(),
-        "os": platform.platform(terse=True),
-        "python": platform.python_version(),
-        "load_average_start": load_average(),
-        "gpu_compile_extra": extra_missing() is None,
-        "tpu_compile_extra": extra_missing("tpu") is None,
-    }
 
 
 COMMIT_ENV = "DPCOURSE_COMMIT"  # the commit of a copy of the course without its .git (a lent machine's)
@@ -209,14 +153,19 @@ def read_results(path: Path) -> dict:
 LESSON_CPU_DEVICES = 8  # the lessons' own simulated CPU devices (dpcourse.devices.setup_devices' default)
 
 
-def _run_entry(path: Path, lessons: list[str]) -> dict:
+def _run_entry(path: Path, lessons: list[str], allow_busy: bool = False) -> dict:
     """What the record keeps of the run at ``path``: a run of the course's ``lessons`` as a learner runs them.
 
     Raises:
         ValueError: (one sentence, nothing recorded) a notebook that is not one of ``lessons``, a run
-            with the exercises' solutions filled in, or one at another CPU device count than the lessons' own.
+            with the exercises' solutions filled in, one at another CPU device count than the lessons' own,
+            or (unless ``allow_busy``) one measured on a machine too busy to time it
+            (:func:`coursetools.machine.busy_sentence`).
     """
     payload = read_results(path)
+    busy = None if allow_busy else busy_sentence(payload["machine"], str(path))
+    if busy:
+        raise ValueError(busy + ".")
     others = [nb["notebook"] for nb in payload["notebooks"] if nb["notebook"] not in lessons]
     if others:
         raise ValueError(
@@ -452,6 +401,7 @@ def update(
     make_test_load_start: list[float] | None = None,
     make_test_load_end: list[float] | None = None,
     make_test_commit: str | None = None,
+    allow_busy: bool = False,
 ) -> list[Path]:
     """Write the record from ``results`` (and a ``make test`` time), then the lessons and the README; changed files.
 
@@ -460,22 +410,26 @@ def update(
     read as it ended, for a run measured elsewhere (a clean clone) and
     recorded later; without it the end is read now. Without a start, the
     start is recorded as unknown, not as now. ``make_test_commit``: the
-    commit that run measured (default: this checkout's).
+    commit that run measured (default: this checkout's). ``allow_busy``: record
+    runs (and a ``make test``) measured on a machine too busy to time them
+    (:func:`coursetools.machine.busy_sentence`), which are refused otherwise.
     """
     record = load_record(record_path) if Path(record_path).exists() else {"runs": []}
     if results:  # every file is read and checked before anything is written
         lessons = [p.stem for p in lesson_files(directory)]
-        record["runs"] = merge_runs(record.get("runs", []), [_run_entry(p, lessons) for p in results], lessons)
+        record["runs"] = merge_runs(
+            record.get("runs", []), [_run_entry(p, lessons, allow_busy) for p in results], lessons
+        )
     if make_test_seconds is not None:
+        machine = {**machine_info(), "load_average_start": make_test_load_start}
+        busy = None if allow_busy else busy_sentence(machine, f"make test ({make_test_seconds:g} s)", judge_end=False)
+        if busy:
+            raise ValueError(busy + ".")
         record["make_test"] = {
             "seconds": round(make_test_seconds),
             "commit": make_test_commit or course_commit(),
             "measured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "machine": {
-                **machine_info(),
-                "load_average_start": make_test_load_start,
-                "load_average_end": make_test_load_end or load_average(),
-            },
+            "machine": {**machine, "load_average_end": make_test_load_end or load_average()},
         }
     texts = expected_texts(record, directory, readme)  # a README or lesson without its time block fails here
     changed = [path for path, text in texts.items() if path.read_text(encoding="utf-8") != text]
@@ -541,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when a lesson or the README differs from the record"
     )
+    parser.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="record runs measured at a load average above the core count (start) or twice it (end) all the same",
+    )
     args = parser.parse_args(argv)
     given = [
         flag
@@ -570,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                 make_test_load_start=start,
                 make_test_load_end=end,
                 make_test_commit=commit,
+                allow_busy=args.allow_busy,
             )
         except (OSError, ValueError, KeyError) as err:
             print(f"error: {err}", file=sys.stderr)

@@ -144,13 +144,78 @@ def summary(payload: dict) -> str:
     return check_summary(payload, "tpu_check", "peak_device_bytes", "peak chip MiB")
 
 
+_NUMBER = {"type": "number", "minimum": 0}
+_TEXT = {"type": ["string", "null"]}
+# What --join reads of each part's results file (results_payload's fields), and the values it may hold.
+PART_SCHEMA = {
+    "type": "object",
+    "required": ["notebooks", "tpu_check"],
+    "properties": {
+        "profile": {"type": "string"},
+        "created": _TEXT,
+        "commit": _TEXT,
+        "notebooks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["notebook", "status", "wall_s"],
+                "properties": {
+                    "notebook": {"type": "string", "minLength": 1},
+                    "status": {"type": "string", "minLength": 1},
+                    "wall_s": _NUMBER,
+                    "error": _TEXT,
+                    "peak_device_bytes": {"type": ["number", "null"], "minimum": 0},
+                },
+            },
+        },
+        "records": {"type": "array", "items": {"type": "object"}},
+        "tpu_check": {
+            "type": "object",
+            "required": ["tpus", "jax_version", "jaxlib_version", "libtpu_version", "budget_s", "wall_s", "steps"],
+            "properties": {
+                "tpus": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                **dict.fromkeys(("jax_version", "jaxlib_version", "libtpu_version"), _TEXT),
+                "budget_s": {"type": "number", "exclusiveMinimum": 0},
+                "wall_s": _NUMBER,
+                "only": {"type": ["array", "null"], "items": {"type": "string"}},
+                "steps": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "exit_status", "wall_s", "timed_out"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "exit_status": {"type": ["integer", "null"]},
+                            "wall_s": _NUMBER,
+                            "timed_out": {"type": "boolean"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def part_problem(part, name: str) -> str | None:
+    """Why ``part`` (the results file ``name``) is not a tpu-check results file --join can read, or None."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(PART_SCHEMA).iter_errors(part))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+    said = error.message if len(error.message) <= 120 else f"breaks the rule {error.validator}"
+    return f"{name}: {where}: {said}, so it is not a results file tpu-check wrote: give the files its parts wrote."
+
+
 def _course_lessons() -> list[str]:
     from coursetools.timings import lesson_files
 
     return [path.stem for path in lesson_files()]
 
 
-def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
+def join_parts(parts: list[dict], lessons: list[str] | None = None, names: list[str] | None = None) -> dict:
     """One check's results from its parts: the same chip, software and commit, each lesson in one part.
 
     A lent TPU machine can limit one command to less time than the whole
@@ -158,25 +223,21 @@ def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
     another on the same machine, and this joins their results files into
     the one the course's check would have written. It passes when every
     lesson of ``lessons`` (default: the course's) ran and passed and each
-    part kept to its budget.
+    part kept to its budget; the lessons no part ran are its ``missing``.
+    ``names``: the parts' file names, for the messages.
 
     Raises:
         ValueError: (one sentence, nothing written) fewer than two parts, a
-            part that is not a TPU check's results, parts that differ in
-            profile, chip, JAX, jaxlib, libtpu or commit, or a lesson in two parts.
+            part that is not a TPU check's results (:data:`PART_SCHEMA`: the file, the
+            field and the rule), parts that differ in profile, chip, JAX, jaxlib,
+            libtpu or commit, or a lesson in two parts.
     """
     if len(parts) < 2:
         raise ValueError("--join needs the results files of two parts or more of one check.")
-    check_keys = ("tpus", "jax_version", "jaxlib_version", "libtpu_version", "budget_s", "wall_s", "steps")
-    for p in parts:
-        if not (
-            isinstance(p, dict)
-            and isinstance(p.get("tpu_check"), dict)
-            and all(k in p["tpu_check"] for k in check_keys)
-            and isinstance(p.get("notebooks"), list)
-            and all(isinstance(nb, dict) and {"notebook", "status"} <= nb.keys() for nb in p["notebooks"])
-        ):
-            raise ValueError("--join reads only tpu-check results files (with a tpu_check section); give those.")
+    for i, p in enumerate(parts):
+        problem = part_problem(p, names[i] if names else f"part {i + 1}")
+        if problem:
+            raise ValueError(problem)
     same = {
         "profile": lambda p: p.get("profile"),
         "chip": lambda p: tuple(p["tpu_check"]["tpus"]),
@@ -206,6 +267,7 @@ def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
         [r for p in parts for r in p.get("records", [])], key=lambda r: by_lesson.get(r.get("notebook"), len(by_lesson))
     )
     checks = [p["tpu_check"] for p in sorted(parts, key=lambda p: p.get("created") or "")]
+    missing = [name for name in order if name not in by_lesson]
     passed = (
         set(order) <= {nb["notebook"] for nb in joined["notebooks"] if nb["status"] == "passed"}
         and all(s["exit_status"] == 0 and not s["timed_out"] for c in checks for s in c["steps"])
@@ -217,6 +279,7 @@ def join_parts(parts: list[dict], lessons: list[str] | None = None) -> dict:
         "wall_s": round(sum(c["wall_s"] for c in checks), 1),
         "steps": [s for c in checks for s in c["steps"]],
         "parts": [{"notebooks": c.get("only"), "wall_s": c["wall_s"], "budget_s": c["budget_s"]} for c in checks],
+        "missing": missing,
         "passed": passed,
     }
     return joined
@@ -276,13 +339,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if payload["tpu_check"]["passed"] else 1
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a measured number")
+
+
 def _join_main(files: list[Path], out: Path) -> int:
     from coursetools.outfolder import write_json_atomic
 
+    parts = []
     try:
-        parts = [json.loads(Path(f).read_text(encoding="utf-8")) for f in files]
-        payload = join_parts(parts)
-    except (OSError, json.JSONDecodeError, ValueError) as err:
+        for f in files:
+            try:
+                parts.append(json.loads(Path(f).read_text(encoding="utf-8"), parse_constant=_no_constant))
+            except (OSError, ValueError) as err:  # ValueError: not UTF-8, not JSON, NaN or Infinity
+                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err).split(":")[0]
+                raise ValueError(
+                    f"{f}: cannot be read as JSON ({why}): give the results files tpu-check's parts wrote."
+                ) from None
+        payload = join_parts(parts, names=[str(f) for f in files])
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     name = results_name(payload["tpu_check"]["tpus"][0], payload["tpu_check"]["jax_version"] or "unknown")
@@ -295,6 +370,13 @@ def _join_main(files: list[Path], out: Path) -> int:
         )
         return 2
     print(summary(payload))
+    missing = payload["tpu_check"]["missing"]
+    if missing:
+        numbers = " ".join(name[:2] for name in missing)
+        print(
+            f"tpu-check: no part ran {', '.join(missing)}: run them as one more part "
+            f"(python -m coursetools.tpucheck --notebooks {numbers}) and join again."
+        )
     print(f"tpu-check: {len(parts)} parts joined in {path}")
     return 0 if payload["tpu_check"]["passed"] else 1
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursetools import paths
+from dpcourse.exercises import progress
 
 WORKSPACE_ENV = "DPCOURSE_WORKSPACE"
 REPO_ROOT = paths.ROOT
@@ -53,7 +54,6 @@ OLD = "old"
 UPDATES = "updates"
 LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
 MANIFEST_VERSION = 1
-NAMED_AT_MOST = 4  # the start-up line names at most this many lessons of one kind (it must fit one line)
 
 
 class WorkspaceError(RuntimeError):
@@ -209,6 +209,7 @@ class Workspace:
         self._lessons: dict[str, Path] | None = None  # what is read of the course, kept (read_course)
         self._copies: dict[str, str] = {}
         self._solved: dict[str, str] = {}
+        self._moved: list[str] = []  # what the command in progress moved to old/, for its error message
 
     # -- the course, read once --
 
@@ -239,16 +240,20 @@ class Workspace:
 
     # -- set-up and manifest --
 
-    def ensure(self) -> None:
-        """Create the folder and ``results/``; refuse a path that is a file."""
+    def refuse_a_file(self, doing: str = "made") -> None:
+        """Raise :class:`WorkspaceError` (one sentence) when the workspace's path, or a folder above it, is a file."""
         for path in (self.root, *self.root.parents):
             if path.exists() and not path.is_dir():
                 raise WorkspaceError(
-                    f"{path} is a file, not a folder, so the workspace {self.root} cannot be made there: "
+                    f"{path} is a file, not a folder, so the workspace {self.root} cannot be {doing} there: "
                     f"move that file away or choose another folder with --dir (or ${WORKSPACE_ENV})."
                 )
             if path.exists():
                 break
+
+    def ensure(self) -> None:
+        """Create the folder and ``results/``; refuse a path that is a file."""
+        self.refuse_a_file()
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / RESULTS).mkdir(exist_ok=True)
 
@@ -408,10 +413,12 @@ class Workspace:
         course = {lesson: content_hash(json.loads(text)) for lesson, text in fresh.items()}
         if solved:
             fresh = {lesson: self.solved(lesson) for lesson in fresh}
+        self._moved = []
         try:
             return self._reset(chosen, fresh, course, solved)
         except OSError as err:
-            raise file_system_error(err, self.root, "reset lessons in", f" (a copy moved aside is in {OLD}/)") from None
+            kept = f" ({' and '.join(self._moved)} moved aside before it stopped)" if self._moved else ""
+            raise file_system_error(err, self.root, "reset lessons in", kept) from None
 
     def _reset(self, chosen: list[str], fresh: dict[str, str], course: dict[str, str], solved: bool) -> list[Action]:
         self.ensure()
@@ -430,9 +437,11 @@ class Workspace:
                     old.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, old)
                     kept.append(old.relative_to(self.root).as_posix())
+                    self._moved.append(kept[-1])
             _write_atomic(self.root / f"{lesson}.ipynb", fresh[lesson])
             manifest["lessons"][lesson] = {"course_hash": course[lesson], "copied": stamp}
             self.save(manifest)
+            progress.forget_lesson(lesson, self.root / progress.FILE)  # the fresh copy's exercises are not done
             where = f"; the old copy is {' and '.join(kept)}" if kept else ""
             what = (
                 "the course's version with the solutions filled in" if solved else "fresh copy of the course's version"
@@ -441,7 +450,12 @@ class Workspace:
         return actions
 
     def status(self, names: list[str] | None = None) -> list[Action]:
-        """One line per lesson of the course (or per named lesson); writes nothing."""
+        """One line per lesson of the course (or per named lesson); writes nothing.
+
+        Raises:
+            WorkspaceError: the workspace's path (or a folder above it) is a file, or an unknown lesson.
+        """
+        self.refuse_a_file("read")
         lessons = {lesson: self.lessons()[lesson] for lesson in self.select(names, self.lessons())}
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -565,34 +579,3 @@ def reset(
 def catch_up(dir: Path, lessons: list[str], source: Path | None = None) -> list[Action]:
     """The named lessons with the solutions filled in; the learner's copies go to ``old/<timestamp>/``."""
     return Workspace(dir, source).reset(lessons, solved=True)
-
-
-def summary(root: Path, actions: list[Action]) -> list[str]:
-    """One or two lines for ``make lab``'s start: counts with the lessons they name, then each lesson to look at.
-
-    For example ``workspace W: 10 lessons (1 updated (06_pmap); 1 kept, new
-    version in updates/ (04_sharding); 8 up to date).``
-    """
-    by_kind: dict[str, list[str]] = {}
-    for action in actions:
-        by_kind.setdefault(action.kind, []).append(action.lesson)
-    order = ("copied", "replaced", "restored", "offered", "waiting", "edited", "unchanged", "unreadable")
-    words = {
-        "copied": "copied in",
-        "replaced": "updated",
-        "restored": "copied in again",
-        "offered": "kept, new version in updates/",
-        "waiting": "kept, new version waiting in updates/",
-        "edited": "yours, edited",
-        "unchanged": "up to date",
-        "unreadable": "unreadable, left as it is",
-    }
-    parts = []
-    for kind in (k for k in order if by_kind.get(k)):
-        names = by_kind[kind]
-        # Name the lessons a learner looks at; not the long lists of a first start or a quiet update.
-        named = kind not in ("unchanged", "edited") and len(names) <= NAMED_AT_MOST
-        parts.append(f"{len(names)} {words[kind]}" + (f" ({', '.join(names)})" if named else ""))
-    lines = [f"workspace {root}: {len(actions)} lessons ({'; '.join(parts)})."]
-    lines += [a.message for a in actions if a.kind in ("offered", "waiting", "unreadable", "restored")]
-    return lines

@@ -990,7 +990,7 @@ for name, (p, g) in checks.items():
 if bf16_diff is not None:
     figs["max_abs_loss_diff_bf16_vs_f32"] = (bf16_diff, "loss")
     figs["median_abs_loss_diff_bf16_vs_f32"] = (bf16_median, "loss")
-    figs["max_abs_loss_diff_bf16_vs_f32_tolerance"] = (bf16_tol, "loss")
+    figs["median_abs_loss_diff_bf16_vs_f32_tolerance"] = (bf16_tol, "loss")
 for dtype, key in (("float32", "f32"), ("bfloat16", "bf16")):
     fractions = [
         r.fraction_of_ceiling(cfg, measured)

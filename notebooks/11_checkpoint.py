@@ -452,7 +452,7 @@ fsdp_straight = train_until(fsdp_state0, fsdp_step, noisy, xs, ys, STEPS)
 straight_by_form = {"replicated": straight, "fsdp": fsdp_straight}
 EQUIV_TOL, _ = train.equivalence_tolerances(backend, cfg.learning_rate, steps=STEPS)
 AUTO_AXES = jax.sharding.AxisType.Explicit not in mesh.axis_types  # as the fresh processes' mesh
-resume_rows, resume_diffs = [], {}
+resume_rows, resume_diffs, resume_tols = [], {}, {}
 for label, (folder, form, _, _) in fresh.items():
     reference = straight_by_form[form]
     target = abstract_target(reference, checkpoint.state_shardings(reference, mesh, form))
@@ -460,6 +460,7 @@ for label, (folder, form, _, _) in fresh.items():
         step_read, got = checkpoint.restore(reader, target, run)
     resume_diffs[label] = train.max_abs_diff(reference, got)
     bitwise = backend == "cpu" and jobs[label][1] == n and AUTO_AXES  # the same device count
+    resume_tols[label] = 0.0 if bitwise else EQUIV_TOL
     resume_rows.append(
         {
             "resumed run": label,
@@ -768,11 +769,14 @@ assert refusal is not None and "width" in str(refusal), (
 # ## Records
 
 # %%
-record.record("resume_max_abs_diff_replicated", resume_diffs[f"replicated, {n} devices"], "abs")
-record.record("resume_max_abs_diff_fsdp", resume_diffs[f"fsdp, {n} devices"], "abs")
+for key, label in (("replicated", f"replicated, {n} devices"), ("fsdp", f"fsdp, {n} devices")):
+    record.record(f"resume_max_abs_diff_{key}", resume_diffs[label], "abs")
+    record.record(f"resume_max_abs_diff_{key}_tolerance", resume_tols[label], "abs")
 record.record("resume_max_abs_diff_fewer_devices", resume_diffs[fewer], "abs")
+record.record("resume_max_abs_diff_fewer_devices_tolerance", resume_tols[fewer], "abs")
 if multi_rows:
     record.record("resume_max_abs_diff_other_process_count", multi_diff, "abs")
+    record.record("resume_max_abs_diff_other_process_count_tolerance", EQUIV_TOL, "abs")
 for row in size_rows:
     record.record(f"checkpoint_bytes_{row['form']}", row["bytes on disk"], "bytes")
 record.record("sync_save_s", sync_save_s, "s")

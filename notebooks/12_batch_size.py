@@ -670,6 +670,7 @@ _ = record.figures(
         "noise_scale": (b_simple, "examples"),
         "noise_scale_vs_b_crit_factor": (factor, "ratio"),
         "one_vs_n_held_out_loss_max_abs_diff": (curve_diff, "abs"),
+        "one_vs_n_held_out_loss_max_abs_diff_tolerance": (CURVE_TOL, "abs"),
         "fit_worst_error": (fit.worst_error, "fraction"),
         "seed_spread": (spread, "fraction"),
         **{f"seed_steps_{k}": (v, "steps") for k, v in seed_steps.items() if v is not None},

@@ -417,7 +417,9 @@ if not no_tcp:
             "kill_to_next_step_s": (going_s, "s"),
             "restart_to_first_step_s": (rejoin_s, "s"),
             "preempted_resume_max_abs_param_diff": (preempt_diff, "abs"),
+            "preempted_resume_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
             "survivors_max_abs_param_diff": (lost_diff, "abs"),
+            "survivors_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
             "lost_in_allreduce_ended_s": (in_allreduce_s, "s"),
             "coordinator_lost_ended_s": (coordinator_s, "s"),
         }

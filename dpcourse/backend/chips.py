@@ -118,19 +118,26 @@ def host_chip_count(globs: tuple[str, ...] = CHIP_GLOBS) -> int:
     return 0
 
 
-def what_runs_where(one_device: str, multi_label: str | None, multi_simulated: bool, seen: int, on_host: int) -> str:
+def what_runs_where(
+    one_device: str,
+    multi_label: str | None,
+    multi_simulated: bool,
+    seen: int,
+    on_host: int,
+    why_not: str = "they need 2 or more devices",
+) -> str:
     """One sentence: where one-device work and the multi-device lessons run, and chips this kernel does not see.
 
     Args:
         one_device: the default backend's first device, as ``"1 x TPU v5 lite"``.
         multi_label: the multi-device lessons' devices (:func:`dpcourse.devices.lesson_devices`'s
-            label), or None where there are fewer than 2.
+            label), or None where they cannot run here (``why_not`` says why).
         multi_simulated: whether those are simulated CPU devices.
         seen: the default backend's devices in this kernel.
         on_host: TPU chips on this host (:func:`host_chip_count`; 0 where there are none).
     """
     if multi_label is None:
-        multi = "and the multi-device lessons cannot run here: they need 2 or more devices"
+        multi = f"and the multi-device lessons cannot run here: {why_not}"
     else:
         multi = f"the multi-device lessons on {multi_label}"
         if multi_simulated:
@@ -168,6 +175,8 @@ def describe() -> str:
         DeviceSetupError: no backend could start; where another process holds
             the TPU chips, the message names it and what to do (:func:`held_message`).
     """
+    import jax
+
     from dpcourse import devices
 
     default = devices.start_backend()
@@ -177,10 +186,24 @@ def describe() -> str:
         raise devices.DeviceSetupError(
             f"JAX started on the CPU, not on this host's TPU chips: {quiet[0].lower()}{quiet[1:]}"
         )
+    why_not = "they need 2 or more devices"
     try:
         multi = devices.lesson_devices(2)
         label, simulated = multi.label, multi.simulated
     except devices.DeviceSetupError:
-        label, simulated = None, False
+        # This kernel started JAX with fewer than 2 CPU devices, but each lesson asks for its own
+        # simulated ones before JAX starts (devices.setup_devices): only a count the user fixed in
+        # XLA_FLAGS, which wins over the lessons' own, keeps them from it.
+        fixed = devices._flag_value(os.environ.get("XLA_FLAGS", ""), devices.CPU_COUNT_FLAG)
+        if fixed is not None and fixed != devices._appended and not (fixed.isdigit() and int(fixed) >= 2):
+            label, simulated = None, False
+            why_not = f"your XLA_FLAGS sets {devices.CPU_COUNT_FLAG}={fixed}; raise it to 2 or more, or remove it"
+        else:
+            count = len(jax.devices("cpu"))
+            label = (
+                "simulated CPU devices that each lesson sets up as it starts (placement and correctness, "
+                f"not speed; this kernel started JAX with {count})"
+            )
+            simulated = False  # said in the label already
     on_host = host_chip_count() if first.platform == "tpu" else 0
-    return what_runs_where(f"1 x {first.device_kind}", label, simulated, len(default), on_host)
+    return what_runs_where(f"1 x {first.device_kind}", label, simulated, len(default), on_host, why_not)

@@ -169,10 +169,15 @@ def acquire(folder: str | os.PathLike, name: str, command: str = "", *, stale_s:
         try:
             if not _try_lock(fd):
                 holder = _record_of_live_holder(lock)
-                if _abandoned(fd, holder, stale_s) and _is_current(fd, lock):
-                    os.unlink(lock)  # a lock a dead machine keeps on a shared file system: a new file, free
+                if _abandoned(fd, holder, stale_s):
+                    # A stale record under a lock held now: a vanished machine's lock on a shared file
+                    # system, or a process here that took the lock an instant ago and is writing its own
+                    # record over that one (two runs started together beside a stale lock).
+                    holder = _record_once_rewritten(lock, holder)
+                if _abandoned(fd, holder, stale_s):
+                    _remove_if_current(fd, lock)  # a lock a dead machine keeps on a shared file system
                     os.close(fd)
-                    continue
+                    continue  # the new file is free (or another run's, just made: refused as such)
                 raise FolderLocked(lock, holder, _same_machine(holder) if holder else True, False)
             if not _is_current(fd, lock):
                 os.close(fd)
@@ -218,6 +223,46 @@ def _record_of_live_holder(lock: Path) -> dict:
         if record or time.monotonic() > deadline:
             return record
         time.sleep(0.05)
+
+
+def _remove_if_current(fd: int, lock: Path) -> None:
+    """Remove the lock file ``fd`` is open on, unless another run already replaced it, one run at a time.
+
+    Two runs that both judged a vanished machine's lock stale would otherwise
+    both remove "it", the second removing the first's new file (or failing
+    on a file already gone): the check and the removal happen under a second
+    lock, ``<name>.takeover``, which stays in the folder (removing it would
+    race in turn). Where ``fcntl`` is missing (Windows) there is no such lock.
+    """
+    guard = None
+    if fcntl is not None:
+        guard = os.open(lock.with_name(f"{lock.name}.takeover"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(guard, fcntl.LOCK_EX)  # held for a stat and an unlink
+    try:
+        if _is_current(fd, lock):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+    finally:
+        if guard is not None:
+            os.close(guard)
+
+
+def _record_once_rewritten(lock: Path, stale: dict) -> dict:
+    """The lock's record once it is no longer ``stale``, waiting up to :data:`WRITE_GRACE_S` (else ``stale``).
+
+    A process that just took the lock replaces the stale record with its own
+    within microseconds; a vanished machine never does. Without this wait, a
+    run started at the same instant as the new holder took the stale record
+    for the holder's, removed the new holder's file and took another: both
+    ran, and the first then found its folder "deleted" (20 of 100 tries).
+    """
+    deadline = time.monotonic() + WRITE_GRACE_S
+    while time.monotonic() <= deadline:
+        record = read_record(lock)
+        if record and record != stale:
+            return record
+        time.sleep(0.02)
+    return stale
 
 
 def still_held(lock: str | os.PathLike) -> bool:

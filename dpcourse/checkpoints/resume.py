@@ -110,13 +110,21 @@ def fresh_process_platform(devices: list) -> str:
 
 
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
+# Nothing saved: this command resumes a run, it never starts one (notebook 11 trains the run from step 0).
+NOTHING_TO_RESUME = (
+    "The checkpoint directory {dir} {what}, so there is nothing to resume (this command goes on from a saved "
+    "step): check the folder's name, or train from step 0 first as notebook 11 does (its section 2, \"Save with "
+    'Orbax", saves the run half way) and give that folder to --dir.'
+)
 
 
 def _main(args: argparse.Namespace, say) -> dict:
     from dpcourse import devices
     from dpcourse.checkpoints import checkpoint
 
-    checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
+    path = checkpoint.check_directory(args.dir)  # before JAX starts: a wrong folder or device count is said at once
+    if not path.is_dir():  # a mistyped name is never made into a folder
+        raise checkpoint.CheckpointError(NOTHING_TO_RESUME.format(dir=args.dir, what="does not exist (none was made)"))
     checkpoint.check_devices_for_batch(args.global_batch, args.devices, args.dir)
     with checkpoint.hold(args.dir, "python -m dpcourse.checkpoints.resume " + " ".join(sys.argv[1:])):
         if args.platform == "cpu" and not devices.backend_started():
@@ -144,6 +152,9 @@ def _resume(args: argparse.Namespace, say) -> dict:
     step_fn, noisy, xs, ys, state0 = build(cfg, mesh, args.form, args.global_batch, dataset, args.n_batches)
     run = checkpoint.run_description(cfg, args.global_batch)
     manager = checkpoint.open_manager(args.dir)
+    if not manager.all_steps():
+        manager.close()
+        raise checkpoint.CheckpointError(NOTHING_TO_RESUME.format(dir=args.dir, what="holds no complete step"))
     target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
     t0 = time.perf_counter()
     restored_step, state = checkpoint.restore(manager, target, run, warn=say)

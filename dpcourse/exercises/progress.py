@@ -340,6 +340,31 @@ def lesson_exercises(notebook: str) -> list[str]:
     return sorted(e for e in found if isinstance(e, str) and _ID.match(e) and e[2:4] == notebook[:2])
 
 
+def forget_lesson(notebook: str, path: Path) -> dict | None:
+    """Forget the checks of lesson ``notebook``'s exercises (``"13_elastic"``) in the record at ``path``.
+
+    The course's workspace calls it as it lays a fresh copy of the lesson
+    (``make reset LESSON=13``, ``workspace catchup``): the record then no
+    longer lists that lesson's exercises as right, and the lesson stays
+    started but not finished. Returns the record written, or None where
+    there is no record (none is made).
+
+    Raises:
+        OSError: the record cannot be written (a broken one is set aside, as by every write).
+    """
+    if not Path(path).is_file():
+        return None
+    number = notebook[:2]
+
+    def change(record: dict, now: float) -> None:
+        record["exercises"] = {k: v for k, v in record["exercises"].items() if lesson_of(k) != number}
+        for name, entry in record["lessons"].items():
+            if name[:2] == number:
+                entry["finished"] = None
+
+    return _update(change, Path(path))
+
+
 def delete(path: Path | None = None) -> Path | None:
     """Delete the learner's record (and its lock file); returns the path deleted, or None when there was none."""
     path = progress_path() if path is None else path

@@ -1,7 +1,9 @@
 """coursetools.cli: one command line for the toolkit, reachable from any folder of this environment."""
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +34,38 @@ def test_lab_port_refuses_a_port_outside_tcps_range_in_one_line(port, capsys):
     assert cli_main(["lab-port", "--port", port]) == 2
     err = capsys.readouterr().err
     assert "--port takes a TCP port from 1 to 65535" in err and "Traceback" not in err
+
+
+def test_lab_port_refuses_a_profile_that_is_not_the_course_s_and_takes_one_that_is(capsys):
+    assert cli.main(["lab-port", "--port", "1", "--profile", "smok"]) == 2
+    assert capsys.readouterr().err == (
+        "error: PROFILE=smok is not one of the course's profiles (full, cpu, smoke, auto); give one of those "
+        "(make lab PROFILE=smoke), or none for auto.\n"
+    )
+    assert cli.main(["lab-port", "--port", "99999", "--profile", "Smoke"]) == 2  # the profile passed, the port did not
+    assert "--port takes" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_lab_gives_its_profile_to_the_lab_s_kernels():
+    """`make lab PROFILE=smoke` was silently ignored: only DPCOURSE_PROFILE=smoke make lab reached the kernels."""
+    root = Path(__file__).resolve().parents[2]
+    venv = Path(sys.executable).parent.parent
+    plan = subprocess.run(
+        ["make", "-n", "--no-print-directory", "lab", "PROFILE=smoke", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+    )
+    lines = plan.stdout.splitlines()
+    assert plan.returncode == 0 and any("lab-port" in line and '--profile "smoke"' in line for line in lines), plan
+    (serve,) = [line for line in lines if "jupyter lab" in line]
+    assert 'DPCOURSE_PROFILE="smoke"' in serve.split("jupyter lab")[0]
+    without = subprocess.run(
+        ["make", "-n", "lab", f"VENV={venv}"], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert "DPCOURSE_PROFILE" not in without.stdout and "--profile" not in without.stdout
 
 
 def test_check_collectives_names_a_bad_xla_flags_token_before_starting_jax(monkeypatch, capsys):

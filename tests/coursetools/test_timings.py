@@ -13,8 +13,8 @@ MACHINE = {
     "cores": 2,
     "memory_gib": 23.5,
     "gpus": [],
-    "load_average_start": [9.0, 8.0, 5.0],
-    "load_average_end": [10.5, 8.7, 5.3],
+    "load_average_start": [0.9, 0.8, 0.5],
+    "load_average_end": [2.5, 1.7, 1.3],
 }
 
 
@@ -447,3 +447,34 @@ def test_the_readme_names_the_lessons_that_did_not_run_to_the_end():
     }
     block = timings.readme_block({"runs": [run]})
     assert "50 s of notebook time for 2 notebooks, 1 of them not to the end (11_x failed) (" in block
+
+
+def test_update_refuses_a_run_measured_on_a_busy_machine_unless_told(tmp_path, capsys):
+    """A run at load average 8.7 on 2 cores rewrote the lessons' Time lines; now it is refused, naming the figure."""
+    lessons, readme = _course(tmp_path)
+    record = tmp_path / "timings.json"
+    path = results_json(tmp_path, "smoke", {"06_model": 20.0})
+    busy = {**MACHINE, "load_average_end": [4.0, 8.7, 5.3]}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "machine": busy}))
+    texts = {p: p.read_text() for p in (*lessons.iterdir(), readme)}
+    with pytest.raises(ValueError, match=r"load average of 8.7 as it ended on a 2-core machine \(above 4\)"):
+        timings.update([path], None, record, lessons, readme, sync=False)
+    assert not record.exists() and all(p.read_text() == t for p, t in texts.items())
+    timings.update([path], None, record, lessons, readme, sync=False, allow_busy=True)
+    assert json.loads(record.read_text())["runs"][0]["machine"]["load_average_end"][1] == 8.7
+    assert timings.main(["--update", str(path)]) == 2  # refused before the course's own record is read
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path} was measured at a load average of 8.7") and err.count("\n") == 1
+    assert "--allow-busy" in err
+
+
+def test_a_make_test_started_on_a_busy_machine_is_refused_unless_told(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{timings.BEGIN}\n{timings.END}\n")
+    record = tmp_path / "timings.json"
+    busy = dict(make_test_load_start=[5.2, 4.0, 3.0])
+    with pytest.raises(ValueError, match=r"make test \(1481 s\) was measured at a load average of 5.2 as it started"):
+        timings.update([], 1481, record, tmp_path, readme, sync=False, **busy)
+    assert not record.exists()
+    timings.update([], 1481, record, tmp_path, readme, sync=False, allow_busy=True, **busy)
+    assert json.loads(record.read_text())["make_test"]["seconds"] == 1481

@@ -72,7 +72,8 @@ def test_a_check_writes_a_results_file_that_compare_and_timings_read(tmp_path, m
     assert check["steps"][0]["exit_status"] == 0 and "peak chip MiB" in out and "3,072" in out
     assert compare.compare(payload, payload, threshold=0.1).exit_code == 0
     lessons = [nb["notebook"] for nb in payload["notebooks"]]
-    entry = timings._run_entry(path, lessons)  # the record and the lessons' Time lines read it
+    # The record and the lessons' Time lines read it (this machine's own load is not what is tested here).
+    entry = timings._run_entry(path, lessons, allow_busy=True)
     assert timings._machine_words(entry["machine"]) == "1 x TPU v5 lite"
 
 
@@ -141,9 +142,18 @@ def test_a_check_run_in_parts_joins_into_the_whole_courses_file(tmp_path, capsys
     [
         ({"commit": "def5678"}, "different commit"),
         ({"notebooks": [{"notebook": "01_setup", "status": "passed", "wall_s": 1.0}]}, "01_setup is in two parts"),
-        ({"tpu_check": None}, "only tpu-check results files"),
-        ({"tpu_check": {"tpus": ["TPU v5 lite"]}}, "only tpu-check results files"),
-        ({"notebooks": [{"wall_s": 1.0}]}, "only tpu-check results files"),
+        ({"tpu_check": None}, "part 2: the top level: 'tpu_check' is a required property, so it is not a results"),
+        ({"tpu_check": {"tpus": ["TPU v5 lite"]}}, "part 2: tpu_check: 'jax_version' is a required property"),
+        ({"notebooks": [{"wall_s": 1.0}]}, "part 2: notebooks/0: 'notebook' is a required property"),
+        # Fields of the wrong type: each one sentence naming the field (five tracebacks before).
+        ({"notebooks": [{"notebook": "02_baseline", "status": "passed", "wall_s": "10"}]}, r"notebooks/0/wall_s: '10'"),
+        ({"notebooks": ["02_baseline"]}, r"part 2: notebooks/0: '02_baseline' is not of type 'object'"),
+        ({"tpu_check": {**_part([], "")["tpu_check"], "tpus": "TPU v5 lite"}}, r"tpu_check/tpus: 'TPU v5 lite' is not"),
+        ({"tpu_check": {**_part([], "")["tpu_check"], "tpus": []}}, r"tpu_check/tpus: \[\] should be non-empty"),
+        ({"tpu_check": {**_part([], "")["tpu_check"], "budget_s": None}}, "tpu_check/budget_s: None is not of type"),
+        ({"tpu_check": {**_part([], "")["tpu_check"], "steps": [{"name": "lessons"}]}}, "tpu_check/steps/0: 'exit_"),
+        ({"tpu_check": {**_part([], "")["tpu_check"], "steps": 3}}, "tpu_check/steps: 3 is not of type 'array'"),
+        ({"created": 20261206}, "part 2: created: 20261206 is not of type 'string', 'null'"),
     ],
 )
 def test_parts_of_different_checks_are_refused_and_nothing_is_written(tmp_path, capsys, change, said):
@@ -158,6 +168,40 @@ def test_parts_of_different_checks_are_refused_and_nothing_is_written(tmp_path, 
         paths.append(tmp_path / f"p{i}.json")
         paths[-1].write_text(json.dumps(part))
     assert tpucheck.main(["--join", *map(str, paths), "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "out").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and not (tmp_path / "out").exists()
+    if said.startswith("part 2: "):  # the command names the file
+        assert err.startswith(f"error: {paths[1]}: ")
     with pytest.raises(ValueError, match="two parts or more"):
         tpucheck.join_parts([one])
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("{not json", "cannot be read as JSON (Expecting property name"), ("NaN", "NaN is not a measured")],
+)
+def test_a_part_that_is_not_json_is_refused_in_one_sentence(tmp_path, capsys, text, said):
+    one, other = tmp_path / "one.json", tmp_path / "other.json"
+    one.write_text(json.dumps(_part(["01_setup"], "2026-12-06T11:00:00+00:00")))
+    other.write_text(text)
+    assert tpucheck.main(["--join", str(one), str(other), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {other}: ") and said in err and err.count("\n") == 1
+
+
+def test_the_lessons_no_part_ran_are_named_with_the_command_that_runs_them(tmp_path, capsys, monkeypatch):
+    lessons = ["01_setup", "02_baseline", "03_mesh", "09_performance"]
+    monkeypatch.setattr(tpucheck, "_course_lessons", lambda: lessons)
+    files = []
+    for i, names in enumerate((["01_setup"], ["09_performance"])):
+        files.append(tmp_path / f"part{i}.json")
+        files[-1].write_text(json.dumps(_part(names, f"2026-12-06T11:0{i}:00+00:00")))
+    assert tpucheck.main(["--join", *map(str, files), "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert "tpu-check FAILED" in out
+    assert (
+        "tpu-check: no part ran 02_baseline, 03_mesh: run them as one more part "
+        "(python -m coursetools.tpucheck --notebooks 02 03) and join again." in out
+    )
+    (written,) = (tmp_path / "out").glob("*.json")
+    assert json.loads(written.read_text())["tpu_check"]["missing"] == ["02_baseline", "03_mesh"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from coursetools import workspace as ws
+from coursetools import workspace_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = "05_shard_map"
@@ -304,7 +305,7 @@ def test_the_update_line_names_the_lessons_that_changed(course, tmp_path):
     learner_edits(root / "04_sharding.ipynb")
     course_changes(course, "04_sharding")
     course_changes(course, "06_pmap")
-    first = ws.summary(root, ws.update(root, source=course))[0]
+    first = workspace_summary.summary(root, ws.update(root, source=course))[0]
     assert "1 updated (06_pmap); 1 kept, new version in updates/ (04_sharding);" in first
     assert "up to date)." in first and "up to date (" not in first
 
@@ -381,3 +382,18 @@ def test_make_lab_on_a_taken_port_refuses_first_with_no_token_url(tmp_path):
     assert done.returncode != 0
     assert f"Port {port} on 127.0.0.1 is already in use" in done.stderr and f"LAB_PORT={port + 1}" in done.stderr
     assert "token=" not in done.stdout + done.stderr and not (tmp_path / "ws").exists()
+
+
+def test_status_of_a_workspace_path_that_is_a_file_is_one_sentence_and_exit_status_2(tmp_path, capsys):
+    from coursetools.cli import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for where in (a_file, a_file / "ws"):
+        assert main(["workspace", "status", "--dir", str(where)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"error: {a_file} is a file, not a folder, so the workspace {where} cannot be read there: move that "
+            f"file away or choose another folder with --dir (or ${ws.WORKSPACE_ENV})."
+        )
+    assert a_file.read_text() == "keep me"

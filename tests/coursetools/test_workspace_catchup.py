@@ -124,3 +124,43 @@ def test_a_fresh_copy_stays_the_course_version_for_later_updates(tmp_path):
     ws.reset(root, ["05"])
     (action,) = ws.update(root, ["05"])
     assert action.kind == "unchanged"
+
+
+def test_a_failed_catch_up_says_a_copy_moved_aside_only_when_one_did(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from coursetools.cli import main
+
+    root = tmp_path / "ws"
+    ws.init(root)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", full)  # nothing can move
+    assert main(["workspace", "catchup", "04", "--dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "the disk is full" in err and "moved aside" not in err and "old/" not in err, err
+    monkeypatch.undo()
+    monkeypatch.setattr(ws, "_write_atomic", full)  # the copy moves, the filled one cannot be written
+    assert main(["workspace", "catchup", "04", "--dir", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    (moved,) = (root / "old").glob("*/04_sharding.ipynb")
+    assert f"({moved.relative_to(root).as_posix()} moved aside before it stopped)" in err and len(err.splitlines()) == 1
+
+
+def test_a_reset_or_catch_up_forgets_the_lesson_s_checks_in_the_learner_s_progress(tmp_path):
+    """After `make reset LESSON=13`, progress.json still listed 13's exercises as right."""
+    from dpcourse.exercises import progress
+
+    root = tmp_path / "ws"
+    ws.init(root)
+    record = {"version": 1, "lessons": {"04_sharding": {"started": 1.0, "finished": 2.0, "exercises": ["ex04_1"]}}}
+    record["exercises"] = {e: {"lesson": e[2:4], "verdict": "correct", "correct_at": 2.0} for e in ("ex04_1", "ex05_1")}
+    (root / progress.FILE).write_text(json.dumps(record))
+    ws.reset(root, ["04"])
+    after = progress.read(root / progress.FILE)
+    assert list(after["exercises"]) == ["ex05_1"] and after["lessons"]["04_sharding"]["finished"] is None
+    (root / progress.FILE).write_text(json.dumps(record))
+    ws.catch_up(root, ["05"])
+    assert list(progress.read(root / progress.FILE)["exercises"]) == ["ex04_1"]

@@ -128,3 +128,31 @@ def test_a_kernel_that_fell_back_to_the_cpu_from_a_held_chip_is_told(cpu_devices
     assert str(err.value).startswith(
         "JAX started on the CPU, not on this host's TPU chips: the TPU chips of this host are held by process 4242"
     )
+
+
+def _fewer_than_two(min_devices=2):
+    raise devices.DeviceSetupError("This lesson needs at least 2 devices; JAX sees 1 cpu device(s)")
+
+
+def test_a_cpu_kernel_with_one_device_is_told_the_lessons_run_on_their_own_simulated_devices(cpu_devices, monkeypatch):
+    """A plain Python on a CPU machine (one CPU device) said the multi-device lessons "cannot run here"."""
+    import jax
+
+    monkeypatch.setattr(devices, "lesson_devices", _fewer_than_two)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    said = chips.describe()
+    assert "cannot run here" not in said
+    assert said.endswith(
+        "the multi-device lessons on simulated CPU devices that each lesson sets up as it starts (placement "
+        f"and correctness, not speed; this kernel started JAX with {len(jax.devices('cpu'))})."
+    )
+
+
+def test_a_device_count_fixed_below_two_in_xla_flags_is_what_keeps_them_from_running(cpu_devices, monkeypatch):
+    monkeypatch.setattr(devices, "lesson_devices", _fewer_than_two)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    said = chips.describe()
+    assert said.endswith(
+        "cannot run here: your XLA_FLAGS sets --xla_force_host_platform_device_count=1; raise it to 2 or more, "
+        "or remove it."
+    )

@@ -60,9 +60,21 @@ def test_resumed_from_half_way_the_run_is_bitwise_the_uninterrupted_one_on_the_c
     assert step == STEPS and train.max_abs_diff(straight, got) == 0.0
 
 
-def test_resuming_an_empty_directory_is_one_sentence_and_exit_status_1(tmp_path, setup, capsys):
-    assert resume.main(_args(tmp_path / "none", setup, "--until", str(STEPS))) == 1
-    assert "No complete checkpoint" in capsys.readouterr().err
+def test_resuming_a_missing_or_empty_directory_is_one_sentence_naming_where_to_train_from_step_0(
+    tmp_path, setup, capsys
+):
+    """A mistyped missing folder was made, and the advice "train from step 0" named no command or cell."""
+    assert resume.main(_args(tmp_path / "mistyped", setup, "--until", str(STEPS))) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: The checkpoint directory {tmp_path / 'mistyped'} does not exist (none was made)")
+    assert "train from step 0 first as notebook 11 does (its section 2" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "mistyped").exists()
+    (tmp_path / "empty").mkdir()
+    assert resume.main(_args(tmp_path / "empty", setup, "--until", str(STEPS))) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'empty'} holds no complete step, so there is nothing to resume" in err
+    assert "notebook 11" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == []  # the lock went with the run
 
 
 def test_a_process_killed_during_a_save_leaves_the_previous_step_latest_and_whole(tmp_path, setup):

@@ -252,3 +252,17 @@ def test_what_the_course_writes_is_of_its_own_shape(workspace):
     record = progress.record_check("ex12_3", "correct")
     assert progress.shape_problem(record) is None
     assert not list(workspace.glob("progress.json.bad-*"))
+
+
+def test_a_reset_lesson_s_checks_are_forgotten_and_the_others_kept(workspace):
+    """After `make reset LESSON=13` the record still listed 13's exercises as right."""
+    progress.record_lesson_start("13_elastic", progress.lesson_exercises("13_elastic"))
+    for exercise in ("ex13_1", "ex13_2", "ex13_3", "ex03_1"):
+        progress.record_check(exercise, "correct")
+    path = workspace / "progress.json"
+    assert progress.read(path)["lessons"]["13_elastic"]["finished"] is not None
+    record = progress.forget_lesson("13_elastic", path)
+    assert sorted(record["exercises"]) == ["ex03_1"] == sorted(progress.read(path)["exercises"])
+    assert record["lessons"]["13_elastic"]["finished"] is None and record["lessons"]["13_elastic"]["started"]
+    path.unlink()
+    assert progress.forget_lesson("13_elastic", path) is None and not path.exists()  # none is made
