@@ -48,7 +48,7 @@ from IPython.display import display
 
 from dpcourse import config, costs, devices, model, placement, record, show, train
 from dpcourse.compiled import hlo
-from dpcourse.perf import ceilings, fusions, ladder, roofline
+from dpcourse.perf import breakdown, ceilings, fusions, ladder, roofline
 from dpcourse.perf.single_device import measurement_device, where_banner
 
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -256,10 +256,10 @@ def mine_and_package(rung):
     return mine, package
 
 
-# The last rung differs from the one before in its batch only. The compiles are independent
+# The last two rungs differ from unrolled_bf16 in their batch only. The compiles are independent
 # (an unrolled forward pass of 128 repeats takes seconds to compile): run them side by side.
 with ThreadPoolExecutor() as pool:
-    pairs = list(pool.map(mine_and_package, rungs[:-1]))
+    pairs = list(pool.map(mine_and_package, rungs[:5]))
 for rung, (mine, package) in zip(rungs, pairs):
     print(f"{rung.name}: {checks.compare(mine, package, 'logits', 'model.forward')!r}")
 
@@ -624,6 +624,49 @@ if gaps:
         )
 
 # %% [markdown]
+# The bfloat16 rungs at a larger global batch run on other examples than the
+# float32 step above, so they are checked at their first step: the loss the
+# rung computes before its first update, against the float32 step's loss on
+# the same examples (its forward pass, batch by batch of the ladder's size,
+# averaged), within the same 2 %. A float32 step at these batches is not
+# run: its scan keeps every repeat's activations in float32.
+
+# %%
+f32_loss = jax.jit(lambda p, x, y: model.loss_and_metrics(p, x, y, cfg)[0])
+init_dev = jax.device_put(init_host, device)
+first_checks = {}
+for r in ok_runs:
+    if r.rung.compute_dtype != "bfloat16" or r.rung.global_batch == batch:
+        continue
+    gb = r.rung.global_batch
+    xb, yb = placement.place_single_device(cfg, dataset, device, opt, init_host, gb).batches[0]
+    (first,), _, _ = ladder.run_steps(
+        r.compiled, r.rung.config(cfg), device, init_host, [(xb, yb)], 1
+    )
+    ref = float(
+        np.mean(
+            [f32_loss(init_dev, xb[i : i + batch], yb[i : i + batch]) for i in range(0, gb, batch)]
+        )
+    )
+    first_checks[r.rung.name] = (abs(first - ref), ladder.bf16_loss_tolerance(ref), first, ref)
+    del xb, yb
+if first_checks:
+    display(
+        show.table(
+            [
+                {"rung": k, "first loss": f, "float32 loss": ref, "|diff|": d, "tolerance": t}
+                for k, (d, t, f, ref) in first_checks.items()
+            ],
+            caption="bfloat16 at a larger batch against float32, first step, same examples",
+        )
+    )
+    for k, (d, t, _, _) in first_checks.items():
+        assert d <= t, (
+            f"{k}'s first loss is {d:.3g} from float32's on the same examples, more than {t:.3g} (2 %): "
+            "the rung computes something else; compare its settings with unrolled_bf16's."
+        )
+
+# %% [markdown]
 # ## 5. Look inside: a profiler trace and the compiled program
 #
 # `jax.profiler.trace` records what the device did during a few steps of
@@ -650,6 +693,7 @@ if gaps:
 
 # %%
 import os
+import tempfile
 from pathlib import Path
 
 best = max(ok_runs, key=lambda r: r.result.examples_per_s) if ok_runs else None
@@ -683,6 +727,73 @@ if best is not None:
     print(f"trace of {TRACE_STEPS} steps of {best.rung.name} in {where}:")
     for p in files:
         print(f"  {p.relative_to(trace_dir)}  ({p.stat().st_size / 1e3:,.0f} kB)")
+
+# %% [markdown]
+# ### Where the time goes: the step, kernel by kernel
+#
+# The trace is a file you can read yourself: `*.trace.json.gz` is JSON, one
+# event per kernel the program ran, named as the compiled program names its
+# instruction (`fusion.12`, `copy.3`). On a TPU the events are the chip's
+# own timeline; on a CPU, the thunks XLA's CPU runtime ran on the host's
+# threads. `dpcourse.perf.breakdown` sorts the program's kernels from its
+# text (a matmul, element-wise work, a reduction, a copy, the optimizer's
+# update: a kernel that reads its state) and splits the traced steps into:
+# the matmuls' FLOPs at the matmul rate section 1 measured, the time the
+# matmul kernels took beyond that rate, the other kernels, and the idle time
+# between kernels. The parts add up to the traced step, which is compared
+# with the step the benchmark measured. Here for the fastest rung and for
+# the course's own step (`scan_f32`):
+
+# %%
+profiled = [r for r in (best, by_name.get("scan_f32")) if r is not None and r.status == "ok"]
+breakdowns = {}
+for r in profiled:
+    rc = r.rung.config(cfg)
+    r_batches = best_batches if r is best else check_batches
+    folder = Path(tempfile.mkdtemp(prefix=f"09_{r.rung.name}_"))
+    path = breakdown.trace_steps(r.compiled, rc, device, init_host, r_batches, TRACE_STEPS, folder)
+    ks, where_ran = (
+        breakdown.kernels(path, breakdown.kernel_kinds(r.compiled.as_text())) if path else ([], "")
+    )
+    rate = measured[ceilings.ceiling_for(r.rung.compute_dtype)].rate
+    if not ks or not rate:
+        print(
+            f"{r.rung.name}: this host's trace shows none of the program's kernels, so it cannot be split."
+        )
+        continue
+    flops = costs.train_flops_per_step(rc, r.rung.global_batch)
+    bd = breakdown.split(ks, TRACE_STEPS, r.result.ms_per_step, flops, rate, r.rung.name, where_ran)
+    breakdowns[r.rung.name] = bd
+    display(
+        show.table(
+            bd.rows(), f"{r.rung.name} on {single.label}: one step, from its trace ({where_ran})"
+        )
+    )
+    print("\n".join(bd.sentences()))
+if breakdowns and device.platform == "cpu":
+    print(
+        "On a CPU the kernels run on several threads and the profiler's own cost weighs on steps this "
+        "short, so the traced step can differ from the benchmark's; the split is this host's, not a chip's."
+    )
+
+# %% [markdown]
+# On a machine without a TPU, here is the same split measured on one TPU v5e
+# chip, stored in the package with its date and versions (`tools/tpu_breakdown.py`):
+
+# %%
+chip = breakdown.stored()
+if chip is None:
+    print("No stored chip breakdown in this install of dpcourse.")
+else:
+    print(
+        f"stored: {chip['device_kind']}, {chip['date']}, JAX {chip['jax']}, libtpu {chip['libtpu']}, "
+        f"profile {chip['profile']} (measured there, not on this machine)"
+    )
+    for name, data in chip["breakdowns"].items():
+        bd = breakdown.from_stored(data)
+        display(show.table(bd.rows(), f"stored, {chip['device_kind']}: {name}, one step"))
+        print("\n".join(bd.sentences()))
+    print("\n".join(chip["scan_sentences"]))
 
 # %% [markdown]
 # The compiled program itself (`compiled.as_text()`, the optimised HLO):
@@ -987,6 +1098,20 @@ for name, (p, g) in checks.items():
         f"max_abs_grad_rel_diff_{name}_vs_scan": (g, "relative"),
         f"max_abs_grad_rel_diff_{name}_vs_scan_tolerance": (grad_tol, "relative"),
     }
+for name, (d, t, _, _) in first_checks.items():
+    figs[f"first_loss_diff_{name}_vs_f32"] = (d, "loss")
+    figs[f"first_loss_diff_{name}_vs_f32_tolerance"] = (t, "loss")
+for name, bd in breakdowns.items():
+    figs |= {
+        f"breakdown_{name}_traced_ms": (bd.traced_ms, "ms"),
+        f"breakdown_{name}_matmul_at_rate_ms": (bd.matmul_at_rate_ms, "ms"),
+        f"breakdown_{name}_matmul_beyond_ms": (bd.matmul_beyond_ms, "ms"),
+        f"breakdown_{name}_idle_ms": (bd.idle_ms, "ms"),
+        f"breakdown_{name}_gap_to_measured": (bd.gap, "fraction"),
+    }
+    figs |= {
+        f"breakdown_{name}_{k.replace('-', '_')}_ms": (v, "ms") for k, v in bd.other_ms.items()
+    }
 if bf16_diff is not None:
     figs["max_abs_loss_diff_bf16_vs_f32"] = (bf16_diff, "loss")
     figs["median_abs_loss_diff_bf16_vs_f32"] = (bf16_median, "loss")
@@ -1031,6 +1156,7 @@ from dpcourse import memory
 
 to_free = ["runs", "by_name", "ok_runs", "best", "scan_run", "check_batches", "at_batch", "fastest"]
 to_free += ["best_batches", "other", "r", "s_ref", "s_other", "mine", "package", "x_few", "params"]
+to_free += ["init_dev", "profiled"]
 before, after = memory.free(globals(), *to_free)
 print("freed:", before, "->", after)
 held = {}  # the device arrays this notebook's names still hold

@@ -1,0 +1,272 @@
+"""Notebook 09's step on one chip: where its time goes (profiler traces) and levers toward 85 % MFU.
+
+Run from the repository root on a TPU host (or anywhere, with a small profile):
+
+    python tools/tpu_breakdown.py --profile full --out DIR
+
+Writes ``DIR/breakdown.json`` (every variant's step time, compile time,
+kernel census and, for the profiled ones, the breakdown of
+:mod:`dpcourse.perf.breakdown`), ``DIR/trace_layout.json`` (the trace's
+processes, threads and most frequent event names: what the trace holds) and
+``DIR/traces.tar.gz`` (the traces and program texts, to read again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpcourse import config, costs, data, model, train
+from dpcourse.perf import breakdown, ceilings, fusions
+
+
+def variants(cfg, platform_name: str) -> list[dict]:
+    """The programs to measure: the lesson's default step, unroll 8, the best rung and the levers."""
+    b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
+    k = max(1, min(8, cfg.block_repeats))
+    best = dict(unroll="full", dtype="bfloat16", batch=big)
+    out = [
+        dict(name="scan_f32", unroll=1, dtype="float32", batch=b, profile=True),
+        dict(name=f"scan_unroll{k}_f32", unroll=k, dtype="float32", batch=b, profile=True),
+        dict(name="scan_bf16", unroll=1, dtype="bfloat16", batch=b),
+        dict(name=f"unrolled_bf16_batch{big}", **best, profile=True),
+        dict(name=f"unrolled_bf16_batch{2 * big}", unroll="full", dtype="bfloat16", batch=2 * big, profile=True),
+        dict(name=f"unrolled_bf16_batch{big}_x_bf16", **best, x_dtype="bfloat16"),
+    ]
+    if platform_name == "tpu":
+        out += [
+            dict(name=f"unrolled_bf16_batch{big}_vmem96m", **best, options={"xla_tpu_scoped_vmem_limit_kib": 98304}),
+            dict(name=f"unrolled_bf16_batch{big}_no_rwb", **best, options={"xla_tpu_rwb_fusion": False}),
+        ]
+    return out
+
+
+def build(v: dict, cfg, init_host, device):
+    """Lower and compile one variant; returns (cfg, optimizer, executable, compile s, hlo text) or the error."""
+    rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
+    opt = train.make_optimizer(rcfg)
+    step = jax.jit(train.make_train_step(rcfg, opt))
+    from jax.sharding import SingleDeviceSharding
+
+    on = SingleDeviceSharding(device)
+    params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on), init_host)
+    state = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on), jax.eval_shape(opt.init, params)
+    )
+    x = jax.ShapeDtypeStruct((v["batch"], 784), jnp.dtype(v.get("x_dtype", "float32")), sharding=on)
+    y = jax.ShapeDtypeStruct((v["batch"],), jnp.int32, sharding=on)
+    lowered = step.lower(params, state, x, y)
+    t0 = time.perf_counter()
+    exe = lowered.compile(compiler_options=v["options"]) if v.get("options") else lowered.compile()
+    return rcfg, opt, exe, time.perf_counter() - t0, exe.as_text()
+
+
+def place(v, rcfg, opt, init_host, dataset, device, n_batches=2):
+    params = jax.device_put(init_host, device)
+    state = opt.init(params)
+    x_host, y_host = data.stacked_batches(dataset, n_batches, v["batch"])
+    xd = jnp.dtype(v.get("x_dtype", "float32"))
+    batches = [
+        (jax.device_put(x_host[i].astype(xd), device), jax.device_put(y_host[i], device)) for i in range(n_batches)
+    ]
+    return params, state, batches
+
+
+def time_steps(exe, params, state, batches, warmup, repeats, steps):
+    for i in range(warmup):
+        params, state, m = exe(params, state, *batches[i % len(batches)])
+    jax.block_until_ready((params, state))
+    times, losses = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for i in range(steps):
+            params, state, m = exe(params, state, *batches[i % len(batches)])
+            losses.append(m["loss"])
+        jax.block_until_ready((params, state))
+        times.append((time.perf_counter() - t0) / steps)
+    return float(np.median(times)) * 1e3, [float(v) for v in jax.device_get(losses)], params, state
+
+
+def layout(path: Path) -> dict:
+    """What the trace holds: processes, threads, and each thread's most frequent complete events."""
+    events = breakdown._events(path)
+    procs = {e.get("pid"): e.get("args", {}).get("name") for e in events if e.get("name") == "process_name"}
+    threads = {
+        f"{e.get('pid')}/{e.get('tid')}": e.get("args", {}).get("name")
+        for e in events
+        if e.get("name") == "thread_name"
+    }
+    per: dict = {}
+    samples: dict = {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        key = f"{e.get('pid')}/{e.get('tid')}"
+        per.setdefault(key, Counter())[e.get("name")] += 1
+        samples.setdefault(key, e)
+    return {
+        "processes": {str(k): v for k, v in procs.items()},
+        "threads": threads,
+        "top_events": {k: c.most_common(25) for k, c in per.items()},
+        "sample_event": {k: json.dumps(v)[:1500] for k, v in samples.items()},
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="full")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--trace-steps", type=int, default=3)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = config.make_config(args.profile)
+    device = jax.devices()[0]
+    x, y = data.prepare(*data.synthetic_images(max(4 * cfg.ladder_large_batch, 4096)))
+    dataset = data.Dataset(x, y, "synthetic", "")
+    init_host = model.init_params(cfg)
+    report: dict = {
+        "profile": args.profile,
+        "device_kind": device.device_kind,
+        "platform": device.platform,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "variants": {},
+    }
+    try:
+        import libtpu  # noqa: F401
+
+        from importlib.metadata import version
+
+        report["libtpu"] = version("libtpu")
+    except Exception:  # noqa: BLE001
+        report["libtpu"] = None
+    n = cfg.matmul_size
+    t0 = time.perf_counter()
+    ops = ceilings.random_operands(n, device)
+    rates = {s: ceilings.matmul_rate(n, s, device, ops, repeats=5, best=True) for s in ("float32 default", "bfloat16")}
+    del ops
+    report["ceilings"] = {s: c.rate for s, c in rates.items()}
+    # The block's own matmul, alone: [batch, W] @ [W, W] in bfloat16, at the best rung's batch.
+    a = jnp.ones((cfg.ladder_large_batch, cfg.width), jnp.bfloat16)
+    w = jnp.ones((cfg.width, cfg.width), jnp.bfloat16)
+    s = ceilings.time_calls(lambda a, w: a @ w, (a, w), repeats=5, best=True)
+    report["block_matmul_bf16_flops_per_s"] = 2.0 * cfg.ladder_large_batch * cfg.width**2 / s
+    report["ceilings_s"] = time.perf_counter() - t0
+    print("ceilings", report["ceilings"], "block matmul", report["block_matmul_bf16_flops_per_s"], flush=True)
+
+    vs = variants(cfg, device.platform)
+
+    def safe_build(v):
+        try:
+            return build(v, cfg, init_host, device)
+        except Exception as err:  # noqa: BLE001 - a variant that fails is recorded
+            return err
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(vs)) as pool:
+        built = list(pool.map(safe_build, vs))
+    report["compile_wall_s"] = time.perf_counter() - t0
+    work = Path(tempfile.mkdtemp())
+    keep = io.BytesIO()
+    tar = tarfile.open(fileobj=keep, mode="w:gz")
+    layout_done = False
+    for v, b in zip(vs, built):
+        rec: dict = {k: v[k] for k in ("unroll", "dtype", "batch")} | {
+            "x_dtype": v.get("x_dtype", "float32"),
+            "options": v.get("options", {}),
+        }
+        report["variants"][v["name"]] = rec
+        if isinstance(b, Exception):
+            rec["status"] = f"failed: {type(b).__name__}: {str(b)[:300]}"
+            print(v["name"], rec["status"], flush=True)
+            continue
+        rcfg, opt, exe, compile_s, text = b
+        try:
+            params, state, batches = place(v, rcfg, opt, init_host, dataset, device)
+            ms, losses, params, state = time_steps(exe, params, state, batches, 2, 3, max(cfg.steps, 5))
+            flops = costs.train_flops_per_step(rcfg, v["batch"])
+            rate = rates[ceilings.ceiling_for(v["dtype"])].rate
+            census = fusions.census(text)
+            rec.update(
+                status="ok",
+                ms_per_step=ms,
+                compile_s=compile_s,
+                tflops=flops / ms * 1e-9,
+                mfu_197=flops / ms * 1e3 / 197e12,
+                of_ceiling=flops / ms * 1e3 / rate,
+                losses=losses[:10],
+                census=census.__dict__,
+                program_kernel_kinds=dict(Counter(breakdown.kernel_kinds(text).values())),
+            )
+            try:
+                m = exe.memory_analysis()
+                rec["memory"] = {
+                    k: int(getattr(m, k))
+                    for k in (
+                        "argument_size_in_bytes",
+                        "output_size_in_bytes",
+                        "temp_size_in_bytes",
+                        "alias_size_in_bytes",
+                    )
+                }
+            except Exception:  # noqa: BLE001
+                pass
+            print(v["name"], f"{ms:.3f} ms", f"{rec['mfu_197']:.1%}", f"compile {compile_s:.1f} s", flush=True)
+            if v.get("profile"):
+                folder = work / v["name"]
+                jax.block_until_ready((params, state))
+                with jax.profiler.trace(str(folder)):
+                    for i in range(args.trace_steps):
+                        params, state, _ = exe(params, state, *batches[i % len(batches)])
+                    jax.block_until_ready((params, state))
+                path = breakdown.trace_file(folder)
+                kinds = breakdown.kernel_kinds(text)
+                ks, where = breakdown.kernels(path, kinds)
+                if not layout_done:
+                    (out / "trace_layout.json").write_text(json.dumps(layout(path), indent=1, default=str))
+                    layout_done = True
+                tar.add(path, arcname=f"{v['name']}/trace.json.gz")
+                info = tarfile.TarInfo(f"{v['name']}/program.hlo.txt")
+                raw = text.encode()
+                info.size = len(raw)
+                tar.addfile(info, io.BytesIO(raw))
+                if ks:
+                    bd = breakdown.split(ks, args.trace_steps, ms, flops, rate, v["name"], where)
+                    rec["breakdown"] = bd.to_json()
+                    rec["breakdown_parts_ms"] = bd.parts_ms
+                    rec["breakdown_gap"] = bd.gap
+                    for line in bd.sentences():
+                        print("  ", line, flush=True)
+                else:
+                    rec["breakdown"] = "no kernel of the program's names in the trace"
+                    print("  ", rec["breakdown"], flush=True)
+            del params, state, batches
+        except Exception as err:  # noqa: BLE001
+            rec["status"] = f"failed: {type(err).__name__}: {str(err)[:300]}"
+            rec["traceback"] = traceback.format_exc()[-2000:]
+            print(v["name"], rec["status"], flush=True)
+        (out / "breakdown.json").write_text(json.dumps(report, indent=1, default=str))
+    tar.close()
+    (out / "traces.tar.gz").write_bytes(keep.getvalue())
+    (out / "breakdown.json").write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
