@@ -34,6 +34,67 @@ from dpcourse import config, costs, data, model, train
 from dpcourse.perf import breakdown, ceilings, fusions
 
 
+def block_vjp(mix: float):
+    """One repeat of the block with a hand-written backward pass that keeps only ``h`` and ``z = h W + b``."""
+    gelu_grad = jax.grad(lambda z: jax.nn.gelu(z))
+
+    @jax.custom_vjp
+    def block(h, w, b):
+        return (1.0 - mix) * h + mix * jax.nn.gelu(h @ w + b)
+
+    def fwd(h, w, b):
+        z = h @ w + b
+        return (1.0 - mix) * h + mix * jax.nn.gelu(z), (h, z, w)
+
+    def bwd(res, g):
+        h, z, w = res
+        gz = (mix * g * jax.vmap(jax.vmap(gelu_grad))(z)).astype(h.dtype)
+        return (1.0 - mix) * g + gz @ w.T, h.T @ gz, gz.sum(0)
+
+    block.defvjp(fwd, bwd)
+    return block
+
+
+def forward_with(how: str, cfg):
+    """The model's forward pass (unrolled, bfloat16) with the block written ``how``: remat_dots or vjp."""
+
+    def forward(params, x):
+        p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
+        h = jax.nn.gelu(x.astype(jnp.bfloat16) @ p["w_in"] + p["b_in"])
+        mix = cfg.block_mix
+        if how == "vjp":
+            blk = block_vjp(mix)
+            for _ in range(cfg.block_repeats):
+                h = blk(h, p["w_block"], p["b_block"])
+        else:
+            one = jax.checkpoint(
+                lambda h, w, b: (1.0 - mix) * h + mix * jax.nn.gelu(h @ w + b),
+                policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+            )
+            for _ in range(cfg.block_repeats):
+                h = one(h, p["w_block"], p["b_block"])
+        return (h @ p["w_out"] + p["b_out"]).astype(jnp.float32)
+
+    return forward
+
+
+def step_with(forward, optimizer):
+    """The course's train step (``train.make_train_step``) around another forward pass."""
+    import optax
+
+    def loss(params, x, y):
+        logits = forward(params, x)
+        value = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return value, {"loss": value, "accuracy": (jnp.argmax(logits, -1) == y).mean()}
+
+    def step(params, state, x, y):
+        (_, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, metrics
+
+    return step
+
+
 def variants(cfg, platform_name: str) -> list[dict]:
     """The programs to measure: the lesson's default step, unroll 8, the best rung and the levers."""
     b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
@@ -46,6 +107,8 @@ def variants(cfg, platform_name: str) -> list[dict]:
         dict(name=f"unrolled_bf16_batch{big}", **best, profile=True),
         dict(name=f"unrolled_bf16_batch{2 * big}", unroll="full", dtype="bfloat16", batch=2 * big, profile=True),
         dict(name=f"unrolled_bf16_batch{big}_x_bf16", **best, x_dtype="bfloat16"),
+        dict(name=f"unrolled_bf16_batch{big}_remat_dots", **best, forward="remat_dots"),
+        dict(name=f"unrolled_bf16_batch{big}_vjp", **best, forward="vjp", profile=True),
     ]
     if platform_name == "tpu":
         out += [
@@ -59,7 +122,10 @@ def build(v: dict, cfg, init_host, device):
     """Lower and compile one variant; returns (cfg, optimizer, executable, compile s, hlo text) or the error."""
     rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
     opt = train.make_optimizer(rcfg)
-    step = jax.jit(train.make_train_step(rcfg, opt))
+    if v.get("forward"):
+        step = jax.jit(step_with(forward_with(v["forward"], rcfg), opt))
+    else:
+        step = jax.jit(train.make_train_step(rcfg, opt))
     from jax.sharding import SingleDeviceSharding
 
     on = SingleDeviceSharding(device)
@@ -189,6 +255,7 @@ def main(argv=None) -> int:
     for v, b in zip(vs, built):
         rec: dict = {k: v[k] for k in ("unroll", "dtype", "batch")} | {
             "x_dtype": v.get("x_dtype", "float32"),
+            "forward": v.get("forward", "model.forward"),
             "options": v.get("options", {}),
         }
         report["variants"][v["name"]] = rec
