@@ -9,6 +9,14 @@ kernel census and, for the profiled ones, the breakdown of
 :mod:`dpcourse.perf.breakdown`), ``DIR/trace_layout.json`` (the trace's
 processes, threads and most frequent event names: what the trace holds) and
 ``DIR/traces.tar.gz`` (the traces and program texts, to read again).
+
+    python tools/tpu_breakdown.py --store DIR --rates-from RESULTS.json
+
+then splits the stored traces again at the matmul rates lesson 09 measured
+(its ``ceiling_bfloat16`` and ``ceiling_float32_default`` records in a
+``tpu-check`` results file of the same machine) and writes the package's
+stored breakdown, ``dpcourse/perf/stored_breakdown.json``, with the levers'
+table.
 """
 
 from __future__ import annotations
@@ -192,12 +200,84 @@ def layout(path: Path) -> dict:
     }
 
 
+LEVERS = {
+    "unrolled_bf16_batch{big}": "the best rung as the lesson runs it",
+    "unrolled_bf16_batch{big2}": "twice the global batch: the step's fixed costs spread over more examples",
+    "unrolled_bf16_batch{big}_x_bf16": "the batch sent in bfloat16 (the step casts it to bfloat16 anyway)",
+    "unrolled_bf16_batch{big}_vjp": "the block's backward pass written by hand, saving only h and h W + b",
+    "unrolled_bf16_batch{big}_remat_dots": "jax.checkpoint saving only the matmuls' outputs",
+    "unrolled_bf16_batch{big}_no_rwb": "compiler option xla_tpu_rwb_fusion=false",
+    "unrolled_bf16_batch{big}_vmem96m": "compiler option xla_tpu_scoped_vmem_limit_kib=98304",
+}
+
+
+def store(folder: Path, rates_from: Path, dest: Path) -> dict:
+    """The package's stored chip breakdown from a run's ``breakdown.json`` and ``traces.tar.gz``."""
+    report = json.loads((folder / "breakdown.json").read_text())
+    records = {r["metric"]: r["value"] for r in json.loads(rates_from.read_text())["records"]}
+    rates = {"float32": records["ceiling_float32_default"], "bfloat16": records["ceiling_bfloat16"]}
+    cfg = config.make_config(report["profile"])
+    work = Path(tempfile.mkdtemp())
+    with tarfile.open(folder / "traces.tar.gz") as tar:
+        tar.extractall(work, filter="data")
+    splits = {}
+    for name, v in report["variants"].items():
+        if not (work / name).is_dir() or v.get("forward", "model.forward") != "model.forward":
+            continue
+        text = (work / name / "program.hlo.txt").read_text()
+        ks, where = breakdown.kernels(work / name / "trace.json.gz", breakdown.kernel_kinds(text))
+        rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
+        flops = costs.train_flops_per_step(rcfg, v["batch"])
+        bd = breakdown.split(ks, 3, v["ms_per_step"], flops, rates[v["dtype"]], name, where)
+        splits[name] = bd.to_json() | {"compile_s": v["compile_s"]}
+    big = cfg.ladder_large_batch
+    levers = []
+    for key, what in LEVERS.items():
+        name = key.format(big=big, big2=2 * big)
+        v = report["variants"].get(name)
+        if v is None or v.get("status") != "ok":
+            continue
+        levers.append(
+            {
+                "variant": name,
+                "lever": what,
+                "ms/step": v["ms_per_step"],
+                "MFU (197 TFLOP/s)": v["mfu_197"],
+                "compile s": v["compile_s"],
+            }
+        )
+    stored = {
+        "device_kind": report["device_kind"],
+        "date": report["date"],
+        "jax": report["jax"],
+        "libtpu": report["libtpu"],
+        "profile": report["profile"],
+        "command": "python tools/tpu_breakdown.py --profile full --out DIR; "
+        "python tools/tpu_breakdown.py --store DIR --rates-from <tpu-check results of the same machine>",
+        "rates_flops_per_s": rates,
+        "repeats": cfg.block_repeats,
+        "breakdowns": splits,
+        "levers": levers,
+    }
+    dest.write_text(json.dumps(stored, indent=1) + "\n")
+    return stored
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="full")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--trace-steps", type=int, default=3)
+    ap.add_argument("--store", type=Path, help="a folder this script wrote: store its breakdown in the package")
+    ap.add_argument("--rates-from", type=Path, help="with --store: a tpu-check results file of the same machine")
     args = ap.parse_args(argv)
+    if args.store:
+        if not args.rates_from:
+            ap.error("--store needs --rates-from: the tpu-check results file whose ceilings give the matmul rates.")
+        store(args.store, args.rates_from, Path("dpcourse/perf") / breakdown.STORED)
+        return 0
+    if not args.out:
+        ap.error("--out DIR is needed: the folder for breakdown.json and the traces.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = config.make_config(args.profile)
@@ -215,9 +295,9 @@ def main(argv=None) -> int:
         "variants": {},
     }
     try:
-        import libtpu  # noqa: F401
-
         from importlib.metadata import version
+
+        import libtpu  # noqa: F401
 
         report["libtpu"] = version("libtpu")
     except Exception:  # noqa: BLE001
@@ -250,7 +330,7 @@ def main(argv=None) -> int:
     report["compile_wall_s"] = time.perf_counter() - t0
     work = Path(tempfile.mkdtemp())
     keep = io.BytesIO()
-    tar = tarfile.open(fileobj=keep, mode="w:gz")
+    tar = tarfile.open(fileobj=keep, mode="w:gz")  # noqa: SIM115 - closed after the loop that fills it
     layout_done = False
     for v, b in zip(vs, built):
         rec: dict = {k: v[k] for k in ("unroll", "dtype", "batch")} | {

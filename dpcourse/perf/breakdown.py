@@ -40,6 +40,7 @@ COPY_OPS = frozenset(
 VIEW_OPS = frozenset(("bitcast", "copy", "reshape", "get-tuple-element"))
 CONTROL_OPS = frozenset(("while", "conditional", "call", "async-start", "async-done"))
 AGREEMENT = 0.05  # the parts must add up to the benchmark's step within 5 %
+FUSED_SHARE = 0.02  # under 2 % of the step outside the matmul kernels: the other work ran inside them
 _LINE = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?\s([a-z][\w\-]*)\((.*)$")
 
 
@@ -193,6 +194,7 @@ class Breakdown:
     kernels_per_step: dict[str, float]
     rate_flops_per_s: float
     top: list[dict] = field(default_factory=list)
+    compile_s: float | None = None  # the program's compile, where it was stored with it
 
     @property
     def parts_ms(self) -> float:
@@ -223,17 +225,21 @@ class Breakdown:
     def sentences(self) -> list[str]:
         """One sentence per part, with its share, and one on the agreement with the benchmark."""
         t = self.traced_ms
+        beyond = self.matmul_beyond_ms
         out = [
             f"{self.rung}: the matmuls' FLOPs at the measured {self.rate_flops_per_s / 1e12:,.3g} TFLOP/s take "
             f"{self.matmul_at_rate_ms:.2f} ms ({self.matmul_at_rate_ms / t:.0%} of the traced step).",
-            f"The matmul kernels ran {self.matmul_beyond_ms:.2f} ms longer than that ({self.matmul_beyond_ms / t:.0%}): "
-            "the element-wise work fused into them, and matmuls too small or too thin to run at the rate.",
+            f"The matmul kernels took {beyond:.2f} ms beyond that ({beyond / t:.0%}): the work fused into them "
+            "and shapes that run below the measured rate."
+            if beyond >= 0
+            else f"The matmul kernels took {-beyond:.2f} ms less than that ({-beyond / t:.0%}): they ran faster "
+            "than the rate measured on one large square matmul.",
         ]
         names = {
-            "element-wise": "element-wise kernels of their own (GELU, bias, the mix, their backward)",
-            "reduction": "reductions (the loss, the bias gradients)",
-            "optimizer": "the optimizer's update",
-            "copy": "copies and moves of data (a loop's stacked activations among them)",
+            "element-wise": "Element-wise kernels of their own",
+            "reduction": "Reductions",
+            "optimizer": "The optimizer's update in kernels of its own (an update fused into a matmul's kernel counts there)",
+            "copy": "Copies and moves of data",
         }
         for kind, ms in self.other_ms.items():
             n = self.kernels_per_step.get(kind, 0)
@@ -246,6 +252,11 @@ class Breakdown:
             f"{self.gap:.1%} apart ({'within' if self.agrees else 'more than'} {AGREEMENT:.0%})."
         )
         return out
+
+    def per_iteration_us(self, repeats: int) -> dict[str, float]:
+        """Each kind's kernel time per repeat of the block, microseconds (a scan's iteration)."""
+        matmul = self.matmul_at_rate_ms + self.matmul_beyond_ms
+        return {"matmul": matmul * 1e3 / repeats} | {k: ms * 1e3 / repeats for k, ms in self.other_ms.items()}
 
     def to_json(self) -> dict:
         """A plain dict (for the stored breakdown and results)."""
@@ -339,3 +350,52 @@ def stored() -> dict | None:
 
     source = files("dpcourse.perf") / STORED
     return json.loads(source.read_text()) if source.is_file() else None
+
+
+def scan_sentences(scan: Breakdown, unrolled: Breakdown, wider: Breakdown | None, repeats: int) -> list[str]:
+    """What an iteration of ``scan`` costs beyond its matmuls, and what ``scan(unroll=k)`` adds, from the traces.
+
+    ``scan``: the plain scan's breakdown; ``unrolled``: the fully unrolled
+    program's (in any dtype or batch: the kinds of kernels are compared,
+    not the times); ``wider``: ``scan(unroll=k)``'s, or None.
+    """
+    it = scan.per_iteration_us(repeats)
+    outside = sum(unrolled.other_ms.values())
+    beside = sum(v for k, v in it.items() if k != "matmul")
+    parts = ", ".join(f"{k} {v:,.0f}" for k, v in it.items() if k != "matmul" and v >= 1)
+    first = scan.top[0] if scan.top else None
+    out = [
+        f"{scan.rung}: each of the {repeats} iterations spends {it['matmul']:,.0f} us in matmul kernels and "
+        f"{beside:,.0f} us in kernels beside them ({parts} us): "
+        f"{sum(scan.other_ms.values()) / scan.traced_ms:.0%} of the step."
+        + (
+            f" Its longest kernel is {first['kernel']} ({first['kind']}, {first['runs/step']:,.0f} runs, "
+            f"{first['ms/step']:.2f} ms per step)."
+            if first
+            else ""
+        ),
+        f"{unrolled.rung}, the same model unrolled: {outside:.2f} ms per step outside the matmul kernels "
+        f"({outside / unrolled.traced_ms:.1%})"
+        + (
+            ": the loop's kernels of its own are gone, their work runs inside the matmuls' kernels."
+            if outside / unrolled.traced_ms < FUSED_SHARE
+            else ": this compiler keeps that work in kernels of its own, unrolled or not."
+        ),
+    ]
+    if wider is not None:
+        grew = max(wider.other_ms, key=lambda k: wider.other_ms[k] - scan.other_ms.get(k, 0.0))
+        top = [t for t in wider.top if t["kind"] == grew][:3]
+        out.append(
+            f"{wider.rung}: {wider.measured_ms:.1f} ms per step against {scan.measured_ms:.1f}. Its {grew} kernels "
+            f"take {wider.other_ms[grew]:.2f} ms per step ({wider.kernels_per_step[grew]:,.0f} runs) against "
+            f"{scan.other_ms[grew]:.2f} ms in the plain scan"
+            + (
+                ", the largest "
+                + ", ".join(f"{t['kernel']} ({t['runs/step']:,.0f} runs, {t['ms/step']:.2f} ms)" for t in top)
+                if top
+                else ""
+            )
+            + f"; its matmul kernels ran {wider.matmul_beyond_ms:.2f} ms beyond the rate "
+            f"(the plain scan's {scan.matmul_beyond_ms:.2f})."
+        )
+    return out

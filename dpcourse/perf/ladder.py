@@ -45,12 +45,9 @@ class Rung:
 
 
 def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
-    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, two larger batches.
+    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
 
-    ``scan_unroll`` is capped at ``cfg.block_repeats``. The last rung doubles
-    the large batch again: the step's fixed costs (the optimizer's update,
-    the loss, the input and output layers' small kernels) spread over twice
-    the examples.
+    ``scan_unroll`` is capped at ``cfg.block_repeats``.
     """
     b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
     k = max(1, min(scan_unroll, cfg.block_repeats))
@@ -61,13 +58,6 @@ def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
         Rung("scan_bf16", "lax.scan, bfloat16 compute, float32 master weights", 1, "bfloat16", b),
         Rung("unrolled_bf16", "fully unrolled, bfloat16 compute", "full", "bfloat16", b),
         Rung(f"unrolled_bf16_batch{big}", f"fully unrolled, bfloat16, global batch {big}", "full", "bfloat16", big),
-        Rung(
-            f"unrolled_bf16_batch{2 * big}",
-            f"fully unrolled, bfloat16, global batch {2 * big}",
-            "full",
-            "bfloat16",
-            2 * big,
-        ),
     ]
 
 

@@ -30,14 +30,11 @@ def test_default_rungs_are_the_issues_ladder():
         (1, "bfloat16"),
         ("full", "bfloat16"),
         ("full", "bfloat16"),
-        ("full", "bfloat16"),
     ]
-    big = CFG.ladder_large_batch
-    assert [r.global_batch for r in rungs] == [CFG.ladder_global_batch] * 5 + [big, 2 * big]
+    assert [r.global_batch for r in rungs] == [CFG.ladder_global_batch] * 5 + [CFG.ladder_large_batch]
     assert len({r.name for r in rungs}) == len(rungs)  # record names are unique
     full = ladder.default_rungs(make_config("full"))
-    assert full[1].name == "scan_unroll8_f32" and full[-2].global_batch == 8192
-    assert full[-1].name == "unrolled_bf16_batch16384"
+    assert full[1].name == "scan_unroll8_f32" and full[-1].global_batch == 8192
 
 
 def test_rung_config_validates():
