@@ -1195,6 +1195,8 @@ for name, bd in breakdowns.items():
         f"breakdown_{name}_idle_ms": (bd.idle_ms, "ms"),
         f"breakdown_{name}_gap_to_measured": (bd.gap, "fraction"),
     }
+    if device.platform == "tpu":  # one timeline: the parts must add up to the benchmark's step
+        figs[f"breakdown_{name}_gap_to_measured_tolerance"] = (breakdown.AGREEMENT, "fraction")
     figs |= {
         f"breakdown_{name}_{k.replace('-', '_')}_ms": (v, "ms") for k, v in bd.other_ms.items()
     }
