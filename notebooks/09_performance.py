@@ -1396,8 +1396,9 @@ if plain is not None:
     only = max(plain.windows, key=lambda w: w.payload_bytes)  # one, where the combiner merges all
     scalar = [w.name for w in only.work if w.scalar]
     print(
-        f"{len(plain.windows)} collective(s); the largest: {only.kind} of {only.payload_bytes:,} "
-        f"bytes; matmul FLOPs in its window: {only.window_flops:,.0f}; "
+        f"{len(plain.windows)} collective(s); the largest: {only.kind} with a payload of "
+        f"{only.payload_bytes:,} bytes ({only.sent_bytes:,.0f} sent per device in a ring, the "
+        f"table's figure); matmul FLOPs in its window: {only.window_flops:,.0f}; "
         f"other work: {len(only.compute)}; scalar work: {scalar or 'none'}"
     )
     print(
