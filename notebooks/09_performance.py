@@ -822,7 +822,13 @@ else:
         f"unrolled {chip_bd['unrolled_bf16_batch8192'].compile_s:.0f} s "
         "(ten programs compiled side by side)."
     )
-    display(show.table(chip["levers"], f"stored, {chip['device_kind']}: levers toward 85 % MFU"))
+    display(
+        show.table(
+            chip["levers"],
+            f"stored, {chip['device_kind']}: levers toward 85 % MFU "
+            "(compile s: ten programs compiled side by side)",
+        )
+    )
     best_lever = max(chip["levers"], key=lambda row: row["MFU (197 TFLOP/s)"])
     print(
         f"Best: {best_lever['variant']} at {best_lever['MFU (197 TFLOP/s)']:.1%} of 197 TFLOP/s; "
