@@ -361,13 +361,14 @@ def scan_sentences(scan: Breakdown, unrolled: Breakdown, wider: Breakdown | None
     """
     it = scan.per_iteration_us(repeats)
     outside = sum(unrolled.other_ms.values())
-    beside = sum(v for k, v in it.items() if k != "matmul")
-    parts = ", ".join(f"{k} {v:,.0f}" for k, v in it.items() if k != "matmul" and v >= 1)
+    loop = ("element-wise", "reduction", "copy")  # the optimizer's update runs once a step, not per iteration
+    beside = sum(it[k] for k in loop)
+    parts = ", ".join(f"{k} {it[k]:,.0f}" for k in loop if it[k] >= 1)
     first = scan.top[0] if scan.top else None
     out = [
-        f"{scan.rung}: each of the {repeats} iterations spends {it['matmul']:,.0f} us in matmul kernels and "
+        f"{scan.rung}: over its {repeats} iterations, each spends on average {it['matmul']:,.0f} us in matmul kernels and "
         f"{beside:,.0f} us in kernels beside them ({parts} us): "
-        f"{sum(scan.other_ms.values()) / scan.traced_ms:.0%} of the step."
+        f"{sum(scan.other_ms[k] for k in loop) / scan.traced_ms:.0%} of the step."
         + (
             f" Its longest kernel is {first['kernel']} ({first['kind']}, {first['runs/step']:,.0f} runs, "
             f"{first['ms/step']:.2f} ms per step)."
