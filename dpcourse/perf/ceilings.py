@@ -208,7 +208,12 @@ def precision_words(platform: str) -> dict[str, str]:
             "float32 default": "TF32 on NVIDIA GPUs from Ampere on (10-bit mantissa inputs)",
             "bfloat16": "bfloat16 inputs, float32 accumulation",
         }
-    return {name: "as written: a CPU has no lower-precision matrix unit for float32" for name in MATMUL_SETTINGS}
+    as_written = "true float32: a CPU has no lower-precision matrix unit that float32 could use"
+    return {
+        "float32 highest": as_written,
+        "float32 default": as_written,
+        "bfloat16": "bfloat16 inputs and outputs in XLA's CPU kernels (its rate says whether faster than float32 here)",
+    }
 
 
 def datasheet_rate(setting: str, peak, platform: str) -> tuple[float | None, str]:

@@ -86,5 +86,8 @@ def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compi
         # Repeats unrolled: no loop; the bfloat16 gradients and the two float32 metrics, after the backward pass.
         assert "stored (make placement, 20" in lines[at], lines[at]
         assert lines[at + 1].startswith("  2 collective(s), 0 inside a loop, 53,020 bytes per step"), lines[at + 1]
+        # A temporaries figure of 0 is the compiler's, and the line says so (not a missing value shown as 0).
+        assert "temporaries" in lines[at + 1], lines[at + 1]
+        assert "temporaries 0 bytes" not in lines[at + 1] or "the compiler's figure" in lines[at + 1], lines[at + 1]
     table = repr(shown[-1])  # the model beside XLA's cost analysis of each stored program
     assert "(smoke profile, stored)" in table and "XLA, H200" in table and "XLA, TPU v5e 2x4" in table, table

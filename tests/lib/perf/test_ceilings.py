@@ -116,7 +116,9 @@ def test_the_words_say_what_each_setting_runs_as_on_each_backend():
     assert "one pass" in ceilings.precision_words("tpu")["float32 default"]
     assert "6 bfloat16 passes" in ceilings.precision_words("tpu")["float32 highest"]
     assert "TF32" in ceilings.precision_words("gpu")["float32 default"]
-    assert set(ceilings.precision_words("cpu")) == set(ceilings.MATMUL_SETTINGS)
+    cpu = ceilings.precision_words("cpu")
+    assert set(cpu) == set(ceilings.MATMUL_SETTINGS)
+    assert cpu["bfloat16"].startswith("bfloat16") and "float32 could" in cpu["float32 default"]
 
 
 def test_a_measurement_stopped_by_a_foreign_global_mesh_stops_with_the_sentence(cpu0):

@@ -1,0 +1,402 @@
+"""Where a step's time goes, from a profiler trace: matmuls at the measured rate, beyond it, other kernels, idle.
+
+Taught in notebook 09. ``jax.profiler.trace`` writes a Chrome trace
+(``plugins/profile/<session>/<host>.trace.json.gz``, JSON read with the
+standard library). On a TPU it holds the chip's own timeline: one event per
+kernel the program ran (named as the optimised HLO names its instruction,
+``fusion.12``, ``copy.3``), with the chip's start and duration. On a CPU the
+thunks XLA's CPU runtime executes appear under the same names on the host's
+threads. :func:`kernel_kinds` sorts the program's instructions from its text
+(``compiled.as_text()``): a kernel holding a ``dot`` or ``convolution`` is a
+matmul, the others are reductions, copies (moves of data: ``copy``,
+``dynamic-update-slice``, ``transpose``, ...), the optimizer's update (a kernel that reads
+the optimizer's state, an ``opt_state`` argument of the step) or
+element-wise work. :func:`kernels`
+reads the trace's events of those names, and :func:`split` divides the
+traced steps into: the matmul kernels' time at the measured matmul rate
+(the step's matmul FLOPs over that rate), the time they took beyond it, the
+other kernels by kind, and the idle time between kernels. The parts add up
+to the traced step; :attr:`Breakdown.agrees` compares it with the step the
+benchmark measured.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dpcourse.perf.fusions import MATMUL_OPS, _called, _computations
+
+KINDS = ("matmul", "element-wise", "reduction", "optimizer", "copy")
+COPY_OPS = frozenset(
+    ("copy", "copy-start", "copy-done", "dynamic-update-slice", "dynamic-slice", "transpose", "slice")
+    + ("concatenate", "pad", "broadcast", "bitcast", "reshape", "gather", "scatter", "iota", "parameter")
+    + ("get-tuple-element", "tuple", "constant", "bitcast-convert")
+)
+VIEW_OPS = frozenset(("bitcast", "copy", "reshape", "get-tuple-element"))
+CONTROL_OPS = frozenset(("while", "conditional", "call", "async-start", "async-done"))
+AGREEMENT = 0.05  # the parts must add up to the benchmark's step within 5 %
+FUSED_SHARE = 0.02  # under 2 % of the step outside the matmul kernels: the other work ran inside them
+_LINE = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?\s([a-z][\w\-]*)\((.*)$")
+
+
+def _operands(args: str) -> list[str]:
+    """The instruction names an instruction's argument text refers to (``%name``)."""
+    return re.findall(r"%([\w.\-]+)", args.split("), ", 1)[0])
+
+
+def kernel_kinds(text: str) -> dict[str, str]:
+    """``{instruction name: kind}`` for every instruction of the program that can run as a kernel.
+
+    Kinds: ``KINDS``, plus ``"control"`` for a ``while``, ``conditional`` or
+    ``call`` (whose trace event, where there is one, spans the kernels it
+    runs: not counted as a kernel of its own). The instructions of fused
+    computations and a reduction's combiner are not kernels.
+    """
+    comps = _computations(text)
+    fused, combiners = set(), set()
+    for lines in comps.values():
+        for line in lines:
+            fused.update(_called(line, "calls") if " fusion(" in line else [])
+            combiners.update(_called(line, "to_apply"))
+
+    def ops_inside(name: str, seen: frozenset = frozenset()) -> set[str]:
+        found: set[str] = set()
+        for line in comps.get(name, []):
+            m = _LINE.match(line)
+            if m:
+                found.add(m.group(2))
+            for sub in _called(line, "calls"):
+                if sub not in seen:
+                    found |= ops_inside(sub, seen | {name})
+        return found
+
+    # The optimizer's state enters as the step's opt_state arguments; its kernels read them (or a view of them).
+    state = set()
+    for lines in comps.values():
+        for line in lines:
+            m = _LINE.match(line)
+            if m and (
+                (m.group(2) == "parameter" and m.group(1).startswith("opt_state"))
+                or (m.group(2) in VIEW_OPS and set(_operands(m.group(3))) & state)
+            ):
+                state.add(m.group(1))
+    kinds: dict[str, str] = {}
+    for comp, lines in comps.items():
+        if comp in fused or comp in combiners:
+            continue
+        for line in lines:
+            m = _LINE.match(line)
+            if not m:
+                continue
+            name, op = m.group(1), m.group(2)
+            inside = set().union(*(ops_inside(c) for c in _called(line, "calls"))) if op == "fusion" else {op}
+            if op in CONTROL_OPS:
+                kinds[name] = "control"
+            elif inside & set(MATMUL_OPS) or (op == "custom-call" and re.search(r"gemm|matmul", line, re.I)):
+                kinds[name] = "matmul"
+            elif set(_operands(m.group(3))) & state:
+                kinds[name] = "optimizer"
+            elif "reduce" in inside or "reduce-window" in inside:
+                kinds[name] = "reduction"
+            elif inside <= COPY_OPS:
+                kinds[name] = "copy"
+            else:
+                kinds[name] = "element-wise"
+    return kinds
+
+
+def trace_file(folder: str | Path) -> Path | None:
+    """The newest ``*.trace.json.gz`` under ``folder`` (what ``jax.profiler.trace`` wrote), or None."""
+    found = sorted(Path(folder).rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel's run in the trace: its instruction name, kind, start and duration (microseconds)."""
+
+    name: str
+    kind: str
+    start_us: float
+    dur_us: float
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def kernels(path: str | Path, kinds: dict[str, str]) -> tuple[list[Kernel], str]:
+    """The trace's kernels of one program, in start order, and where they ran (the trace's process name).
+
+    Takes the complete events (``"ph": "X"``) named as an instruction of
+    ``kinds``, from the process (a TPU chip, or the host for a CPU) where
+    those events add up to the most time; on a TPU that is the chip's
+    timeline, not the host's. Control events (a ``while``'s span) are left
+    out. Returns ``([], "")`` when the trace holds none of the program's
+    names (a backend whose trace does not show its kernels).
+    """
+    events = _events(Path(path))
+    procs = {e.get("pid"): e.get("args", {}).get("name", "") for e in events if e.get("name") == "process_name"}
+    by_pid: dict = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        kind = kinds.get(e.get("name", ""))
+        if kind is None or kind == "control":
+            continue
+        by_pid[e.get("pid")].append(Kernel(e["name"], kind, float(e["ts"]), float(e["dur"])))
+    if not by_pid:
+        return [], ""
+    pid = max(by_pid, key=lambda p: sum(k.dur_us for k in by_pid[p]))
+    return sorted(by_pid[pid], key=lambda k: k.start_us), str(procs.get(pid, pid))
+
+
+def _union_us(ks: list[Kernel]) -> float:
+    total, end = 0.0, float("-inf")
+    for k in ks:  # sorted by start
+        lo, hi = max(k.start_us, end), k.start_us + k.dur_us
+        if hi > lo:
+            total += hi - lo
+        end = max(end, hi)
+    return total
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One step's time, split (milliseconds per step, averaged over the traced steps).
+
+    ``matmul_at_rate_ms + matmul_beyond_ms + sum(other_ms.values()) +
+    idle_ms - overlap_ms == traced_ms``: the matmul kernels' time is their
+    FLOPs at the measured rate plus what they took beyond it; ``other_ms``
+    the other kernels by kind; ``idle_ms`` the time no kernel ran between the
+    first kernel of the traced steps and the last; ``overlap_ms`` kernel time
+    that ran at once with another (threads of a CPU; 0 on a TPU's one
+    timeline). ``measured_ms``: the benchmark's step.
+    """
+
+    rung: str
+    where: str
+    steps: int
+    measured_ms: float
+    traced_ms: float
+    matmul_at_rate_ms: float
+    matmul_beyond_ms: float
+    other_ms: dict[str, float]
+    idle_ms: float
+    overlap_ms: float
+    kernels_per_step: dict[str, float]
+    rate_flops_per_s: float
+    top: list[dict] = field(default_factory=list)
+    compile_s: float | None = None  # the program's compile, where it was stored with it
+
+    @property
+    def parts_ms(self) -> float:
+        """The parts added up (equal to ``traced_ms`` up to rounding)."""
+        other = sum(self.other_ms.values())
+        return self.matmul_at_rate_ms + self.matmul_beyond_ms + other + self.idle_ms - self.overlap_ms
+
+    @property
+    def gap(self) -> float:
+        """``|parts - measured| / measured``: how far the trace's step is from the benchmark's."""
+        return abs(self.parts_ms - self.measured_ms) / self.measured_ms
+
+    @property
+    def agrees(self) -> bool:
+        """The parts add up to the measured step within ``AGREEMENT`` (5 %)."""
+        return self.gap <= AGREEMENT
+
+    def rows(self) -> list[dict]:
+        """A table: each part, its milliseconds and share of the traced step."""
+        parts = [("matmul kernels at the measured rate", self.matmul_at_rate_ms)]
+        parts.append(("matmul kernels beyond that rate", self.matmul_beyond_ms))
+        parts += [(f"{kind} kernels", ms) for kind, ms in self.other_ms.items() if ms or kind != "optimizer"]
+        parts.append(("idle between kernels", self.idle_ms))
+        if self.overlap_ms:
+            parts.append(("kernels running at once (counted twice above)", -self.overlap_ms))
+        return [{"part": p, "ms/step": ms, "share": ms / self.traced_ms} for p, ms in parts]
+
+    def sentences(self) -> list[str]:
+        """One sentence per part, with its share, and one on the agreement with the benchmark."""
+        t = self.traced_ms
+        beyond = self.matmul_beyond_ms
+        out = [
+            f"{self.rung}: the matmuls' FLOPs at the measured {self.rate_flops_per_s / 1e12:,.3g} TFLOP/s take "
+            f"{self.matmul_at_rate_ms:.2f} ms ({self.matmul_at_rate_ms / t:.0%} of the traced step).",
+            f"The matmul kernels took {beyond:.2f} ms beyond that ({beyond / t:.0%}): the work fused into them "
+            "and shapes that run below the measured rate."
+            if beyond >= 0
+            else f"The matmul kernels took {-beyond:.2f} ms less than that ({-beyond / t:.0%}): they ran faster "
+            "than the rate measured on one large square matmul.",
+        ]
+        names = {
+            "element-wise": "Element-wise kernels of their own",
+            "reduction": "Reductions",
+            "optimizer": "The optimizer's update in kernels of its own (an update fused into a matmul's kernel counts there)",
+            "copy": "Copies and moves of data",
+        }
+        for kind, ms in self.other_ms.items():
+            n = self.kernels_per_step.get(kind, 0)
+            out.append(f"{names.get(kind, kind)}: {ms:.2f} ms ({ms / t:.0%}), {n:,.0f} kernels per step.")
+        out.append(f"Idle between kernels: {self.idle_ms:.2f} ms ({self.idle_ms / t:.0%}).")
+        if self.overlap_ms:
+            out.append(f"Kernels ran at once on several threads for {self.overlap_ms:.2f} ms, counted twice above.")
+        out.append(
+            f"The parts add up to {self.parts_ms:.2f} ms per step, the benchmark measured {self.measured_ms:.2f} ms: "
+            f"{self.gap:.1%} apart ({'within' if self.agrees else 'more than'} {AGREEMENT:.0%})."
+        )
+        return out
+
+    def per_iteration_us(self, repeats: int) -> dict[str, float]:
+        """Each kind's kernel time per repeat of the block, microseconds (a scan's iteration)."""
+        matmul = self.matmul_at_rate_ms + self.matmul_beyond_ms
+        return {"matmul": matmul * 1e3 / repeats} | {k: ms * 1e3 / repeats for k, ms in self.other_ms.items()}
+
+    def to_json(self) -> dict:
+        """A plain dict (for the stored breakdown and results)."""
+        return asdict(self)
+
+
+def split(
+    ks: list[Kernel],
+    steps: int,
+    measured_ms: float,
+    matmul_flops_per_step: float,
+    rate_flops_per_s: float,
+    rung: str = "",
+    where: str = "",
+    top: int = 8,
+) -> Breakdown:
+    """Split ``steps`` traced steps' kernels ``ks`` (start order) into the parts of :class:`Breakdown`.
+
+    Raises:
+        ValueError: no kernels, no steps, or a rate that is not positive.
+    """
+    if not ks or steps < 1 or rate_flops_per_s <= 0:
+        raise ValueError(
+            f"Need kernels from the trace, steps >= 1 and a positive rate; got {len(ks)} kernels, "
+            f"{steps} steps, rate {rate_flops_per_s}."
+        )
+    window = max(k.start_us + k.dur_us for k in ks) - ks[0].start_us
+    busy = _union_us(ks)
+    by_kind: Counter = Counter()
+    counts: Counter = Counter()
+    by_name: dict = defaultdict(lambda: [0.0, 0, ""])
+    for k in ks:
+        by_kind[k.kind] += k.dur_us
+        counts[k.kind] += 1
+        entry = by_name[k.name]
+        entry[0] += k.dur_us
+        entry[1] += 1
+        entry[2] = k.kind
+    ms = 1e-3 / steps
+    at_rate = matmul_flops_per_step / rate_flops_per_s * 1e3
+    biggest = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    return Breakdown(
+        rung=rung,
+        where=where,
+        steps=steps,
+        measured_ms=measured_ms,
+        traced_ms=window * ms,
+        matmul_at_rate_ms=at_rate,
+        matmul_beyond_ms=by_kind["matmul"] * ms - at_rate,
+        other_ms={kind: by_kind[kind] * ms for kind in KINDS[1:]},
+        idle_ms=(window - busy) * ms,
+        overlap_ms=max(0.0, sum(by_kind.values()) - busy) * ms if sum(by_kind.values()) - busy > 1e-3 else 0.0,
+        kernels_per_step={kind: counts[kind] / steps for kind in KINDS},
+        rate_flops_per_s=rate_flops_per_s,
+        top=[{"kernel": n, "kind": v[2], "ms/step": v[0] * ms, "runs/step": v[1] / steps} for n, v in biggest],
+    )
+
+
+def from_stored(data: dict) -> Breakdown:
+    """A :class:`Breakdown` from its :meth:`Breakdown.to_json` dict (the stored chip breakdown)."""
+    return Breakdown(**data)
+
+
+def trace_steps(step, cfg, device, init_params: dict, batches: list, steps: int, folder: str | Path) -> Path | None:
+    """Trace ``steps`` back-to-back steps of a compiled ``step`` from a fresh state; the trace file, or None.
+
+    The parameters and the optimizer's state are placed (and its ``init``
+    program run) before the trace starts, so the trace holds the step's
+    kernels alone.
+    """
+    import jax
+
+    from dpcourse import train
+
+    optimizer = train.make_optimizer(cfg)
+    params = jax.device_put(init_params, device)
+    state = jax.block_until_ready(optimizer.init(params))
+    with jax.profiler.trace(str(folder)):
+        for i in range(steps):
+            params, state, _ = step(params, state, *batches[i % len(batches)])
+        jax.block_until_ready((params, state))
+    return trace_file(folder)
+
+
+STORED = "stored_breakdown.json"
+
+
+def stored() -> dict | None:
+    """The chip's breakdown stored in the package (``dpcourse/perf/stored_breakdown.json``), or None."""
+    from importlib.resources import files
+
+    source = files("dpcourse.perf") / STORED
+    return json.loads(source.read_text()) if source.is_file() else None
+
+
+def scan_sentences(scan: Breakdown, unrolled: Breakdown, wider: Breakdown | None, repeats: int) -> list[str]:
+    """What an iteration of ``scan`` costs beyond its matmuls, and what ``scan(unroll=k)`` adds, from the traces.
+
+    ``scan``: the plain scan's breakdown; ``unrolled``: the fully unrolled
+    program's (in any dtype or batch: the kinds of kernels are compared,
+    not the times); ``wider``: ``scan(unroll=k)``'s, or None.
+    """
+    it = scan.per_iteration_us(repeats)
+    outside = sum(unrolled.other_ms.values())
+    loop = ("element-wise", "reduction", "copy")  # the optimizer's update runs once a step, not per iteration
+    beside = sum(it[k] for k in loop)
+    parts = ", ".join(f"{k} {it[k]:,.0f}" for k in loop if it[k] >= 1)
+    first = scan.top[0] if scan.top else None
+    out = [
+        f"{scan.rung}: over its {repeats} iterations, each spends on average {it['matmul']:,.0f} us in matmul kernels and "
+        f"{beside:,.0f} us in kernels beside them ({parts} us): "
+        f"{sum(scan.other_ms[k] for k in loop) / scan.traced_ms:.0%} of the step."
+        + (
+            f" Its longest kernel is {first['kernel']} ({first['kind']}, {first['runs/step']:,.0f} runs, "
+            f"{first['ms/step']:.2f} ms per step)."
+            if first
+            else ""
+        ),
+        f"{unrolled.rung}, the same model unrolled: {outside:.2f} ms per step outside the matmul kernels "
+        f"({outside / unrolled.traced_ms:.1%})"
+        + (
+            ": the loop's kernels of its own are gone, their work runs inside the matmuls' kernels."
+            if outside / unrolled.traced_ms < FUSED_SHARE
+            else ": this compiler keeps that work in kernels of its own, unrolled or not."
+        ),
+    ]
+    if wider is not None:
+        grew = max(wider.other_ms, key=lambda k: wider.other_ms[k] - scan.other_ms.get(k, 0.0))
+        top = [t for t in wider.top if t["kind"] == grew][:3]
+        out.append(
+            f"{wider.rung}: {wider.measured_ms:.1f} ms per step against {scan.measured_ms:.1f}. Its {grew} kernels "
+            f"take {wider.other_ms[grew]:.2f} ms per step ({wider.kernels_per_step[grew]:,.0f} runs) against "
+            f"{scan.other_ms[grew]:.2f} ms in the plain scan"
+            + (
+                ", the largest "
+                + ", ".join(f"{t['kernel']} ({t['runs/step']:,.0f} runs, {t['ms/step']:.2f} ms)" for t in top)
+                if top
+                else ""
+            )
+            + f"; its matmul kernels ran {wider.matmul_beyond_ms:.2f} ms beyond the rate "
+            f"(the plain scan's {scan.matmul_beyond_ms:.2f})."
+        )
+    return out
