@@ -146,7 +146,7 @@ def _resume(args: argparse.Namespace, say) -> dict:
     manager = checkpoint.open_manager(args.dir)
     target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
     t0 = time.perf_counter()
-    restored_step, state = checkpoint.restore(manager, target, run, warn=say)
+    restored_step, state = checkpoint.restore(manager, target, run, warn=say, say=say)
     restore_s = time.perf_counter() - t0
     if args.kill_at:
         if args.kill_at == "writing":  # the background thread is writing the arrays
