@@ -301,6 +301,56 @@ def _precision() -> str:
     return "highest" if value in ("highest", "float32") else "default"
 
 
+def measure(cfg, chip: list, cpus: list, dataset, steps: int, n_batches: int, root, precisions=PRECISIONS, log=None):
+    """:func:`move` from ``chip`` to ``cpus`` and back, at each of ``precisions``; one row each (``log`` gets its JSON).
+
+    The global batch is ``cfg``'s for ``len(cpus)`` devices (``chip``'s count must divide it).
+    """
+    import jax
+
+    runs = []
+    for precision in precisions:
+        moves = ((f"{chip[0].platform} -> cpu", chip, cpus), (f"cpu -> {chip[0].platform}", cpus, chip))
+        for k, (name, first, second) in enumerate(moves):
+            folder = Path(root) / f"{precision} {k}"
+            t0 = time.perf_counter()
+            chosen = jax.default_matmul_precision("highest") if precision == "highest" else contextlib.nullcontext()
+            with chosen:
+                proof, seconds = move(
+                    cfg, first, second, dataset, cfg.global_batch(len(cpus)), steps, n_batches, folder, say=None
+                )
+            runs.append({"move": name, "precision": precision, **proof, **seconds, "wall_s": time.perf_counter() - t0})
+            if log is not None:
+                log(json.dumps(runs[-1]))
+    return runs
+
+
+def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`measure`'s runs as a table's rows: the move, the precision, each part's difference against its tolerance."""
+    return [
+        {
+            "move": r["move"],
+            "matmul precision": r["precision"],
+            "restored = saved, step/position/key/count equal": "bit for bit" if r["exact_equal"] else "NO",
+            "gradient at the hand-over (rel.)": f"{r['gradient_rel_diff']:.2e} (<= {r['gradient_rel_tol']:g})",
+            "max |param diff| at the last step": f"{r['param_max_abs_diff']:.2e} (<= {r['param_abs_tol']:g})",
+            "passed": r["passed"],
+        }
+        for r in runs
+    ]
+
+
+def stored_label(result: Mapping[str, Any]) -> str:
+    """Where the stored comparison was measured: "stored: 1 x TPU v5 lite and 8 CPU devices, 2026-12-06, JAX ..."."""
+    v = result["versions"]
+    return (
+        f"stored: measured on 1 x {result['device_kind']} and {result['cpu_devices']} simulated CPU devices on "
+        f"{result['date_utc']} (JAX {v.get('jax')}, libtpu {v.get('libtpu')}, orbax-checkpoint "
+        f"{v.get('orbax-checkpoint')}), profile {result['profile']}, global batch {result['global_batch']}, "
+        f"{result['steps']} steps moved at step {result['steps'] // 2}"
+    )
+
+
 def stored() -> dict[str, Any]:
     """The comparison measured on a TPU chip (:data:`STORED`, written by this module's command), with its provenance."""
     return json.loads(resources.files("dpcourse.checkpoints").joinpath(STORED).read_text(encoding="utf-8"))
@@ -330,18 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     global_batch = cfg.global_batch(len(cpus))
     runs = []
     with tempfile.TemporaryDirectory(prefix="dpcourse-across-") as root:
-        for precision in PRECISIONS:
-            moves = ((f"{chip[0].platform} -> cpu", chip, cpus), (f"cpu -> {chip[0].platform}", cpus, chip))
-            for k, (name, first, second) in enumerate(moves):
-                folder = Path(root) / f"{precision} {k}"
-                t0 = time.perf_counter()
-                chosen = jax.default_matmul_precision("highest") if precision == "highest" else contextlib.nullcontext()
-                with chosen:
-                    proof, seconds = move(cfg, first, second, dataset, global_batch, args.steps, args.n_batches, folder)
-                runs.append(
-                    {"move": name, "precision": precision, **proof, **seconds, "wall_s": time.perf_counter() - t0}
-                )
-                print(json.dumps(runs[-1]), flush=True)
+        runs = measure(cfg, chip, cpus, dataset, args.steps, args.n_batches, root, PRECISIONS, log=print)
         saves = timed_saves(config.make_config(args.save_profile), chip, Path(root) / "timed", args.save_repeats)
     from dpcourse.checkpoints import provenance
 
