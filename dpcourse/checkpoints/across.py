@@ -331,9 +331,9 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "move": r["move"],
             "matmul precision": r["precision"],
-            "restored = saved, step/position/key/count equal": "bit for bit" if r["exact_equal"] else "NO",
-            "gradient at the hand-over (rel.)": f"{r['gradient_rel_diff']:.2e} (<= {r['gradient_rel_tol']:g})",
-            "max |param diff| at the last step": f"{r['param_max_abs_diff']:.2e} (<= {r['param_abs_tol']:g})",
+            "exact parts": "bit for bit" if r["exact_equal"] else "NO",
+            "hand-over gradient (rel.)": f"{r['gradient_rel_diff']:.2e} (<= {r['gradient_rel_tol']:g})",
+            "max |param diff|, last step": f"{r['param_max_abs_diff']:.2e} (<= {r['param_abs_tol']:g})",
             "passed": r["passed"],
         }
         for r in runs
