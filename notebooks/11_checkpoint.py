@@ -848,7 +848,8 @@ if SESSION_DIR is None:
     session_diff = train.max_abs_diff(straight, session_state)
     print(
         f"step {session_step} after the move from {n} to {next_devices} device(s): max |diff|"
-        f" vs the run that never stopped {session_diff:.3g} (tolerance {EQUIV_TOL:g}: another sum order)"
+        f" vs the run that never stopped {session_diff:.3g}"
+        f" (tolerance {EQUIV_TOL:g}: another sum order)"
     )
     assert session_step == STEPS and session_diff < EQUIV_TOL, (
         f"the run resumed on {next_devices} device(s) reached step {session_step} and differs from"
