@@ -47,6 +47,7 @@ cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
 import errno
+import json
 import shutil
 import subprocess
 import sys
@@ -824,9 +825,9 @@ with checkpoint.open_manager(session_dir) as session:
 # %% [markdown]
 # **The next session, played here** (when `SESSION_DIR` is None): a fresh
 # process (section 4's command) on half the devices restores the latest
-# step of that folder. The
-# sentence it prints is the one a new session prints: where the step was
-# made, what changed, and what that does to the numbers.
+# step of that folder and reports, in its summary, the sentence a new
+# session prints: where the step was made, what changed, and what that
+# does to the numbers.
 
 # %%
 session_diff = None  # your own SESSION_DIR: the next session is yours to start
@@ -838,11 +839,11 @@ if SESSION_DIR is None:
     command += ["--global-batch", str(global_batch), "--n-batches", str(N_BATCHES)]
     command += ["--data-source", dataset.source]
     next_session = subprocess.run(command, capture_output=True, text=True)
-    print(next_session.stderr.strip())
     assert next_session.returncode == 0, (
         f"the next session's process failed with exit status {next_session.returncode}:"
         f" {next_session.stderr.strip()[-2000:]}"
     )
+    print(json.loads(next_session.stdout.strip().splitlines()[-1])["restored_from"])
     with checkpoint.open_manager(session_dir) as reader:
         session_step, session_state = checkpoint.restore(reader, on_mesh, run)
     session_diff = train.max_abs_diff(straight, session_state)

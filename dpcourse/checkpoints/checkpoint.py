@@ -7,7 +7,8 @@ version that the lesson's fresh process (:mod:`dpcourse.checkpoints.resume`), th
 multi-process worker and the tests use. A checkpoint step holds two items:
 ``state`` (the resumable state: parameters, AdamW state, step, PRNG key,
 data position) and ``run`` (a JSON description of the model and profile,
-checked before any array is read).
+checked before any array is read, with where the step was made beside it:
+:mod:`dpcourse.checkpoints.provenance`).
 
 Errors are :class:`CheckpointError` with one sentence that says what to
 do; a save that fails leaves the previous step as ``latest_step()``
