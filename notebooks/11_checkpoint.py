@@ -804,16 +804,17 @@ assert refusal is not None and "width" in str(refusal), (
 session_dir = Path(SESSION_DIR).expanduser() if SESSION_DIR else root / "session"
 with checkpoint.open_manager(session_dir) as session:
     last = session.latest_step()
+    session_batch = global_batch  # the checkpoint's global batch, which every session keeps
     if last is None:  # the first session: save half-way, as a session that ends there would
         checkpoint.save(session, STEPS // 2, half, run)
         checkpoint.finish(session)
         print(f"saved step {STEPS // 2} to {session_dir}: stop here, and run the lesson again in")
         print("the next session with the same SESSION_DIR; section 9 then resumes from it")
     else:  # a later session: its devices, the checkpoint's global batch
-        saved_batch = checkpoint.read_run(session, last)["global_batch"]
-        checkpoint.check_devices_for_batch(saved_batch, n, str(session_dir))
-        run_here = checkpoint.run_description(cfg, saved_batch)
-        here = resume.build(cfg, mesh, "replicated", saved_batch, dataset, N_BATCHES)
+        session_batch = checkpoint.read_run(session, last)["global_batch"]
+        checkpoint.check_devices_for_batch(session_batch, n, str(session_dir))
+        run_here = checkpoint.run_description(cfg, session_batch)
+        here = resume.build(cfg, mesh, "replicated", session_batch, dataset, N_BATCHES)
         target = abstract_target(here[-1], checkpoint.state_shardings(here[-1], mesh, "replicated"))
         last, state_here = checkpoint.restore(session, target, run_here, say=print)
         if checkpoint.steps_to_train(last, STEPS, str(session_dir), "STEPS"):
@@ -857,10 +858,10 @@ if SESSION_DIR is None:
         f" the straight run by {session_diff:.3g}: the restored state is not the saved one"
     )
 else:
-    print(f"{session_dir} is yours: start the next session and run the lesson again")
-refused_on = next(k for k in range(n + 1, global_batch + 2) if global_batch % k)
+    print(f"{session_dir} is your folder: the next session is yours to start")
+refused_on = next(k for k in range(n + 1, session_batch + 2) if session_batch % k)
 try:
-    checkpoint.check_devices_for_batch(global_batch, refused_on, str(session_dir))
+    checkpoint.check_devices_for_batch(session_batch, refused_on, str(session_dir))
 except ValueError as err:
     print(f"a session with {refused_on} devices is refused, before anything is read: {err}")
 
