@@ -17,13 +17,17 @@
 # in a fresh process is **the same training** as one that never stopped.
 # Then the failures: a save that fails in the background, a process killed
 # in the middle of a save, a full disk, a checkpoint from another model.
+# Last, between sessions: save where the next Colab or Kaggle session finds
+# it, resume there on whatever devices it has, and a run moved between a
+# TPU chip and CPU devices, proven the same training.
 #
 # **Assumes.** Notebooks 04 (shardings), 08 (several processes) and 10
 # (FSDP). 8 devices by default (half of them and 1 are taken from them);
 # with another count, the restores onto other meshes use what there is.
 #
 # **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with `full`,
-# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`), before section
+# 9's moves between the chip and the CPU devices (40 s there, measured by their own command).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -33,6 +37,7 @@ N_BATCHES = 5  # batches in the data stream (not a divisor of N / 2, so the posi
 HIDE_STEPS = 4  # training steps run while an asynchronous save writes (section 7)
 MULTIHOST = True  # section 6: save, kill and resume under the launcher (two multi-process runs)
 LAUNCH_TIMEOUT_S = 240  # each multi-process run ends (every process) past this
+SESSION_DIR = None  # section 9: a folder that outlives the session; None: the scratch folder
 
 # %%
 from dpcourse.lesson import start_lesson
@@ -42,10 +47,12 @@ cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
 import errno
+import json
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -53,8 +60,8 @@ import orbax.checkpoint as ocp
 from IPython.display import display
 from jax.sharding import Mesh
 
-from dpcourse import config, model, record, show, train
-from dpcourse.checkpoints import checkpoint, cost_sentences, resume, scratch
+from dpcourse import config, data, model, record, show, train
+from dpcourse.checkpoints import across, checkpoint, cost_sentences, resume, scratch
 from dpcourse.multihost import launcher, ports, worker
 from dpcourse.multihost import plan as multihost_plan
 
@@ -766,6 +773,164 @@ assert refusal is not None and "width" in str(refusal), (
 )
 
 # %% [markdown]
+# ## 9. Between sessions: the next one may be another machine
+#
+# A free accelerator ends without warning: a Colab runtime disconnects, a
+# Kaggle session stops at its limit, and the next session may have other
+# devices (a TPU v5e-8 on Kaggle, one v5e chip on Colab, a laptop's
+# simulated CPU devices). Save where the next session finds it, and resume
+# there from the last complete step, whatever its devices:
+#
+# - **Colab**: mount Google Drive (`from google.colab import drive;
+#   drive.mount("/content/drive")`) and set `SESSION_DIR =
+#   "/content/drive/MyDrive/dpcourse-11"`; the next session mounts Drive
+#   again and finds the same folder.
+# - **Kaggle**: `SESSION_DIR = "/kaggle/working/dpcourse-11"`. *Save Version*
+#   keeps `/kaggle/working` as the notebook's output; in the next session,
+#   *Add Input* > that output, and copy its `dpcourse-11` from under
+#   `/kaggle/input/` back to `/kaggle/working/` (inputs are read-only, and
+#   the run saves its next step into the folder).
+# - **Your machine**: any folder; it stays.
+#
+# Set `SESSION_DIR` in the parameters cell and run the lesson: this cell
+# saves step N / 2 there. Stop the session, start a new one, and run the
+# lesson again with the same `SESSION_DIR`: this cell then restores the
+# latest step onto this session's devices (the global batch stays the
+# checkpoint's), says where it was made and what changed, and trains on to
+# step N. With `SESSION_DIR = None` the folder is the lesson's scratch
+# folder, and the next session is played below by a fresh process on half
+# the devices.
+
+# %%
+session_dir = Path(SESSION_DIR).expanduser() if SESSION_DIR else root / "session"
+with checkpoint.open_manager(session_dir) as session:
+    last = session.latest_step()
+    session_batch = global_batch  # the checkpoint's global batch, which every session keeps
+    if last is None:  # the first session: save half-way, as a session that ends there would
+        checkpoint.save(session, STEPS // 2, half, run)
+        checkpoint.finish(session)
+        print(f"saved step {STEPS // 2} to {session_dir}: stop here, and run the lesson again in")
+        print("the next session with the same SESSION_DIR; section 9 then resumes from it")
+    else:  # a later session: its devices, the checkpoint's global batch
+        session_batch = checkpoint.read_run(session, last)["global_batch"]
+        checkpoint.check_devices_for_batch(session_batch, n, str(session_dir))
+        run_here = checkpoint.run_description(cfg, session_batch)
+        here = resume.build(cfg, mesh, "replicated", session_batch, dataset, N_BATCHES)
+        target = abstract_target(here[-1], checkpoint.state_shardings(here[-1], mesh, "replicated"))
+        last, state_here = checkpoint.restore(session, target, run_here, say=print)
+        if checkpoint.steps_to_train(last, STEPS, str(session_dir), "STEPS"):
+            state_here = train_until(state_here, *here[:4], STEPS)
+            checkpoint.save(session, STEPS, state_here, run_here)
+            checkpoint.finish(session)
+        print(f"step {int(state_here['step'])} is saved in {session_dir}")
+
+# %% [markdown]
+# **The next session, played here** (when `SESSION_DIR` is None): a fresh
+# process (section 4's command) on half the devices restores the latest
+# step of that folder and reports, in its summary, the sentence a new
+# session prints: where the step was made, what changed, and what that
+# does to the numbers.
+
+# %%
+session_diff = None  # your own SESSION_DIR: the next session is yours to start
+if SESSION_DIR is None:
+    next_devices = max(n // 2, 1)
+    command = [sys.executable, "-m", "dpcourse.checkpoints.resume", "--dir", str(session_dir)]
+    command += ["--until", str(STEPS), "--devices", str(next_devices)]
+    command += ["--platform", resume.fresh_process_platform(devs), "--profile", cfg.profile]
+    command += ["--global-batch", str(global_batch), "--n-batches", str(N_BATCHES)]
+    command += ["--data-source", dataset.source]
+    next_session = subprocess.run(command, capture_output=True, text=True)
+    assert next_session.returncode == 0, (
+        f"the next session's process failed with exit status {next_session.returncode}:"
+        f" {next_session.stderr.strip()[-2000:]}"
+    )
+    print(json.loads(next_session.stdout.strip().splitlines()[-1])["restored_from"])
+    with checkpoint.open_manager(session_dir) as reader:
+        session_step, session_state = checkpoint.restore(reader, on_mesh, run)
+    session_diff = train.max_abs_diff(straight, session_state)
+    print(
+        f"step {session_step} after the move from {n} to {next_devices} device(s): max |diff|"
+        f" vs the run that never stopped {session_diff:.3g}"
+        f" (tolerance {EQUIV_TOL:g}: another sum order)"
+    )
+    assert session_step == STEPS and session_diff < EQUIV_TOL, (
+        f"the run resumed on {next_devices} device(s) reached step {session_step} and differs from"
+        f" the straight run by {session_diff:.3g}: the restored state is not the saved one"
+    )
+else:
+    print(f"{session_dir} is your folder: the next session is yours to start")
+refused_on = next(k for k in range(n + 1, session_batch + 2) if session_batch % k)
+try:
+    checkpoint.check_devices_for_batch(session_batch, refused_on, str(session_dir))
+except ValueError as err:
+    print(f"a session with {refused_on} devices is refused, before anything is read: {err}")
+
+# %% [markdown]
+# A checkpoint keeps its global batch: another batch would be another
+# training. So a session whose device count does not divide it is refused
+# in one sentence that names the counts that do, and nothing is written.
+# A checkpoint of another profile or model is refused the same way
+# (section 8).
+#
+# **Across backends, proven.** The same move between a TPU chip and
+# simulated CPU devices: train on one backend to step N / 2, save, restore
+# on the other, train to step N, and compare with the same run
+# uninterrupted on the second backend. Three parts, each with its
+# tolerance (`dpcourse.checkpoints.across.tolerances` derives them):
+#
+# - **bit for bit**: the restored state is the saved one, leaf for leaf,
+#   and at step N the step, data position, PRNG key and AdamW's step count
+#   equal the uninterrupted run's;
+# - **the backends' arithmetic**, at the hand-over: one gradient of the
+#   restored state on both backends, relative to its largest element. A
+#   TPU's default float32 matmul is one bfloat16 pass (inputs rounded to
+#   8 significant bits, 2^-9 each): 1e-2. Under
+#   `jax.default_matmul_precision("highest")` (six passes, float32's
+#   accuracy) the backends differ only in float32 rounding and their exp
+#   and log: 1e-4, as two CPU layouts;
+# - **the parameters at step N**: AdamW moves a weight by about the
+#   learning rate per step whatever its gradient, so where a gradient
+#   element's sign differs between backends the two runs part by up to
+#   2 x learning rate per step: 2 x lr x N.
+#
+# Where this lesson runs on a TPU, it measures the moves on its own chip;
+# elsewhere it shows the chip's stored measurement:
+
+# %%
+on_chip = jax.devices()[0].platform == "tpu"
+if on_chip:  # one chip and the simulated CPU devices, the stored measurement's profile and steps
+    move_cfg = config.make_config("cpu")
+    move_data = data.load_fashion_mnist(
+        source=dataset.source, limit=move_cfg.max_train_examples, seed=move_cfg.seed
+    )
+    chip_and_cpus = jax.devices()[:1], jax.devices("cpu")
+    move_runs = across.measure(move_cfg, *chip_and_cpus, move_data, 6, 5, root / "across")
+    move_label = f"measured here, profile {move_cfg.profile}, 6 steps moved at step 3"
+else:
+    chip_result = across.stored()
+    move_runs = chip_result["runs"]
+    move_label = across.stored_label(chip_result)
+move_caption = f"Moved half-way between backends ({move_label})"
+display(show.table(across.rows(move_runs), caption=move_caption))
+assert all(r["passed"] for r in move_runs), f"a move failed its proof: {move_runs}"
+for precision in across.PRECISIONS:
+    picked = [r for r in move_runs if r["precision"] == precision]
+    grad_rel = max(r["gradient_rel_diff"] for r in picked)
+    param = max(r["param_max_abs_diff"] for r in picked)
+    print(
+        f"{precision}: the hand-over gradient differs by at most {grad_rel:.1e} of its largest"
+        f" element, the parameters at the last step by at most {param:.1e}"
+    )
+
+# %% [markdown]
+# What must be equal is, bit for bit, in both directions. The two lines
+# above give each precision's largest differences: under `"highest"` the
+# backends' gradients agree far more closely than at the default, and
+# every difference stays within its bound. The moved run is the same
+# training, within the arithmetic of the backend it ends on.
+
+# %% [markdown]
 # ## Records
 
 # %%
@@ -774,6 +939,9 @@ for key, label in (("replicated", f"replicated, {n} devices"), ("fsdp", f"fsdp, 
     record.record(f"resume_max_abs_diff_{key}_tolerance", resume_tols[label], "abs")
 record.record("resume_max_abs_diff_fewer_devices", resume_diffs[fewer], "abs")
 record.record("resume_max_abs_diff_fewer_devices_tolerance", resume_tols[fewer], "abs")
+if session_diff is not None:
+    record.record("resume_max_abs_diff_next_session", session_diff, "abs")
+    record.record("resume_max_abs_diff_next_session_tolerance", EQUIV_TOL, "abs")
 if multi_rows:
     record.record("resume_max_abs_diff_other_process_count", multi_diff, "abs")
     record.record("resume_max_abs_diff_other_process_count_tolerance", EQUIV_TOL, "abs")
@@ -808,6 +976,13 @@ print("removed", root.name)
 # - On a local disk a step is committed by one rename at the end: a kill,
 #   a full disk or a read-only folder during a save leaves the previous
 #   step the latest.
+# - A checkpoint records where it was made (backend, devices, mesh,
+#   versions); a restore says what changed and what that does to the
+#   numbers. Saved to a folder that outlives the session (Drive on Colab,
+#   `/kaggle/working` on Kaggle), it resumes in the next session on any
+#   device count that divides its global batch, and on another backend:
+#   bit for bit in step, data position, key and optimizer count, within
+#   the backends' arithmetic in the parameters.
 # - Every process of a multi-process run calls save and restore, into a
 #   folder they all see; GKE adds a shared volume and a Job that resumes
 #   after a Spot preemption.

@@ -7,7 +7,8 @@ version that the lesson's fresh process (:mod:`dpcourse.checkpoints.resume`), th
 multi-process worker and the tests use. A checkpoint step holds two items:
 ``state`` (the resumable state: parameters, AdamW state, step, PRNG key,
 data position) and ``run`` (a JSON description of the model and profile,
-checked before any array is read).
+checked before any array is read, with where the step was made beside it:
+:mod:`dpcourse.checkpoints.provenance`).
 
 Errors are :class:`CheckpointError` with one sentence that says what to
 do; a save that fails leaves the previous step as ``latest_step()``
@@ -20,7 +21,6 @@ and no restore reads it: tests/lessons/test_checkpoint_claims.py).
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -32,6 +32,25 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from dpcourse.checkpoints import provenance
+from dpcourse.checkpoints.errors import (  # noqa: F401 - the errors are part of this module's interface
+    CheckpointError,
+    CheckpointGone,
+    CheckpointInUse,
+    CheckpointMismatch,
+    StepPastTarget,
+    as_error,
+    check_directory,
+    explain,
+)
+from dpcourse.checkpoints.holding import (  # noqa: F401 - the writer's lock, its own module
+    LOCK_NAME,
+    LOCK_REFRESH_S,
+    LOCK_STALE_S,
+    check_still_there,
+    hold,
+)
 
 STATE_KEYS = ("params", "opt_state", "step", "key", "data_position")
 STATE_ITEM, RUN_ITEM = "state", "run"
@@ -45,59 +64,6 @@ SAVE_BARRIER_S = 60  # the longest a background save waits for the other process
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
 _READ_FAILED = re.compile(r"Error reading|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION|NOT_FOUND|Truncated|corrupt")
 _TS_READ = re.compile(r'Error reading "([^"/]+)[^"]*"[^:]*"[^"]*": (.+)')
-
-_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_NO_RIGHTS = {errno.EROFS, errno.EACCES, errno.EPERM}
-# Tensorstore reports an operating-system error inside a ValueError's text.
-_TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be saved or restored; the message says why and what to do.
-
-    ``lasting`` is true when running again would fail the same way (a full
-    or read-only disk, another run's checkpoint, a folder that is a file):
-    a GKE Job then fails at once instead of retrying. It is false for an
-    error whose cause is unknown (the multi-process worker exits with 1).
-    """
-
-    lasting = True
-
-    def __init__(self, message: str, *, lasting: bool = True):
-        super().__init__(message)
-        self.lasting = lasting
-
-
-class CheckpointGone(CheckpointError):
-    """The checkpoint directory this run holds was deleted, moved or unmounted while it ran."""
-
-
-class CheckpointMismatch(CheckpointError):
-    """A checkpoint from another model, profile or state layout; the message names what differs."""
-
-
-class CheckpointInUse(CheckpointError):
-    """Another run writes to the checkpoint directory (the message names it: process, host, since when)."""
-
-
-class StepPastTarget(CheckpointError, ValueError):
-    """The checkpoint is already past the step a run was asked to train to (the message names both)."""
-
-
-def check_directory(directory: str | os.PathLike) -> Path:
-    """The checkpoint directory as an absolute path, refused when it is a file (a missing one is created later).
-
-    Raises:
-        CheckpointError: ``directory`` (or a folder above it) is a file.
-    """
-    path = Path(directory).absolute()
-    for part in (path, *path.parents):
-        if part.exists() and not part.is_dir():
-            raise CheckpointError(
-                f"The checkpoint directory {directory} cannot be used: {part} is a file, not a folder. Give the "
-                "run a folder (an absent one is created), or move the file away."
-            )
-    return path
 
 
 def steps_to_train(saved_step: int | None, target: int, where: str, option: str) -> int:
@@ -257,50 +223,15 @@ def open_manager(directory: str | os.PathLike, *, asynchronous: bool = True, max
     try:
         return Manager(path, options=options)
     except OSError as err:
-        raise _failed(err, f"open the checkpoint directory {directory}") from err
-
-
-def _failed(err: BaseException, doing: str) -> CheckpointError:
-    """:func:`explain`'s sentence as a :class:`CheckpointError`, lasting unless its cause is unknown."""
-    sentence = explain(err, doing)
-    return CheckpointError(sentence, lasting=not sentence.startswith(f"Could not {doing}: {type(err).__name__}: "))
-
-
-def explain(err: BaseException, doing: str) -> str:
-    """One sentence for a failed save or restore: what failed, the operating system's reason, what to do."""
-    code = getattr(err, "errno", None)
-    if code is None:
-        found = _TS_ERRNO.search(str(err))
-        code = int(found[1]) if found else None
-    path = getattr(err, "filename", None)
-    at = f": {path}" if path and str(path) not in doing else ""  # the place, when it is not the one named
-    if code in _NO_ROOM:
-        return (
-            f"Could not {doing}: no room left ({os.strerror(code)}{at}). Free space or point the run at a "
-            "directory with room; the last complete step is unchanged and still the one restored."
-        )
-    if code in _NO_RIGHTS:
-        return (
-            f"Could not {doing}: the directory cannot be written ({os.strerror(code)}{at}). Give the run a "
-            "writable directory; the last complete step is unchanged and still the one restored."
-        )
-    if code == errno.ENOENT:
-        return (
-            f"Could not {doing}: {getattr(err, 'filename', None) or 'a folder it writes into'} does not exist any "
-            "more (deleted, moved or unmounted during the run). Give the run a directory that stays; steps "
-            "saved before are wherever the directory went."
-        )
-    if code in (errno.ENOTEMPTY, errno.EEXIST) or type(err).__name__ == "StepAlreadyExistsError":
-        return (
-            f"Could not {doing}: that step is already saved there, by this run earlier or by another run "
-            "writing the same directory. Give each run its own checkpoint directory; the saved step is unchanged."
-        )
-    first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-    return f"Could not {doing}: {type(err).__name__}: {first}"
+        raise as_error(err, f"open the checkpoint directory {directory}") from err
 
 
 def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = True) -> bool:
     """Start saving ``state`` and its run description as ``step``; the arrays are written in the background.
+
+    The run description is saved with :func:`dpcourse.checkpoints.provenance.describe`
+    of ``state`` beside it (backend, device kind and count, mesh, library
+    versions, time): :func:`restore` tells it.
 
     Every process of a multi-process run calls it with the same step. Call
     :func:`finish` (or ``manager.wait_until_finished()``) before trusting
@@ -314,12 +245,13 @@ def save(manager, step: int, state, run: Mapping[str, Any], *, force: bool = Tru
     """
     import orbax.checkpoint as ocp
 
-    args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave(dict(run))})
+    described = {**run, provenance.KEY: provenance.describe(state)}  # where it was made, told at every restore
+    args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave(described)})
     check_still_there(manager.directory)
     try:
         return manager.save(int(step), args=args, force=force)
     except (OSError, ValueError, ocp.checkpoint_manager.StepAlreadyExistsError) as err:
-        raise _failed(err, f"save step {step} to {manager.directory}") from err
+        raise as_error(err, f"save step {step} to {manager.directory}") from err
 
 
 def finish(manager) -> None:
@@ -333,7 +265,7 @@ def finish(manager) -> None:
         manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - whatever the background thread raised, said in one sentence
         check_still_there(manager.directory)
-        raise _failed(err, f"finish the save in {manager.directory}") from err
+        raise as_error(err, f"finish the save in {manager.directory}") from err
     check_still_there(manager.directory)
 
 
@@ -386,8 +318,11 @@ def _read_failure(err: BaseException) -> str | None:
     return None
 
 
-def _restore_step(manager, target, run, step: int):
-    """Restore one step; ``(state, None)``, or ``(None, what is damaged)`` for a step whose files are damaged."""
+def _restore_step(manager, target, run, step: int, runs: list):
+    """Restore one step; ``(state, None)``, or ``(None, what is damaged)`` for a step whose files are damaged.
+
+    ``runs`` gets the step's run description once it is read.
+    """
     import orbax.checkpoint as ocp
 
     where = str(manager.directory)
@@ -399,12 +334,13 @@ def _restore_step(manager, target, run, step: int):
     except Exception as err:  # noqa: BLE001 - whatever Orbax raises on a run item it cannot read
         return None, _read_failure(err) or f"its run description cannot be read ({type(err).__name__})"
     check_run(saved, run, f"{where} (step {step})")
+    runs[:] = [saved]
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
     except OSError as err:
         if isinstance(err, FileNotFoundError):
             return None, _read_failure(err)
-        raise _failed(err, f"restore step {step} from {where}") from err
+        raise as_error(err, f"restore step {step} from {where}") from err
     except Exception as err:  # noqa: BLE001 - Orbax raises a plain Exception for a file it cannot read
         failure = _read_failure(err)
         if failure:
@@ -426,6 +362,7 @@ def restore(
     agree=None,
     barrier=None,
     primary=True,
+    say=None,
 ):
     """Restore ``step`` (default: the latest complete one) onto ``target``'s shapes, dtypes and shardings.
 
@@ -481,7 +418,8 @@ def restore(
         )
     damaged = []
     for candidate in steps:
-        state, broken = _restore_step(manager, target, run, candidate)
+        saved_run = []
+        state, broken = _restore_step(manager, target, run, candidate, saved_run)
         if agree is not None:
             broken = agree(broken)  # one process's damaged file is every process's damaged step
         if broken is None:
@@ -512,6 +450,8 @@ def restore(
             manager.reload()
         aside = f" (kept as {', '.join(kept)})" if kept else ""
         warn(f"{said}; step {candidate} is complete: resuming from step {candidate}{aside}.")
+    if say is not None:
+        say(provenance.restored_sentence(candidate, saved_run[0], target))
     return candidate, state
 
 
@@ -580,7 +520,3 @@ def quiet_orbax_log() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(before)
-
-
-# The writer's lock (its own module); these names were first defined here.
-from dpcourse.checkpoints.holding import LOCK_NAME, LOCK_REFRESH_S, LOCK_STALE_S, check_still_there, hold  # noqa: E402,F401

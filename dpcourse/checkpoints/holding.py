@@ -8,6 +8,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from dpcourse.checkpoints import folderlock
+from dpcourse.checkpoints.errors import CheckpointError, CheckpointGone, CheckpointInUse, as_error, check_directory
+
 LOCK_NAME = ".dpcourse-checkpoint.lock"  # the writer's lock file (:func:`hold`)
 _HELD_DIRS: dict[str, Path] = {}  # directory -> its lock file, for the directories this process holds
 LOCK_REFRESH_S, LOCK_STALE_S = 10.0, 60.0  # the holder touches its lock this often; older than this, it is stale
@@ -23,9 +26,6 @@ def check_still_there(directory: str | os.PathLike) -> None:
     Raises:
         CheckpointGone: the directory (or its lock file) was removed or replaced since :func:`hold` took it.
     """
-    from dpcourse.checkpoints import folderlock
-    from dpcourse.checkpoints.checkpoint import CheckpointGone
-
     lock = _HELD_DIRS.get(str(Path(directory).absolute()))
     if lock is not None and not folderlock.still_held(lock):
         raise CheckpointGone(
@@ -54,9 +54,6 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
         CheckpointInUse: another live run holds it (process, host, since when).
         CheckpointError: the directory is a file or cannot be written.
     """
-    from dpcourse.checkpoints import folderlock
-    from dpcourse.checkpoints.checkpoint import CheckpointError, CheckpointInUse, _failed, check_directory
-
     path = check_directory(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -84,7 +81,7 @@ def hold(directory: str | os.PathLike, command: str = "") -> Iterator[Path]:
             f"another directory (a lock whose run has ended frees itself{elsewhere})."
         ) from None
     except OSError as err:
-        raise _failed(err, f"lock the checkpoint directory {directory}") from err
+        raise as_error(err, f"lock the checkpoint directory {directory}") from err
     stop = threading.Event()
 
     def touch():

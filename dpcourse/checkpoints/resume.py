@@ -157,7 +157,8 @@ def _resume(args: argparse.Namespace, say) -> dict:
         raise checkpoint.CheckpointError(NOTHING_TO_RESUME.format(dir=args.dir, what="holds no complete step"))
     target = checkpoint.abstract_target(state0, checkpoint.state_shardings(state0, mesh, args.form))
     t0 = time.perf_counter()
-    restored_step, state = checkpoint.restore(manager, target, run, warn=say)
+    told = []  # where the step was made and what changed: in the summary, so that stderr holds only a failure
+    restored_step, state = checkpoint.restore(manager, target, run, warn=say, say=told.append)
     restore_s = time.perf_counter() - t0
     if args.kill_at:
         if args.kill_at == "writing":  # the background thread is writing the arrays
@@ -182,6 +183,7 @@ def _resume(args: argparse.Namespace, say) -> dict:
         "form": args.form,
         "losses": losses,
         "restore_s": restore_s,
+        "restored_from": told[0],
         "jax_version": jax.__version__,
     }
 

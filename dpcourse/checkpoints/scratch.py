@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dpcourse.checkpoints.checkpoint import CheckpointError, explain
+from dpcourse.checkpoints.errors import CheckpointError, explain
 
 # Checkpoint steps notebook 11 keeps on disk at once, counted from its cells: the replicated folder (3, with
 # the two failed saves), the FSDP one (1), three resumed copies of the first (4 each), the killed run's copy (4),

@@ -103,11 +103,6 @@ def test_the_planted_failure_fires_at_the_steps_commit_after_every_items_rename(
     assert "commit_success.txt" in inside, inside  # a temporary folder can hold the commit file
 
 
-def test_a_tensorstore_error_is_read_for_its_operating_system_code():
-    message = checkpoint.explain(ValueError("Error writing 'w/0.0': [os_error_code='28'] No space"), "save step 4")
-    assert message.startswith("Could not save step 4: no room left")
-
-
 def test_a_checkpoint_from_another_profile_or_model_is_refused_naming_the_mismatch(tmp_path, cfg, cpu_devices):
     state, _ = _saved(tmp_path, cfg, cpu_devices)
     other = checkpoint.run_description(cfg.with_overrides(width=64), 64)
@@ -261,16 +256,3 @@ def test_a_folder_that_turned_read_only_fails_the_save_call_itself_not_a_thread_
             undo()
         assert caught.value.lasting  # a retry would fail the same way: the worker exits with 78
         assert manager.latest_step() == 3
-
-
-def test_an_error_of_unknown_cause_is_not_lasting_and_a_known_one_is():
-    import errno
-
-    assert checkpoint._failed(OSError(errno.ENOSPC, "full"), "save step 1 to d").lasting
-    assert checkpoint._failed(OSError(errno.EROFS, "ro"), "save step 1 to d").lasting
-    unknown = checkpoint._failed(RuntimeError("DEADLINE_EXCEEDED: barrier timed out"), "finish the save in d")
-    assert not unknown.lasting and str(unknown) == (
-        "Could not finish the save in d: RuntimeError: DEADLINE_EXCEEDED: barrier timed out"
-    )
-    gone = checkpoint._failed(FileNotFoundError(errno.ENOENT, "no such file", "/d/4.orbax-checkpoint-tmp"), "save")
-    assert "/d/4.orbax-checkpoint-tmp does not exist any more" in str(gone)

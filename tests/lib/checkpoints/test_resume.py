@@ -438,3 +438,29 @@ def test_a_fresh_process_resumes_on_the_notebooks_platform_but_never_on_tpu_chip
             self.platform = platform
 
     assert [resume.fresh_process_platform([Device(p)]) for p in ("cpu", "gpu", "tpu")] == ["cpu", "gpu", "cpu"]
+
+
+def _listing(folder):
+    return sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+def test_a_checkpoint_of_another_profile_is_refused_in_one_sentence_and_nothing_is_written(tmp_path, setup, capsys):
+    _half_saved(tmp_path, setup, "replicated")
+    before = _listing(tmp_path)
+    args = _args(tmp_path, setup, "--until", str(STEPS), "--devices", "8") + ["--profile", "cpu"]
+    assert resume.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: The checkpoint in ") and "profile 'smoke' (this run: 'cpu')" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _listing(tmp_path) == before  # no step, no lock left, no file touched
+
+
+def test_a_global_batch_the_new_devices_cannot_split_is_refused_naming_the_counts_that_work(tmp_path, setup, capsys):
+    _half_saved(tmp_path, setup, "replicated")
+    before = _listing(tmp_path)
+    batch = setup[3]  # 64: 8 devices x 8 examples
+    assert resume.main(_args(tmp_path, setup, "--until", str(STEPS), "--devices", "3")) == 1
+    err = capsys.readouterr().err
+    assert f"keeps its global batch of {batch}" in err and "does not divide evenly over 3 devices" in err
+    assert "(1, 2, 4, 8, 16, 32, 64)" in err and len(err.strip().splitlines()) == 1
+    assert _listing(tmp_path) == before
