@@ -1,4 +1,4 @@
-"""JupyterHub for a workshop on one machine (`make hub`): one password, one server and workspace per learner.
+"""JupyterHub for a workshop on one machine (`make hub`): one server, workspace and password per learner.
 
 Run as root, each learner's server runs as a system user of their own (hub/users.py);
 without root, as the hub's own user (hub/launch.py asks the instructor to confirm that).
@@ -7,8 +7,9 @@ Settings come from the environment (hub/launch.py fills them in; docs/instructor
 
 - ``HUB_DIR``: the hub's state (database, cookie secret, proxy pid, passwords, the address
   learners open) and the learners' homes (``users/NAME``)
-- ``HUB_PASSWORD``: the workshop password learners type (8+ characters); hub/launch.py keeps
-  it in ``HUB_DIR/password`` (0600) and takes it out of the environment, and this file reads it there
+- ``HUB_PASSWORD``: the workshop password (8+ characters) with which a learner claims a new name
+  (then signing in with a password of their own, hub/signin.py); hub/launch.py keeps it in
+  ``HUB_DIR/password`` (0600) and takes it out of the environment, and this file reads it there
 - ``HUB_ADMIN_PASSWORD``: the instructor's password (32+ characters), kept the same way in
   ``HUB_DIR/admin-password``
 - ``HUB_PUBLIC_URL``: the address learners open, when it is not the hub's own (a TLS proxy in
@@ -244,12 +245,14 @@ c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 1}"
 c.ConfigurableHTTPProxy.pid_file = str(HUB_DIR / "proxy.pid")
 
 # -- Who signs in ---------------------------------------------------------------
-# One workshop password for every learner; the instructor signs in as HUB_ADMIN
-# with the longer admin password and gets the admin page (/hub/admin).
-c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = kept_secret("password")
+# Each learner's name is bound to a password of their own at their first sign-in
+# (hub/signin.py); a new name is claimed with the workshop password. The instructor
+# signs in as HUB_ADMIN with the admin password and gets the admin page (/hub/admin).
+c.JupyterHub.authenticator_class = "signin.WorkshopAuthenticator"
+c.WorkshopAuthenticator.workshop_password = kept_secret("password")
 if (HUB_DIR / "admin-password").is_file():
-    c.SharedPasswordAuthenticator.admin_password = kept_secret("admin-password")
+    c.WorkshopAuthenticator.admin_password = kept_secret("admin-password")
+c.WorkshopAuthenticator.dbm_path = str(HUB_DIR / "passwords.dbm")
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True
 # A name its folder cannot be made for is refused at sign-in, with the reason.

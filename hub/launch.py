@@ -199,7 +199,7 @@ def prepare(environ: dict[str, str] | None = None, euid: int | None = None) -> t
         raise LaunchError("set HUB_SSL_CERT and HUB_SSL_KEY together (the certificate chain and its key, PEM).")
     for name, minimum in (("HUB_PASSWORD", 8), ("HUB_ADMIN_PASSWORD", 32)):
         if env.get(name) and len(env[name]) < minimum:
-            raise LaunchError(f"{name} must have at least {minimum} characters (JupyterHub's shared-password rule).")
+            raise LaunchError(f"{name} must have at least {minimum} characters.")
     try:
         loopback = ipaddress.ip_address(ip).is_loopback
     except ValueError:
@@ -227,7 +227,8 @@ def prepare(environ: dict[str, str] | None = None, euid: int | None = None) -> t
     _write_private(hub_dir / "address", url + "\n")
     admin = env.get("HUB_ADMIN", "instructor")
     lines = [
-        f"hub: learners open {url} and sign in with any user name and the workshop password",
+        f"hub: learners open {url} and sign in with a name and a password of their own, typing the workshop "
+        "password in the second field the first time (it claims the name)",
         f"hub: workshop password{' (new)' if made else ''}: {password}  (kept in {hub_dir / 'password'})",
         f"hub: instructor: user {admin}, password in {hub_dir / 'admin-password'}"
         f"{' (new)' if admin_made else ''}; admin page {url}hub/admin",

@@ -2,7 +2,8 @@
 
 One real JupyterHub from hub/launch.py on 127.0.0.1 (ports HUB_TEST_PORT to +11, 8900-8911 by default), the
 smoke profile, a 60 s idle timeout. Learners alice and bob sign in with the
-workshop password in their own browser contexts, get their own servers and
+workshop password, each choosing a password of their own, in their own browser contexts; a second
+browser typing alice's name (or ``Alice``) and the workshop password is refused. They get their own servers and
 workspaces, and run lesson 02 at the same time; neither can open the other's
 server or files (403) and an edit of one does not reach the other. Run as
 root, each is a system user of their own: alice's kernel can read none of
@@ -26,7 +27,17 @@ import time
 from pathlib import Path
 
 import pytest
-from hubprocess import ADMIN_PASSWORD, AS_ROOT, PASSWORD, ROOT, descendants, hub_api, login, start_hub
+from hubprocess import (
+    ADMIN_PASSWORD,
+    AS_ROOT,
+    PASSWORD,
+    ROOT,
+    descendants,
+    hub_api,
+    login,
+    own_password,
+    start_hub,
+)
 from labpage import kernel_execute, notebook_text, run_all_from_menu, wait_for_kernel, wait_for_lab, wait_until_run
 
 LESSON = "02_baseline.ipynb"
@@ -36,11 +47,12 @@ CULL_TIMEOUT_S = 60
 LESSON_TIMEOUT_S = 240
 
 
-def sign_in(page, hub, user: str, password: str) -> None:
-    """The hub's login form, typed in."""
+def sign_in(page, hub, user: str, password: str, workshop: str = "") -> None:
+    """The hub's login form, typed in: the name, a password, and the workshop password (a new name's second field)."""
     page.goto(f"{hub.url}/hub/login")
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", password)
+    page.fill("input[name=otp]", workshop)
     page.click("#login_submit")
     page.wait_for_load_state()
 
@@ -76,7 +88,7 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.set_default_timeout(90_000)
         pages[user] = context.new_page()
-        sign_in(pages[user], hub, user, "room-test-password")
+        sign_in(pages[user], hub, user, own_password(user), PASSWORD)  # claims the name
 
     # Both servers start at once; each learner lands in the lab on lesson 02 of their own workspace.
     started = {}
@@ -121,6 +133,15 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         assert page.request.get(f"{hub.url}/user/{other}/api/contents/{LESSON}").status == 403
         assert page.goto(f"{hub.url}/user/{other}/lab").status == 403
         page.goto(f"{hub.url}/user/{me}/lab/tree/{LESSON}")  # back to work (keeps the server active)
+
+    # A second browser with alice's name (and its upper case) and the workshop password is refused, said why.
+    intruder = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    for name in ("alice", "Alice"):
+        sign_in(intruder, hub, name, PASSWORD, PASSWORD)
+        assert "/hub/login" in intruder.url and "The name 'alice' is taken" in intruder.inner_text("body")
+    intruder.goto(f"{hub.url}/user/alice/lab")
+    assert "/hub/login" in intruder.url, "a refused sign-in reached alice's server"
+    intruder.context.close()
 
     # The instructor has the admin view; a learner does not.
     instructor = login(hub, "instructor", ADMIN_PASSWORD)
