@@ -12,6 +12,15 @@
 
 HUB_REQUIREMENTS ?= requirements-hub.txt
 
+# As root, every learner's server runs the course's Python as a user of their own: on a clone with no
+# environment yet, `make hub` builds it from a Python they can run (hub/pythons.py: not one under a
+# closed home such as pyenv's in /root). PYTHON= on the command line is used as given.
+ifneq ($(filter hub hub-install,$(MAKECMDGOALS)),)
+ifeq ($(origin PYTHON)$(wildcard $(PY)),file)
+PYTHON := $(shell $(PYTHON) hub/pythons.py --pick 2>/dev/null || echo $(PYTHON))
+endif
+endif
+
 $(VENV)/.hub-installed: $(HUB_REQUIREMENTS) $(VENV)/.installed
 	$(PY) -m pip install --quiet -r $(HUB_REQUIREMENTS)
 	touch $@
