@@ -86,7 +86,11 @@ def workspace_command(*args: str) -> subprocess.CompletedProcess:
 def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(room, browser):
     hub = room
     pages = {}
-    for user, password in (("alice", own_password("alice")), ("bob", own_password("bob")), ("instructor", ADMIN_PASSWORD)):
+    for user, password in (
+        ("alice", own_password("alice")),
+        ("bob", own_password("bob")),
+        ("instructor", ADMIN_PASSWORD),
+    ):
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         context.set_default_timeout(90_000)
         pages[user] = context.new_page()
