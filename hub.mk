@@ -2,13 +2,14 @@
 #
 #   hub            JupyterHub for a workshop on this machine (hub/launch.py;
 #                  settings HUB_* in hub/jupyterhub_config.py, docs/instructor.md)
+#   hub-end        end the workshop: every learner's account, home, scratch files and password (LEARNER=NAME: one)
 #   hub-test       the room test in Chromium and the GKE hub config checked offline (tests/hub)
 #   plan-workshop  nodes, GPUs and cost for LEARNERS (tools/plan_workshop.py)
 #   room-card      a printable page for each table: the hub's address, password, what to do (hub/card.py)
 #   wheelhouse     the pinned requirements for Linux, macOS and Windows in wheelhouse/
 #   wheelhouse-test  download three platforms, install offline into a fresh venv, import the course
 
-.PHONY: hub hub-install hub-test room-card plan-workshop wheelhouse wheelhouse-test
+.PHONY: hub hub-end hub-install hub-test room-card plan-workshop wheelhouse wheelhouse-test
 
 HUB_REQUIREMENTS ?= requirements-hub.txt
 
@@ -34,6 +35,10 @@ hub-install: $(VENV)/.hub-installed tools/hub/node_modules/.installed
 
 hub: hub-install
 	$(PY) hub/launch.py
+
+LEARNER ?=
+hub-end: hub-install
+	$(PY) hub/end.py $(if $(LEARNER),--learner "$(LEARNER)",)
 
 # --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
 # HUB_TEST_PORT (default 8900) moves the test hub's 12 ports, for two runs on one machine.

@@ -25,6 +25,8 @@ Settings come from the environment (hub/launch.py fills them in; docs/instructor
 - ``HUB_ACTIVITY_INTERVAL``: seconds between activity reports to the hub (default 300;
   must stay well below HUB_CULL_TIMEOUT, or a learner at work looks idle)
 - ``HUB_PROFILE``: ``DPCOURSE_PROFILE`` for every learner's kernels (for example ``smoke``)
+- ``DPCOURSE_DATA`` / ``DPCOURSE_DATA_DIR``: passed on to every learner's kernels as set here
+  (dpcourse/data.py: where the data comes from and the folder it is read from)
 - ``HUB_SERVER_ARGS``: extra command-line options for every learner's server (space-separated)
 - ``HUB_GPUS``: GPU ids to hand out round-robin (default: every GPU ``nvidia-smi -L`` lists)
 - ``HUB_BOARD_REFRESH_S``: seconds between the instructor's board refreshes (default 2); the
@@ -94,6 +96,9 @@ def kernel_environment(user_id: int, gpus: list[str]) -> dict[str, str]:
         env["JUPYTERHUB_ACTIVITY_INTERVAL"] = os.environ["HUB_ACTIVITY_INTERVAL"]
     if os.environ.get("HUB_PROFILE"):
         env["DPCOURSE_PROFILE"] = os.environ["HUB_PROFILE"]
+    for name in ("DPCOURSE_DATA", "DPCOURSE_DATA_DIR"):  # e.g. Fashion-MNIST in a folder every learner may read
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[user_id % len(gpus)]
         # Several learners' processes may share a GPU when there are more of

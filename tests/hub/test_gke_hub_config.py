@@ -381,7 +381,11 @@ def test_the_board_service_runs_the_mounted_file_on_the_port_the_proxy_may_reach
     assert rule["ports"] == [{"port": port}]
     assert rule["from"][0]["podSelector"]["matchLabels"]["component"] == "proxy"
     assert service["environment"]["BOARD_BIND"] == "0.0.0.0"  # the url's host is the Service's address
-    assert installed()["hub"]["extraFiles"]["board"]["stringData"] == (ROOT / "hub" / "board.py").read_text()
+    files = installed()["hub"]["extraFiles"]
+    assert files["board"]["stringData"] == (ROOT / "hub" / "board.py").read_text()
+    # board.py imports records.py from its own folder.
+    assert files["records"]["stringData"] == (ROOT / "hub" / "records.py").read_text()
+    assert Path(files["records"]["mountPath"]).parent == Path(files["board"]["mountPath"]).parent
 
 
 def test_only_the_instructor_holds_the_boards_viewer_role_and_the_scopes_are_make_hubs():
