@@ -34,7 +34,9 @@ def test_a_learner_named_star_or_with_look_alike_characters_is_targeted_alone(tm
     for typed, meant in (("zo\\u00eb", "zo\u00eb"), ("zoe\\u0308", "zoe\u0308"), ("d\\u0430na", "d\u0430na")):
         command = action_command({"action": "reset", "lesson": "04", "learner": typed}, tmp_path, "py")
         assert command[-1] == str(tmp_path / meant / "workspace"), typed
-    assert action_command({"action": "reset", "lesson": "04", "learner": "dana"}, tmp_path, "py")[-1].endswith("/dana/workspace")
+    assert action_command({"action": "reset", "lesson": "04", "learner": "dana"}, tmp_path, "py")[-1].endswith(
+        "/dana/workspace"
+    )
     for bad, said in (
         ({"action": "rm", "lesson": "04", "learner": "bob"}, "catchup or reset"),
         ({"action": "reset", "lesson": "../x", "learner": "bob"}, "as its number"),

@@ -26,7 +26,7 @@ def closed_python(tmp_path) -> Path:
     return home / "python3"
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def open_python() -> str:
     found = pythons.open_python(pythons.candidates())
     if found is None:
