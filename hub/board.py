@@ -569,7 +569,10 @@ def main() -> None:
     where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     make_app().listen(where.port, os.environ.get("BOARD_BIND", where.hostname))
     print(f"board: serving {os.environ.get('JUPYTERHUB_SERVICE_PREFIX')} on {where.hostname}:{where.port}", flush=True)
-    IOLoop.current().start()
+    try:
+        IOLoop.current().start()
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT: a clean exit, not a traceback
+        pass
 
 
 if __name__ == "__main__":
