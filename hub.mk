@@ -18,7 +18,7 @@ HUB_REQUIREMENTS ?= requirements-hub.txt
 # closed home such as pyenv's in /root). PYTHON= on the command line is used as given.
 ifneq ($(filter hub hub-install,$(MAKECMDGOALS)),)
 ifeq ($(origin PYTHON)$(wildcard $(PY)),file)
-PYTHON := $(shell $(PYTHON) hub/pythons.py --pick 2>/dev/null || echo $(PYTHON))
+PYTHON := $(or $(shell $(PYTHON) hub/pythons.py --pick 2>/dev/null),$(PYTHON))
 endif
 endif
 

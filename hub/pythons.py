@@ -8,7 +8,7 @@ users. pyenv installs under the instructor's home (``/root``, 0700 on most
 cloud images), so a course environment built from it cannot run as a
 learner, however open the course's own folder is.
 
-    python hub/pythons.py --pick   the Python to build the hub's environment from (hub.mk, as root)
+    python hub/pythons.py --pick   another Python to build the hub's environment from, or nothing (hub.mk)
 
 Standard library only: it runs before the environment exists.
 """
@@ -121,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pick", action="store_true", help="print the Python to build the hub's environment from")
     args = parser.parse_args(argv)
-    if args.pick:
-        print(pick(sys.executable))
+    if args.pick:  # nothing printed when this Python will do
+        chosen = pick(sys.executable)
+        print("" if chosen == sys.executable else chosen)
     return 0
 
 
