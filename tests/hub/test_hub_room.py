@@ -135,6 +135,7 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         page.goto(f"{hub.url}/user/{me}/lab/tree/{LESSON}")  # back to work (keeps the server active)
 
     # A second browser with alice's name (and its upper case) and the workshop password is refused, said why.
+    refused_from = time.monotonic()
     intruder = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     for name in ("alice", "Alice"):
         sign_in(intruder, hub, name, PASSWORD, PASSWORD)
@@ -142,6 +143,7 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
     intruder.goto(f"{hub.url}/user/alice/lab")
     assert "/hub/login" in intruder.url, "a refused sign-in reached alice's server"
     intruder.context.close()
+    hub.timings["two_refused_sign_ins_s"] = round(time.monotonic() - refused_from, 1)
 
     # The instructor has the admin view; a learner does not.
     instructor = login(hub, "instructor", ADMIN_PASSWORD)
