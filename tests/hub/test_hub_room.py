@@ -11,7 +11,8 @@ the hub's files, nothing of bob's (nor write there), and no environment of a
 process that is not hers, and no process of the hub holds a password in its
 environment. The reset command the room card prints works in alice's
 terminal. carol starts a server and leaves it idle until the culler stops
-it; the instructor has the admin page and learners do not; SIGINT stops
+it; the instructor has the admin page and learners do not, and deleting a learner there lets them claim
+their name again with a new password (a forgotten one); SIGINT stops
 everything, leaving no process and no port. Timings go to
 results/hub/timings.json.
 """
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from hubprocess import (
     ADMIN_PASSWORD,
     AS_ROOT,
@@ -37,6 +39,7 @@ from hubprocess import (
     login,
     own_password,
     start_hub,
+    xsrf,
 )
 from labpage import kernel_execute, notebook_text, run_all_from_menu, wait_for_kernel, wait_for_lab, wait_until_run
 
@@ -149,6 +152,14 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
     instructor = login(hub, "instructor", ADMIN_PASSWORD)
     assert instructor.get(f"{hub.url}/hub/admin", timeout=30).status_code == 200
     assert alice.request.get(f"{hub.url}/hub/admin").status == 403
+    # A forgotten password: the instructor deletes the user (the admin page's "Delete user" calls this), which
+    # forgets the password; the learner claims the name again with a new one, and the old one opens nothing.
+    assert hub_api(login(hub, "dora", follow=False), hub, "/user").json()["name"] == "dora"
+    gone = instructor.delete(f"{hub.url}/hub/api/users/dora", headers={"X-XSRFToken": xsrf(instructor)}, timeout=30)
+    assert gone.status_code == 204, gone.text
+    assert hub_api(login(hub, "dora", "dora-new-password", follow=False), hub, "/user").json()["name"] == "dora"
+    with pytest.raises(requests.HTTPError, match="403"):  # the hub answers a refused sign-in with 403
+        login(hub, "dora", follow=False)
 
     # The culler stops carol's idle server; the working learners keep theirs.
     deadline = time.monotonic() + CULL_TIMEOUT_S + 60

@@ -53,16 +53,17 @@ def test_a_clone_whose_python_is_closed_makes_its_environment_from_an_open_one(t
         shutil.copy(ROOT / name, clone / name)
     for name in ("requirements.txt", "requirements-hub.txt", "requirements-dev.txt", "pyproject.toml"):
         (clone / name).write_text("")
-    path = f"{closed_python.parent}{os.pathsep}{os.environ['PATH']}"
-    planned = subprocess.run(
-        ["make", "-n", "hub"], cwd=clone, env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60
-    )
+    # A make of its own (run from make hub-test, the parent's MAKEFLAGS would add its directory lines).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    path = f"{closed_python.parent}{os.pathsep}{env['PATH']}"
+    make = ["make", "--no-print-directory", "-n", "hub"]
+    planned = subprocess.run(make, cwd=clone, env={**env, "PATH": path}, capture_output=True, text=True, timeout=60)
     first = planned.stdout.splitlines()[0]
     if os.geteuid() == 0:
         assert first == f"{open_python} -m venv .venv", planned.stdout + planned.stderr
     else:  # without root every server runs as the hub's user: the Python on PATH is used
         assert first == "python3 -m venv .venv", planned.stdout + planned.stderr
-    given = subprocess.run(["make", "-n", "hub", "PYTHON=python3"], cwd=clone, capture_output=True, text=True)
+    given = subprocess.run([*make, "PYTHON=python3"], cwd=clone, env=env, capture_output=True, text=True)
     assert given.stdout.splitlines()[0] == "python3 -m venv .venv"
 
 
