@@ -6,8 +6,8 @@ For every learner with a home in ``HUB_DIR/users`` (or the one named): their
 system user (hub/users.py's ``jupyter-NAME``, removed with ``userdel`` only when
 its comment records that learner), their home with their workspace, the files
 their user still owns in the machine's scratch folders (/tmp, /var/tmp,
-/dev/shm: lesson 11's checkpoints, compilation caches), and their password
-(hub/signin.py), so that the name may be claimed again. Without root there are
+/dev/shm: lesson 11's checkpoints, compilation caches), their user in the hub's
+database, and their password (hub/signin.py), so that the name may be claimed again. Without root there are
 no accounts: the homes and passwords go.
 """
 
@@ -51,6 +51,25 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def forget_hub_user(hub_dir: Path, name: str) -> bool:
+    """Delete the user ``name`` (their servers' and tokens' rows with it) from the hub's database; True when there was one."""
+    path = hub_dir / "jupyterhub.sqlite"
+    if not path.is_file():
+        return False
+    from jupyterhub import orm
+
+    session = orm.new_session_factory(f"sqlite:///{path}")()
+    try:
+        user = session.query(orm.User).filter_by(name=name).first()
+        if user is None:
+            return False
+        session.delete(user)
+        session.commit()
+        return True
+    finally:
+        session.close()
+
+
 def end_learner(name: str, hub_dir: Path, as_root: bool, scratch: tuple[Path, ...] = SCRATCH) -> list[str]:
     """Remove the learner ``name``'s account, home, scratch files and password; returns what was removed, a line each."""
     said = []
@@ -82,6 +101,8 @@ def end_learner(name: str, hub_dir: Path, as_root: bool, scratch: tuple[Path, ..
     if home.is_dir():
         shutil.rmtree(home)
         said.append(f"{name}: the home {home} and the workspace in it")
+    if forget_hub_user(hub_dir, name):
+        said.append(f"{name}: the hub's user (their name leaves the admin page and the board)")
     try:
         with dbm.open(str(hub_dir / "passwords.dbm"), "w") as db:
             if db.get(name.encode("utf8")) is not None:

@@ -32,12 +32,20 @@ def hub_with(tmp_path: Path, *names: str) -> Path:
 
 
 def test_one_learner_or_every_learner_is_removed_and_said(tmp_path):
+    from jupyterhub import orm
+
     hub = hub_with(tmp_path, "eli", "zoë")
+    session = orm.new_session_factory(f"sqlite:///{hub / 'jupyterhub.sqlite'}")()
+    session.add_all([orm.User(name="eli"), orm.User(name="zoë")])
+    session.commit()
     said = end.end(hub, "eli", as_root=False)
     assert said == [
         f"eli: the home {hub / 'users' / 'eli'} and the workspace in it",
+        "eli: the hub's user (their name leaves the admin page and the board)",
         "eli: the password (the name may be claimed again)",
     ]
+    assert [u.name for u in session.query(orm.User)] == ["zoë"]
+    session.close()
     assert not (hub / "users" / "eli").exists() and (hub / "users" / "zoë").is_dir()
     assert end.end(hub, as_root=False)[0].startswith("zoë: the home")
     assert not list((hub / "users").iterdir())
