@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from pathlib import Path
 
@@ -449,6 +450,17 @@ def test_a_board_action_whose_body_is_not_a_json_object_is_a_400_with_a_sentence
     for code, said in answers[:4]:
         assert code == 400 and said["ok"] is False and said["output"].startswith("The action's body is not"), said
     assert answers[4] == (200, {"ok": False, "output": "the action is catchup or reset"})  # said on the page
+
+    # A room-wide action's answer comes back whole: a line per workspace, 14 of them here (the command stubbed).
+    import coursetools.room
+
+    room_lines = [
+        f"workspace {n:02d}: 05_shard_map.ipynb laid fresh, the learner's copy kept in old/" for n in range(14)
+    ]
+    stub = [sys.executable, "-c", f"print({chr(10).join(room_lines)!r})"]
+    monkeypatch.setattr(coursetools.room, "action_command", lambda body, users, python: stub)
+    ((code, said),) = in_thread(lambda: post_each([b'{"action": "reset", "lesson": "05", "room": true}']))
+    assert code == 200 and said["ok"] and said["output"].splitlines() == room_lines
 
 
 def test_after_a_hub_restart_a_stopped_servers_record_is_read_from_disk_and_only_the_learners_own(tmp_path):
