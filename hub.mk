@@ -2,15 +2,25 @@
 #
 #   hub            JupyterHub for a workshop on this machine (hub/launch.py;
 #                  settings HUB_* in hub/jupyterhub_config.py, docs/instructor.md)
+#   hub-end        end the workshop: every learner's account, home, scratch files and password (LEARNER=NAME: one)
 #   hub-test       the room test in Chromium and the GKE hub config checked offline (tests/hub)
 #   plan-workshop  nodes, GPUs and cost for LEARNERS (tools/plan_workshop.py)
 #   room-card      a printable page for each table: the hub's address, password, what to do (hub/card.py)
 #   wheelhouse     the pinned requirements for Linux, macOS and Windows in wheelhouse/
 #   wheelhouse-test  download three platforms, install offline into a fresh venv, import the course
 
-.PHONY: hub hub-install hub-test room-card plan-workshop wheelhouse wheelhouse-test
+.PHONY: hub hub-end hub-install hub-test room-card plan-workshop wheelhouse wheelhouse-test
 
 HUB_REQUIREMENTS ?= requirements-hub.txt
+
+# As root, every learner's server runs the course's Python as a user of their own: on a clone with no
+# environment yet, `make hub` builds it from a Python they can run (hub/pythons.py: not one under a
+# closed home such as pyenv's in /root). PYTHON= on the command line is used as given.
+ifneq ($(filter hub hub-install,$(MAKECMDGOALS)),)
+ifeq ($(origin PYTHON)$(wildcard $(PY)),file)
+PYTHON := $(or $(shell $(PYTHON) hub/pythons.py --pick 2>/dev/null),$(PYTHON))
+endif
+endif
 
 $(VENV)/.hub-installed: $(HUB_REQUIREMENTS) $(VENV)/.installed
 	$(PY) -m pip install --quiet -r $(HUB_REQUIREMENTS)
@@ -25,6 +35,10 @@ hub-install: $(VENV)/.hub-installed tools/hub/node_modules/.installed
 
 hub: hub-install
 	$(PY) hub/launch.py
+
+LEARNER ?=
+hub-end: hub-install
+	$(PY) hub/end.py $(if $(LEARNER),--learner "$(LEARNER)",)
 
 # --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
 # HUB_TEST_PORT (default 8900) moves the test hub's 12 ports, for two runs on one machine.

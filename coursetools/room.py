@@ -32,10 +32,13 @@ def read_action(body: bytes) -> dict:
 
 
 def action_command(body: dict, users: Path, python: str) -> list[str]:
-    """The workspace command for a board action: catch-up or a fresh copy, for one learner or every one (``*``).
+    """The workspace command for a board action: catch-up or a fresh copy, for one learner or every one.
 
-    ``body`` is the board's request (``action``, ``lesson``, ``learner``);
-    ``users`` the folder of the learners' homes (``.hub/users``).
+    ``body`` is the board's request (``action``, ``lesson``, and ``learner``, or
+    ``room: true`` for every learner); ``users`` the folder of the learners'
+    homes (``.hub/users``). The learner is named exactly (a learner may be
+    called ``*``), or by the name's escaped form (``zo\\u00eb``) when it holds
+    characters that look like others.
 
     Raises:
         BadBody: ``body`` is not a dict.
@@ -49,9 +52,15 @@ def action_command(body: dict, users: Path, python: str) -> list[str]:
     if not LESSON_NAME.match(lesson):
         raise ValueError(f"give the lesson as its number, e.g. 04 (got {lesson[:20]!r})")
     command = [python, "-m", "coursetools", "workspace", action, lesson]
-    if learner == "*":
+    if body.get("room") is True:
         return [*command, "--room", str(users)]
     known = {p.parent.name for p in users.glob("*/workspace") if p.is_dir()}
+    if learner not in known and learner.isascii():
+        escaped = learner.encode().decode("unicode_escape", errors="replace")
+        learner = escaped if escaped in known else learner
     if learner not in known:
-        raise ValueError(f"no learner {learner[:40]!r} with a workspace; * is every learner")
+        raise ValueError(
+            f"no learner {learner[:40]!r} with a workspace (click their row to fill in their exact name); "
+            "tick 'every learner' for the whole room"
+        )
     return [*command, "--dir", str(users / learner / "workspace")]

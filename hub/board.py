@@ -10,7 +10,8 @@ checkers, see dpcourse/exercises/progress.py), fetched through the hub's proxy f
 the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
-server's record is shown as last read. Only jupyterhub, tornado, jsonschema (which
+server's record is shown as last read; on `make hub` it is read from the learner's folder
+when the board has not read it yet (after a hub restart). Only jupyterhub, tornado, jsonschema (which
 jupyterhub requires) and the standard library are imported: on GKE this runs in the hub's image.
 
 Learners may edit their record: each is checked against :data:`RECORD_SCHEMA` (the
@@ -34,14 +35,13 @@ import html
 import json
 import os
 import re
+import stat
 import sys
 import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
-
-import jsonschema
 
 # The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
 # hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
@@ -50,98 +50,22 @@ VIEWER_SCOPES = ["access:services!service=board"]
 STUCK_TRIES = 3  # wrong tries without a correct one: "stuck" (dpcourse.exercises.progress.STUCK_TRIES)
 RECORD = "progress.json"
 TOP_MISTAKES = 8
+MAX_ANSWER = 64 * 1024  # characters of an action's answer shown (a room of 30 says about 6 KB)
 
-# ---- a learner's record, checked before it is used --------------------------------
+# The learner's record and its checks (hub/records.py, mounted beside this file on GKE).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from records import (  # noqa: E402
+    EXERCISES,
+    MAX_REASON,
+    MAX_RECORD_BYTES,
+    RECORD_SCHEMA,
+    RETRY_S,
+    VERDICTS,
+    RecordError,
+    parse_record,
+)
 
-MAX_RECORD_BYTES = 256 * 1024  # a course's worth of exercises is about 20 KB
-MAX_REASON = 160  # characters of the reason a row gives for an unreadable record
-RETRY_S = 30.0  # seconds before asking again for a record the learner's server refused
-_TIME = {"type": ["number", "null"], "minimum": 0, "maximum": 1e11}
-_COUNT = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
-# The course's exercises (so many per lesson), the only ids a record may hold: a made-up one adds no column.
-_HOW_MANY = {2: 3, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 3, 10: 2, 11: 2, 12: 3, 13: 3}
-EXERCISES = [f"ex{lesson:02d}_{n}" for lesson, most in _HOW_MANY.items() for n in range(1, most + 1)]
-_ID = {"enum": EXERCISES}
-VERDICTS = ["correct", "wrong", "not attempted yet", "bad input", "cannot check here"]
-
-
-def _table(names: dict, fields: dict, most: int) -> dict:
-    """At most ``most`` entries with names of the schema ``names``, each an object of ``fields`` alone."""
-    entry = {"type": "object", "additionalProperties": False, "properties": fields}
-    return {"type": "object", "maxProperties": most, "propertyNames": names, "additionalProperties": entry}
-
-
-# The shape dpcourse/exercises/progress.py writes and reads: its SCHEMA (tests/hub/test_board_records.py: equal).
-RECORD_SCHEMA = {
-    "type": "object",
-    "required": ["exercises"],
-    "additionalProperties": False,
-    "properties": {
-        "version": {"const": 1},
-        "updated": _TIME,
-        "lessons": _table(
-            {"pattern": r"^\d\d(_[A-Za-z0-9_]{1,40})?$"},
-            {
-                **dict.fromkeys(("started", "finished", "last_start"), _TIME),
-                "exercises": {"type": "array", "maxItems": 20, "items": _ID},
-            },
-            40,
-        ),
-        "exercises": _table(
-            _ID,
-            {
-                **dict.fromkeys(("first", "last", "correct_at"), _TIME),
-                **dict.fromkeys(("attempts", "wrong_tries"), _COUNT),
-                "lesson": {"type": "string", "pattern": r"^(\d\d)?$"},
-                "verdict": {"enum": VERDICTS},
-                "mistake": {"type": "string", "maxLength": 120},
-                "message": {"type": "string", "maxLength": 300},
-            },
-            200,
-        ),
-    },
-}
-_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
-
-
-class RecordError(ValueError):
-    """A learner's record the board cannot use; the message says why in a phrase."""
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def parse_record(text: str | bytes) -> dict:
-    """The learner's record from the text of their ``progress.json``.
-
-    Raises:
-        RecordError: too large, not UTF-8, not JSON, or not of :data:`RECORD_SCHEMA`'s shape (names the field).
-    """
-    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
-    if size > MAX_RECORD_BYTES:
-        raise RecordError(f"{size} bytes, more than the {MAX_RECORD_BYTES} a record may have")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise RecordError("nested too deeply to be a record") from None
-    except UnicodeDecodeError:
-        raise RecordError("not UTF-8 text") from None
-    except ValueError as err:
-        raise RecordError(f"not JSON ({str(err)[:80]})") from None
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
-    if error is not None:  # the schema's own sentence, or the rule alone where that would quote a long value
-        rule = f"breaks the rule {error.validator} {json.dumps(error.validator_value)[:40]}"
-        if error.validator == "enum":  # e.g. the course's exercise ids: name the one given
-            rule = f"{json.dumps(error.instance)[:40]} is not one of the {len(error.validator_value)} allowed values"
-        said = error.message if len(error.message) <= 100 else rule
-        where = ".".join(str(p) for p in error.absolute_path) or "the top level"
-        raise RecordError(f"{where}: {said}"[:MAX_REASON])
-    try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise RecordError("holds text that is not valid Unicode (a lone surrogate)") from None
-    return data
+__all__ = ["EXERCISES", "RECORD_SCHEMA", "VERDICTS", "RecordError", "parse_record"]
 
 
 # ---- the room, from the records (pure: tested without a hub) ----------------------
@@ -168,7 +92,7 @@ def current_lesson(record: dict) -> str:
     return latest[1]
 
 
-def summarise(learners: dict[str, dict], now: float) -> dict:
+def summarise(learners: dict[str, dict], now: float, seen: dict | None = None) -> dict:
     """The board's content from ``{name: {"record": dict|None, "server": str, "activity": float|None, "problem": str}}``.
 
     Returns a dict: ``exercises`` (ids in course order), ``rows`` (one per
@@ -176,7 +100,8 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
     attempted), ``mistakes`` (the most common named mistakes, with how many
     learners made each and one message). A learner with a ``problem`` (an
     unreadable record, see :func:`parse_record`) has a row that says it and
-    counts in none of the totals.
+    counts in none of the totals. ``seen`` (kept by the caller between reads) remembers
+    each named mistake and who made it, so a mistake corrected since stays on the list.
     """
     exercises: set[str] = set()
     for info in learners.values():
@@ -188,8 +113,7 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
         exercises.update(record.get("exercises", {}))
     order = sorted(exercises)
     rows, counts = [], {e: Counter() for e in order}
-    made: dict[tuple[str, str], set[str]] = {}
-    example: dict[tuple[str, str], str] = {}
+    seen = {} if seen is None else seen  # (exercise, mistake) -> {"who": names, "message": one message}
     for name in sorted(learners):
         info = learners[name]
         if info.get("problem"):  # its row says why; the activity is the hub's alone
@@ -203,9 +127,8 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
             counts[e]["correct" if state == "correct" else "stuck" if state == "stuck" else state] += 1
             entry = entries.get(e) or {}
             if entry.get("mistake") and state != "correct":
-                key = (e, entry["mistake"])
-                made.setdefault(key, set()).add(name)
-                example.setdefault(key, entry.get("message", ""))
+                known = seen.setdefault((e, entry["mistake"]), {"who": set(), "message": entry.get("message", "")})
+                known["who"].add(name)
         last = max(entries.items(), key=lambda kv: kv[1].get("last") or 0, default=(None, {}))
         activity = max(filter(None, [record.get("updated"), info.get("activity")]), default=None)
         rows.append(
@@ -219,7 +142,7 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
                 "entries": {e: entries.get(e) or {} for e in order},
             }
         )
-    mistakes = sorted(made.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:TOP_MISTAKES]
+    mistakes = sorted(seen.items(), key=lambda kv: (-len(kv[1]["who"]), kv[0]))[:TOP_MISTAKES]
     return {
         "exercises": order,
         "rows": rows,
@@ -227,7 +150,7 @@ def summarise(learners: dict[str, dict], now: float) -> dict:
             e: {"correct": c["correct"], "stuck": c["stuck"], "not attempted": c["none"]} for e, c in counts.items()
         },
         "mistakes": [
-            {"exercise": e, "mistake": m, "learners": len(who), "message": example[(e, m)]} for (e, m), who in mistakes
+            {"exercise": e, "mistake": m, "learners": len(it["who"]), "message": it["message"]} for (e, m), it in mistakes
         ],
     }
 
@@ -240,6 +163,14 @@ def ago(seconds: float | None) -> str:
 
 
 SYMBOL = {"correct": "✓", "wrong": "✗", "stuck": "!", "bad": "?", "none": "·"}
+
+
+def shown_name(name: str) -> str:
+    """The learner's name as HTML, with its code points after it when it is not plain ASCII: look-alikes told apart."""
+    if name.isascii() and name.isprintable():
+        return html.escape(name)
+    points = name.encode("ascii", "backslashreplace").decode()
+    return f'{html.escape(name)} <small class="cp" title="the name\'s characters">{html.escape(points)}</small>'
 
 
 def label(exercise: str) -> str:
@@ -260,7 +191,7 @@ def render_room(summary: dict) -> str:
         )
         if row.get("problem"):
             body.append(
-                f'<tr data-learner="{e(row["name"])}" class="unreadable"><td class="who">{e(row["name"])}</td>'
+                f'<tr data-learner="{e(row["name"])}" class="unreadable"><td class="who">{shown_name(row["name"])}</td>'
                 f'<td class="lsn"></td><td class="act">{active}</td><td class="problem" colspan="{len(order) + 1}">'
                 f"record unreadable: {e(row['problem'][:MAX_REASON])}</td></tr>"
             )
@@ -281,7 +212,7 @@ def render_room(summary: dict) -> str:
             if last.get("mistake") and last["verdict"] != "correct":
                 said += f": {last['mistake']}"
         body.append(
-            f'<tr data-learner="{e(row["name"])}"><td class="who">{e(row["name"])}</td>'
+            f'<tr data-learner="{e(row["name"])}"><td class="who">{shown_name(row["name"])}</td>'
             f'<td class="lsn">{e(row["lesson"][:14])}</td><td class="act">{active}</td>'
             f'<td class="lastck" title="{e(last.get("message") or "")}">{e(said)}</td>{"".join(cells)}</tr>'
         )
@@ -318,16 +249,18 @@ td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 td.problem{color:#8a5300;background:#fff4e0;max-width:400px;overflow:hidden;text-overflow:ellipsis}
 tr.count td{border-top:1px solid #ccc;font-size:11px}td.what{text-align:right;color:#555}
 aside{width:250px;flex:none}aside ol{margin:0;padding-left:18px}aside li{margin-bottom:4px}
-#act{margin:0 0 4px;font-size:11px}#act input,#act button{font-size:11px}#done{color:#1b5e20}
+#act{margin:0 0 4px;font-size:11px}#act input,#act button{font-size:11px}#done{color:#1b5e20;margin:2px 0;max-height:9em;overflow:auto;white-space:pre-wrap}
+small.cp{color:#8a5300;font-family:monospace}td.who{cursor:pointer}
 aside span{color:#555;font-size:11px}#status{color:#888;font-size:11px}.legend{margin:0 0 4px;font-size:11px}
 """
 
 
 ACTIONS_FORM = """<form id="act" onsubmit="return act(event)">Learner <input name="learner" size="14"
-placeholder="name, or * for all"> lesson <input name="lesson" size="4" placeholder="04">
+placeholder="name (click a row)"> <label><input type="checkbox" name="room"> every learner</label>
+lesson <input name="lesson" size="4" placeholder="04">
 <button name="action" value="catchup">Catch up (solutions filled in)</button>
-<button name="action" value="reset">Fresh copy</button> <span id="done"></span>
-<small>the learner's copy is kept in old/</small></form>"""
+<button name="action" value="reset">Fresh copy</button>
+<small>the learner's copy is kept in old/</small><pre id="done"></pre></form>"""
 
 
 def render_page(prefix: str, refresh_s: float, xsrf: str = "", actions: bool = False) -> str:
@@ -350,8 +283,8 @@ const xsrf = {json.dumps(xsrf)};
 async function act(event) {{
   event.preventDefault();
   const form = event.target, done = document.getElementById("done");
-  const body = {{learner: form.learner.value.trim(), lesson: form.lesson.value.trim(),
-                 action: event.submitter.value}};
+  const body = {{learner: form.learner.value, lesson: form.lesson.value.trim(),
+                 room: form.room.checked, action: event.submitter.value}};
   done.textContent = "working...";
   const answer = await fetch({json.dumps(prefix + "action")}, {{method: "POST", credentials: "same-origin",
     redirect: "error", headers: {{"X-XSRFToken": xsrf, "Content-Type": "application/json"}},
@@ -360,6 +293,11 @@ async function act(event) {{
   done.textContent = (said.ok ? "done: " : "refused: ") + said.output;
   return false;
 }}
+document.addEventListener("click", (event) => {{  // a row's name fills the form with its exact characters
+  const row = event.target.closest("td.who") && event.target.closest("tr[data-learner]");
+  const form = document.getElementById("act");
+  if (row && form) {{ form.learner.value = row.dataset.learner; form.room.checked = false; }}
+}});
 async function refresh() {{
   try {{
     const answer = await fetch(url, {{credentials: "same-origin", cache: "no-store", redirect: "error",
@@ -382,7 +320,9 @@ refresh();
 class Room:
     """The learners as the hub lists them and their records, read with the service's token."""
 
-    def __init__(self, api_url: str, token: str, servers_url: str, verify_tls: bool = True, say=print) -> None:
+    def __init__(
+        self, api_url: str, token: str, servers_url: str, verify_tls: bool = True, say=print, homes: Path | None = None
+    ) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.servers_url = servers_url.rstrip("/")
@@ -393,6 +333,9 @@ class Room:
         self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
         self.users, self.users_etag = [], ""  # the hub's last answer to GET /users, and its ETag
         self.retry_at: dict[str, float] = {}  # when to ask again for a record its server refused
+        self.homes = homes  # `make hub`: the learners' homes, where a stopped server's record is read from disk
+        self.on_disk: dict[str, tuple] = {}  # (mtime, size) of each record last read from disk
+        self.seen: dict = {}  # every named mistake seen, and who made it (summarise)
         self.client = None
         self.read_at = 0.0
         self.cached: dict | None = None
@@ -466,6 +409,37 @@ class Room:
             return
         self.note(name, "")
 
+    def read_from_disk(self, name: str) -> None:
+        """A stopped server's record from ``homes/NAME/workspace`` (after a hub restart), when it changed.
+
+        The board runs as root on `make hub`: the file is read only when it is a
+        regular file (no link followed at its name) owned by the learner's home's owner."""
+        if "/" in name or name in (".", "..") or name in self.problems:
+            return
+        path = self.homes / name / "workspace" / RECORD
+        try:
+            handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            self.note(name, f"cannot be read from disk ({err.strerror})")
+            return
+        with os.fdopen(handle, "rb") as file:
+            facts = os.fstat(file.fileno())
+            if self.on_disk.get(name) == (facts.st_mtime_ns, facts.st_size) and name in self.records:
+                return
+            self.on_disk[name] = (facts.st_mtime_ns, facts.st_size)
+            if not stat.S_ISREG(facts.st_mode) or facts.st_uid != os.stat(self.homes / name).st_uid:
+                self.note(name, "not a file of the learner's own")
+                return
+            text = file.read(MAX_RECORD_BYTES + 1)
+        try:
+            self.records[name] = parse_record(text)
+        except RecordError as err:
+            self.note(name, str(err))
+            return
+        self.note(name, "")
+
     def _refused(self, name: str, code: int, said: str) -> None:
         """Note that ``name``'s server gave no record, and why; a refusal (4xx) is not asked again for a while."""
         if 400 <= code < 500:
@@ -493,6 +467,8 @@ class Room:
             state = "running" if server.get("ready") else ("starting" if server.get("pending") else "stopped")
             if state == "running":
                 await self.read_record(name, server["url"])
+            elif self.homes is not None:
+                self.read_from_disk(name)
             found[name] = {
                 "record": self.records.get(name),
                 "server": state,
@@ -507,7 +483,7 @@ class Room:
         """The room's summary, read again when older than ``max_age_s`` (several open boards share one read)."""
         async with self.lock:
             if self.cached is None or time.monotonic() - self.read_at > max_age_s:
-                self.cached = summarise(await self.learners(), time.time())
+                self.cached = summarise(await self.learners(), time.time(), self.seen)
                 self.read_at = time.monotonic()
             return self.cached
 
@@ -528,6 +504,7 @@ def make_app():
         os.environ["JUPYTERHUB_API_TOKEN"],
         os.environ["BOARD_SERVERS_URL"],
         os.environ.get("BOARD_VERIFY_TLS", "1") != "0",
+        homes=Path(os.environ["BOARD_WORKSPACES"]) if os.environ.get("BOARD_WORKSPACES") else None,
     )
     refresh_s = float(os.environ.get("BOARD_REFRESH_S", "2"))
 
@@ -563,8 +540,8 @@ def make_app():
                 *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
             )
             output, _ = await process.communicate()
-            text = " ".join(output.decode(errors="replace").split())
-            self.write(json.dumps({"ok": process.returncode == 0, "output": text[-600:]}))
+            text = output.decode(errors="replace").strip()  # the whole answer: one line per workspace on --room
+            self.write(json.dumps({"ok": process.returncode == 0, "output": text[-MAX_ANSWER:]}))
 
     class Data(HubOAuthenticated, web.RequestHandler):
         @web.authenticated
@@ -592,7 +569,10 @@ def main() -> None:
     where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     make_app().listen(where.port, os.environ.get("BOARD_BIND", where.hostname))
     print(f"board: serving {os.environ.get('JUPYTERHUB_SERVICE_PREFIX')} on {where.hostname}:{where.port}", flush=True)
-    IOLoop.current().start()
+    try:
+        IOLoop.current().start()
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT: a clean exit, not a traceback
+        pass
 
 
 if __name__ == "__main__":

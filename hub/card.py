@@ -66,8 +66,10 @@ def render(found: dict[str, str]) -> str:
     steps = [
         (
             "Sign in",
-            f"Open <b>{e(found['address'])}</b>, type a user name (your own, lower case, the same all day) "
-            f"and the workshop password <b class='pw'>{e(found['password'])}</b>.",
+            f"Open <b>{e(found['address'])}</b>. The first time: a user name (your own, the same all day), "
+            "a password of your own (8 or more characters: only you know it) and, in the second field, the workshop "
+            f"password <b class='pw'>{e(found['password'])}</b>. After that: your name and your own password "
+            "(forgot it? ask the instructor).",
         ),
         (
             "Your lessons",

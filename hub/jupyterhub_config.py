@@ -1,4 +1,4 @@
-"""JupyterHub for a workshop on one machine (`make hub`): one password, one server and workspace per learner.
+"""JupyterHub for a workshop on one machine (`make hub`): one server, workspace and password per learner.
 
 Run as root, each learner's server runs as a system user of their own (hub/users.py);
 without root, as the hub's own user (hub/launch.py asks the instructor to confirm that).
@@ -7,8 +7,9 @@ Settings come from the environment (hub/launch.py fills them in; docs/instructor
 
 - ``HUB_DIR``: the hub's state (database, cookie secret, proxy pid, passwords, the address
   learners open) and the learners' homes (``users/NAME``)
-- ``HUB_PASSWORD``: the workshop password learners type (8+ characters); hub/launch.py keeps
-  it in ``HUB_DIR/password`` (0600) and takes it out of the environment, and this file reads it there
+- ``HUB_PASSWORD``: the workshop password (8+ characters) with which a learner claims a new name
+  (then signing in with a password of their own, hub/signin.py); hub/launch.py keeps it in
+  ``HUB_DIR/password`` (0600) and takes it out of the environment, and this file reads it there
 - ``HUB_ADMIN_PASSWORD``: the instructor's password (32+ characters), kept the same way in
   ``HUB_DIR/admin-password``
 - ``HUB_PUBLIC_URL``: the address learners open, when it is not the hub's own (a TLS proxy in
@@ -24,6 +25,8 @@ Settings come from the environment (hub/launch.py fills them in; docs/instructor
 - ``HUB_ACTIVITY_INTERVAL``: seconds between activity reports to the hub (default 300;
   must stay well below HUB_CULL_TIMEOUT, or a learner at work looks idle)
 - ``HUB_PROFILE``: ``DPCOURSE_PROFILE`` for every learner's kernels (for example ``smoke``)
+- ``DPCOURSE_DATA`` / ``DPCOURSE_DATA_DIR``: passed on to every learner's kernels as set here
+  (dpcourse/data.py: where the data comes from and the folder it is read from)
 - ``HUB_SERVER_ARGS``: extra command-line options for every learner's server (space-separated)
 - ``HUB_GPUS``: GPU ids to hand out round-robin (default: every GPU ``nvidia-smi -L`` lists)
 - ``HUB_BOARD_REFRESH_S``: seconds between the instructor's board refreshes (default 2); the
@@ -93,6 +96,9 @@ def kernel_environment(user_id: int, gpus: list[str]) -> dict[str, str]:
         env["JUPYTERHUB_ACTIVITY_INTERVAL"] = os.environ["HUB_ACTIVITY_INTERVAL"]
     if os.environ.get("HUB_PROFILE"):
         env["DPCOURSE_PROFILE"] = os.environ["HUB_PROFILE"]
+    for name in ("DPCOURSE_DATA", "DPCOURSE_DATA_DIR"):  # e.g. Fashion-MNIST in a folder every learner may read
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[user_id % len(gpus)]
         # Several learners' processes may share a GPU when there are more of
@@ -244,12 +250,14 @@ c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 1}"
 c.ConfigurableHTTPProxy.pid_file = str(HUB_DIR / "proxy.pid")
 
 # -- Who signs in ---------------------------------------------------------------
-# One workshop password for every learner; the instructor signs in as HUB_ADMIN
-# with the longer admin password and gets the admin page (/hub/admin).
-c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = kept_secret("password")
+# Each learner's name is bound to a password of their own at their first sign-in
+# (hub/signin.py); a new name is claimed with the workshop password. The instructor
+# signs in as HUB_ADMIN with the admin password and gets the admin page (/hub/admin).
+c.JupyterHub.authenticator_class = "signin.WorkshopAuthenticator"
+c.WorkshopAuthenticator.workshop_password = kept_secret("password")
 if (HUB_DIR / "admin-password").is_file():
-    c.SharedPasswordAuthenticator.admin_password = kept_secret("admin-password")
+    c.WorkshopAuthenticator.admin_password = kept_secret("admin-password")
+c.WorkshopAuthenticator.dbm_path = str(HUB_DIR / "passwords.dbm")
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True
 # A name its folder cannot be made for is refused at sign-in, with the reason.

@@ -39,6 +39,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pythons import advice, closed_folders  # hub/pythons.py: which Python the learners' users can run
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "hub" / "jupyterhub_config.py"
 PROXY = ROOT / "tools" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -76,34 +78,25 @@ def _secret(env: dict[str, str], name: str, path: Path, length: int) -> tuple[st
     return value, True
 
 
-def closed_folders(paths: list[Path]) -> list[Path]:
-    """The folders among ``paths`` and above them that other users may not enter (no o+x)."""
-    closed: set[Path] = set()
-    for path in paths:
-        for folder in (path, *path.parents):
-            try:
-                mode = os.stat(folder).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
-                closed.add(folder)
-    return sorted(closed)
-
-
 def _separate_users(hub_dir: Path) -> None:
     """As root: the hub's files its own, its folder enterable (for the homes in users/), the course reachable.
 
     Raises:
         LaunchError: a folder the learners' users must pass through is closed to them.
     """
-    needed = [ROOT, Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix), hub_dir.parent]
-    closed = closed_folders(needed)
+    import sysconfig
+
+    python = [Path(sys.executable).resolve(), Path(sys.base_prefix), Path(sysconfig.get_config_var("LIBDIR") or "/")]
+    closed = closed_folders(python)
+    if closed:
+        raise LaunchError(advice(closed))
+    closed = closed_folders([ROOT, Path(sys.prefix), hub_dir.parent])
     if closed:
         names = " ".join(str(p) for p in closed)
         raise LaunchError(
-            f"each learner's server runs as a user of their own, who cannot enter {names} (the course, its Python "
-            f"or HUB_DIR lie below): run `chmod o+x {names}` (others may then open what lies there by name, not "
-            "list it), or put the course and HUB_DIR where every user may enter (e.g. /opt/course)."
+            f"each learner's server runs as a user of their own, who cannot enter {names} (the course or HUB_DIR "
+            f"lie below): put the course and HUB_DIR where every user may enter (e.g. /opt/course), or run "
+            f"`chmod o+x {names}` (others may then open what lies there by name, not list it)."
         )
     for entry in hub_dir.iterdir():  # files an older run left with other modes
         if entry.is_file() and not entry.is_symlink():
@@ -199,7 +192,7 @@ def prepare(environ: dict[str, str] | None = None, euid: int | None = None) -> t
         raise LaunchError("set HUB_SSL_CERT and HUB_SSL_KEY together (the certificate chain and its key, PEM).")
     for name, minimum in (("HUB_PASSWORD", 8), ("HUB_ADMIN_PASSWORD", 32)):
         if env.get(name) and len(env[name]) < minimum:
-            raise LaunchError(f"{name} must have at least {minimum} characters (JupyterHub's shared-password rule).")
+            raise LaunchError(f"{name} must have at least {minimum} characters.")
     try:
         loopback = ipaddress.ip_address(ip).is_loopback
     except ValueError:
@@ -227,7 +220,8 @@ def prepare(environ: dict[str, str] | None = None, euid: int | None = None) -> t
     _write_private(hub_dir / "address", url + "\n")
     admin = env.get("HUB_ADMIN", "instructor")
     lines = [
-        f"hub: learners open {url} and sign in with any user name and the workshop password",
+        f"hub: learners open {url} and sign in with a name and a password of their own, typing the workshop "
+        "password in the second field the first time (it claims the name)",
         f"hub: workshop password{' (new)' if made else ''}: {password}  (kept in {hub_dir / 'password'})",
         f"hub: instructor: user {admin}, password in {hub_dir / 'admin-password'}"
         f"{' (new)' if admin_made else ''}; admin page {url}hub/admin",

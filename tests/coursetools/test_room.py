@@ -20,8 +20,23 @@ def test_board_actions_name_a_known_learner_and_a_lesson_or_are_refused(tmp_path
         "--dir",
         str(tmp_path / "bob" / "workspace"),
     ]
-    everyone = action_command({"action": "reset", "lesson": "05_shard_map", "learner": "*"}, tmp_path, "py")
+    everyone = action_command({"action": "reset", "lesson": "05_shard_map", "room": True}, tmp_path, "py")
     assert everyone[-2:] == ["--room", str(tmp_path)]
+    with pytest.raises(ValueError, match="every learner"):  # * is a name like any other
+        action_command({"action": "reset", "lesson": "04", "learner": "*"}, tmp_path, "py")
+
+
+def test_a_learner_named_star_or_with_look_alike_characters_is_targeted_alone(tmp_path):
+    for name in ("*", "zo\u00eb", "zoe\u0308", "d\u0430na", "dana"):
+        (tmp_path / name / "workspace").mkdir(parents=True)
+    command = action_command({"action": "reset", "lesson": "04", "learner": "*"}, tmp_path, "py")
+    assert command[-2:] == ["--dir", str(tmp_path / "*" / "workspace")]
+    for typed, meant in (("zo\\u00eb", "zo\u00eb"), ("zoe\\u0308", "zoe\u0308"), ("d\\u0430na", "d\u0430na")):
+        command = action_command({"action": "reset", "lesson": "04", "learner": typed}, tmp_path, "py")
+        assert command[-1] == str(tmp_path / meant / "workspace"), typed
+    assert action_command({"action": "reset", "lesson": "04", "learner": "dana"}, tmp_path, "py")[-1].endswith(
+        "/dana/workspace"
+    )
     for bad, said in (
         ({"action": "rm", "lesson": "04", "learner": "bob"}, "catchup or reset"),
         ({"action": "reset", "lesson": "../x", "learner": "bob"}, "as its number"),

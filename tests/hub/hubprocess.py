@@ -200,14 +200,22 @@ def xsrf(session: requests.Session) -> str:
     return ""
 
 
-def login(hub: Hub, user: str, password: str = PASSWORD) -> requests.Session:
-    """A signed-in HTTP session (the hub's login form, with its XSRF token)."""
+def own_password(user: str) -> str:
+    """The password the learner ``user`` chooses at their first sign-in in these tests (hub/signin.py)."""
+    return f"{user}-own-password"
+
+
+def login(hub: Hub, user: str, password: str | None = None, follow: bool = True) -> requests.Session:
+    """A signed-in HTTP session (the hub's login form, with its XSRF token): a learner with their own password
+    (claiming the name with the workshop password the first time), or ``password`` (the instructor's).
+    ``follow=False`` stops at the sign-in's answer (the hub's redirect would start the learner's server)."""
     session = requests.Session()
     session.get(f"{hub.url}/hub/login", timeout=10)
     answer = session.post(
         f"{hub.url}/hub/login?next=",
-        data={"username": user, "password": password, "_xsrf": xsrf(session)},
+        data={"username": user, "password": password or own_password(user), "otp": PASSWORD, "_xsrf": xsrf(session)},
         timeout=60,
+        allow_redirects=follow,
     )
     answer.raise_for_status()
     return session

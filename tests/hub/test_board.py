@@ -137,3 +137,24 @@ def test_the_page_refreshes_itself_from_the_room_fragment():
 @pytest.mark.parametrize("seconds, said", [(None, "-"), (5, "5 s"), (300, "5 min"), (7300, "2 h")])
 def test_activity_is_said_in_the_unit_that_reads(seconds, said):
     assert board.ago(seconds) == said
+
+
+def test_a_mistake_corrected_since_stays_on_the_list():
+    seen: dict = {}
+    wrong = {"ann": {"record": record({"ex03_1": entry("wrong", 2, "whole-array")})}}
+    assert board.summarise(wrong, NOW, seen)["mistakes"][0]["mistake"] == "whole-array"
+    right = {"ann": {"record": record({"ex03_1": entry("correct", 3)})}}
+    kept = board.summarise(right, NOW, seen)["mistakes"]
+    assert [(m["mistake"], m["learners"]) for m in kept] == [("whole-array", 1)]
+    assert board.summarise(right, NOW)["mistakes"] == []  # without the memory, as a single read sees it
+
+
+def test_look_alike_names_are_told_apart_on_the_board():
+    import unicodedata
+
+    names = [unicodedata.normalize("NFC", "zoë"), unicodedata.normalize("NFD", "zoë"), "dana", "d\u0430na"]
+    learners = {n: {"record": record({"ex03_1": entry("correct")})} for n in names}
+    page = board.render_room(board.summarise(learners, NOW))
+    shown = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r'<td class="who">(.*?)</td>', page)]
+    assert len(set(shown)) == 4, shown
+    assert "zo\\xeb" in page and "zoe\\u0308" in page and "d\\u0430na" in page

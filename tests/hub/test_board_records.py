@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from pathlib import Path
 
@@ -125,8 +126,8 @@ def in_thread(make):
 class FakeRoom:
     """A hub's user list and learners' servers (jupyter_server's file manager), and the answers they gave."""
 
-    def __init__(self, homes: Path, names: list[str], refuse: dict | None = None) -> None:
-        self.homes, self.names = homes, names
+    def __init__(self, homes: Path, names: list[str], refuse: dict | None = None, stopped=(), disk=None) -> None:
+        self.homes, self.names, self.stopped, self.disk = homes, names, set(stopped), disk
         self.refuse = refuse or {}  # learner -> (status, message) their server answers instead
         self.answers: list[tuple[str, str, int]] = []  # (learner, "content" or "model", status)
 
@@ -147,7 +148,7 @@ class FakeRoom:
                                 "kind": "user",
                                 "admin": False,
                                 "last_activity": None,
-                                "servers": {"": {"ready": True, "url": f"/user/{n}/"}},
+                                "servers": {} if n in room.stopped else {"": {"ready": True, "url": f"/user/{n}/"}},
                             }
                             for n in room.names
                         ]
@@ -189,6 +190,7 @@ class FakeRoom:
                     "token",
                     f"http://127.0.0.1:{port}",
                     say=lambda s, **_: said.append(s),
+                    homes=self.disk,
                 )
                 return await work(room), said
             finally:
@@ -448,3 +450,41 @@ def test_a_board_action_whose_body_is_not_a_json_object_is_a_400_with_a_sentence
     for code, said in answers[:4]:
         assert code == 400 and said["ok"] is False and said["output"].startswith("The action's body is not"), said
     assert answers[4] == (200, {"ok": False, "output": "the action is catchup or reset"})  # said on the page
+
+    # A room-wide action's answer comes back whole: a line per workspace, 14 of them here (the command stubbed).
+    import coursetools.room
+
+    room_lines = [
+        f"workspace {n:02d}: 05_shard_map.ipynb laid fresh, the learner's copy kept in old/" for n in range(14)
+    ]
+    stub = [sys.executable, "-c", f"print({chr(10).join(room_lines)!r})"]
+    monkeypatch.setattr(coursetools.room, "action_command", lambda body, users, python: stub)
+    ((code, said),) = in_thread(lambda: post_each([b'{"action": "reset", "lesson": "05", "room": true}']))
+    assert code == 200 and said["ok"] and said["output"].splitlines() == room_lines
+
+
+def test_after_a_hub_restart_a_stopped_servers_record_is_read_from_disk_and_only_the_learners_own(tmp_path):
+    """`make hub`: the board has read nothing yet, every server is stopped, the records are in the homes."""
+    import os
+
+    users = tmp_path / "users"
+    for name, content in (("ann", text(GOOD)), ("ben", text(GOOD)), ("cyd", text(GOOD))):
+        (users / name / "workspace").mkdir(parents=True)
+        (users / name / "workspace" / board.RECORD).write_text(content)
+    (users / "ben" / "workspace" / board.RECORD).unlink()
+    (users / "ben" / "workspace" / board.RECORD).symlink_to(users / "ann" / "workspace" / board.RECORD)
+    if os.geteuid() == 0:  # cyd's home is another user's: a record owned by someone else is not theirs
+        os.chown(users / "cyd", 4242, 4242)
+    fake = FakeRoom(users, ["ann", "ben", "cyd"], stopped={"ann", "ben", "cyd"}, disk=users)
+
+    async def work(room):
+        return [await room.summary(max_age_s=0) for _ in range(2)]
+
+    (first, second), said = fake.serve(work)
+    assert fake.answers == []  # no server asked
+    rows = rows_by_name(board.render_room(second))
+    assert "03.1 wrong: whole-array" in rows["ann"] and "stopped" in rows["ann"]
+    assert "record unreadable: cannot be read from disk" in rows["ben"]  # a link is not followed
+    if os.geteuid() == 0:
+        assert "record unreadable: not a file of the learner&#x27;s own" in rows["cyd"]
+    assert len(said) == (2 if os.geteuid() == 0 else 1)  # said once each, not at every refresh

@@ -23,6 +23,8 @@ import importlib.util
 import os
 import re
 import shlex
+import sys
+import types
 from pathlib import Path
 
 import jsonschema
@@ -131,8 +133,10 @@ def test_config_validates_against_the_chart_schema_merged_over_its_defaults():
     defaults = load(chart_file("values.yaml"))
     assert validate(deep_merge(defaults, installed())) == []
     assert validate(deep_merge(defaults, installed(https=True))) == []
-    # Without the board's source (an install command missing --set-file) helm refuses the values.
-    assert any(e.startswith("hub.extraFiles.board") for e in validate(deep_merge(defaults, load(CONFIG))))
+    # Without the board's and the sign-in's sources (an install command missing --set-file) helm refuses the values.
+    errors = validate(deep_merge(defaults, load(CONFIG)))
+    assert any(e.startswith("hub.extraFiles.board") for e in errors)
+    assert any(e.startswith("hub.extraFiles.signin") for e in errors)
 
 
 def test_the_schema_check_can_fail():
@@ -163,9 +167,9 @@ def test_the_documented_values_check_can_fail():
 
 def test_no_password_and_no_token_of_the_hubs_reaches_a_learners_pod(pods):
     values = installed(https=True)
-    shared = values["hub"]["config"]["SharedPasswordAuthenticator"]
+    signin = values["hub"]["config"]["WorkshopAuthenticator"]
     # The command gives both passwords to the hub's config (the chart keeps it in the hub's own Secret) ...
-    assert set(shared.values()) == set(SHELL_VARIABLES.values())
+    assert {signin["workshop_password"], signin["admin_password"]} == set(SHELL_VARIABLES.values())
     # ... and the board's token is the chart's to make (kept there too): none is given to it here.
     assert not any("token" in key.lower() for key in values["hub"]["services"]["board"])
     learners = yaml.safe_dump(values["singleuser"])
@@ -185,8 +189,8 @@ def test_never_an_open_http_endpoint():
     config, https = load(CONFIG), load(HTTPS)
     assert config["proxy"]["service"]["type"] == "ClusterIP", "the default is port-forward only"
     assert https["proxy"]["https"]["enabled"] is True and https["proxy"]["https"]["type"] == "letsencrypt"
-    assert config["hub"]["config"]["JupyterHub"]["authenticator_class"] == "shared-password"
-    assert "user_password" not in str(config), "the password is given at install time, never committed"
+    assert config["hub"]["config"]["JupyterHub"]["authenticator_class"] == "signin.WorkshopAuthenticator"
+    assert "_password" not in str(config), "the passwords are given at install time, never committed"
 
 
 def kubespawner_config(values: dict):
@@ -377,7 +381,11 @@ def test_the_board_service_runs_the_mounted_file_on_the_port_the_proxy_may_reach
     assert rule["ports"] == [{"port": port}]
     assert rule["from"][0]["podSelector"]["matchLabels"]["component"] == "proxy"
     assert service["environment"]["BOARD_BIND"] == "0.0.0.0"  # the url's host is the Service's address
-    assert installed()["hub"]["extraFiles"]["board"]["stringData"] == (ROOT / "hub" / "board.py").read_text()
+    files = installed()["hub"]["extraFiles"]
+    assert files["board"]["stringData"] == (ROOT / "hub" / "board.py").read_text()
+    # board.py imports records.py from its own folder.
+    assert files["records"]["stringData"] == (ROOT / "hub" / "records.py").read_text()
+    assert Path(files["records"]["mountPath"]).parent == Path(files["board"]["mountPath"]).parent
 
 
 def test_only_the_instructor_holds_the_boards_viewer_role_and_the_scopes_are_make_hubs():
@@ -406,7 +414,7 @@ def test_learners_record_progress_where_the_board_reads_it():
     assert single["extraEnv"]["DPCOURSE_WORKSPACE"] == workspace == "/home/jovyan/workspace"
 
 
-def test_the_gpu_sharing_is_set_in_terraform_and_the_hub_and_read_everywhere_else():
+def test_the_gpu_sharing_is_set_in_terraform_and_the_hub_and_read_everywhere_else(monkeypatch):
     strategy, clients = tfvar_default("gpu_sharing_strategy"), tfvar_default("max_shared_clients_per_gpu")
     example = (ROOT / "terraform" / "terraform.tfvars.example").read_text()
     assert not re.search(r"^(gpu_sharing_strategy|max_shared_clients_per_gpu)\s*=", example, re.M), (
@@ -414,6 +422,7 @@ def test_the_gpu_sharing_is_set_in_terraform_and_the_hub_and_read_everywhere_els
     )
     spec = importlib.util.spec_from_file_location("plan_workshop", ROOT / "tools" / "plan_workshop.py")
     plan = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, plan)  # its dataclasses look their module up there
     spec.loader.exec_module(plan)
     assert plan.gpu_sharing() == (strategy.lower().replace("_", "-"), clients)
     plan_text = (ROOT / "tools" / "plan_workshop.py").read_text()
@@ -435,3 +444,39 @@ def test_a_learners_terminal_on_gke_finds_the_course_with_python():
     assert "venv" not in dockerfile and not re.search(r"^ENV PATH", dockerfile, re.M)
     assert "pip install --no-deps -e ." in dockerfile and "coursetools-repo.pth" in dockerfile
     assert "COPY coursetools ./coursetools" in dockerfile
+
+
+def test_on_gke_a_taken_name_is_refused_with_the_workshop_password(tmp_path, monkeypatch):
+    """The two-browser case on the values helm installs: the hub's sign-in as the chart would load it."""
+    from traitlets.config import Config
+
+    hub = installed(https=True)["hub"]
+    assert hub["config"]["JupyterHub"]["authenticator_class"] == "signin.WorkshopAuthenticator"
+    mounted = hub["extraFiles"]["signin"]
+    # The chart puts the folder of its jupyterhub_config.py on the hub's Python path: `signin` imports from there.
+    assert mounted["mountPath"] == "/usr/local/etc/jupyterhub/signin.py"
+    assert mounted["stringData"] == (ROOT / "hub" / "signin.py").read_text()
+    module = types.ModuleType("signin")
+    exec(compile(mounted["stringData"], mounted["mountPath"], "exec"), module.__dict__)
+    fast = module.bcrypt.gensalt
+    monkeypatch.setattr(module.bcrypt, "gensalt", lambda: fast(4))  # the fewest rounds: the hashes, not their cost
+    config = Config(copy.deepcopy(hub["config"]))
+    assert config.WorkshopAuthenticator.dbm_path.startswith("/srv/jupyterhub/")  # the hub's own disk
+    config.WorkshopAuthenticator.dbm_path = str(tmp_path / "passwords.dbm")
+    auth = module.WorkshopAuthenticator(config=config)
+    workshop, instructor = SHELL_VARIABLES["WORKSHOP_PASSWORD"], SHELL_VARIABLES["INSTRUCTOR_PASSWORD"]
+
+    def sign_in(name: str, password: str, second_field: str = "") -> str | None:
+        handler = types.SimpleNamespace(custom_login_error="")
+        form = {"username": name, "password": password, "otp": second_field}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # beside Playwright's loop
+            return pool.submit(asyncio.run, auth.authenticate(handler, form)).result()
+
+    assert sign_in("eli", "eli's own password", workshop) == "eli"
+    assert sign_in("eli", workshop, workshop) is None and sign_in("Eli", workshop, workshop) is None
+    assert sign_in("Eli", "eli's own password") == "eli"
+    assert sign_in("instructor", instructor) == "instructor" and sign_in("instructor", workshop, workshop) is None
+    # A forgotten password: "Delete user" on the admin page forgets it and keeps the learner's disk.
+    assert hub["config"]["KubeSpawner"]["delete_pvc"] is False
+    auth.delete_user(types.SimpleNamespace(name="eli"))
+    assert sign_in("eli", "eli's new password", workshop) == "eli"

@@ -2,7 +2,8 @@
 
 One real JupyterHub from hub/launch.py on 127.0.0.1 (ports HUB_TEST_PORT to +11, 8900-8911 by default), the
 smoke profile, a 60 s idle timeout. Learners alice and bob sign in with the
-workshop password in their own browser contexts, get their own servers and
+workshop password, each choosing a password of their own, in their own browser contexts; a second
+browser typing alice's name (or ``Alice``) and the workshop password is refused. They get their own servers and
 workspaces, and run lesson 02 at the same time; neither can open the other's
 server or files (403) and an edit of one does not reach the other. Run as
 root, each is a system user of their own: alice's kernel can read none of
@@ -10,7 +11,8 @@ the hub's files, nothing of bob's (nor write there), and no environment of a
 process that is not hers, and no process of the hub holds a password in its
 environment. The reset command the room card prints works in alice's
 terminal. carol starts a server and leaves it idle until the culler stops
-it; the instructor has the admin page and learners do not; SIGINT stops
+it; the instructor has the admin page and learners do not, and deleting a learner there lets them claim
+their name again with a new password (a forgotten one); SIGINT stops
 everything, leaving no process and no port. Timings go to
 results/hub/timings.json.
 """
@@ -26,7 +28,19 @@ import time
 from pathlib import Path
 
 import pytest
-from hubprocess import ADMIN_PASSWORD, AS_ROOT, PASSWORD, ROOT, descendants, hub_api, login, start_hub
+import requests
+from hubprocess import (
+    ADMIN_PASSWORD,
+    AS_ROOT,
+    PASSWORD,
+    ROOT,
+    descendants,
+    hub_api,
+    login,
+    own_password,
+    start_hub,
+    xsrf,
+)
 from labpage import kernel_execute, notebook_text, run_all_from_menu, wait_for_kernel, wait_for_lab, wait_until_run
 
 LESSON = "02_baseline.ipynb"
@@ -36,11 +50,12 @@ CULL_TIMEOUT_S = 60
 LESSON_TIMEOUT_S = 240
 
 
-def sign_in(page, hub, user: str, password: str) -> None:
-    """The hub's login form, typed in."""
+def sign_in(page, hub, user: str, password: str, workshop: str = "") -> None:
+    """The hub's login form, typed in: the name, a password, and the workshop password (a new name's second field)."""
     page.goto(f"{hub.url}/hub/login")
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", password)
+    page.fill("input[name=otp]", workshop)
     page.click("#login_submit")
     page.wait_for_load_state()
 
@@ -76,7 +91,7 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.set_default_timeout(90_000)
         pages[user] = context.new_page()
-        sign_in(pages[user], hub, user, "room-test-password")
+        sign_in(pages[user], hub, user, own_password(user), PASSWORD)  # claims the name
 
     # Both servers start at once; each learner lands in the lab on lesson 02 of their own workspace.
     started = {}
@@ -122,10 +137,29 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
         assert page.goto(f"{hub.url}/user/{other}/lab").status == 403
         page.goto(f"{hub.url}/user/{me}/lab/tree/{LESSON}")  # back to work (keeps the server active)
 
+    # A second browser with alice's name (and its upper case) and the workshop password is refused, said why.
+    refused_from = time.monotonic()
+    intruder = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    for name in ("alice", "Alice"):
+        sign_in(intruder, hub, name, PASSWORD, PASSWORD)
+        assert "/hub/login" in intruder.url and "The name 'alice' is taken" in intruder.inner_text("body")
+    intruder.goto(f"{hub.url}/user/alice/lab")
+    assert "/hub/login" in intruder.url, "a refused sign-in reached alice's server"
+    intruder.context.close()
+    hub.timings["two_refused_sign_ins_s"] = round(time.monotonic() - refused_from, 1)
+
     # The instructor has the admin view; a learner does not.
     instructor = login(hub, "instructor", ADMIN_PASSWORD)
     assert instructor.get(f"{hub.url}/hub/admin", timeout=30).status_code == 200
     assert alice.request.get(f"{hub.url}/hub/admin").status == 403
+    # A forgotten password: the instructor deletes the user (the admin page's "Delete user" calls this), which
+    # forgets the password; the learner claims the name again with a new one, and the old one opens nothing.
+    assert hub_api(login(hub, "dora", follow=False), hub, "/user").json()["name"] == "dora"
+    gone = instructor.delete(f"{hub.url}/hub/api/users/dora", headers={"X-XSRFToken": xsrf(instructor)}, timeout=30)
+    assert gone.status_code == 204, gone.text
+    assert hub_api(login(hub, "dora", "dora-new-password", follow=False), hub, "/user").json()["name"] == "dora"
+    with pytest.raises(requests.HTTPError, match="403"):  # the hub answers a refused sign-in with 403
+        login(hub, "dora", follow=False)
 
     # The culler stops carol's idle server; the working learners keep theirs.
     deadline = time.monotonic() + CULL_TIMEOUT_S + 60

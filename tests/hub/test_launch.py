@@ -87,8 +87,10 @@ def test_config_never_open_and_culler_scoped(monkeypatch, tmp_path):
     ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
     c = ns["c"]
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000"
-    assert c.JupyterHub.authenticator_class == "shared-password"
-    assert c.SharedPasswordAuthenticator.user_password == "long-enough-1"
+    # Each learner's own password (hub/signin.py); the workshop password only claims a new name.
+    assert c.JupyterHub.authenticator_class == "signin.WorkshopAuthenticator"
+    assert c.WorkshopAuthenticator.workshop_password == "long-enough-1"
+    assert c.WorkshopAuthenticator.dbm_path == str(tmp_path / "passwords.dbm")
     assert c.Authenticator.admin_users == {"instructor"}
     roles = {role["name"]: role for role in c.JupyterHub.load_roles}
     assert sorted(roles) == ["board", "board-viewer", "idle-culler"]

@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from hubprocess import ADMIN_PASSWORD, PASSWORD, ROOT, hub_api, login, start_hub, xsrf
+from hubprocess import ADMIN_PASSWORD, PASSWORD, ROOT, hub_api, login, own_password, start_hub, xsrf
 from labpage import kernel_execute, wait_for_kernel, wait_for_lab
 from test_hub_room import sign_in
 
@@ -86,11 +86,15 @@ def workspace_command(*args: str) -> subprocess.CompletedProcess:
 def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(room, browser):
     hub = room
     pages = {}
-    for user, password in (("alice", PASSWORD), ("bob", PASSWORD), ("instructor", ADMIN_PASSWORD)):
+    for user, password in (
+        ("alice", own_password("alice")),
+        ("bob", own_password("bob")),
+        ("instructor", ADMIN_PASSWORD),
+    ):
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         context.set_default_timeout(90_000)
         pages[user] = context.new_page()
-        sign_in(pages[user], hub, user, password)
+        sign_in(pages[user], hub, user, password, PASSWORD)
     alice, bob, instructor = pages["alice"], pages["bob"], pages["instructor"]
     for user in ("alice", "bob"):
         pages[user].goto(f"{hub.url}/user/{user}/lab/tree/{LESSON}")
