@@ -241,8 +241,24 @@ def _run_entry(path: Path, lessons: list[str]) -> dict:
         "commit": payload.get("commit"),
         "machine": payload["machine"],
         "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
-        "notebooks": {nb["notebook"]: {"wall_s": nb["wall_s"], "status": nb["status"]} for nb in payload["notebooks"]},
+        "notebooks": {nb["notebook"]: _notebook_entry(nb, payload) for nb in payload["notebooks"]},
     }
+
+
+TIMED_PART = "timed_part"  # a lesson's record saying which part of it ran, where it skipped some (dpcourse.record)
+
+
+def _notebook_entry(nb: dict, payload: dict) -> dict:
+    """A notebook's time and status, and which part of it ran when it said so (a skipped section: no TCP)."""
+    entry = {"wall_s": nb["wall_s"], "status": nb["status"]}
+    said = [
+        r["value"]
+        for r in payload.get("records", [])
+        if r.get("metric") == TIMED_PART and r.get("notebook") == nb["notebook"] and isinstance(r.get("value"), str)
+    ]
+    if said:
+        entry["timed"] = said[-1]
+    return entry
 
 
 def _accelerator(machine: dict) -> str | None:
@@ -351,6 +367,7 @@ def time_line(notebook: str, record: dict) -> str:
             continue
         if nb["status"] == "passed":
             part = f"{time_bucket(nb['wall_s'])} with `{run['profile']}`"
+            part += f" ({nb['timed']})" if nb.get("timed") else ""  # what it timed, where it skipped a part
         else:  # a lesson that stopped says nothing of how long a whole run takes
             part = f"{nb['status']} with `{run['profile']}` after {nb['wall_s']:.0f}\u00a0s"  # no break before s
         by_machine.setdefault(_machine_words(run["machine"]), []).append(part)

@@ -337,8 +337,6 @@ def check_args(args: argparse.Namespace, n_processes: int | None = None) -> str 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dpcourse.multihost.elastic [options]``: one process of notebook 13's runs."""
-    _parent.follow_parent()  # the launcher killed (a notebook's kernel): this process ends too
-    _preemption.hold_early_notice()  # a SIGTERM before JAX listens is passed on once it does
     from dpcourse import config as _config
 
     parser = argparse.ArgumentParser(prog="python -m dpcourse.multihost.elastic", description=__doc__.splitlines()[0])
@@ -363,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    _parent.follow_parent()  # the launcher killed (a notebook's kernel): this process ends too
+    _preemption.hold_early_notice()  # a SIGTERM before JAX listens is passed on once it does
     pid_text = os.environ.get(PROCESS_ID_ENV, "")
     events = Events(args.out, int(pid_text) if pid_text.strip().isdigit() else 0)
     events("started")  # the first moment this process can report: the launcher's silence bound starts here

@@ -327,7 +327,7 @@ def run_local(
         finally:
             # SIGKILL at once: a SIGTERM would reach JAX's preemption handler, and the processes would save a step
             # nobody asked for (the launcher's own end is no preemption).
-            reaper.end_all(procs, grace_s=0.0)
+            reaper.end_all(procs, grace_s=0.0, kill=_sigkill)
             ended_t = time.time()
             texts = {}
             for i, f in logs.items():
@@ -359,6 +359,11 @@ def run_local(
     if interrupted:
         raise RunInterrupted(ending(run)) from None
     return run
+
+
+def _sigkill(pgid: int, _signal: int) -> None:
+    """``os.killpg`` that always sends SIGKILL (the reaper's first SIGTERM would read as a preemption notice)."""
+    os.killpg(pgid, signal.SIGKILL)
 
 
 def _higher(a: float | None, b: float | None) -> float | None:
