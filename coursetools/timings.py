@@ -1,16 +1,12 @@
 """Measured times, written into the lessons and the README from a committed record: ``python -m coursetools timings``.
 
-Every course run's ``results.json`` holds each notebook's wall time, the
-machine (CPU, cores, memory), its load average at the start and end, and
-the course commit (:func:`machine_info`, filled in by the runner).
-``python -m coursetools timings --update RESULTS.json ...`` copies those
-figures into ``baselines/timings.json`` (the committed record) and writes
-from it each lesson's ``**Time.**`` line and the README's block between
-``<!-- timings:begin -->`` and ``<!-- timings:end -->``;
-``--make-test-seconds S`` adds a measured ``make test`` time.
-``--check`` (and tests/coursetools/test_timings.py) fails when a lesson or the README
-says anything else than the record, so the text cannot drift from what
-was measured.
+Every course run's ``results.json`` holds each notebook's wall time, the machine (CPU, cores, memory), its load
+average at the start and end, and the course commit (:func:`machine_info`, filled in by the runner).
+``python -m coursetools timings --update RESULTS.json ...`` copies those figures (and the part of a lesson that ran,
+where it recorded one: ``timed_part``) into ``baselines/timings.json`` (the committed record) and writes from it each
+lesson's ``**Time.**`` line and the README's block between ``<!-- timings:begin -->`` and ``<!-- timings:end -->``;
+``--make-test-seconds S`` adds a measured ``make test`` time. ``--check`` (and tests/coursetools/test_timings.py)
+fails when a lesson or the README says anything else than the record, so the text cannot drift from what was measured.
 """
 
 from __future__ import annotations
@@ -209,6 +205,12 @@ def read_results(path: Path) -> dict:
 LESSON_CPU_DEVICES = 8  # the lessons' own simulated CPU devices (dpcourse.devices.setup_devices' default)
 
 
+def _entry(payload: dict, nb: dict) -> dict:  # its time, status, and the part that ran (``timed_part``), if recorded
+    mine = [r for r in payload.get("records", []) if r.get("notebook") == nb["notebook"]]
+    said = [str(r["value"]) for r in mine if r.get("metric") == "timed_part"]
+    return {"wall_s": nb["wall_s"], "status": nb["status"], **({"timed": said[-1]} if said else {})}
+
+
 def _run_entry(path: Path, lessons: list[str]) -> dict:
     """What the record keeps of the run at ``path``: a run of the course's ``lessons`` as a learner runs them.
 
@@ -241,24 +243,8 @@ def _run_entry(path: Path, lessons: list[str]) -> dict:
         "commit": payload.get("commit"),
         "machine": payload["machine"],
         "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
-        "notebooks": {nb["notebook"]: _notebook_entry(nb, payload) for nb in payload["notebooks"]},
+        "notebooks": {nb["notebook"]: _entry(payload, nb) for nb in payload["notebooks"]},
     }
-
-
-TIMED_PART = "timed_part"  # a lesson's record saying which part of it ran, where it skipped some (dpcourse.record)
-
-
-def _notebook_entry(nb: dict, payload: dict) -> dict:
-    """A notebook's time and status, and which part of it ran when it said so (a skipped section: no TCP)."""
-    entry = {"wall_s": nb["wall_s"], "status": nb["status"]}
-    said = [
-        r["value"]
-        for r in payload.get("records", [])
-        if r.get("metric") == TIMED_PART and r.get("notebook") == nb["notebook"] and isinstance(r.get("value"), str)
-    ]
-    if said:
-        entry["timed"] = said[-1]
-    return entry
 
 
 def _accelerator(machine: dict) -> str | None:
@@ -366,8 +352,8 @@ def time_line(notebook: str, record: dict) -> str:
         if nb is None:
             continue
         if nb["status"] == "passed":
-            part = f"{time_bucket(nb['wall_s'])} with `{run['profile']}`"
-            part += f" ({nb['timed']})" if nb.get("timed") else ""  # what it timed, where it skipped a part
+            timed = f" ({nb['timed']})" if nb.get("timed") else ""  # the part of it that ran, where it skipped some
+            part = f"{time_bucket(nb['wall_s'])} with `{run['profile']}`{timed}"
         else:  # a lesson that stopped says nothing of how long a whole run takes
             part = f"{nb['status']} with `{run['profile']}` after {nb['wall_s']:.0f}\u00a0s"  # no break before s
         by_machine.setdefault(_machine_words(run["machine"]), []).append(part)

@@ -39,7 +39,7 @@ PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
 LOSE_AT = 4  # section 2: the last process is lost (SIGKILL) at this step
 LEAVE_AT = 8  # section 2: the survivors save here and leave; every process restarts from it
 HEARTBEAT_TIMEOUT_S = 3  # seconds without a heartbeat before a process is called dead
-STALL_S = 10.0  # the launcher ends a run in which no process reported anything for this long
+STALL_S = 10.0  # the launcher ends a run silent this long in a step (joining, compiling: longer)
 LAUNCH_TIMEOUT_S = 120.0  # each run ends (every process) past this
 
 # %%
@@ -126,6 +126,13 @@ if no_tcp:
 #         return PREEMPTED_EXIT_CODE   # 143
 #     ...                              # the step
 # ```
+#
+# JAX counts from 0 in a fresh process, and a notice that spreads before a
+# process first asks is agreed at step 1: a restarted run, resumed at step
+# 12, would never reach it. So each process tells the service the step it
+# resumes from right after joining, before the restore
+# (`dpcourse.multihost.preemption.ask_from`): a notice during the start-up
+# or the restore is then agreed at a step the run reaches.
 #
 # The launcher sends SIGTERM to process 1 once it reported step
 # `PREEMPT_AFTER`; then the same command runs again, resumes, and

@@ -447,3 +447,17 @@ def test_the_readme_names_the_lessons_that_did_not_run_to_the_end():
     }
     block = timings.readme_block({"runs": [run]})
     assert "50 s of notebook time for 2 notebooks, 1 of them not to the end (11_x failed) (" in block
+
+
+def test_a_lesson_that_ran_a_part_of_itself_says_which_in_its_time_line(tmp_path):
+    """Lesson 13 on a host that opens no TCP socket runs section 4 alone: its time is that part's, and says so."""
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"06_model": 20.0, "05_shard_map": 10.0})
+    payload = json.loads(path.read_text())
+    note = {"metric": "timed_part", "value": "section 4 alone: no TCP", "notebook": "06_model", "unit": "note"}
+    path.write_text(json.dumps({**payload, "records": [*payload.get("records", []), note]}))
+    timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
+    run = json.loads((tmp_path / "timings.json").read_text())["runs"][0]
+    assert run["notebooks"]["06_model"]["timed"] == "section 4 alone: no TCP"
+    assert "timed" not in run["notebooks"]["05_shard_map"]
+    assert "under 30 s with `smoke` (section 4 alone: no TCP), on" in (lessons / "06_model.py").read_text()
