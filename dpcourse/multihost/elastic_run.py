@@ -40,7 +40,7 @@ from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 # What a process prints when JAX ends it because the coordination service went away with process 0.
 COORDINATOR_GONE = "Terminating process because the JAX distributed service detected fatal errors"
 JOIN_S = 60.0  # after "started": importing JAX (seconds on a loaded machine), then JAX's own bound on the join
-COMPILE_S = 60.0  # after joining: the data, a restore and the first compile (a loaded 2-core machine: tens of s)
+COMPILE_S = 60.0  # each of: the imports and data, a restore, a compile (a loaded 2-core machine: tens of s each)
 SAVE_S = 60.0  # a save at the agreed step: Orbax's barrier waits this long (dpcourse.checkpoints SAVE_BARRIER_S)
 PREEMPT_CUES = ("step", "restore")  # the notice goes after a step, or as the process starts restoring
 
@@ -382,8 +382,8 @@ def silence_bound(last: dict | None, plan: dict) -> tuple[str, float | None]:
 
     The bound starts at the first moment a process can report (its
     ``started`` event) and grows with what it waits for: importing JAX and
-    joining (:data:`JOIN_S` beyond JAX's own bound on the join), the data, a
-    restore and the first compile (:data:`COMPILE_S`), a save
+    joining (:data:`JOIN_S` beyond JAX's own bound on the join), the imports
+    and the data, a restore, a compile (:data:`COMPILE_S` each), a save
     (:data:`SAVE_S`), the liveness barrier of a recoverable run (up to a
     heartbeat timeout, and the coordination service's check once a second),
     a step's all-reduce (``stall_s``). None: no bound but the run's
@@ -395,8 +395,10 @@ def silence_bound(last: dict | None, plan: dict) -> tuple[str, float | None]:
         return "starting Python", None
     if name == "started":
         return "importing JAX and joining the others", JOIN_S + min(60, plan["timeout_s"])
-    if name in ("joined", "restoring", "resumed", "compiling", "live"):
-        return "loading the data, restoring or compiling", max(stall, COMPILE_S)
+    if name == "joined":
+        return "importing Orbax and loading the data", max(stall, COMPILE_S)
+    if name in ("loaded", "restoring", "resumed", "compiling", "live"):
+        return "restoring or compiling", max(stall, COMPILE_S)
     if name == "sync point":
         return "saving the agreed step", max(stall, SAVE_S)
     if name == "step" and plan["recoverable"]:

@@ -158,7 +158,7 @@ def test_each_ending_is_decided_from_what_happened():
 def test_a_run_a_busy_machine_stopped_says_so_and_that_a_rerun_will_do():
     busy = _run({0: -9, 1: -9}, {0: [_e("joined", 1.0)], 1: [_e("started", 1.0)]}, stalled=True, steps=())
     busy.load, busy.cores = 9.3, 2
-    busy.waited = {0: "loading the data, restoring or compiling (bound 60 s)"}
+    busy.waited = {0: "importing Orbax and loading the data (bound 60 s)"}
     said = elastic_run.ending(busy)
     assert said.startswith("The machine was too busy for this run (load average 9.3 on 2 cores): it went silent")
     assert said.endswith("nothing is wrong with the run: run the cell again, when fewer programs run.")
@@ -170,8 +170,10 @@ def test_a_run_a_busy_machine_stopped_says_so_and_that_a_rerun_will_do():
 def test_the_silence_bound_starts_at_the_first_report_and_grows_with_what_a_process_waits_for():
     plan = dict(stall_s=10.0, timeout_s=120.0, recoverable=True, heartbeat_timeout_s=60)
     assert elastic_run.silence_bound(None, plan)[1] is None  # Python still starting: only the run's limit
-    bounds = {name: elastic_run.silence_bound({"event": name}, plan)[1] for name in ("started", "compiling", "alive")}
-    assert bounds["started"] > bounds["compiling"] >= elastic_run.COMPILE_S > bounds["alive"] == 10.0
+    names = ("started", "joined", "loaded", "compiling", "alive")
+    bounds = {name: elastic_run.silence_bound({"event": name}, plan)[1] for name in names}
+    assert bounds["started"] > bounds["joined"] == bounds["loaded"] == bounds["compiling"] == elastic_run.COMPILE_S
+    assert bounds["compiling"] > bounds["alive"] == 10.0
     # Between steps a recoverable run waits in the liveness barrier: up to a heartbeat timeout and the second
     # the service takes to look, so a long HEARTBEAT_TIMEOUT_S does not make a kill look like a hang.
     assert elastic_run.silence_bound({"event": "step"}, plan)[1] == 10.0 + 60 + 1
