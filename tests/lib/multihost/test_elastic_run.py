@@ -81,8 +81,7 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
         "smoke", STEPS, BATCH, cpu_devices, 2, cpu_devices[:1], data_source="synthetic"
     )
     assert max_abs_diff(reference, rejoined.params) <= TOL
-    unchanged = elastic.reference_params("smoke", STEPS, BATCH, cpu_devices, data_source="synthetic")
-    assert max_abs_diff(unchanged, rejoined.params) <= TOL  # the same global batch: the same training
+    # The same global batch over fewer devices is the same training: tests/lib/multihost/test_elastic.py.
     again = elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path, **COMMON)  # a finished run, run again
     assert again.exit_codes == {0: 0, 1: 0} and again.first("resumed")["step"] == STEPS, elastic_run.ending(again)
     assert "without training a step: the checkpoint folder" in elastic_run.ending(again)
