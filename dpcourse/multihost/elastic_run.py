@@ -60,10 +60,6 @@ class CheckpointLeftover(RunRefused):
     """The checkpoint folder holds an earlier run's steps, past the cue this run was given."""
 
 
-class RunInterrupted(_OneSentence, KeyboardInterrupt):
-    """The run was interrupted (the stop button, Ctrl-C); every process was ended. The message says where things are."""
-
-
 class RunEndedEarly(_OneSentence, RuntimeError):
     """The run ended before what a lesson's section needs from it; the message is :func:`ending`'s sentence."""
 
@@ -267,7 +263,8 @@ def run_local(
             a batch the processes cannot split, ...); CheckpointLeftover: ``checkpoint_dir`` holds an earlier
             run's step past this run's cue. Both before anything starts; both are ValueErrors.
         TcpUnavailable: this machine lets no process open a TCP socket (checked before anything starts).
-        RunInterrupted: the run was interrupted; every process was ended first (a KeyboardInterrupt).
+        KeyboardInterrupt: the run was interrupted; every process was ended first, and the message says so
+            (a notebook shows that sentence alone).
     """
     plan = dict(
         n_processes=n_processes, steps=steps, global_batch=global_batch, checkpoint_dir=checkpoint_dir,
@@ -357,7 +354,10 @@ def run_local(
             interrupted=interrupted,
         )
     if interrupted:
-        raise RunInterrupted(ending(run)) from None
+        # Still a KeyboardInterrupt by name (notebook runners report an interrupted run by it), shown as its sentence.
+        stop = KeyboardInterrupt(ending(run))
+        stop._render_traceback_ = lambda: [f"KeyboardInterrupt: {stop}"]
+        raise stop from None
     return run
 
 
