@@ -1,18 +1,14 @@
 """Measured times, written into the lessons and the README from a committed record: ``python -m coursetools timings``.
 
-Every course run's ``results.json`` holds each notebook's wall time, the
-machine (CPU, cores, memory), its load average at the start and end, and
-the course commit (:func:`coursetools.machine.machine_info`, filled in by the runner).
-``python -m coursetools timings --update RESULTS.json ...`` copies those
-figures into ``baselines/timings.json`` (the committed record), refusing a
-run measured on a machine too busy to time it (``--allow-busy`` records it
-all the same, :func:`coursetools.machine.busy_sentence`), and writes
-from it each lesson's ``**Time.**`` line and the README's block between
-``<!-- timings:begin -->`` and ``<!-- timings:end -->``;
-``--make-test-seconds S`` adds a measured ``make test`` time.
-``--check`` (and tests/coursetools/test_timings.py) fails when a lesson or the README
-says anything else than the record, so the text cannot drift from what
-was measured.
+Every course run's ``results.json`` holds each notebook's wall time, the machine (CPU, cores, memory), its load
+average at the start and end, and the course commit (:func:`coursetools.machine.machine_info`, filled in by the
+runner). ``python -m coursetools timings --update RESULTS.json ...`` copies those figures (and the part of a lesson
+that ran, where it recorded one: ``timed_part``) into ``baselines/timings.json`` (the committed record), refusing a
+run measured on a machine too busy to time it (``--allow-busy`` records it all the same,
+:func:`coursetools.machine.busy_sentence`), and writes from it each lesson's ``**Time.**`` line and the README's
+block between ``<!-- timings:begin -->`` and ``<!-- timings:end -->``; ``--make-test-seconds S`` adds a measured
+``make test`` time. ``--check`` (and tests/coursetools/test_timings.py) fails when a lesson or the README says
+anything else than the record, so the text cannot drift from what was measured.
 """
 
 from __future__ import annotations
@@ -153,6 +149,30 @@ def read_results(path: Path) -> dict:
 LESSON_CPU_DEVICES = 8  # the lessons' own simulated CPU devices (dpcourse.devices.setup_devices' default)
 
 
+def _entry(payload: dict, nb: dict) -> dict:
+    """A lesson's time and status, and what ran where it was not the run's own profile on its accelerator.
+
+    ``timed`` is the part the lesson recorded it ran (``timed_part``), else, on a GPU or TPU host whose
+    lesson recorded its figures on CPU devices alone (a multi-device lesson on one chip), that it ran on
+    simulated CPU devices, with ``profile`` the profile it fell back to: a Time line never credits the
+    chip with a CPU run.
+    """
+    mine = [r for r in payload.get("records", []) if r.get("notebook") == nb["notebook"]]
+    said = [str(r["value"]) for r in mine if r.get("metric") == "timed_part"]
+    entry = {"wall_s": nb["wall_s"], "status": nb["status"]}
+    where = [r for r in mine if r.get("backend")]
+    on_accelerator = payload["machine"].get("gpus") or payload["machine"].get("tpus")
+    if said:
+        entry["timed"] = said[-1]
+    elif on_accelerator and where and all(r["backend"] == "cpu" for r in where):
+        count = max(int(r.get("device_count") or 0) for r in where)
+        profiles = sorted({r.get("profile") for r in where if r.get("profile")})
+        entry["timed"] = f"on {count} simulated CPU devices"
+        if len(profiles) == 1 and profiles != [payload["profile"]]:  # the lesson fell back to another profile
+            entry["profile"] = profiles[0]
+    return entry
+
+
 def _run_entry(path: Path, lessons: list[str], allow_busy: bool = False) -> dict:
     """What the record keeps of the run at ``path``: a run of the course's ``lessons`` as a learner runs them.
 
@@ -190,7 +210,7 @@ def _run_entry(path: Path, lessons: list[str], allow_busy: bool = False) -> dict
         "commit": payload.get("commit"),
         "machine": payload["machine"],
         "jax": sorted({r["jax_version"] for r in payload.get("records", []) if r.get("jax_version")}),
-        "notebooks": {nb["notebook"]: {"wall_s": nb["wall_s"], "status": nb["status"]} for nb in payload["notebooks"]},
+        "notebooks": {nb["notebook"]: _entry(payload, nb) for nb in payload["notebooks"]},
     }
 
 
@@ -299,7 +319,8 @@ def time_line(notebook: str, record: dict) -> str:
         if nb is None:
             continue
         if nb["status"] == "passed":
-            part = f"{time_bucket(nb['wall_s'])} with `{run['profile']}`"
+            timed = f" ({nb['timed']})" if nb.get("timed") else ""  # the part of it that ran, where it skipped some
+            part = f"{time_bucket(nb['wall_s'])} with `{nb.get('profile', run['profile'])}`{timed}"
         else:  # a lesson that stopped says nothing of how long a whole run takes
             part = f"{nb['status']} with `{run['profile']}` after {nb['wall_s']:.0f}\u00a0s"  # no break before s
         by_machine.setdefault(_machine_words(run["machine"]), []).append(part)

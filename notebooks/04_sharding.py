@@ -20,8 +20,9 @@
 # **Assumes.** Notebooks 02 (the step) and 03 (mesh, PartitionSpec). At
 # least 2 devices.
 #
-# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with
-# `full`, on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
+# `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -25,8 +25,9 @@
 # At least 2 devices; 2, 4 and 8 divide this model's sizes, 3 does not
 # (section 2 says which leaves stay replicated then).
 #
-# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with
-# `full`, on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
+# `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

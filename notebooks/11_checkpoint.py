@@ -25,9 +25,9 @@
 # (FSDP). 8 devices by default (half of them and 1 are taken from them);
 # with another count, the restores onto other meshes use what there is.
 #
-# **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with `full`,
-# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`), before section
-# 9's moves between the chip and the CPU devices (40 s there, measured by their own command).
+# **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with `cpu`
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
+# `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -22,8 +22,9 @@
 # **Assumes.** Notebooks 04 and 05 (the `shard_map` step), 07 (the sweep
 # and its cost model). At least 2 devices.
 #
-# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with
-# `full`, on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
+# `baselines/timings.json`).
 #
 # **Sources.** Shallue et al. 2018, "Measuring the Effects of Data
 # Parallelism on Neural Network Training" (arXiv:1811.03600); McCandlish et

@@ -10,9 +10,10 @@
 # # 13 · When a process goes away: preemption, survivors, restarts
 #
 # **Goal.** Data-parallel jobs on preemptible machines lose processes: the
-# course's own GKE Jobs run on Spot VMs. Lesson 11 resumes from a
-# checkpoint on any mesh, lesson 08's launcher names a dead process within
-# seconds; here a loss stops being the end of the run. Catch a preemption
+# course's GKE cluster can run its nodes as Spot VMs (Terraform's `spot`,
+# off by default), which Compute Engine reclaims at any time. Lesson 11
+# resumes from a checkpoint on any mesh, lesson 08's launcher names a dead
+# process within seconds; here a loss stops being the end of the run. Catch a preemption
 # notice (SIGTERM) in one process and save at a step **every process agrees
 # on**; let the survivors of a killed process **rebuild the mesh on the
 # live devices and keep training**, proven equal to a reference that makes
@@ -37,7 +38,7 @@ PREEMPT_AFTER = 3  # section 1: SIGTERM to process 1 once it reported this step
 LOSE_AT = 4  # section 2: the last process is lost (SIGKILL) at this step
 LEAVE_AT = 8  # section 2: the survivors save here and leave; every process restarts from it
 HEARTBEAT_TIMEOUT_S = 3  # seconds without a heartbeat before a process is called dead
-STALL_S = 10.0  # the launcher ends a run in which no process reported anything for this long
+STALL_S = 10.0  # the launcher ends a run silent this long in a step (joining, compiling: longer)
 LAUNCH_TIMEOUT_S = 120.0  # each run ends (every process) past this
 
 # %%
@@ -56,7 +57,7 @@ import jax
 from IPython.display import display
 
 from dpcourse import record, show, train
-from dpcourse.checkpoints import interval, scratch
+from dpcourse.checkpoints import interval
 from dpcourse.multihost import elastic, elastic_run, ports, preemption
 from dpcourse.multihost import plan as multihost_plan
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
@@ -84,18 +85,19 @@ cpu = cpu[:N_PROCESSES]
 # The workers train on the CPU: the full profile's model would take minutes there; they take cpu's.
 profile = cfg.profile if cfg.profile in ("smoke", "cpu") else "cpu"
 global_batch = math.lcm(N_PROCESSES, N_PROCESSES - 1) * 8  # split evenly before and after a loss
-root = scratch.scratch_folder("dpcourse-elastic-", 64 * 2**20)
+root = elastic_run.checkpoint_root()  # a temporary folder, removed when the kernel ends
 compile_cache = multihost_plan.worker_cache_env()  # notebook 08's cache: the processes compile once
 common = dict(profile=profile, data_source=dataset.source, step_s=STEP_S)
 common.update(timeout_s=LAUNCH_TIMEOUT_S, stall_s=STALL_S)
-# Runs that go on without a lost process see it gone after this heartbeat timeout (others: 10 s).
+# Runs that go on without a lost process see it gone about a heartbeat timeout later (others: 10 s).
 survive = dict(recoverable=True, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch {global_batch}")
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
-print(f"checkpoints go to a temporary folder, {root.name}")
+print(f"checkpoints go to a temporary folder, {root}; each run below starts on an empty one")
 if no_tcp:
     skipped = "Sections 1 to 3 are skipped, and with them section 5's figures; section 4 runs."
     display(show.banner(f"{no_tcp} {skipped}", "warning"))
+    _ = record.figures({"timed_part": ("section 4 alone: that host opens no TCP socket", "note")})
 
 # %% [markdown]
 # ## 1. Preemption, cleanly: save at the step every process agrees on
@@ -124,13 +126,20 @@ if no_tcp:
 #     ...                              # the step
 # ```
 #
+# JAX counts from 0 in a fresh process, and a notice that spreads before a
+# process first asks is agreed at step 1: a restarted run, resumed at step
+# 12, would never reach it. So each process tells the service the step it
+# resumes from right after joining, before the restore
+# (`dpcourse.multihost.preemption.ask_from`): a notice during the start-up
+# or the restore is then agreed at a step the run reaches.
+#
 # The launcher sends SIGTERM to process 1 once it reported step
 # `PREEMPT_AFTER`; then the same command runs again, resumes, and
 # finishes.
 
 # %%
 if not no_tcp:
-    ck1 = root / "preempted"
+    ck1 = elastic_run.fresh_folder(root / "preempted")  # a new run each time this cell runs
     pre = elastic_run.run_local(
         N_PROCESSES,
         STEPS,
@@ -140,8 +149,7 @@ if not no_tcp:
         preempt_after_step=PREEMPT_AFTER,
         **common,
     )
-    sync = pre.first("sync point")
-    assert sync is not None and pre.checkpoint_steps, f"no agreed step: {elastic_run.ending(pre)}"
+    pre.require("sync point", "saved")  # else one sentence says how the run ended
     at_signal = {
         i: max(
             [e["step"] for e in es if e["event"] == "step" and e["t"] <= pre.signal_t], default=0
@@ -149,7 +157,8 @@ if not no_tcp:
         for i, es in pre.events.items()
     }
     agreed = {
-        i: next(e["step"] for e in es if e["event"] == "sync point") for i, es in pre.events.items()
+        i: next((e["step"] for e in es if e["event"] == "sync point"), None)
+        for i, es in pre.events.items()
     }
     committed_s = (
         max(e["t"] for es in pre.events.values() for e in es if e["event"] == "saved")
@@ -175,11 +184,17 @@ if not no_tcp:
 # the save. Every process took the same step, and the folder holds that
 # step alone. Now the restart, as the Job's retry would run it, and the
 # proof: the parameters after `STEPS` steps against one process that
-# trained them without a stop, on as many devices.
+# trained them without a stop, on as many devices. It resumes on purpose,
+# from a copy of that folder, so that the cell can run again.
 
 # %%
 if not no_tcp:
-    resumed = elastic_run.run_local(N_PROCESSES, STEPS, global_batch, checkpoint_dir=ck1, **common)
+    ck1_restart = elastic_run.fresh_folder(root / "restarted")
+    shutil.copytree(ck1, ck1_restart, dirs_exist_ok=True)  # section 1's checkpoint, as it was left
+    resumed = elastic_run.run_local(
+        N_PROCESSES, STEPS, global_batch, checkpoint_dir=ck1_restart, **common
+    )
+    resumed.require("resumed", "done")
     say(elastic_run.ending(resumed))
     straight = elastic.reference_params(
         profile, STEPS, global_batch, cpu, data_source=dataset.source
@@ -228,7 +243,7 @@ if not no_tcp:
 
 # %%
 if not no_tcp:
-    ck2 = root / "lost"
+    ck2 = elastic_run.fresh_folder(root / "lost")  # a new run each time this cell runs
     lost_run = elastic_run.run_local(
         N_PROCESSES,
         STEPS,
@@ -240,10 +255,7 @@ if not no_tcp:
         **common,
         **survive,
     )
-    killed, seen = lost_run.first("killed"), lost_run.first("live")
-    assert killed is not None and seen is not None, (
-        f"the loss was not seen: {elastic_run.ending(lost_run)}"
-    )
+    killed, seen, _ = lost_run.require("killed", "live", "saved")  # else: its ending, in a sentence
     next_step = min(
         e["t"] for e in lost_run.events[0] if e["event"] == "step" and e["step"] == LOSE_AT + 1
     )
@@ -257,15 +269,23 @@ if not no_tcp:
     )
     print(f"process {N_PROCESSES - 1} killed at step {killed['step']}")
     print(f"live processes after: {seen['processes']}")
+    # JAX's coordination service calls a process dead once its last heartbeat is older than the
+    # timeout; a process sends one every half timeout, and the service looks once a second (XLA's
+    # coordination_service_agent.cc and coordination_service.cc): a kill is seen T/2 to T + 1 s on.
+    seen_from, seen_by = HEARTBEAT_TIMEOUT_S / 2, HEARTBEAT_TIMEOUT_S + 1
+    where = "inside" if seen_from <= detect_s <= seen_by else "later than"
+    late = " (a busy machine delays the barrier that sees it)" if detect_s > seen_by else ""
     say(
-        f"The survivors saw it gone {detect_s:.1f} s after the kill (the heartbeat timeout is "
-        f"{HEARTBEAT_TIMEOUT_S} s) and finished their next step {going_s:.1f} s after it, on the "
-        "new mesh."
+        f"The survivors saw it gone {detect_s:.1f} s after the kill, {where} the {seen_from:g} to "
+        f"{seen_by:g} s a heartbeat timeout of {HEARTBEAT_TIMEOUT_S} s allows{late}: its last "
+        "heartbeat was up to half a timeout old at the kill. They finished their next step "
+        f"{going_s:.1f} s after the kill, on the new mesh."
     )
     print("(devices, examples per device) of the steps:", shares)
     print(f"exit statuses: {lost_run.exit_codes}; steps saved: {lost_run.checkpoint_steps}")
     say(elastic_run.ending(lost_run))
     rejoined = elastic_run.run_local(N_PROCESSES, STEPS, global_batch, checkpoint_dir=ck2, **common)
+    rejoined.require("resumed", "step", "done")
     rejoin_s = rejoined.first("step")["t"] - rejoined.started_t  # start, restore, compile, a step
     print(
         f"rejoin: {N_PROCESSES} processes resumed from step {rejoined.first('resumed')['step']}; "
@@ -335,7 +355,7 @@ if not no_tcp:
             N_PROCESSES,
             STEPS,
             global_batch,
-            checkpoint_dir=root / where,
+            checkpoint_dir=elastic_run.fresh_folder(root / where),
             save_every=3,
             lose_process=who,
             lose_at=LOSE_AT,
@@ -343,7 +363,8 @@ if not no_tcp:
             **common,
             **survive,
         )
-        endings[name] = (run, run.ended_t - run.first("killed")["t"])
+        (killed_at,) = run.require("killed")  # else: how it ended, in a sentence
+        endings[name] = (run, run.ended_t - killed_at["t"])
         print(
             f"{name}: exit statuses {run.exit_codes}; ended {endings[name][1]:.1f} s after the kill"
         )
@@ -372,13 +393,15 @@ if not no_tcp:
 # themselves: Young's optimal
 # interval `sqrt(2 x save x MTBF)` balances the two, and Daly's adds the
 # next terms of the same expansion (`dpcourse.checkpoints.interval`, with
-# both papers). For the course's GKE node (2 x L4, Spot VMs: Google
-# guarantees no preemption rate, only a best-effort estimate per machine
-# type and zone, so the MTBF is an assumption you set) and a large job
-# whose failures were published (Llama 3 405B):
+# both papers). For the course's GKE node (2 x L4 as a Spot VM: Google
+# guarantees no preemption rate, so the MTBF is an assumption you set) and
+# a large job whose failures were published (Llama 3 405B):
 
 # %%
-SPOT_MTBF_H = 24.0  # an assumption (advice.capacity estimates an uptime per machine type and zone)
+# An assumption: Compute Engine publishes Spot VMs' past preemption rates by machine type and
+# region ("View the preemption rate and pricing of Spot VMs"); its advice.capacity API estimates
+# an uptime (how long most of a request's Spot VMs run before preemption), not a rate.
+SPOT_MTBF_H = 24.0
 settings = [interval.gke_spot_l4(SPOT_MTBF_H * 3600.0), interval.llama3_405b()]
 display(
     show.table(
@@ -435,8 +458,9 @@ print(f"This run of the lesson, from its imports to here: {time.perf_counter() -
 #   status 143) loses no step. The save must fit the grace period: one
 #   that outlasts it ends in SIGKILL, half-written (lesson 11 never
 #   restores that step).
-# - **A process killed between steps** costs the survivors a heartbeat
-#   timeout and a compile, and no step, with `jax_enable_recoverability`
+# - **A process killed between steps** costs the survivors up to a
+#   heartbeat timeout (and the second the service takes to look) and a
+#   compile, and no step, with `jax_enable_recoverability`
 #   and a `live_devices` barrier before each all-reduce. Keep the global
 #   batch and the training is the same one; bringing the process back is,
 #   on this backend, a restart from the survivors' checkpoint.
@@ -488,7 +512,8 @@ check.survivor_batch(survivor_batch)
 # %% [markdown]
 # **13.3 · How often to save.** A save holds training up for 30 s and the
 # job fails on average every 6 hours. How many seconds of training should
-# pass between two saves (Daly's optimal interval; Young's is close)?
+# pass between two saves (Daly's optimal interval; Young's is close, and the
+# check says which one you gave)?
 
 # %% tags=["exercise", "ex13_3"]
 checkpoint_interval = ...  # seconds

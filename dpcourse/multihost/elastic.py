@@ -34,13 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dpcourse import config as _config
-from dpcourse import data as _data
-from dpcourse.multihost.distributed import AXIS, initialize
+from dpcourse.multihost import parent as _parent
+from dpcourse.multihost import preemption as _preemption
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
+
+# Imported lazily (JAX takes seconds to import): the process reports "started" and holds a preemption notice first.
+AXIS = "data"  # dpcourse.multihost.distributed.AXIS, the mesh's one axis
+PROCESS_ID_ENV = "DPCOURSE_PROCESS_ID"  # dpcourse.multihost.distributed.PROCESS_ID_ENV
 
 LOSS_KINDS = ("between", "collective")  # where a process is lost: between two steps, or inside the all-reduce
 COORDINATOR_LINGER_S = 0.5  # process 0 leaves this long after the others (it serves them until they are gone)
+MAX_HEARTBEAT_TIMEOUT_S = 600  # a loss seen later than this is no lesson; JAX keeps the timeout in milliseconds
 IN_COLLECTIVE_DELAY_S = 0.5  # how long the lost process waits after the barrier, so the others are in the all-reduce
 
 
@@ -126,6 +130,8 @@ def train(args: argparse.Namespace, events: Events) -> int:
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh
 
+    from dpcourse import config as _config
+    from dpcourse import data as _data
     from dpcourse import model
     from dpcourse import train as _train
     from dpcourse.checkpoints import checkpoint
@@ -143,7 +149,9 @@ def train(args: argparse.Namespace, events: Events) -> int:
     start = 0
     manager = checkpoint.open_manager(args.checkpoint_dir) if args.checkpoint_dir else None
     mesh = Mesh(np.array(all_devices), (AXIS,))
+    events("loaded")  # the data, the model and Orbax imported and made: each stage reports, for the silence bound
     if manager is not None and manager.latest_step() is not None:
+        events("restoring", step=manager.latest_step())
         state = checkpoint.make_state(params, opt_state, 0, key, 0)
         target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, mesh, "replicated"))
         start, state = checkpoint.restore(manager, target, run)
@@ -154,7 +162,7 @@ def train(args: argparse.Namespace, events: Events) -> int:
     lost = False
     began = time.time()
     for i in range(start, args.steps):
-        if multihost_utils.reached_preemption_sync_point(i):
+        if multihost_utils.reached_preemption_sync_point(i):  # a notice agreed on: save this step, leave
             events("sync point", step=i)
             _save(manager, i, params, opt_state, key, run, devices, len(all_devices))
             events("saved", step=i)
@@ -168,11 +176,14 @@ def train(args: argparse.Namespace, events: Events) -> int:
                 lost = True
                 events("live", step=i, processes=sorted({d.process_index for d in live}))
                 devices, step_fn = live, None
+            else:
+                events("alive", step=i)  # past the barrier: next, the step's all-reduce
             if lost and args.leave_at == i:
                 _save(manager, i, params, opt_state, key, run, devices, len(all_devices))
                 events("saved", step=i)
                 return PREEMPTED_EXIT_CODE
         if step_fn is None:  # the mesh over the devices alive now, its step compiled
+            events("compiling", step=i, devices=len(devices))
             mesh = Mesh(np.array(devices), (AXIS,))
             params, opt_state = place_replicated(mesh, to_host(params)), place_replicated(mesh, to_host(opt_state))
             step_fn = jax.jit(_train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
@@ -258,6 +269,8 @@ def reference_params(
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from dpcourse import config as _config
+    from dpcourse import data as _data
     from dpcourse import model
     from dpcourse import train as _train
 
@@ -282,8 +295,51 @@ def reference_params(
     return {k: np.asarray(v) for k, v in jax.device_get(params).items()}
 
 
+def check_args(args: argparse.Namespace, n_processes: int | None = None) -> str | None:
+    """One sentence on what is wrong with the program's options (None: nothing), before anything starts.
+
+    ``n_processes``: the run's process count where known (the launcher's
+    environment), for the checks that need it.
+    """
+    if args.steps < 1:
+        return f"--steps must be 1 or more, got {args.steps}."
+    if args.global_batch < 1 or (n_processes and args.global_batch % (n_processes * args.cpu_devices)):
+        return (
+            f"--global-batch must be a positive multiple of the run's {n_processes or '?'} processes x "
+            f"{args.cpu_devices} devices, got {args.global_batch}."
+        )
+    if args.cpu_devices < 1:
+        return f"--cpu-devices must be 1 or more, got {args.cpu_devices}."
+    if not 1 <= args.heartbeat_timeout_s <= MAX_HEARTBEAT_TIMEOUT_S:
+        return (
+            f"--heartbeat-timeout-s must be a whole number of seconds from 1 to {MAX_HEARTBEAT_TIMEOUT_S}, got "
+            f"{args.heartbeat_timeout_s} (JAX's coordination service cannot call a process dead sooner than 1 s)."
+        )
+    if not 0 <= args.step_s < float("inf"):
+        return f"--step-s must be 0 or more seconds, got {args.step_s}."
+    if args.save_every is not None and args.save_every < 1:
+        return f"--save-every must be 1 or more steps, got {args.save_every}."
+    if args.lose_process is not None:
+        if args.lose_process < 0 or (n_processes and args.lose_process >= n_processes):
+            return (
+                f"--lose-process must be a process of the run, 0 to {(n_processes or 1) - 1}, got {args.lose_process}."
+            )
+        if args.lose_at is None or not 0 <= args.lose_at < args.steps:
+            return f"--lose-at must be a step from 0 to {args.steps - 1} (below --steps), got {args.lose_at}."
+    if args.leave_at is not None and (
+        args.lose_process is None or not (args.lose_at or 0) < args.leave_at < args.steps or not args.recoverable
+    ):
+        return (
+            f"--leave-at (after a loss: save and leave) needs --recoverable, --lose-process and a step between "
+            f"--lose-at ({args.lose_at}) and --steps ({args.steps}), got {args.leave_at}."
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m dpcourse.multihost.elastic [options]``: one process of notebook 13's runs."""
+    from dpcourse import config as _config
+
     parser = argparse.ArgumentParser(prog="python -m dpcourse.multihost.elastic", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=_config.profile_names(), default=None)
     parser.add_argument("--data-source", choices=["auto", "real", "synthetic"], default=None)
@@ -301,11 +357,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lose-where", choices=LOSS_KINDS, default="between")
     parser.add_argument("--leave-at", type=int, default=None, help="after a loss: save at this step and leave")
     args = parser.parse_args(argv)
+    n_text = os.environ.get("DPCOURSE_NUM_PROCESSES", "")
+    refused = check_args(args, int(n_text) if n_text.strip().isdigit() else None)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    _parent.follow_parent()  # the launcher killed (a notebook's kernel): this process ends too
+    _preemption.hold_early_notice()  # a SIGTERM before JAX listens is passed on once it does
+    pid_text = os.environ.get(PROCESS_ID_ENV, "")
+    events = Events(args.out, int(pid_text) if pid_text.strip().isdigit() else 0)
+    events("started")  # the first moment this process can report: the launcher's silence bound starts here
     import jax
 
+    from dpcourse.multihost.distributed import DistributedSetupError, initialize
+
     jax.config.update("jax_enable_recoverability", bool(args.recoverable))
-    spec = initialize(heartbeat_timeout_s=args.heartbeat_timeout_s, cpu_devices=args.cpu_devices)
+    try:
+        spec = initialize(heartbeat_timeout_s=args.heartbeat_timeout_s, cpu_devices=args.cpu_devices)
+    except DistributedSetupError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     events = Events(args.out, spec.process_id)
+    if jax.config.jax_enable_preemption_service:
+        # The step this run starts from, told to the preemption service before the restore: a notice from here
+        # on is agreed at a later step (an earlier one is held until now, then passed on).
+        first = _preemption.latest_saved_step(args.checkpoint_dir)
+        if _preemption.ask_from(first):
+            events("sync point", step=first)
+            events("saved", step=first)  # already in the folder: nothing was trained since
+            os._exit(PREEMPTED_EXIT_CODE)
+    _preemption.pass_on_notice(bool(jax.config.jax_enable_preemption_service))
     events("joined")
     from dpcourse.checkpoints.checkpoint import quiet_orbax_log
 

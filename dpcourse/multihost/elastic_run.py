@@ -3,16 +3,22 @@
 :func:`run_local` starts ``python -m dpcourse.multihost.elastic`` once per
 process (lesson 08's environment, :func:`dpcourse.multihost.launcher.worker_env`,
 with JAX's preemption service on), watches the events each one writes, sends
-SIGTERM to one process once it reports a given step (a preemption notice), and
-bounds every wait: the whole run by ``timeout_s``, and a run in which no
-process reported anything for ``stall_s`` (processes waiting in an all-reduce
-that will never finish) is ended by the launcher. :func:`ending` says what
-happened and what to do, in one sentence, from what the run left.
+SIGTERM to one process on cue (a preemption notice), and bounds every wait:
+the whole run by ``timeout_s``, and each silence by what the processes wait
+for after the last thing they reported (:func:`silence_bound`: joining,
+compiling, a save, a step's all-reduce), counted from the first moment a
+process can report. A run the launcher ends is ended with SIGKILL, never with
+a SIGTERM the processes would take for a preemption. :func:`ending` says what
+happened and what to do, in one sentence, from what the run left: where a
+kill fell, who sent a signal, which step was saved, how busy the machine was.
 """
 
 from __future__ import annotations
 
+import atexit
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,13 +31,37 @@ import numpy as np
 
 from dpcourse.multihost import reaper
 from dpcourse.multihost.distributed import format_coordinator_address
-from dpcourse.multihost.elastic import read_events
+from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_events
 from dpcourse.multihost.failures import output_tail
+from dpcourse.multihost.parent import PARENT_ENV
 from dpcourse.multihost.ports import TcpUnavailable, free_port, tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
 # What a process prints when JAX ends it because the coordination service went away with process 0.
 COORDINATOR_GONE = "Terminating process because the JAX distributed service detected fatal errors"
+JOIN_S = 60.0  # after "started": importing JAX (seconds on a loaded machine), then JAX's own bound on the join
+COMPILE_S = 60.0  # each of: the imports and data, a restore, a compile (a loaded 2-core machine: tens of s each)
+SAVE_S = 60.0  # a save at the agreed step: Orbax's barrier waits this long (dpcourse.checkpoints SAVE_BARRIER_S)
+PREEMPT_CUES = ("step", "restore")  # the notice goes after a step, or as the process starts restoring
+
+
+class _OneSentence:
+    """An error shown in a notebook as its sentence alone (IPython's ``_render_traceback_``), not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class RunRefused(_OneSentence, ValueError):
+    """A parameter of the run cannot work; nothing was started. The message names it and what to change."""
+
+
+class CheckpointLeftover(RunRefused):
+    """The checkpoint folder holds an earlier run's steps, past the cue this run was given."""
+
+
+class RunEndedEarly(_OneSentence, RuntimeError):
+    """The run ended before what a lesson's section needs from it; the message is :func:`ending`'s sentence."""
 
 
 @dataclass
@@ -42,14 +72,18 @@ class ElasticRun:
         exit_codes: each process's exit status (negative: ended by that signal).
         events: each process's events (``event``, ``t`` wall clock, ``step``, ...).
         stderr: the informative tail of each process's stderr.
-        signal_t: wall clock when the launcher sent SIGTERM (None: it sent none).
-        stalled: the launcher ended the run because no process reported anything for ``stall_s``.
+        signal_t: wall clock when the launcher sent the preemption notice (None: it sent none).
+        stalled: the launcher ended the run: no process reported anything past its bound (:func:`silence_bound`).
         ended_t: wall clock when the last process ended.
         params: final parameters written by the lowest live process (None: none written).
-        stall_s: the bound on silence this run had.
+        stall_s: the bound on a silence inside a step, this run's ``stall_s``.
         checkpoint_steps: the steps in the checkpoint folder when the run ended.
         timed_out: the launcher ended the run at its time limit (``timeout_s``, given here when it did).
         started_t: wall clock when the launcher started the first process.
+        waited: at a stall, what each live process waited for and how long it may ({process: words}).
+        load: the highest 1-minute load average seen during the run; cores: this machine's cores.
+        plan: what the run was told (steps, the preemption and loss cues, the heartbeat timeout, the folder).
+        interrupted: the learner interrupted the run (the launcher ended every process).
     """
 
     exit_codes: dict[int, int]
@@ -63,6 +97,11 @@ class ElasticRun:
     checkpoint_steps: list[int] = field(default_factory=list)
     timed_out: float | None = None
     started_t: float = 0.0
+    waited: dict[int, str] = field(default_factory=dict)
+    load: float | None = None
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    plan: dict = field(default_factory=dict)
+    interrupted: bool = False
 
     def first(self, event: str, process: int | None = None) -> dict | None:
         """The earliest event of that name (in ``process``, or in any), or None."""
@@ -72,6 +111,115 @@ class ElasticRun:
     def last_step(self, process: int) -> int:
         """The last step ``process`` reported done (0: none)."""
         return max((e["step"] for e in self.events.get(process, []) if e["event"] == "step"), default=0)
+
+    def require(self, *names: str) -> list[dict]:
+        """The first event of each name; raises :class:`RunEndedEarly` with :func:`ending`'s sentence if one is missing."""
+        found = [self.first(name) for name in names]
+        if any(e is None for e in found):
+            raise RunEndedEarly(ending(self))
+        return found
+
+    def busy(self) -> bool:
+        """Whether the machine had more runnable work than cores at some moment of the run (1-minute load average)."""
+        return self.load is not None and self.load > self.cores
+
+
+def fresh_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a new, empty folder (whatever an earlier run left there is removed): a run that starts afresh."""
+    path = Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def checkpoint_root(prefix: str = "dpcourse-elastic-", need_bytes: int = 64 * 2**20) -> Path:
+    """A temporary folder for a lesson's checkpoints (:func:`dpcourse.checkpoints.scratch.scratch_folder`),
+    removed when the Python process ends (a kernel shut down or restarted), whatever cell it stopped in."""
+    from dpcourse.checkpoints import scratch
+
+    root = scratch.scratch_folder(prefix, need_bytes)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def saved_steps(folder: str | os.PathLike | None) -> list[int]:
+    """The steps saved in a checkpoint folder (its numbered sub-folders), oldest first; [] for none or no folder."""
+    if folder is None or not Path(folder).is_dir():
+        return []
+    return sorted(int(p.name) for p in Path(folder).iterdir() if p.name.isdigit())
+
+
+def _check_plan(plan: dict) -> None:
+    """Refuse, in one sentence, a run whose parameters cannot work (:class:`RunRefused`), before anything starts."""
+    n, steps, batch = plan["n_processes"], plan["steps"], plan["global_batch"]
+
+    def whole(name, value, low, high=None):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+        if not ok:
+            span = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise RunRefused(f"{name} must be a whole number {span}, got {value!r}.")
+
+    whole("n_processes", n, 1)
+    whole("steps", steps, 1)
+    if not isinstance(batch, int) or batch < 1 or batch % n:
+        raise RunRefused(f"The global batch must be a positive multiple of the {n} processes, got {batch!r}.")
+    for name in ("timeout_s", "stall_s"):
+        if not (isinstance(plan[name], (int, float)) and 0 < plan[name] < math.inf):
+            raise RunRefused(f"{name} must be a number of seconds above 0, got {plan[name]!r}.")
+    if not (isinstance(plan["step_s"], (int, float)) and 0 <= plan["step_s"] < math.inf):
+        raise RunRefused(f"step_s must be 0 or more seconds, got {plan['step_s']!r}.")
+    beat = plan["heartbeat_timeout_s"]
+    whole("heartbeat_timeout_s (HEARTBEAT_TIMEOUT_S)", beat, 1, min(MAX_HEARTBEAT_TIMEOUT_S, int(plan["timeout_s"])))
+    if plan["save_every"] is not None:
+        whole("save_every", plan["save_every"], 1)
+    if plan["preempt_process"] is not None:
+        whole("preempt_process", plan["preempt_process"], 0, n - 1)
+        if plan["preempt_on"] not in PREEMPT_CUES:
+            raise RunRefused(f"preempt_on must be one of {PREEMPT_CUES}, got {plan['preempt_on']!r}.")
+        if plan["preempt_on"] == "step":
+            whole(
+                "preempt_after_step (PREEMPT_AFTER): a step the run reaches, below steps",
+                plan["preempt_after_step"],
+                1,
+                steps - 1,
+            )
+    if plan["lose_process"] is not None:
+        whole("lose_process", plan["lose_process"], 0, n - 1)
+        whole("lose_at (LOSE_AT): a step of the run, below steps", plan["lose_at"], 0, steps - 1)
+        if plan["lose_where"] not in LOSS_KINDS:
+            raise RunRefused(f"lose_where must be one of {LOSS_KINDS}, got {plan['lose_where']!r}.")
+    if plan["leave_at"] is not None:
+        if plan["lose_process"] is None or not plan["recoverable"]:
+            raise RunRefused(
+                "leave_at (LEAVE_AT) is where the survivors of a loss leave: give lose_process and "
+                "recoverable=True too."
+            )
+        whole(
+            f"leave_at (LEAVE_AT): a step after lose_at ({plan['lose_at']}) and below steps",
+            plan["leave_at"],
+            plan["lose_at"] + 1,
+            steps - 1,
+        )
+
+
+def _check_leftover(plan: dict) -> None:
+    """Refuse a cue the run would never reach because its folder holds a later step (an earlier run's)."""
+    steps = saved_steps(plan["checkpoint_dir"])
+    if not steps:
+        return
+    cues = []
+    if plan["preempt_process"] is not None and plan["preempt_on"] == "step":
+        cues.append((plan["preempt_after_step"], "preemption"))
+    if plan["lose_process"] is not None:
+        cues.append((plan["lose_at"], "loss"))
+    for step, what in cues:
+        if steps[-1] >= step:
+            folder = plan["checkpoint_dir"]
+            raise CheckpointLeftover(
+                f"The checkpoint folder {folder} already holds step {steps[-1]} from an earlier run, so this run "
+                f"would resume there, past its {what} at step {step}: start it on a new folder "
+                f"(elastic_run.fresh_folder({str(folder)!r}) empties this one)."
+            )
 
 
 def run_local(
@@ -87,6 +235,7 @@ def run_local(
     step_s: float = 0.0,
     preempt_process: int | None = None,
     preempt_after_step: int | None = None,
+    preempt_on: str = "step",
     lose_process: int | None = None,
     lose_at: int | None = None,
     lose_where: str = "between",
@@ -98,21 +247,34 @@ def run_local(
     """Run ``n_processes`` local processes of one CPU device each; preempt or lose one on cue.
 
     Args:
-        preempt_process, preempt_after_step: send SIGTERM to that process once it reported that step.
+        preempt_process, preempt_after_step: send SIGTERM to that process once it reported that step
+            (``preempt_on="step"``), or as it begins restoring a checkpoint (``preempt_on="restore"``).
         lose_process, lose_at, lose_where: that process kills itself (SIGKILL) at that step, between two
             steps or inside the step's all-reduce (:mod:`dpcourse.multihost.elastic`).
         leave_at: after a loss, the survivors save at this step and leave (for a restart with every process).
         heartbeat_timeout_s: seconds without a heartbeat before the coordination service calls a process dead:
             how soon survivors see a loss (with ``recoverable``), and how long a slow process may go quiet.
         step_s: the least time a step takes: each process waits out the rest of it (a larger model's step).
-        timeout_s: limit for the whole run; stall_s: limit on a silence of every live process.
+        timeout_s: limit for the whole run; stall_s: limit on a silence of every live process inside a step
+            (the other stages have the bounds of :func:`silence_bound`).
 
     Raises:
+        RunRefused: a parameter that cannot work (one sentence: a cue past the run, a heartbeat timeout of 0,
+            a batch the processes cannot split, ...); CheckpointLeftover: ``checkpoint_dir`` holds an earlier
+            run's step past this run's cue. Both before anything starts; both are ValueErrors.
         TcpUnavailable: this machine lets no process open a TCP socket (checked before anything starts).
-        ValueError: fewer than 1 process, or a global batch the processes' devices cannot split.
+        KeyboardInterrupt: the run was interrupted; every process was ended first, and the message says so
+            (a notebook shows that sentence alone).
     """
-    if n_processes < 1 or global_batch % n_processes:
-        raise ValueError(f"Need n_processes >= 1 dividing the global batch, got {n_processes} and {global_batch}.")
+    plan = dict(
+        n_processes=n_processes, steps=steps, global_batch=global_batch, checkpoint_dir=checkpoint_dir,
+        recoverable=recoverable, heartbeat_timeout_s=heartbeat_timeout_s, step_s=step_s, timeout_s=timeout_s,
+        stall_s=stall_s, preempt_process=preempt_process, preempt_after_step=preempt_after_step,
+        preempt_on=preempt_on, lose_process=lose_process, lose_at=lose_at, lose_where=lose_where,
+        leave_at=leave_at, save_every=save_every,
+    )  # fmt: skip
+    _check_plan(plan)
+    _check_leftover(plan)
     reason = tcp_unavailable()
     if reason:
         raise TcpUnavailable(reason)
@@ -140,10 +302,13 @@ def run_local(
         out = Path(tmp)
         procs, logs = {}, {}
         started_t = time.time()
+        watched = (None, None, {}, None)
+        interrupted = False
         try:
             for i in range(n_processes):
                 env = worker_env(i, n_processes, coordinator, init_timeout_s=int(min(60, timeout_s)))
                 env["JAX_ENABLE_PREEMPTION_SERVICE"] = "true"  # SIGTERM is a preemption notice here
+                env[PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
                 logs[i] = open(out / f"stderr.{i}", "w+")  # noqa: SIM115 - closed below, after the process ended
                 procs[i] = subprocess.Popen(
                     command + ["--out", str(out)],
@@ -153,23 +318,25 @@ def run_local(
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
-            signal_t, stopped = _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s)
+            watched = _watch(procs, out, plan)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
-            reaper.end_all(procs, grace_s=1.0)
+            # SIGKILL at once: a SIGTERM would reach JAX's preemption handler, and the processes would save a step
+            # nobody asked for (the launcher's own end is no preemption).
+            reaper.end_all(procs, grace_s=0.0, kill=_sigkill)
             ended_t = time.time()
             texts = {}
             for i, f in logs.items():
                 f.seek(0)
                 texts[i] = f.read()
                 f.close()
+        signal_t, stopped, waited, load = watched
         params = None
         if (out / "params.npz").exists():
             with np.load(out / "params.npz") as npz:
                 params = {k: np.array(npz[k]) for k in npz.files}
-        steps_saved = []
-        if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
-            steps_saved = sorted(int(p.name) for p in Path(checkpoint_dir).iterdir() if p.name.isdigit())
-        return ElasticRun(
+        run = ElasticRun(
             exit_codes={i: p.returncode for i, p in procs.items()},
             events={i: read_events(out, i) for i in procs},
             stderr=texts,
@@ -178,84 +345,223 @@ def run_local(
             ended_t=ended_t,
             stall_s=stall_s,
             params=params,
-            checkpoint_steps=steps_saved,
+            checkpoint_steps=saved_steps(checkpoint_dir),
             timed_out=timeout_s if stopped == "timeout" else None,
             started_t=started_t,
+            waited=waited,
+            load=_higher(load, _load()),
+            plan=plan,
+            interrupted=interrupted,
         )
+    if interrupted:
+        # Still a KeyboardInterrupt by name (notebook runners report an interrupted run by it), shown as its sentence.
+        stop = KeyboardInterrupt(ending(run))
+        stop._render_traceback_ = lambda: [f"KeyboardInterrupt: {stop}"]
+        raise stop from None
+    return run
 
 
-def _watch(procs, out, preempt_process, preempt_after_step, timeout_s, stall_s) -> tuple[float | None, str | None]:
+def _sigkill(pgid: int, _signal: int) -> None:
+    """``os.killpg`` that always sends SIGKILL (the reaper's first SIGTERM would read as a preemption notice)."""
+    os.killpg(pgid, signal.SIGKILL)
+
+
+def _higher(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on every system
+        return None
+
+
+def silence_bound(last: dict | None, plan: dict) -> tuple[str, float | None]:
+    """What a process waits for after its last event ``last``, and how long it may stay silent then (s).
+
+    The bound starts at the first moment a process can report (its
+    ``started`` event) and grows with what it waits for: importing JAX and
+    joining (:data:`JOIN_S` beyond JAX's own bound on the join), the imports
+    and the data, a restore, a compile (:data:`COMPILE_S` each), a save
+    (:data:`SAVE_S`), the liveness barrier of a recoverable run (up to a
+    heartbeat timeout, and the coordination service's check once a second),
+    a step's all-reduce (``stall_s``). None: no bound but the run's
+    (a process that has not reported yet).
+    """
+    name = None if last is None else last["event"]
+    stall = float(plan["stall_s"])
+    if name is None:
+        return "starting Python", None
+    if name == "started":
+        return "importing JAX and joining the others", JOIN_S + min(60, plan["timeout_s"])
+    if name == "joined":
+        return "importing Orbax and loading the data", max(stall, COMPILE_S)
+    if name in ("loaded", "restoring", "resumed", "compiling", "live"):
+        return "restoring or compiling", max(stall, COMPILE_S)
+    if name == "sync point":
+        return "saving the agreed step", max(stall, SAVE_S)
+    if name == "step" and plan["recoverable"]:
+        return "the liveness barrier before the next step", stall + plan["heartbeat_timeout_s"] + 1.0
+    return "the step's all-reduce" if name in ("alive", "step") else "leaving", stall
+
+
+def _watch(procs, out, plan) -> tuple[float | None, str | None, dict[int, str], float | None]:
     """Wait for every process to end, within the bounds; send the preemption notice on cue.
 
     Returns:
-        When SIGTERM was sent (None: not sent), and why the wait stopped early: ``"stalled"``,
-        ``"timeout"``, or None when every process ended.
+        When SIGTERM was sent (None: not sent); why the wait stopped early: ``"stalled"``,
+        ``"timeout"``, or None when every process ended; at a stall, what each live process waited
+        for; the highest 1-minute load average seen.
     """
     start = time.monotonic()
-    signal_t, seen, heard = None, -1, time.monotonic()
-    while time.monotonic() - start < timeout_s:
+    signal_t, load, sampled = None, _load(), start
+    target = plan["preempt_process"]
+    while time.monotonic() - start < plan["timeout_s"]:
         codes = {i: p.poll() for i, p in procs.items()}
         if all(c is not None for c in codes.values()):
-            return signal_t, None
+            return signal_t, None, {}, load
+        if time.monotonic() - sampled >= 1.0:
+            load, sampled = _higher(load, _load()), time.monotonic()
         events = {i: read_events(out, i) for i in procs}
-        count = sum(len(es) for es in events.values())
-        if count != seen:
-            seen, heard = count, time.monotonic()
-        elif time.monotonic() - heard > stall_s:
-            return signal_t, "stalled"
-        if signal_t is None and preempt_process is not None:
-            done = [e["step"] for e in events[preempt_process] if e["event"] == "step"]
-            if done and max(done) >= preempt_after_step and codes[preempt_process] is None:
-                procs[preempt_process].send_signal(signal.SIGTERM)
+        live = [i for i, c in codes.items() if c is None]
+        lasts = {i: events[i][-1] if events[i] else None for i in live}
+        bounds = {i: silence_bound(lasts[i], plan) for i in live}
+        heard = [e["t"] for e in lasts.values() if e is not None]
+        if heard and all(b is not None for _, b in bounds.values()):
+            silent_s = time.time() - max(heard)
+            if silent_s > max(b for _, b in bounds.values()):
+                waited = {i: f"{what} (bound {b:g} s)" for i, (what, b) in bounds.items()}
+                return signal_t, "stalled", waited, load
+        if signal_t is None and target is not None and codes[target] is None:
+            mine = events[target]
+            if plan["preempt_on"] == "restore":
+                due = any(e["event"] in ("restoring", "resumed") for e in mine)
+            else:
+                due = any(e["event"] == "step" and e["step"] >= plan["preempt_after_step"] for e in mine)
+            if due:
+                procs[target].send_signal(signal.SIGTERM)
                 signal_t = time.time()
         time.sleep(0.05)
-    return signal_t, "timeout"
+    return signal_t, "timeout", {}, load
+
+
+def _who(run: ElasticRun, event: str) -> int | None:
+    return next((i for i, es in run.events.items() if any(e["event"] == event for e in es)), None)
+
+
+def _busy_words(run: ElasticRun) -> str:
+    return f"load average {run.load:.1f} on {run.cores} cores" if run.load is not None else "load unknown"
 
 
 def ending(run: ElasticRun) -> str:
-    """One sentence: how the run ended, from its exit statuses and events, and what to do next."""
-    codes = run.exit_codes
-    saved = [e["step"] for es in run.events.values() for e in es if e["event"] == "saved"]
+    """One sentence: how the run ended, decided from what happened, and what to do next.
+
+    What happened: who ended the processes (they themselves, the launcher at
+    a bound or its time limit, an interrupt), where a planned kill fell
+    (between two steps, inside the all-reduce, process 0), who sent a
+    SIGTERM (the launcher's preemption notice; its own end is SIGKILL),
+    which step was agreed and saved, and how busy the machine was.
+    """
+    codes, plan = run.exit_codes, run.plan
+    n = len(codes)
     latest = f"step {max(run.checkpoint_steps)}" if run.checkpoint_steps else "no step yet"
-    killed = run.first("killed")
+    folder = plan.get("checkpoint_dir")
+    killed, lost = run.first("killed"), _who(run, "killed")
+    agreed, seen = run.first("sync point"), run.first("live")
+    kill_words = ""
+    if killed is not None:
+        i = killed["step"]
+        where = (
+            f"inside the all-reduce of step {i + 1}"
+            if killed["where"] == "collective"
+            else f"between steps {i} and {i + 1}"
+        )
+        kill_words = f"Process {lost} was killed (SIGKILL, as planned) {where}"
+    if run.interrupted:
+        kept = f"its checkpoint folder {folder} holds {latest}" if folder else "it had no checkpoint folder"
+        return (
+            f"You interrupted the run {run.ended_t - run.started_t:.1f} s after it started: every process was "
+            f"ended (statuses {codes}), and {kept}; run the cell again to start afresh."
+        )
+    if run.stalled or run.timed_out is not None:
+        if killed is not None and killed["where"] == "collective" and lost != 0:
+            return (
+                f"{kill_words}; the CPU's collectives (gloo) cannot cancel an all-reduce in flight, so the others "
+                f"waited in it until the launcher ended them {run.ended_t - killed['t']:.1f} s after the kill "
+                f"(its bound: {run.stall_s:g} s without news): restart every process from the latest checkpoint "
+                f"({latest})."
+            )
+        what = "; ".join(f"process {i}: {w}" for i, w in sorted(run.waited.items())) or "no process had reported"
+        limit = f"passed its limit of {run.timed_out:g} s" if run.timed_out is not None else "went silent"
+        if run.busy():
+            return (
+                f"The machine was too busy for this run ({_busy_words(run)}): it {limit} while waiting for {what}, "
+                f"and the launcher ended it (statuses {codes}); nothing is wrong with the run: run the cell again, "
+                "when fewer programs run."
+            )
+        cause = f"{kill_words}, and then the run" if killed is not None else "The run"
+        return (
+            f"{cause} {limit} while waiting for {what} ({_busy_words(run)}), and the launcher ended it (statuses "
+            f"{codes}): look at the processes' stderr (run.stderr), and restart from the latest checkpoint "
+            f"({latest})."
+        )
+    resumed = run.first("resumed")
+    if killed is not None:
+        if lost == 0 and any(COORDINATOR_GONE in run.stderr.get(i, "") for i in codes if i):
+            return (
+                f"{kill_words}: process 0 runs the coordination service, and JAX ended every other process within "
+                f"{run.ended_t - killed['t']:.1f} s (SIGABRT: the service that says who is alive went with it): "
+                f"restart every process from the latest checkpoint ({latest})."
+            )
+        others = {i: c for i, c in codes.items() if i != lost}
+        if killed["where"] == "collective" and any("Gloo" in run.stderr.get(i, "") for i in others):
+            return (
+                f"{kill_words}; the others' all-reduce failed (gloo: the connection closed) "
+                f"{run.ended_t - killed['t']:.1f} s later, and the CPU's collectives cannot cancel one in flight "
+                f"and go on: restart every process from the latest checkpoint ({latest})."
+            )
+        if seen is not None and set(others.values()) == {PREEMPTED_EXIT_CODE}:
+            saved = max(e["step"] for es in run.events.values() for e in es if e["event"] == "saved")
+            return (
+                f"{kill_words}; the survivors saw it gone {seen['t'] - killed['t']:.1f} s later, went on without "
+                f"it, saved step {saved} and left with status {PREEMPTED_EXIT_CODE}: restart every process; each "
+                f"resumes from step {saved}."
+            )
+        if set(others.values()) == {0}:
+            return (
+                f"{kill_words}; the survivors went on without it to the last step, {plan.get('steps')}, and "
+                f"finished (exit status 0), so there is nothing to restart."
+            )
+    if run.signal_t is not None:
+        target = plan.get("preempt_process")
+        if agreed is not None and set(codes.values()) == {PREEMPTED_EXIT_CODE}:
+            return (
+                f"Process {target} got the preemption notice (SIGTERM); every process saved step "
+                f"{agreed['step']}, the step they agreed on, and left with status {PREEMPTED_EXIT_CODE}: restart "
+                f"every process; each resumes from step {agreed['step']}."
+            )
+        if agreed is None and set(codes.values()) == {0}:
+            return (
+                f"Process {target} got the preemption notice (SIGTERM), but the run reached its last step, "
+                f"{plan.get('steps')}, before the processes agreed on a step to save, and every process finished "
+                "(exit status 0): send the notice earlier."
+            )
     if all(c == 0 for c in codes.values()):
-        return f"Every process finished: exit status 0 from all {len(codes)}."
-    if saved and all(c in (PREEMPTED_EXIT_CODE, -signal.SIGKILL) for c in codes.values()):
-        return (
-            f"Every live process saved step {max(saved)} and left with status {PREEMPTED_EXIT_CODE} "
-            "(preempted): restart every process; each resumes from that step."
-        )
-    gloo = [
-        i for i, c in codes.items() if c not in (0, PREEMPTED_EXIT_CODE, -signal.SIGKILL) and "Gloo" in run.stderr[i]
-    ]
-    if killed is not None and killed["where"] == "collective" and gloo and not run.stalled:
-        lost = next(i for i, es in run.events.items() if any(e["event"] == "killed" for e in es))
-        return (
-            f"Process {lost} was lost inside the all-reduce of step {killed['step'] + 1}; the others' all-reduce "
-            f"failed (gloo: the connection closed) {run.ended_t - killed['t']:.1f} s later, and the CPU's collectives "
-            f"cannot cancel one in flight and go on: restart every process from the latest checkpoint ({latest})."
-        )
-    if killed is not None and run.stalled:
-        lost = next(i for i, es in run.events.items() if any(e["event"] == "killed" for e in es))
-        waited = run.ended_t - killed["t"]
-        return (
-            f"Process {lost} was lost inside the all-reduce of step {killed['step'] + 1}; the CPU's collectives "
-            f"(gloo) cannot cancel an all-reduce in flight, so the others waited in it until the launcher ended "
-            f"them after {waited:.1f} s without news (its bound: {run.stall_s:g} s): restart every process from "
-            f"the latest checkpoint ({latest})."
-        )
-    if codes.get(0) == -signal.SIGKILL and any(COORDINATOR_GONE in run.stderr.get(i, "") for i in codes if i):
-        waited = run.ended_t - killed["t"] if killed else float("nan")
-        return (
-            f"Process 0, which runs the coordination service, was lost; JAX ended every other process within "
-            f"{waited:.1f} s (SIGABRT: the service that says who is alive went with it): restart every process "
-            f"from the latest checkpoint ({latest})."
-        )
-    if run.timed_out is not None:
-        return f"The run passed its limit of {run.timed_out:g} s and the launcher ended it (statuses {codes})."
-    if run.stalled:
-        return f"No process reported anything for {run.stall_s:g} s and the launcher ended them (statuses {codes})."
-    bad = next((i for i, c in codes.items() if c not in (0, PREEMPTED_EXIT_CODE)), None)
+        if resumed is not None and resumed["step"] >= plan.get("steps", math.inf):
+            return (
+                f"Every process finished (exit status 0 from all {n}) without training a step: the checkpoint "
+                f"folder {folder} already held step {resumed['step']}, a finished run's; give a new run a new folder."
+            )
+        return f"Every process finished: exit status 0 from all {n}."
+    bad = next((i for i, c in sorted(codes.items()) if c not in (0, PREEMPTED_EXIT_CODE) and i != lost), None)
     if bad is None:
         return f"The processes ended with statuses {codes}, and no step was saved at a preemption."
-    return f"Process {bad} failed (exit status {codes[bad]}): {output_tail(run.stderr.get(bad, ''), 1)}"
+    said = output_tail(run.stderr.get(bad, ""), 1)
+    if run.busy() and "DEADLINE_EXCEEDED" in run.stderr.get(bad, ""):
+        return (
+            f"The machine was too busy for this run ({_busy_words(run)}): process {bad} gave up waiting for the "
+            f"others to join (exit status {codes[bad]}); nothing is wrong with the run: run the cell again, when "
+            "fewer programs run."
+        )
+    return f"Process {bad} failed (exit status {codes[bad]}): {said}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 # The status a process leaves with after it saved at the preemption step every process agreed on:
@@ -35,3 +36,70 @@ def grace_sentence(signal_to_commit_s: float, grace_s: float, gke_spot_s: float)
             f"{said}, inside {long_s:g} s ({long}) but past {short_s:g} s ({short}): there SIGKILL cuts the save off."
         )
     return f"{said}, past both grace periods, {both}: SIGKILL would cut the save off; save less, or sooner."
+
+
+def ask_from(step: int) -> bool:
+    """Tell JAX's preemption service the step this process starts from, right after joining, before any restore.
+
+    ``multihost_utils.reached_preemption_sync_point(step)`` is True in every
+    process at the same step: once a notice spread, each process sends the
+    last step it passed (0 before its first call) and the service agrees on
+    the largest plus one (XLA's ``preemption_sync_manager.cc``,
+    ``ComputeSyncCallCounter``). A resumed run that first asks at its first
+    step would, for a notice during its start-up or restore, be agreed at
+    step 1, below its own: it trains on and the notice is lost. Asked with the
+    step it resumes from (the latest in its checkpoint folder) right after
+    joining, it is agreed at that step plus one, or later. The loop then asks
+    with each step, as Orbax does when it saves (with the step it saves),
+    so the two never disagree.
+
+    Returns:
+        Whether ``step`` itself is the agreed one (a notice agreed before this process asked: leave now).
+    """
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+
+
+def latest_saved_step(folder: str | os.PathLike | None) -> int:
+    """The highest numbered step folder in a checkpoint folder (0: none), read without JAX or Orbax."""
+    if folder is None or not os.path.isdir(folder):
+        return 0
+    return max((int(name) for name in os.listdir(folder) if name.isdigit()), default=0)
+
+
+_early = {"notice": False, "previous": None}
+
+
+def hold_early_notice() -> None:
+    """Keep a SIGTERM that comes before JAX's preemption service listens (start-up, the join), for :func:`pass_on_notice`.
+
+    Call it first thing in a process whose preemption service will be on:
+    JAX installs its own SIGTERM handler only in ``jax.distributed.initialize``,
+    and until then SIGTERM would end the process at once.
+    """
+    _early["notice"] = False
+
+    def note(signum, frame) -> None:
+        _early["notice"] = True
+
+    _early["previous"] = signal.signal(signal.SIGTERM, note)
+
+
+def pass_on_notice(service_on: bool = True) -> bool:
+    """After ``jax.distributed.initialize``: send a SIGTERM held by :func:`hold_early_notice` to JAX's handler.
+
+    ``service_on``: JAX's preemption service started (its handler replaced
+    the one held here); otherwise the handler from before comes back, and a
+    held SIGTERM ends the process as it would have.
+
+    Returns:
+        Whether a notice had come before (with the service on, it is now JAX's, which spreads it).
+    """
+    if not service_on and _early["previous"] is not None:
+        signal.signal(signal.SIGTERM, _early["previous"])
+    if not _early["notice"]:
+        return False
+    _early["notice"] = False
+    os.kill(os.getpid(), signal.SIGTERM)
+    return True

@@ -51,8 +51,15 @@ from dpcourse.multihost.distributed import (
     shutdown,
 )
 from dpcourse.multihost.heartbeat import Heartbeat
+from dpcourse.multihost.parent import follow_parent
 from dpcourse.multihost.plan import check_savable_split
-from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
+from dpcourse.multihost.preemption import (
+    PREEMPTED_EXIT_CODE,
+    ask_from,
+    hold_early_notice,
+    latest_saved_step,
+    pass_on_notice,
+)
 from dpcourse.train import check_global_batch
 
 
@@ -221,6 +228,15 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}.")
     start = time.perf_counter()
+    # JAX's preemption service (on unless JAX_ENABLE_PREEMPTION_SERVICE=false, which the local launcher sets)
+    # catches SIGTERM; once any process got it, every process reaches the same agreed step, saves it and
+    # leaves (notebook 13). The step this run starts from is told to the service first, before the data, the
+    # restore and the compile, so a notice during them is agreed at a step this run reaches.
+    preemptible = checkpoint_dir is not None and bool(jax.config.jax_enable_preemption_service)
+    if preemptible and ask_from(latest_saved_step(checkpoint_dir)):
+        raise Preempted(latest_saved_step(checkpoint_dir), checkpoint_dir)  # already saved: nothing to add
+    if preemptible:
+        pass_on_notice()  # a SIGTERM held since the start-up, now that the service knows this run's step
     cfg = _config.get_config(profile, backend=jax.default_backend())
     mesh = global_mesh()
     n_global = jax.device_count()
@@ -281,10 +297,7 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
     compiled = step.lower(params, opt_state, x[0], y[0]).compile()
     compile_s = time.perf_counter() - compile_start
     losses, accuracies, step_s, first_moment = [], [], [], {}
-    # JAX's preemption service (on unless JAX_ENABLE_PREEMPTION_SERVICE=false, which the local launcher sets)
-    # catches SIGTERM; once any process got it, every process reaches the same agreed step here, saves it
-    # and leaves (notebook 13). A GKE Job retries that exit without counting it.
-    preemptible = manager is not None and bool(jax.config.jax_enable_preemption_service)
+    # A GKE Job retries the preempted exit without counting it.
     saved_step = start_step
     for i in range(start_step, steps):
         if preemptible and multihost_utils.reached_preemption_sync_point(i):
@@ -455,6 +468,9 @@ def _worker_main(args: argparse.Namespace) -> int:
     collective with this one.
     """
     heartbeat = Heartbeat().start()  # the launcher reads it to name a process that stopped
+    service = os.environ.get("JAX_ENABLE_PREEMPTION_SERVICE", "true").strip().lower() not in ("false", "0")
+    if service and args.checkpoint_dir is not None:
+        hold_early_notice()  # a SIGTERM before JAX listens (start-up, the join) is passed on once it does
     try:
         heartbeat.set("joining the other processes")
         spec = initialize(
@@ -464,6 +480,11 @@ def _worker_main(args: argparse.Namespace) -> int:
             init_timeout_s=args.init_timeout_s,
             cpu_devices=args.cpu_devices,
         )
+        if service and args.checkpoint_dir is not None:
+            import jax
+
+            if not jax.config.jax_enable_preemption_service:
+                pass_on_notice(service_on=False)  # SIGTERM ends this process as before; a held one does now
         fails_here = args.fail_process is not None and spec.process_id == args.fail_process
         if fails_here and args.fail_at_step is None:
             print(
@@ -548,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.profile == "auto":
         args.profile = None
+    follow_parent()  # a launcher that names itself (DPCOURSE_PARENT_PID): this process ends with it
     from dpcourse.backend.xlaflags import exit_on_bad_xla_flags
 
     exit_on_bad_xla_flags()  # a GKE Job starts this command directly, without the launcher's check

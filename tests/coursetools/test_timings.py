@@ -478,3 +478,45 @@ def test_a_make_test_started_on_a_busy_machine_is_refused_unless_told(tmp_path):
     assert not record.exists()
     timings.update([], 1481, record, tmp_path, readme, sync=False, allow_busy=True, **busy)
     assert json.loads(record.read_text())["make_test"]["seconds"] == 1481
+
+
+def test_a_lesson_that_ran_a_part_of_itself_says_which_in_its_time_line(tmp_path):
+    """Lesson 13 on a host that opens no TCP socket runs section 4 alone: its time is that part's, and says so."""
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "smoke", {"06_model": 20.0, "05_shard_map": 10.0})
+    payload = json.loads(path.read_text())
+    note = {"metric": "timed_part", "value": "section 4 alone: no TCP", "notebook": "06_model", "unit": "note"}
+    path.write_text(json.dumps({**payload, "records": [*payload.get("records", []), note]}))
+    timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
+    run = json.loads((tmp_path / "timings.json").read_text())["runs"][0]
+    assert run["notebooks"]["06_model"]["timed"] == "section 4 alone: no TCP"
+    assert "timed" not in run["notebooks"]["05_shard_map"]
+    assert "under 30 s with `smoke` (section 4 alone: no TCP), on" in (lessons / "06_model.py").read_text()
+
+
+def test_a_lesson_a_chip_host_ran_on_simulated_cpu_devices_says_so_and_names_the_profile_it_ran(tmp_path):
+    """Lesson 12's Time line said "under 1 min with `full`, on 1 x TPU v5 lite": it ran `cpu` on CPU devices."""
+    lessons, readme = _course(tmp_path)
+    path = results_json(tmp_path, "full", {"06_model": 40.0, "05_shard_map": 20.0})
+    payload = json.loads(path.read_text())
+    on = {"jax_version": "0.10.2", "unit": "ms"}
+    records = [
+        {**on, "notebook": "06_model", "metric": "a", "backend": "cpu", "device_count": 8, "profile": "cpu"},
+        {**on, "notebook": "06_model", "metric": "b", "backend": "cpu", "device_count": 1, "profile": "cpu"},
+        {**on, "notebook": "05_shard_map", "metric": "a", "backend": "tpu", "device_count": 1, "profile": "full"},
+        {**on, "notebook": "05_shard_map", "metric": "b", "backend": "cpu", "device_count": 8, "profile": "cpu"},
+    ]
+    chip = {**MACHINE, "tpus": ["TPU v5 lite"]}
+    path.write_text(json.dumps({**payload, "machine": chip, "records": records}))
+    timings.update([path], None, tmp_path / "timings.json", lessons, readme, sync=False)
+    run = json.loads((tmp_path / "timings.json").read_text())["runs"][0]
+    assert run["notebooks"]["06_model"] == {
+        "wall_s": 40.0,
+        "status": "passed",
+        "timed": "on 8 simulated CPU devices",
+        "profile": "cpu",
+    }
+    assert "timed" not in run["notebooks"]["05_shard_map"]  # the chip ran part of it: its own profile
+    text = " ".join((lessons / "06_model.py").read_text().replace("# ", "").split())
+    assert "under 1 min with `cpu` (on 8 simulated CPU devices), on 1 x TPU v5 lite" in text
+    assert "with `full`" in " ".join((lessons / "05_shard_map.py").read_text().replace("# ", "").split())

@@ -33,7 +33,12 @@ def test_13_3_daly_and_young_pass_the_known_slips_do_not():
     assert round(daly) == 1119  # the docstring's figure
     expect(lesson13.checkpoint_interval(...), NOT_ATTEMPTED)
     expect(lesson13.checkpoint_interval(daly), CORRECT, "1,119 s")
-    expect(lesson13.checkpoint_interval(1138), CORRECT, "1,1")  # Young's, within Daly's 2 %
+    young = interval.young_interval_s(30.0, 6 * 3600.0)
+    assert round(young) == 1138
+    for answer in (young, 1138, 1140):  # nearer Young's than Daly's: told it is Young's, with Daly's value
+        expect(lesson13.checkpoint_interval(answer), CORRECT, "Young's sqrt(2 x save x MTBF); Daly's")
+        assert "(Daly's formula)" not in lesson13.checkpoint_interval(answer).message
+    expect(lesson13.checkpoint_interval(1125), CORRECT, "(Daly's formula)")  # nearer Daly's
     expect(lesson13.checkpoint_interval((2 * 30 * 6) ** 0.5), WRONG, "as hours")
     expect(lesson13.checkpoint_interval(2 * 30 * 6 * 3600), WRONG, "square root")
     expect(lesson13.checkpoint_interval(300), WRONG, "too small")

@@ -38,3 +38,24 @@ def test_the_grace_sentence_refuses_a_time_that_is_not_one():
     for bad in (0.0, -1.0, float("nan"), float("inf"), "1"):
         with pytest.raises(ValueError, match="a time in seconds > 0"):
             preemption.grace_sentence(bad, 30.0, 15.0)
+
+
+def test_a_notice_before_jax_listens_is_held_then_passed_on():
+    """SIGTERM during start-up is kept; after the join it goes to the handler then in place (here: the default)."""
+    code = (
+        "import os, signal; from dpcourse.multihost import preemption as p; p.hold_early_notice(); "
+        "os.kill(os.getpid(), signal.SIGTERM); print('held', flush=True); p.pass_on_notice(service_on=False); "
+        "print('not passed on', flush=True)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["held"] and done.returncode == -signal.SIGTERM
+    quiet = "from dpcourse.multihost import preemption as p; p.hold_early_notice(); print(p.pass_on_notice(False))"
+    done = subprocess.run([sys.executable, "-c", quiet], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False"] and done.returncode == 0
+
+
+def test_the_step_a_run_starts_from_is_the_latest_numbered_folder(tmp_path):
+    assert preemption.latest_saved_step(None) == 0 and preemption.latest_saved_step(tmp_path / "none") == 0
+    for name in ("3", "12", "12.orbax-checkpoint-tmp-1", "lock"):
+        (tmp_path / name).mkdir()
+    assert preemption.latest_saved_step(tmp_path) == 12

@@ -151,6 +151,25 @@ def test_at_the_agreed_preemption_step_the_worker_saves_it_and_stops(tmp_path, c
     assert resumed["resumed_from"] == 3 and len(resumed["losses"]) == 3
 
 
+def test_a_resumed_run_tells_the_preemption_service_its_step_before_the_restore(tmp_path, cpu_devices, monkeypatch):
+    """A notice during start-up or the restore is agreed at the resumed step plus one, a step the run reaches.
+
+    JAX's service agrees on the largest step any process passed, plus one, and a process that has not
+    asked counts as 0: asked first at its first step, a run resumed at 2 would be agreed at step 1 and
+    never stop. Here JAX's answer is stood in for: True at step 3, as the service would agree.
+    """
+    from jax.experimental import multihost_utils
+
+    from dpcourse.multihost import worker
+
+    worker.train_worker(PROFILE, 2, SOURCE, checkpoint_dir=str(tmp_path))  # saves step 2
+    asked = []
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: asked.append(step) or step == 3)
+    with pytest.raises(worker.Preempted) as stopped:
+        worker.train_worker(PROFILE, 6, SOURCE, checkpoint_dir=str(tmp_path))
+    assert asked[:3] == [2, 2, 3] and stopped.value.step == 3  # before the restore, then each step
+
+
 def test_with_the_preemption_service_off_the_worker_never_asks(tmp_path, cpu_devices, monkeypatch):
     """The local launcher's workers (lessons 08 and 11) run with the service off: asking would raise there.
 
