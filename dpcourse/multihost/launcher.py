@@ -3,8 +3,10 @@
 The local side of notebook 08: :func:`launch_local` runs
 ``python -m dpcourse.multihost.worker`` once per process on this machine,
 each with its own ``DPCOURSE_*`` environment (:func:`worker_env`) and K
-simulated CPU devices, with process 0's coordinator on a free loopback port
-(IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
+simulated CPU devices, with process 0's coordinator on a Unix-domain socket in
+the run's own folder, which no other user of the machine may enter
+(:func:`dpcourse.multihost.ports.private_coordinator`), and gloo's connections
+on loopback (IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
 every process it started when one fails, and names the failed process and
 the likely cause (:class:`WorkerFailed`, :class:`LaunchTimeout`,
 ``CoordinatorPortInUse``). ``python -m dpcourse.multihost.launcher`` is its command
@@ -31,6 +33,7 @@ from dpcourse.backend.xlaflags import check_xla_flags
 from dpcourse.multihost import heartbeat as progress
 from dpcourse.multihost import reaper
 from dpcourse.multihost.distributed import (
+    COLLECTIVES_HOST_ENV,
     COORDINATOR_ENV,
     INIT_TIMEOUT_ENV,
     JAX_BIND_ENV,
@@ -42,7 +45,15 @@ from dpcourse.multihost.distributed import (
 )
 from dpcourse.multihost.failures import diagnose, first_cause, output_tail, port_taken
 from dpcourse.multihost.plan import check_savable_split
-from dpcourse.multihost.ports import TcpUnavailable, check_port_free, free_port, tcp_unavailable
+from dpcourse.multihost.ports import (
+    TcpUnavailable,
+    check_port_free,
+    free_port,
+    private_coordinator,
+    private_network,
+    tcp_unavailable,
+    unix_sockets_available,
+)
 from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
@@ -106,7 +117,9 @@ class LaunchResult:
             b1) x`` the first gradient (host arrays, shaped like ``params``).
         stdout, stderr: each process's output, by process id.
         env: the ``DPCOURSE_*`` variables each process was given, by process id.
-        port: the coordinator's port.
+        port: the coordinator's TCP port (0: it listened on a Unix-domain socket, the default).
+        shared_network: why the processes shared this machine's loopback with its other users
+            (None: they ran in a network of their own, :func:`dpcourse.multihost.ports.private_network`).
     """
 
     wall_s: float
@@ -119,6 +132,7 @@ class LaunchResult:
     stderr: dict[int, str] = field(default_factory=dict)
     env: dict[int, dict[str, str]] = field(default_factory=dict)
     port: int = 0
+    shared_network: str | None = None
 
 
 def _strip_cpu_count_flag(flags: str) -> str:
@@ -126,12 +140,21 @@ def _strip_cpu_count_flag(flags: str) -> str:
 
 
 def worker_env(
-    process_id: int, num_processes: int, coordinator: str, init_timeout_s: int, base: dict[str, str] | None = None
+    process_id: int,
+    num_processes: int,
+    coordinator: str,
+    init_timeout_s: int,
+    base: dict[str, str] | None = None,
+    collectives_host: str = "127.0.0.1",
 ) -> dict[str, str]:
     """The environment of one local worker process.
 
     The ``DPCOURSE_*`` variables of the module docstring, the coordinator
-    kept on loopback, JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
+    kept where it was given (a TCP one on loopback; ``unix:`` from
+    :func:`dpcourse.multihost.ports.private_coordinator`, reachable by this
+    user only), gloo listening on ``collectives_host`` (loopback, not the
+    host name's address, which may face the network),
+    JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
     a GPU workstation they would otherwise all claim the same GPUs), and no
     CPU device count inherited from this process's ``XLA_FLAGS`` (each
     worker sets its own).
@@ -143,6 +166,7 @@ def worker_env(
             NUM_PROCESSES_ENV: str(num_processes),
             PROCESS_ID_ENV: str(process_id),
             INIT_TIMEOUT_ENV: str(init_timeout_s),
+            COLLECTIVES_HOST_ENV: collectives_host.strip("[]"),
             JAX_BIND_ENV: coordinator,
             "JAX_PLATFORMS": "cpu",
             # JAX's preemption service catches SIGTERM (so that a preempted job can
@@ -182,7 +206,9 @@ def launch_local(
 
     Each process is ``python -m dpcourse.multihost.worker`` with its own
     ``DPCOURSE_*`` environment (:func:`worker_env`); process 0 runs the
-    coordinator on ``host:port``; collectives between processes use gloo.
+    coordinator on a Unix-domain socket in the run's own folder (mode 0700:
+    no other user of the machine can connect to it), or on ``host:port``
+    when a ``port`` is given; collectives between processes use gloo, on ``host``.
     Whatever happens (a worker fails, the time limit passes, an interrupt),
     every process started here is ended before this function returns or
     raises: SIGTERM to its process group, SIGKILL 3 s later.
@@ -198,9 +224,12 @@ def launch_local(
             ``per_device_batch x n_processes x devices_per_process``).
         num_processes: the process count the workers are told (default
             ``n_processes``; another value shows what a mismatch does).
-        port: coordinator port (None: a free one; picked again, up to :data:`PORT_ATTEMPTS`
-            launches in all, when another program takes it before process 0 listens on it).
-        host: address of the coordinator on this machine: ``127.0.0.1``
+        port: a TCP port for the coordinator on ``host`` (any user of the machine can
+            connect to it). None (default): a Unix-domain socket only this user can reach;
+            where the platform has none, a free TCP port, picked again, up to
+            :data:`PORT_ATTEMPTS` launches in all, when another program takes it before
+            process 0 listens on it.
+        host: the loopback address gloo listens on (and a TCP coordinator): ``127.0.0.1``
             (default) or ``::1`` (IPv6, with or without brackets).
         timeout_s: limit for the whole run, in seconds (for each launch, when a picked port was taken).
         init_timeout_s: how long each worker waits for the coordinator and the
@@ -261,11 +290,12 @@ def launch_local(
     check_savable_split(num_processes, devices_per_process, checkpoint_dir)
     # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
     check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
-    picked = port is None
+    private = port is None and unix_sockets_available()
+    picked = port is None and not private
     reason = tcp_unavailable(host)
     if reason:
         raise TcpUnavailable(reason)
-    if not picked and check_port:
+    if port is not None and check_port:
         check_port_free(host, port)
     command = [
         sys.executable,
@@ -289,7 +319,7 @@ def launch_local(
             command += [flag, str(value)]
 
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        run_port = free_port(host) if picked else port
+        run_port = None if private else free_port(host) if picked else port
         try:
             return _run_workers(
                 command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
@@ -306,19 +336,23 @@ def launch_local(
 def _run_workers(
     command: list[str],
     host: str,
-    port: int,
+    port: int | None,
     launched: list[int],
     num_processes: int,
     devices_per_process: int,
     init_timeout_s: int,
     timeout_s: float,
 ) -> LaunchResult:
-    """Start ``command`` once per id in ``launched`` with the coordinator on ``host:port``; watch and end them."""
-    coordinator = format_coordinator_address(host, port)  # [::1]:port for IPv6
+    """Start ``command`` once per id in ``launched``, the coordinator on ``host:port`` (None: a Unix-domain
+    socket in the run's folder); watch and end them."""
     procs: dict[int, subprocess.Popen] = {}
     envs: dict[int, dict[str, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp,  # mode 0700: this user's only
+        private_network() as network,
+    ):
         folder = Path(tmp)
+        coordinator = private_coordinator(folder) if port is None else format_coordinator_address(host, port)
         # Closed in the `finally` below, after the workers are gone.
         logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
         start = time.monotonic()
@@ -326,12 +360,21 @@ def _run_workers(
         timed_out = False
         try:
             for i in launched:
-                env = worker_env(i, num_processes, coordinator, init_timeout_s)
+                env = worker_env(i, num_processes, coordinator, init_timeout_s, collectives_host=host)
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
-                envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
+                envs[i] = {
+                    k: env[k]
+                    for k in (
+                        COORDINATOR_ENV,
+                        COLLECTIVES_HOST_ENV,
+                        NUM_PROCESSES_ENV,
+                        PROCESS_ID_ENV,
+                        INIT_TIMEOUT_ENV,
+                    )
+                }
                 out, err = logs[i]
                 procs[i] = subprocess.Popen(
-                    command + ["--out", str(folder / "out")],
+                    network.prefix + command + ["--out", str(folder / "out")],
                     env=env,
                     stdout=out,
                     stderr=err,
@@ -419,7 +462,8 @@ def _run_workers(
         stdout={i: t[0] for i, t in texts.items()},
         stderr={i: t[1] for i, t in texts.items()},
         env=envs,
-        port=port,
+        port=port or 0,
+        shared_network=network.reason,
     )
 
 
@@ -476,9 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(parser)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--devices-per-process", type=int, default=4)
-    parser.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
     parser.add_argument(
-        "--host", default="127.0.0.1", help="coordinator address on this machine: 127.0.0.1 (default) or ::1"
+        "--port",
+        type=int,
+        default=None,
+        help="a TCP port for the coordinator, open to every user of this machine "
+        "(default: a Unix-domain socket only you can reach)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="loopback address for gloo (and a --port): 127.0.0.1 (default) or ::1"
     )
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--init-timeout-s", type=int, default=20)

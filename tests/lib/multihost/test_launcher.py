@@ -189,15 +189,139 @@ def test_bad_launch_arguments_are_refused(kwargs, fragment):
 # ---------------------------------------------------------------------------
 
 
+OTHER_USER = 65534  # "nobody": another learner of the room, with no rights to this run's files
+
+
+def _listening_ports(pid: int) -> list[int]:
+    """TCP ports that process ``pid`` listens on, read from its own network's /proc tables (its sockets' inodes)."""
+    try:
+        inodes = {os.readlink(f).removeprefix("socket:[").rstrip("]") for f in Path(f"/proc/{pid}/fd").iterdir()}
+    except OSError:
+        return []
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found += [
+            int(r.split()[1].rsplit(":", 1)[1], 16) for r in rows if r.split()[3] == "0A" and r.split()[9] in inodes
+        ]
+    return found
+
+
+def _as_other_user(socket_path: str, ports_seen: list[int]) -> dict:
+    """Another user (not root) tries to connect to the run's coordinator and to each of its gloo ports.
+
+    A forked child drops to :data:`OTHER_USER` and reports each attempt's outcome through a pipe.
+    """
+    import json
+
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
+        outcome = {"coordinator": None, "gloo": {}}
+        try:
+            os.setgroups([])
+            os.setgid(OTHER_USER)
+            os.setuid(OTHER_USER)
+            with socket.socket(socket.AF_UNIX) as sock:
+                try:
+                    sock.connect(socket_path)
+                    outcome["coordinator"] = "connected"
+                except OSError as err:
+                    outcome["coordinator"] = type(err).__name__
+            for port in ports_seen:
+                with socket.socket() as sock:
+                    sock.settimeout(2)
+                    try:
+                        sock.connect(("127.0.0.1", port))
+                        outcome["gloo"][port] = "connected"
+                    except OSError as err:
+                        outcome["gloo"][port] = type(err).__name__
+        finally:
+            os.write(write_end, json.dumps(outcome).encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        outcome = json.loads(pipe.read() or "{}")
+    os.waitpid(child, 0)
+    return outcome
+
+
+def _probe_while_running(launch, deadline_s: float) -> dict:
+    """Run ``launch`` in a thread; once its coordinator and gloo listen, another user tries to reach them."""
+    import glob
+    import tempfile
+    import threading
+
+    box, started = {}, time.time()
+    worker = threading.Thread(target=lambda: box.setdefault("run", launch()), daemon=True)
+    worker.start()
+    probe = {"skipped": "the run ended before its coordinator and gloo could be probed"}
+    while worker.is_alive() and time.time() - started < deadline_s:
+        sockets = [
+            p
+            for p in glob.glob(os.path.join(tempfile.gettempdir(), "dpcourse-multihost-*", "coordinator.sock"))
+            if os.stat(p).st_mtime >= started - 1
+        ]
+        workers = _our_workers()
+        ports_seen = sorted({port for pid in workers for port in _listening_ports(pid)})
+        if sockets and len(workers) == 2 and all(_listening_ports(pid) for pid in workers):
+            probe = {"socket": sockets[0], "ports": ports_seen, **_as_other_user(sockets[0], ports_seen)}
+            break
+        time.sleep(0.1)
+    worker.join(LIMIT_S)
+    probe["run"] = box.get("run")
+    return probe
+
+
 @pytest.fixture(scope="module")
 def two_process_run():
     start = time.perf_counter()
-    run = launcher.launch_local(2, 4, profile=PROFILE, steps=STEPS, data_source=SOURCE, timeout_s=LIMIT_S)
+
+    def launch():
+        return launcher.launch_local(2, 4, profile=PROFILE, steps=STEPS, data_source=SOURCE, timeout_s=LIMIT_S)
+
+    if os.geteuid() == 0 and hasattr(os, "fork"):  # root can be another user: the room's learner B
+        probe = _probe_while_running(launch, LIMIT_S)
+        run = probe.pop("run")
+        assert run is not None, "the run did not finish (its error is in the thread's output above)"
+    else:
+        run, probe = launch(), {"skipped": "only root can act as another user (make test runs as root in CI)"}
+    run.other_user_probe = probe
     print(
         f"\n2 processes x 4 CPU devices ({PROFILE}, {STEPS} steps): {run.wall_s:.1f} s launcher wall time, "
-        f"{time.perf_counter() - start:.1f} s in total"
+        f"{time.perf_counter() - start:.1f} s in total; another user's probe: {probe}"
     )
     return run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_another_user_cannot_reach_the_run_s_coordinator_or_its_gloo_ports(two_process_run):
+    """Learner B of a shared room, during learner A's lesson-08 run: the coordinator refuses B, gloo is out of reach.
+
+    The coordinator's Unix-domain socket lies in a folder of A's that only A may enter (mode 0700), so B's
+    connect fails with EACCES before a byte is sent: B cannot join, read the key-value store or end the run.
+    Gloo listens on loopback inside the run's own network namespace, where the machine allows one: B's
+    connect to those ports reaches nothing. Without one (``shared_network`` says why), B can connect to
+    gloo's ports; docs/instructor.md says what that allows.
+    """
+    run = two_process_run
+    coordinator = run.env[0]["DPCOURSE_COORDINATOR"]
+    assert coordinator.startswith("unix:") and run.env[0]["DPCOURSE_COLLECTIVES_HOST"] == "127.0.0.1"
+    probe = run.other_user_probe
+    if "skipped" in probe:
+        pytest.skip(probe["skipped"])
+    assert probe["socket"] == coordinator.removeprefix("unix:")
+    assert probe["coordinator"] == "PermissionError", probe
+    assert probe["ports"], "the probe found no gloo port to try"
+    if run.shared_network is None:
+        assert set(probe["gloo"].values()) == {"ConnectionRefusedError"}, probe
+    else:
+        assert set(probe["gloo"].values()) == {"connected"}, (run.shared_network, probe)
+    assert run.summary["replicas_agree"]
 
 
 @pytest.mark.slow
