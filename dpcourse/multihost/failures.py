@@ -37,6 +37,18 @@ def output_tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept[-lines:])
 
 
+DISK_FULL_MARKS = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
+
+
+def disk_full_sentence(folder: str) -> str:
+    """One sentence for a run that ran out of disk space in ``folder`` (its logs, results, checkpoints)."""
+    return (
+        f"The disk that holds {folder} is full (No space left on device), so the run could not write its "
+        "output: free some space there (or set TMPDIR to a folder on a disk with room, before starting "
+        "Python) and run again."
+    )
+
+
 def port_taken(stderr: str) -> bool:
     """Whether a worker's stderr says the coordinator's port was taken.
 
@@ -61,6 +73,8 @@ def diagnose(
     flags = describe_abort(stderr)
     if flags:
         return f"Process {process_id} stopped at JAX's start: {flags}"
+    if any(mark in stderr for mark in DISK_FULL_MARKS):
+        return disk_full_sentence("the run's files (its temp folder, or the checkpoint folder)")
     if port_taken(stderr):
         return (
             f"The coordinator could not listen on {coordinator}: the port is already in use. "

@@ -16,6 +16,8 @@ line. What each worker runs is :mod:`dpcourse.multihost.worker`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -43,9 +45,10 @@ from dpcourse.multihost.distributed import (
     format_coordinator_address,
     relative_diff,
 )
-from dpcourse.multihost.failures import diagnose, first_cause, output_tail, port_taken
+from dpcourse.multihost.failures import diagnose, disk_full_sentence, first_cause, output_tail, port_taken
 from dpcourse.multihost.plan import check_savable_split
 from dpcourse.multihost.ports import (
+    PrivateNetwork,
     TcpUnavailable,
     check_port_free,
     free_port,
@@ -57,6 +60,10 @@ from dpcourse.multihost.ports import (
 from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
+# A run given a TCP port for its coordinator uses this machine's network, where every user can reach that port.
+SHARED_BY_CHOICE = PrivateNetwork(
+    reason="its coordinator was given a TCP port, which every user of this machine can reach"
+)
 # Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.
 PORT_ATTEMPTS = 3
 
@@ -101,6 +108,10 @@ class WorkerFailed(LaunchError):
 
 class LaunchTimeout(LaunchError):
     """The workers did not all finish within the launcher's time limit."""
+
+
+class DiskFull(RuntimeError):
+    """The launcher could not write its folder (logs, results): the disk is full. Every process was ended."""
 
 
 @dataclass
@@ -225,7 +236,7 @@ def launch_local(
         num_processes: the process count the workers are told (default
             ``n_processes``; another value shows what a mismatch does).
         port: a TCP port for the coordinator on ``host`` (any user of the machine can
-            connect to it). None (default): a Unix-domain socket only this user can reach;
+            connect to it, and the run shares the machine's network). None (default): a Unix-domain socket only this user can reach;
             where the platform has none, a free TCP port, picked again, up to
             :data:`PORT_ATTEMPTS` launches in all, when another program takes it before
             process 0 listens on it.
@@ -261,6 +272,7 @@ def launch_local(
         WorkerFailed: a worker exited with an error; the message names it,
             gives the likely cause and the tail of its stderr.
         LaunchTimeout: the run did not finish within ``timeout_s``.
+        DiskFull: the disk of the temp folder filled up (a RuntimeError, said in one sentence).
     """
     if n_processes < 1 or devices_per_process < 1:
         raise ValueError(
@@ -324,6 +336,10 @@ def launch_local(
             return _run_workers(
                 command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
             )
+        except OSError as err:  # the launcher's own writes and reads in its temp folder
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(disk_full_sentence(tempfile.gettempdir())) from None
+            raise
         except WorkerFailed as err:
             # A port picked here is free when picked, but process 0 binds it only after JAX's import
             # (seconds): another program may take it meanwhile. Then pick again; a port the caller
@@ -349,7 +365,7 @@ def _run_workers(
     envs: dict[int, dict[str, str]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp,  # mode 0700: this user's only
-        private_network() as network,
+        private_network() if port is None else contextlib.nullcontext(SHARED_BY_CHOICE) as network,
     ):
         folder = Path(tmp)
         coordinator = private_coordinator(folder) if port is None else format_coordinator_address(host, port)
@@ -542,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile = None
     try:
         return _launch_main(args)
-    except (LaunchError, DistributedSetupError, ValueError) as err:
+    except (LaunchError, DistributedSetupError, DiskFull, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

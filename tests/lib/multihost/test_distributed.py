@@ -164,3 +164,15 @@ def test_params_digest_sees_one_changed_value():
     assert distributed.params_digest(params) == distributed.params_digest(same)
     same["w"][1, 1] = 1e-7
     assert distributed.params_digest(params) != distributed.params_digest(same)
+
+
+def test_a_unix_socket_coordinator_is_accepted_and_its_path_checked():
+    assert distributed.check_coordinator_address("unix:/tmp/run/coordinator.sock") == ("/tmp/run/coordinator.sock", 0)
+    with pytest.raises(distributed.DistributedSetupError, match="unix:/absolute/path"):
+        distributed.check_coordinator_address("unix:run/coordinator.sock")
+    with pytest.raises(distributed.DistributedSetupError, match="at most 103 bytes"):
+        distributed.check_coordinator_address("unix:/" + "d" * 200)
+    spec = distributed.spec_from_env(
+        {"DPCOURSE_COORDINATOR": "unix:/tmp/r/c.sock", "DPCOURSE_NUM_PROCESSES": "2", "DPCOURSE_PROCESS_ID": "1"}
+    )
+    assert spec.coordinator_address == "unix:/tmp/r/c.sock"

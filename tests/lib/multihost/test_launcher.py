@@ -265,9 +265,9 @@ def _probe_while_running(launch, deadline_s: float) -> dict:
             for p in glob.glob(os.path.join(tempfile.gettempdir(), "dpcourse-multihost-*", "coordinator.sock"))
             if os.stat(p).st_mtime >= started - 1
         ]
-        workers = _our_workers()
-        ports_seen = sorted({port for pid in workers for port in _listening_ports(pid)})
-        if sockets and len(workers) == 2 and all(_listening_ports(pid) for pid in workers):
+        listening = {pid: _listening_ports(pid) for pid in _our_workers()}
+        ports_seen = sorted({port for found in listening.values() for port in found})
+        if sockets and len(listening) == 2 and all(listening.values()):
             probe = {"socket": sockets[0], "ports": ports_seen, **_as_other_user(sockets[0], ports_seen)}
             break
         time.sleep(0.1)
@@ -452,7 +452,8 @@ def test_the_time_limit_ends_every_process():
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
 def test_two_processes_over_ipv6_loopback():
     run = launcher.launch_local(2, 2, profile=PROFILE, steps=2, data_source=SOURCE, host="::1", timeout_s=LIMIT_S)
-    assert run.env[0]["DPCOURSE_COORDINATOR"] == f"[::1]:{run.port}"
+    assert run.env[0]["DPCOURSE_COORDINATOR"].startswith("unix:") and run.port == 0
+    assert run.env[0]["DPCOURSE_COLLECTIVES_HOST"] == "::1"  # gloo's connections go over IPv6 loopback
     assert run.summary["num_processes"] == 2 and run.summary["global_devices"] == 4
     assert run.summary["replicas_agree"] is True
 
@@ -572,3 +573,26 @@ def test_a_file_as_the_checkpoint_folder_ends_every_worker_in_seconds_naming_the
     # The status the GKE Job fails at once on: every retry would be refused the same way.
     assert info.value.exit_codes[info.value.process_id] == distributed.UNUSABLE_CHECKPOINT_EXIT
     assert_every_process_ended(info.value)
+
+
+def test_a_full_temp_disk_is_said_in_one_sentence_and_starts_nothing(monkeypatch):
+    import errno
+    import subprocess
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(launcher.tempfile, "TemporaryDirectory", full)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.raises(launcher.DiskFull, match=r"^The disk that holds .* is full .*run again\.$"):
+        launcher.launch_local(2, 2, profile=PROFILE, steps=1)
+
+
+def test_a_worker_that_ran_out_of_disk_is_said_in_one_sentence():
+    """Mid-run, /tmp fills: the worker's traceback is cut short; its last line still says errno 28."""
+    stderr = 'Traceback (most recent call last):\n  File "worker.py", line 1\nOSError: [Errno 28] No space left on de'
+    cause = failures.diagnose(stderr, 1, 0, [0, 1], 2, "unix:/tmp/x/coordinator.sock", 20)
+    assert cause.startswith("The disk that holds the run's files") and cause.endswith("run again.")
