@@ -314,11 +314,13 @@ def private_network(timeout_s: float = HOLDER_START_S) -> Iterator[PrivateNetwor
             pid = line.split()[1]
             yield PrivateNetwork(prefix=[nsenter, f"--target={pid}", "--user", "--net", "--preserve-credentials", "--"])
         else:
-            if not line and holder.poll() is None:
-                line = f"no answer within {timeout_s:.0f} s"
-            elif not line:
-                line = (holder.stderr.read() or b"").decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-                line = line[0]
+            if not line:
+                try:
+                    holder.wait(timeout=2)  # it ended (its stdout closed): its last word is on stderr
+                    said = (holder.stderr.read() or b"").decode(errors="replace").strip().splitlines()
+                    line = said[-1] if said else f"exit status {holder.returncode}"
+                except subprocess.TimeoutExpired:
+                    line = f"no answer within {timeout_s:.0f} s"
             yield PrivateNetwork(reason=f"this system refuses a network namespace to this user ({line})")
     finally:
         with contextlib.suppress(OSError):
@@ -330,3 +332,17 @@ def private_network(timeout_s: float = HOLDER_START_S) -> Iterator[PrivateNetwor
             holder.wait()
         holder.stdout.close()
         holder.stderr.close()
+
+
+def main() -> int:
+    """``python -m dpcourse.multihost.ports``: say whether this user's runs get a network of their own here."""
+    with private_network() as network:
+        if network.reason is None:
+            print("private: a multi-process run started by this user gets a network of its own")
+            return 0
+        print(f"shared: a multi-process run started by this user shares this machine's loopback: {network.reason}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

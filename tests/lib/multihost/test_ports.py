@@ -181,3 +181,9 @@ def test_a_refused_namespace_is_said_and_the_run_goes_on_shared(monkeypatch, tmp
     monkeypatch.setattr(ports.shutil, "which", lambda name: str(refusing) if name == "unshare" else "/bin/true")
     with ports.private_network() as network:
         assert network.prefix == [] and network.reason.endswith("(unshare: unshare failed: Operation not permitted)")
+
+
+def test_the_command_line_says_whether_runs_get_a_network_of_their_own(monkeypatch, capsys):
+    monkeypatch.setattr(ports.shutil, "which", lambda name: None)
+    assert ports.main() == 1
+    assert capsys.readouterr().out.startswith("shared: a multi-process run started by this user shares")
