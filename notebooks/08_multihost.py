@@ -142,7 +142,8 @@ display(
 # ```python
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # jax.distributed.initialize(
-#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],      # "unix:/tmp/.../coordinator.sock" here
+#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],      # "unix:/tmp/.../coordinator.sock"
+#     coordinator_bind_address=os.environ["DPCOURSE_COORDINATOR"], # process 0 listens there too
 #     num_processes=int(os.environ["DPCOURSE_NUM_PROCESSES"]),     # 2 (N_PROCESSES)
 #     process_id=int(os.environ["DPCOURSE_PROCESS_ID"]),           # 0 or 1 (0 to N_PROCESSES - 1)
 #     initialization_timeout=20,   # seconds to wait for the others, then fail instead of hanging
@@ -513,7 +514,7 @@ if run is not None:
 # |---|---|---|
 # | processes | `launch_local`: 2 subprocesses | an Indexed Job, one pod per GPU node |
 # | process id | set by the launcher | the pod's completion index (`JOB_COMPLETION_INDEX`) |
-# | coordinator | a Unix-domain socket only you can reach | pod 0 through a headless Service, port 8476 |
+# | coordinator | a Unix-domain socket only you can reach | pod 0's headless Service, port 8476 |
 # | devices per process | 4 simulated CPU devices | the node's GPUs (2 x L4 by default) |
 # | collectives | gloo over loopback TCP | NCCL: PCIe in a node, TCP over the VPC between nodes |
 # | a failure | the launcher ends every process | heartbeat timeout ends the others; the Job fails |
