@@ -55,8 +55,10 @@ import hashlib
 import ipaddress
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,11 @@ NUM_PROCESSES_ENV = "DPCOURSE_NUM_PROCESSES"
 PROCESS_ID_ENV = "DPCOURSE_PROCESS_ID"
 INIT_TIMEOUT_ENV = "DPCOURSE_INIT_TIMEOUT_S"
 COLLECTIVES_HOST_ENV = "DPCOURSE_COLLECTIVES_HOST"
+# A local launcher's start line: each process, JAX imported, leaves a file there and waits for the others'
+# before it joins, so that JAX's initialization timeout counts from when every process can report.
+READY_DIR_ENV = "DPCOURSE_READY_DIR"
+READY_COUNT_ENV = "DPCOURSE_READY_COUNT"
+READY_WAIT_S = 600.0  # a bound of its own; the launcher ends a start-up that takes too long sooner
 UNIX_PREFIX = "unix:"  # gRPC's form of a Unix-domain socket address: unix:/absolute/path
 # A Unix-domain socket's path holds at most 107 bytes on Linux (sun_path is 108 with its NUL; macOS: 103).
 UNIX_PATH_MAX = 103
@@ -316,6 +323,7 @@ def initialize(
         _devices.setup_devices(cpu_devices)
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
     unix = spec.coordinator_address.startswith(UNIX_PREFIX)
+    wait_for_the_others(spec.process_id)
     try:
         jax.distributed.initialize(
             coordinator_address=spec.coordinator_address,
@@ -344,6 +352,27 @@ def initialize(
     if host and cpu_collectives == "gloo":
         _gloo_listens_on(host)
     return spec
+
+
+def wait_for_the_others(process_id: int, env: dict[str, str] | None = None, wait_s: float = READY_WAIT_S) -> None:
+    """Leave ``ready.<process_id>`` in ``$DPCOURSE_READY_DIR`` and wait until ``$DPCOURSE_READY_COUNT`` files are there.
+
+    Starting Python and importing JAX takes seconds on a quiet machine and
+    far longer on a busy one, and not the same time in every process; JAX's
+    initialization timeout counts from each process's own join, so a
+    process that joined early could give up on one still importing. The
+    local launcher sets both variables (the folder is its own run's); without
+    them this returns at once (a GKE pod, a process started by hand).
+    """
+    env = os.environ if env is None else env
+    folder, count = env.get(READY_DIR_ENV), _int_env(READY_COUNT_ENV, dict(env))
+    if not folder or not count:
+        return
+    ready = Path(folder)
+    (ready / f"ready.{process_id}").touch()
+    deadline = time.monotonic() + wait_s
+    while len(list(ready.glob("ready.*"))) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _gloo_listens_on(host: str) -> None:

@@ -41,11 +41,22 @@ from dpcourse.multihost.distributed import (
     JAX_BIND_ENV,
     NUM_PROCESSES_ENV,
     PROCESS_ID_ENV,
+    READY_COUNT_ENV,
+    READY_DIR_ENV,
     DistributedSetupError,
     format_coordinator_address,
     relative_diff,
 )
-from dpcourse.multihost.failures import diagnose, disk_full_sentence, first_cause, output_tail, port_taken
+from dpcourse.multihost.failures import (
+    busy_note,
+    diagnose,
+    disk_full_sentence,
+    first_cause,
+    load_factor,
+    output_tail,
+    port_taken,
+    too_busy_message,
+)
 from dpcourse.multihost.plan import check_savable_split
 from dpcourse.multihost.ports import (
     PrivateNetwork,
@@ -157,6 +168,8 @@ def worker_env(
     init_timeout_s: int,
     base: dict[str, str] | None = None,
     collectives_host: str = "127.0.0.1",
+    ready_dir: str | os.PathLike | None = None,
+    ready_count: int | None = None,
 ) -> dict[str, str]:
     """The environment of one local worker process.
 
@@ -190,6 +203,8 @@ def worker_env(
     )
     env.pop("JAX_NUM_CPU_DEVICES", None)
     env.pop("DPCOURSE_RESULTS", None)  # workers never record into the notebook's results
+    if ready_dir is not None and ready_count:  # join only once every process has imported JAX
+        env.update({READY_DIR_ENV: str(ready_dir), READY_COUNT_ENV: str(ready_count)})
     return env
 
 
@@ -368,15 +383,25 @@ def _run_workers(
         private_network() if port is None else contextlib.nullcontext(SHARED_BY_CHOICE) as network,
     ):
         folder = Path(tmp)
+        ready = folder / "ready"
+        ready.mkdir()
         coordinator = private_coordinator(folder) if port is None else format_coordinator_address(host, port)
         # Closed in the `finally` below, after the workers are gone.
         logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
         start = time.monotonic()
         failed: tuple[int, int] | None = None
-        timed_out = False
+        timed_out, all_ready_at, starting_limit = False, None, timeout_s
         try:
             for i in launched:
-                env = worker_env(i, num_processes, coordinator, init_timeout_s, collectives_host=host)
+                env = worker_env(
+                    i,
+                    num_processes,
+                    coordinator,
+                    init_timeout_s,
+                    collectives_host=host,
+                    ready_dir=ready,
+                    ready_count=len(launched),
+                )
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
                 envs[i] = {
                     k: env[k]
@@ -409,8 +434,16 @@ def _run_workers(
                     break
                 if all(c == 0 for c in codes.values()):
                     break
-                if time.monotonic() - start > timeout_s:
-                    timed_out = True
+                # The time limit counts from when every process has imported JAX and can report; until then
+                # a start-up bound that grows with the machine's load (a busy machine starts Python slowly).
+                if all_ready_at is None and len(list(ready.glob("ready.*"))) >= len(launched):
+                    all_ready_at = time.monotonic()
+                if all_ready_at is None:
+                    starting_limit = max(starting_limit, timeout_s * load_factor())
+                    timed_out = time.monotonic() - start > starting_limit
+                else:
+                    timed_out = time.monotonic() - all_ready_at > timeout_s
+                if timed_out:
                     break
                 time.sleep(0.2)
             stuck = progress.culprit(seen, alive)  # a victim's failure is blamed on the one it waited for
@@ -452,8 +485,14 @@ def _run_workers(
                 **details,
             )
         if timed_out:
+            ready_n = len(list(ready.glob("ready.*")))
+            said = (
+                too_busy_message(wall_s, ready_n, len(launched))
+                if all_ready_at is None and starting_limit > timeout_s
+                else progress.timeout_message(seen, alive, timeout_s, pids) + busy_note()
+            )
             raise LaunchTimeout(
-                f"{progress.timeout_message(seen, alive, timeout_s, pids)} Every process was ended (exit statuses "
+                f"{said} Every process was ended (exit statuses "
                 f"{exit_codes}).{not_ended}\n"
                 + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
                 **details,

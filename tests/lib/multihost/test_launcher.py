@@ -443,7 +443,11 @@ def test_the_time_limit_ends_every_process():
     with pytest.raises(launcher.LaunchTimeout) as info:
         launcher.launch_local(2, 4, profile=PROFILE, data_source=SOURCE, timeout_s=1.5, init_timeout_s=1)
     err = info.value
-    assert "The run was still going at the 2 s limit" in str(err) and "Raise timeout_s" in str(err)
+    # The limit counts from when every process has imported JAX; before that, a bound that grows with the
+    # machine's load, past which a busy machine is said to be too busy (a re-run will do).
+    quiet = "The run was still going at the 2 s limit" in str(err) and "Raise timeout_s" in str(err)
+    busy = str(err).startswith("The machine was too busy to start the run") and "a re-run will do" in str(err)
+    assert quiet or busy, str(err)
     assert_every_process_ended(err)
 
 
