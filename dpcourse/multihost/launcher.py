@@ -393,15 +393,7 @@ def _run_workers(
         timed_out, all_ready_at, starting_limit = False, None, timeout_s
         try:
             for i in launched:
-                env = worker_env(
-                    i,
-                    num_processes,
-                    coordinator,
-                    init_timeout_s,
-                    collectives_host=host,
-                    ready_dir=ready,
-                    ready_count=len(launched),
-                )
+                env = worker_env(i, num_processes, coordinator, init_timeout_s, None, host, ready, len(launched))
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
                 envs[i] = {
                     k: env[k]
