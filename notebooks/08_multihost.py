@@ -142,7 +142,7 @@ display(
 # ```python
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # jax.distributed.initialize(
-#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],  # "unix:/tmp/.../coordinator.sock"
+#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],  # "unix:<folder>/coordinator.sock"
 #     coordinator_bind_address=os.environ["DPCOURSE_COORDINATOR"], # process 0 listens there too
 #     num_processes=int(os.environ["DPCOURSE_NUM_PROCESSES"]),     # 2 (N_PROCESSES)
 #     process_id=int(os.environ["DPCOURSE_PROCESS_ID"]),           # 0 or 1 (0 to N_PROCESSES - 1)
