@@ -38,6 +38,10 @@ def output_tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept[-lines:])
 
 
+class DiskFull(RuntimeError):
+    """A launcher could not write its folder (logs, results): the disk is full. Every process was ended."""
+
+
 BUSY_LOAD_PER_CORE = 1.5  # more runnable processes per core than this: the machine is busy
 MAX_LOAD_FACTOR = 4.0  # a start-up bound grows with the load up to this many times
 

@@ -48,6 +48,7 @@ from dpcourse.multihost.distributed import (
     relative_diff,
 )
 from dpcourse.multihost.failures import (
+    DiskFull,
     busy_note,
     diagnose,
     disk_full_sentence,
@@ -121,10 +122,6 @@ class LaunchTimeout(LaunchError):
     """The workers did not all finish within the launcher's time limit."""
 
 
-class DiskFull(RuntimeError):
-    """The launcher could not write its folder (logs, results): the disk is full. Every process was ended."""
-
-
 @dataclass
 class LaunchResult:
     """A finished local multi-process run.
@@ -174,10 +171,8 @@ def worker_env(
     """The environment of one local worker process.
 
     The ``DPCOURSE_*`` variables of the module docstring, the coordinator
-    kept where it was given (a TCP one on loopback; ``unix:`` from
-    :func:`dpcourse.multihost.ports.private_coordinator`, reachable by this
-    user only), gloo listening on ``collectives_host`` (loopback, not the
-    host name's address, which may face the network),
+    kept where it was given (``unix:`` from :func:`dpcourse.multihost.ports.private_coordinator`: this
+    user's only), gloo on ``collectives_host`` (loopback, not the host name's address, which may face the network),
     JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
     a GPU workstation they would otherwise all claim the same GPUs), and no
     CPU device count inherited from this process's ``XLA_FLAGS`` (each
@@ -351,6 +346,9 @@ def launch_local(
             return _run_workers(
                 command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
             )
+        except KeyboardInterrupt:  # the stop button: every process was ended on the way out
+            sys.stderr.write("Interrupted: every process this launch started has been ended.\n")
+            raise
         except OSError as err:  # the launcher's own writes and reads in its temp folder
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFull(disk_full_sentence(tempfile.gettempdir())) from None
@@ -592,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     except (LaunchError, DistributedSetupError, DiskFull, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # launch_local said so in one line
+        return 130
 
 
 if __name__ == "__main__":

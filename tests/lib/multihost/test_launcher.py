@@ -600,3 +600,14 @@ def test_a_worker_that_ran_out_of_disk_is_said_in_one_sentence():
     stderr = 'Traceback (most recent call last):\n  File "worker.py", line 1\nOSError: [Errno 28] No space left on de'
     cause = failures.diagnose(stderr, 1, 0, [0, 1], 2, "unix:/tmp/x/coordinator.sock", 20)
     assert cause.startswith("The disk that holds the run's files") and cause.endswith("run again.")
+
+
+def test_an_interrupted_launch_says_every_process_was_ended_and_stops(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):  # the stop button, while _run_workers ends its processes on the way out
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "_run_workers", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch_local(2, 2, profile=PROFILE, steps=1)
+    assert capsys.readouterr().err == "Interrupted: every process this launch started has been ended.\n"
+    assert launcher.main(["--processes", "2", "--devices-per-process", "2", "--profile", "smoke"]) == 130
