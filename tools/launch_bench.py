@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def run_once(scenario: str, place: str, folder: Path, interrupt_after_s: float |
 def run_11(scenario: str, folder: Path) -> list[dict]:
     """Lesson 11: process 1 fails at step 3 (the worker's --fail-at-step), then every process resumes."""
     rows = []
+    shutil.rmtree(folder / "11-ckpt", ignore_errors=True)  # as lesson 11's cell does: each run from step 0
     start = time.monotonic()
     # The launcher's command line does not take the failure flags; launch_local does: run it in a child.
     code = (
@@ -120,7 +122,7 @@ def hog(n: int) -> list[subprocess.Popen]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="write every row as JSON here too")
-    parser.add_argument("--interrupt-after-s", type=float, default=8.0)
+    parser.add_argument("--interrupt-after-s", type=float, default=4.0)
     parser.add_argument("--hogs", type=int, default=2 * (os.cpu_count() or 1), help="spinning processes")
     parser.add_argument("--scenarios", default="twice,interrupted,hog,together")
     args = parser.parse_args(argv)

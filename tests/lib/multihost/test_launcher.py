@@ -217,8 +217,12 @@ def _as_other_user(socket_path: str, ports_seen: list[int]) -> dict:
     """
     import json
 
+    import warnings
+
     read_end, write_end = os.pipe()
-    child = os.fork()
+    with warnings.catch_warnings():  # the child makes system calls only (no lock of the launch's thread)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
         outcome = {"coordinator": None, "gloo": {}}
         try:
