@@ -216,7 +216,6 @@ def _as_other_user(socket_path: str, ports_seen: list[int]) -> dict:
     A forked child drops to :data:`OTHER_USER` and reports each attempt's outcome through a pipe.
     """
     import json
-
     import warnings
 
     read_end, write_end = os.pipe()
