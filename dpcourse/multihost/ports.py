@@ -275,6 +275,16 @@ def _holder_line(holder: subprocess.Popen, timeout_s: float) -> str:
     return holder.stdout.readline().decode(errors="replace").strip() if ready else ""
 
 
+def _can_enter(prefix: list[str], timeout_s: float) -> bool | str:
+    """True when a process can start inside the namespaces through ``prefix``; else what ``nsenter`` said."""
+    try:
+        done = subprocess.run(prefix + [sys.executable, "-I", "-S", "-c", ""], capture_output=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    return True if done.returncode == 0 else (said[-1] if said else f"exit status {done.returncode}")
+
+
 @contextlib.contextmanager
 def private_network(timeout_s: float = HOLDER_START_S) -> Iterator[PrivateNetwork]:
     """A network namespace of the run's own, with only a loopback interface, for as long as the block runs.
@@ -310,9 +320,19 @@ def private_network(timeout_s: float = HOLDER_START_S) -> Iterator[PrivateNetwor
     )
     try:
         line = _holder_line(holder, timeout_s)
-        if line.startswith("ready "):
-            pid = line.split()[1]
-            yield PrivateNetwork(prefix=[nsenter, f"--target={pid}", "--user", "--net", "--preserve-credentials", "--"])
+        prefix = [
+            nsenter,
+            f"--target={line.split()[-1] if line else 0}",
+            "--user",
+            "--net",
+            "--preserve-credentials",
+            "--",
+        ]
+        entered = line.startswith("ready ") and _can_enter(prefix, timeout_s)
+        if entered is True:
+            yield PrivateNetwork(prefix=prefix)
+        elif line.startswith("ready "):
+            yield PrivateNetwork(reason=f"this system refuses to let a process join a network namespace ({entered})")
         else:
             if not line:
                 try:

@@ -187,3 +187,21 @@ def test_the_command_line_says_whether_runs_get_a_network_of_their_own(monkeypat
     monkeypatch.setattr(ports.shutil, "which", lambda name: None)
     assert ports.main() == 1
     assert capsys.readouterr().out.startswith("shared: a multi-process run started by this user shares")
+
+
+def test_a_namespace_no_process_may_join_is_said_and_the_run_goes_on_shared(monkeypatch, tmp_path):
+    """A sandbox may let unshare make the namespaces yet refuse nsenter: checked once, before any worker starts."""
+    holder, joiner = tmp_path / "unshare", tmp_path / "nsenter"
+    holder.write_text("#!/bin/sh\necho ready 1\ncat >/dev/null\n")
+    joiner.write_text(
+        "#!/bin/sh\necho \"nsenter: reassociate to namespace 'ns/user' failed: Invalid argument\" >&2\nexit 1\n"
+    )
+    for script in (holder, joiner):
+        script.chmod(0o755)
+    monkeypatch.setattr(ports.sys, "platform", "linux")
+    monkeypatch.setattr(ports.shutil, "which", lambda name: str(tmp_path / name))
+    with ports.private_network() as network:
+        assert network.prefix == [] and network.reason == (
+            "this system refuses to let a process join a network namespace "
+            "(nsenter: reassociate to namespace 'ns/user' failed: Invalid argument)"
+        )
