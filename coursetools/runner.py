@@ -173,6 +173,15 @@ def _error_text(
             f"{type(err).__name__}: {err}. Install ipykernel into the runner's Python: "
             f"{sys.executable} -m pip install ipykernel (or -r requirements.txt)."
         )
+    if "Kernel didn't respond" in str(err):  # jupyter_client: the kernel never answered over its sockets
+        from dpcourse.multihost.ports import tcp_unavailable
+
+        why = tcp_unavailable()
+        return (
+            f"{type(err).__name__}: {err}: the kernel talks to the runner over TCP on 127.0.0.1"
+            + (f", and here {why[0].lower()}{why[1:]}" if why else " (a busy machine can also delay it)")
+            + " Run with --kernel shell: the notebook then runs in one Python process, without a kernel's sockets."
+        )
     ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
     if ename:
         lines = [line.strip() for line in _ANSI.sub("", str(evalue or "")).splitlines() if line.strip()]

@@ -142,7 +142,8 @@ display(
 # ```python
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # jax.distributed.initialize(
-#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],      # "127.0.0.1:PORT" here
+#     coordinator_address=os.environ["DPCOURSE_COORDINATOR"],  # "unix:<folder>/coordinator.sock"
+#     coordinator_bind_address=os.environ["DPCOURSE_COORDINATOR"], # process 0 listens there too
 #     num_processes=int(os.environ["DPCOURSE_NUM_PROCESSES"]),     # 2 (N_PROCESSES)
 #     process_id=int(os.environ["DPCOURSE_PROCESS_ID"]),           # 0 or 1 (0 to N_PROCESSES - 1)
 #     initialization_timeout=20,   # seconds to wait for the others, then fail instead of hanging
@@ -215,7 +216,11 @@ for p, rows in planned_rows.items():
 # `launcher.launch_local` (the module `dpcourse.multihost.launcher`) starts
 # `python -m dpcourse.multihost.worker` once per
 # process (`N_PROCESSES`), each with its own environment, the coordinator
-# on a free port of 127.0.0.1, and `DEVICES_PER_PROCESS` simulated CPU
+# on a Unix-domain socket in a folder only you may enter (gRPC reads
+# `unix:/path` as such an address; on a shared machine, another user cannot
+# connect to it, so cannot join, read or end your run), gloo's connections
+# on 127.0.0.1 (inside a network of the run's own where Linux allows one),
+# and `DEVICES_PER_PROCESS` simulated CPU
 # devices. It waits at most `LAUNCH_TIMEOUT_S`; if one process fails, or
 # time runs out, it ends **every** process it started and says which one
 # failed and why.
@@ -231,15 +236,15 @@ for p, rows in planned_rows.items():
 # as this step compiles faster than that on CPU.
 
 # %%
-# One sentence, or None where processes can open a TCP socket on 127.0.0.1 (some sandboxed
-# hosts refuse every internet socket): the coordinator and the collectives need one.
+# One sentence, or None where processes can reach each other over TCP on 127.0.0.1 (some
+# sandboxed hosts refuse every internet socket; on others the loopback is down): gloo needs it.
 no_tcp = ports.tcp_unavailable()
 run = None
 if no_tcp:
     display(
         show.banner(
-            f"{no_tcp} The multi-process runs of sections 3 to 5 are skipped; "
-            "the rest of the lesson runs.",
+            f"{no_tcp.rstrip('.')}: the multi-process runs of sections 3 to 5 are skipped, "
+            "and the rest of the lesson runs.",
             "warning",
         )
     )
@@ -509,7 +514,7 @@ if run is not None:
 # |---|---|---|
 # | processes | `launch_local`: 2 subprocesses | an Indexed Job, one pod per GPU node |
 # | process id | set by the launcher | the pod's completion index (`JOB_COMPLETION_INDEX`) |
-# | coordinator | `127.0.0.1:<free port>` | pod 0 through a headless Service, port 8476 |
+# | coordinator | a Unix-domain socket only you can reach | pod 0's headless Service, port 8476 |
 # | devices per process | 4 simulated CPU devices | the node's GPUs (2 x L4 by default) |
 # | collectives | gloo over loopback TCP | NCCL: PCIe in a node, TCP over the VPC between nodes |
 # | a failure | the launcher ends every process | heartbeat timeout ends the others; the Job fails |

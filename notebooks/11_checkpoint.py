@@ -575,6 +575,7 @@ if no_tcp:
     )
 elif MULTIHOST and SPLITS:
     mh_dir = root / "multihost"
+    shutil.rmtree(mh_dir, ignore_errors=True)  # run again, the cell starts over from step 0
     common = dict(profile=cfg.profile, steps=STEPS, data_source=dataset.source)
     common.update(global_batch=global_batch, checkpoint_dir=str(mh_dir), save_every=2)
     common.update(timeout_s=LAUNCH_TIMEOUT_S, init_timeout_s=60)

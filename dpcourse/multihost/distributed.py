@@ -29,13 +29,24 @@ Environment variables read by :func:`spec_from_env` (set by
 
 ========================== ===================================================
 ``DPCOURSE_COORDINATOR``    ``host:port`` of process 0's coordinator service
-                            (an IPv6 address in brackets: ``[::1]:8476``)
+                            (an IPv6 address in brackets: ``[::1]:8476``), or
+                            ``unix:/path`` for a Unix-domain socket (local runs)
 ``DPCOURSE_NUM_PROCESSES``  total number of processes, >= 1
 ``DPCOURSE_PROCESS_ID``     this process's id, ``0 .. N-1`` (on GKE: the Job's
                             completion index)
 ``DPCOURSE_INIT_TIMEOUT_S`` optional: seconds to wait for every process to
                             join the coordinator (default 300, as in JAX)
+``DPCOURSE_COLLECTIVES_HOST`` optional: the address gloo listens on (local
+                            runs: ``127.0.0.1``); unset, gloo listens on the
+                            address this machine's host name resolves to
 ========================== ===================================================
+
+A local run keeps itself to its user (:func:`dpcourse.multihost.ports.private_coordinator`):
+the coordinator listens on a Unix-domain socket in a folder only that user may
+enter (mode 0700), which gRPC, and so ``jax.distributed.initialize``, accepts as
+``unix:/path``; another user of the machine cannot connect to it, so cannot join
+the run, read what the processes exchange through it (who has which devices,
+gloo's addresses) or end it. Gloo's own connections stay on TCP, on loopback.
 """
 
 from __future__ import annotations
@@ -44,8 +55,10 @@ import hashlib
 import ipaddress
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +71,15 @@ COORDINATOR_ENV = "DPCOURSE_COORDINATOR"
 NUM_PROCESSES_ENV = "DPCOURSE_NUM_PROCESSES"
 PROCESS_ID_ENV = "DPCOURSE_PROCESS_ID"
 INIT_TIMEOUT_ENV = "DPCOURSE_INIT_TIMEOUT_S"
+COLLECTIVES_HOST_ENV = "DPCOURSE_COLLECTIVES_HOST"
+# A local launcher's start line: each process, JAX imported, leaves a file there and waits for the others'
+# before it joins, so that JAX's initialization timeout counts from when every process can report.
+READY_DIR_ENV = "DPCOURSE_READY_DIR"
+READY_COUNT_ENV = "DPCOURSE_READY_COUNT"
+READY_WAIT_S = 600.0  # a bound of its own; the launcher ends a start-up that takes too long sooner
+UNIX_PREFIX = "unix:"  # gRPC's form of a Unix-domain socket address: unix:/absolute/path
+# A Unix-domain socket's path holds at most 107 bytes on Linux (sun_path is 108 with its NUL; macOS: 103).
+UNIX_PATH_MAX = 103
 # JAX's own variable for the address the coordinator listens on (default
 # [::]:port, every interface); the local launcher keeps it on loopback.
 JAX_BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
@@ -122,15 +144,31 @@ def check_coordinator_address(address: str) -> tuple[str, int]:
     Unbracketed, ``::1:8476`` is ambiguous (is ``8476`` the port or the last
     group of the address?), so it is refused rather than guessed.
 
+    ``unix:/absolute/path`` names a Unix-domain socket instead (a local run's
+    coordinator, :func:`dpcourse.multihost.ports.private_coordinator`).
+
     Returns:
         ``(host, port)``, the host without brackets (``("::1", 8476)``), as
-        ``socket`` takes it.
+        ``socket`` takes it; ``(path, 0)`` for a Unix-domain socket.
 
     Raises:
         DistributedSetupError: not ``host:port`` with a port in 1..65535, an
-            unbracketed IPv6 address, or brackets around something that is not one.
+            unbracketed IPv6 address, or brackets around something that is not one;
+            a ``unix:`` path that is not absolute or is longer than a socket's path may be.
     """
     text = str(address).strip()
+    if text.startswith(UNIX_PREFIX):
+        path = text[len(UNIX_PREFIX) :]
+        if not path.startswith("/"):
+            raise DistributedSetupError(
+                f"Coordinator address {address!r}: a Unix-domain socket is written unix:/absolute/path."
+            )
+        if len(path.encode()) > UNIX_PATH_MAX:
+            raise DistributedSetupError(
+                f"Coordinator address {address!r}: a Unix-domain socket's path holds at most {UNIX_PATH_MAX} bytes "
+                f"and this one has {len(path.encode())}; put it in a shorter folder (TMPDIR=/tmp)."
+            )
+        return path, 0
     host, sep, port_text = text.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise DistributedSetupError(
@@ -228,6 +266,7 @@ def initialize(
     heartbeat_timeout_s: int = 100,
     cpu_collectives: str = "gloo",
     cpu_devices: int | None = None,
+    collectives_host: str | None = None,
 ) -> DistributedSpec:
     """Join the multi-process run: ``jax.distributed.initialize`` with clear errors.
 
@@ -249,6 +288,11 @@ def initialize(
             TCP) or ``"mpi"``; GPUs use NCCL whatever this says.
         cpu_devices: simulated CPU devices for this process (local runs);
             None leaves the device set-up alone.
+        collectives_host: the address gloo listens on for the other
+            processes' connections (``127.0.0.1`` for a local run; None:
+            ``$DPCOURSE_COLLECTIVES_HOST``, else gloo's own choice, the
+            address this machine's host name resolves to, which may face
+            the network).
 
     Returns:
         The :class:`DistributedSpec` that was used.
@@ -278,6 +322,8 @@ def initialize(
     if cpu_devices is not None:
         _devices.setup_devices(cpu_devices)
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
+    unix = spec.coordinator_address.startswith(UNIX_PREFIX)
+    wait_for_the_others(spec.process_id)
     try:
         jax.distributed.initialize(
             coordinator_address=spec.coordinator_address,
@@ -286,16 +332,84 @@ def initialize(
             initialization_timeout=spec.init_timeout_s,
             heartbeat_timeout_seconds=heartbeat_timeout_s,
             cluster_detection_method="deactivate",
+            # JAX's default listens on every interface at the address's port, which a socket path has not.
+            coordinator_bind_address=spec.coordinator_address if unix else None,
         )
     except Exception as err:  # JaxRuntimeError has no stable public import path
         if "Failed to start RPC server" in str(err):
+            if unix:
+                raise DistributedSetupError(
+                    f"Process 0 could not start the coordinator on {spec.coordinator_address}: the socket "
+                    "exists already or its folder cannot be written. Use a fresh folder of your own."
+                ) from err
             raise CoordinatorPortInUse(
                 f"Process 0 could not start the coordinator on {spec.coordinator_address}: the port is "
                 "already in use (another run, or another program). Pick another port, or end the program "
                 "that holds it."
             ) from err
         raise
+    host = collectives_host if collectives_host is not None else os.environ.get(COLLECTIVES_HOST_ENV, "").strip()
+    if host and cpu_collectives == "gloo":
+        _gloo_listens_on(host)
     return spec
+
+
+def wait_for_the_others(process_id: int, env: dict[str, str] | None = None, wait_s: float = READY_WAIT_S) -> None:
+    """Leave ``ready.<process_id>`` in ``$DPCOURSE_READY_DIR`` and wait until ``$DPCOURSE_READY_COUNT`` files are there.
+
+    Starting Python and importing JAX takes seconds on a quiet machine and
+    far longer on a busy one, and not the same time in every process; JAX's
+    initialization timeout counts from each process's own join, so a
+    process that joined early could give up on one still importing. The
+    local launcher sets both variables (the folder is its own run's); without
+    them this returns at once (a GKE pod, a process started by hand).
+    """
+    env = os.environ if env is None else env
+    folder, count = env.get(READY_DIR_ENV), _int_env(READY_COUNT_ENV, dict(env))
+    if not folder or not count:
+        return
+    ready = Path(folder)
+    (ready / f"ready.{process_id}").touch()
+    deadline = time.monotonic() + wait_s
+    while len(list(ready.glob("ready.*"))) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _gloo_listens_on(host: str) -> None:
+    """Make the CPU backend's gloo collectives listen on ``host`` instead of the host name's address.
+
+    JAX builds gloo without an address (``make_cpu_client`` in
+    ``jax/_src/xla_bridge.py``, 0.10.2 to 0.12), so gloo listens on the
+    address ``gethostname()`` resolves to (gloo's ``tcp/device.cc``): on a
+    cloud VM, its network address. ``make_gloo_tcp_collectives`` takes a
+    ``hostname``; the CPU backend is registered again with collectives built
+    on it (``jax.extend.backend.register_backend_factory``), before any
+    backend starts. Call it after ``jax.distributed.initialize``.
+
+    Raises:
+        DistributedSetupError: this JAX has no such hook; the message says
+            which version the course was tried with.
+    """
+    from jax.extend import backend
+
+    try:
+        from jax._src import distributed as jax_distributed
+        from jax._src import xla_bridge
+        from jax._src.lib import _jax
+
+        make_gloo = _jax.make_gloo_tcp_collectives
+        make_cpu_client = xla_bridge.make_cpu_client
+    except (ImportError, AttributeError) as err:
+        raise DistributedSetupError(
+            f"This JAX cannot keep gloo's connections on {host} ({err}); the course was tried with JAX 0.10.2 and "
+            f"0.12. Unset {COLLECTIVES_HOST_ENV} to let gloo listen where it chooses."
+        ) from None
+
+    def cpu_client():
+        collectives = make_gloo(distributed_client=jax_distributed.global_state.client, hostname=host)
+        return make_cpu_client(collectives=collectives)
+
+    backend.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
 
 
 def shutdown() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from collections.abc import Sequence
@@ -37,6 +38,65 @@ def output_tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept[-lines:])
 
 
+class DiskFull(RuntimeError):
+    """A launcher could not write its folder (logs, results): the disk is full. Every process was ended."""
+
+
+BUSY_LOAD_PER_CORE = 1.5  # more runnable processes per core than this: the machine is busy
+MAX_LOAD_FACTOR = 4.0  # a start-up bound grows with the load up to this many times
+
+
+def _load_per_core() -> float:
+    """The 1-minute load average per core (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
+
+
+def load_factor() -> float:
+    """How much longer than on a quiet machine a start-up may take now: 1 to :data:`MAX_LOAD_FACTOR`.
+
+    The 1-minute load average per core: at a load of 9 on 2 cores, 4
+    processes wait for each core, and starting Python and importing JAX
+    takes about that many times as long.
+    """
+    return min(MAX_LOAD_FACTOR, max(1.0, _load_per_core()))
+
+
+def _load_said() -> str:
+    load = _load_per_core() * (os.cpu_count() or 1)
+    return f"load average {load:.1f} on {os.cpu_count()} cores"
+
+
+def busy_note() -> str:
+    """`` The machine is busy (...): a re-run ... will do.`` where it is; "" on a quiet machine."""
+    if _load_per_core() < BUSY_LOAD_PER_CORE:
+        return ""
+    return f" The machine is busy ({_load_said()}): a re-run when it is quieter will do."
+
+
+def too_busy_message(wall_s: float, ready: int, launched: int) -> str:
+    """The one sentence for a start-up that outlasted its bound: the machine was too busy, and a re-run will do."""
+    return (
+        f"The machine was too busy to start the run: after {wall_s:.0f} s only {ready} of {launched} processes had "
+        f"started Python and imported JAX ({_load_said()}); nothing in the run is wrong, and a re-run will do once "
+        "the machine is quieter (or with fewer processes)."
+    )
+
+
+DISK_FULL_MARKS = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
+
+
+def disk_full_sentence(folder: str) -> str:
+    """One sentence for a run that ran out of disk space in ``folder`` (its logs, results, checkpoints)."""
+    return (
+        f"The disk that holds {folder} is full (No space left on device), so the run could not write its "
+        "output: free some space there (or set TMPDIR to a folder on a disk with room, before starting "
+        "Python) and run again."
+    )
+
+
 def port_taken(stderr: str) -> bool:
     """Whether a worker's stderr says the coordinator's port was taken.
 
@@ -61,6 +121,8 @@ def diagnose(
     flags = describe_abort(stderr)
     if flags:
         return f"Process {process_id} stopped at JAX's start: {flags}"
+    if any(mark in stderr for mark in DISK_FULL_MARKS):
+        return disk_full_sentence("the run's files (its temp folder, or the checkpoint folder)")
     if port_taken(stderr):
         return (
             f"The coordinator could not listen on {coordinator}: the port is already in use. "
@@ -82,7 +144,7 @@ def diagnose(
         return (
             f"Process {process_id} could not reach the coordinator at {coordinator}, or not every one of "
             f"the {num_processes} processes joined, within {init_timeout_s} s. Check that process 0 "
-            "started, that the address is right and reachable, and that every process was launched."
+            "started, that the address is right and reachable, and that every process was launched." + busy_note()
         )
     if "stopped sending heartbeats" in stderr:
         return (

@@ -3,8 +3,10 @@
 The local side of notebook 08: :func:`launch_local` runs
 ``python -m dpcourse.multihost.worker`` once per process on this machine,
 each with its own ``DPCOURSE_*`` environment (:func:`worker_env`) and K
-simulated CPU devices, with process 0's coordinator on a free loopback port
-(IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
+simulated CPU devices, with process 0's coordinator on a Unix-domain socket in
+the run's own folder, which no other user of the machine may enter
+(:func:`dpcourse.multihost.ports.private_coordinator`), and gloo's connections
+on loopback (IPv4, or IPv6 with ``host="::1"``). It bounds the whole run in time, ends
 every process it started when one fails, and names the failed process and
 the likely cause (:class:`WorkerFailed`, :class:`LaunchTimeout`,
 ``CoordinatorPortInUse``). ``python -m dpcourse.multihost.launcher`` is its command
@@ -14,6 +16,8 @@ line. What each worker runs is :mod:`dpcourse.multihost.worker`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -31,21 +35,47 @@ from dpcourse.backend.xlaflags import check_xla_flags
 from dpcourse.multihost import heartbeat as progress
 from dpcourse.multihost import reaper
 from dpcourse.multihost.distributed import (
+    COLLECTIVES_HOST_ENV,
     COORDINATOR_ENV,
     INIT_TIMEOUT_ENV,
     JAX_BIND_ENV,
     NUM_PROCESSES_ENV,
     PROCESS_ID_ENV,
+    READY_COUNT_ENV,
+    READY_DIR_ENV,
     DistributedSetupError,
     format_coordinator_address,
     relative_diff,
 )
-from dpcourse.multihost.failures import diagnose, first_cause, output_tail, port_taken
+from dpcourse.multihost.failures import (
+    DiskFull,
+    busy_note,
+    diagnose,
+    disk_full_sentence,
+    first_cause,
+    load_factor,
+    output_tail,
+    port_taken,
+    too_busy_message,
+)
 from dpcourse.multihost.plan import check_savable_split
-from dpcourse.multihost.ports import TcpUnavailable, check_port_free, free_port, tcp_unavailable
+from dpcourse.multihost.ports import (
+    PrivateNetwork,
+    TcpUnavailable,
+    check_port_free,
+    free_port,
+    private_coordinator,
+    private_network,
+    tcp_unavailable,
+    unix_sockets_available,
+)
 from dpcourse.multihost.worker import add_run_options, single_process_reference
 from dpcourse.train import check_global_batch, max_abs_diff
 
+# A run given a TCP port for its coordinator uses this machine's network, where every user can reach that port.
+SHARED_BY_CHOICE = PrivateNetwork(
+    reason="its coordinator was given a TCP port, which every user of this machine can reach"
+)
 # Launches tried with a freshly picked coordinator port when the one picked was taken before process 0 bound it.
 PORT_ATTEMPTS = 3
 
@@ -106,7 +136,9 @@ class LaunchResult:
             b1) x`` the first gradient (host arrays, shaped like ``params``).
         stdout, stderr: each process's output, by process id.
         env: the ``DPCOURSE_*`` variables each process was given, by process id.
-        port: the coordinator's port.
+        port: the coordinator's TCP port (0: it listened on a Unix-domain socket, the default).
+        shared_network: why the processes shared this machine's loopback with its other users
+            (None: they ran in a network of their own, :func:`dpcourse.multihost.ports.private_network`).
     """
 
     wall_s: float
@@ -119,6 +151,7 @@ class LaunchResult:
     stderr: dict[int, str] = field(default_factory=dict)
     env: dict[int, dict[str, str]] = field(default_factory=dict)
     port: int = 0
+    shared_network: str | None = None
 
 
 def _strip_cpu_count_flag(flags: str) -> str:
@@ -126,12 +159,21 @@ def _strip_cpu_count_flag(flags: str) -> str:
 
 
 def worker_env(
-    process_id: int, num_processes: int, coordinator: str, init_timeout_s: int, base: dict[str, str] | None = None
+    process_id: int,
+    num_processes: int,
+    coordinator: str,
+    init_timeout_s: int,
+    base: dict[str, str] | None = None,
+    collectives_host: str = "127.0.0.1",
+    ready_dir: str | os.PathLike | None = None,
+    ready_count: int | None = None,
 ) -> dict[str, str]:
     """The environment of one local worker process.
 
     The ``DPCOURSE_*`` variables of the module docstring, the coordinator
-    kept on loopback, JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
+    kept where it was given (``unix:`` from :func:`dpcourse.multihost.ports.private_coordinator`: this
+    user's only), gloo on ``collectives_host`` (loopback, not the host name's address, which may face the network),
+    JAX's SIGTERM handler off, CPU only (local workers share this machine's cores; on
     a GPU workstation they would otherwise all claim the same GPUs), and no
     CPU device count inherited from this process's ``XLA_FLAGS`` (each
     worker sets its own).
@@ -143,6 +185,7 @@ def worker_env(
             NUM_PROCESSES_ENV: str(num_processes),
             PROCESS_ID_ENV: str(process_id),
             INIT_TIMEOUT_ENV: str(init_timeout_s),
+            COLLECTIVES_HOST_ENV: collectives_host.strip("[]"),
             JAX_BIND_ENV: coordinator,
             "JAX_PLATFORMS": "cpu",
             # JAX's preemption service catches SIGTERM (so that a preempted job can
@@ -155,6 +198,8 @@ def worker_env(
     )
     env.pop("JAX_NUM_CPU_DEVICES", None)
     env.pop("DPCOURSE_RESULTS", None)  # workers never record into the notebook's results
+    if ready_dir is not None and ready_count:  # join only once every process has imported JAX
+        env.update({READY_DIR_ENV: str(ready_dir), READY_COUNT_ENV: str(ready_count)})
     return env
 
 
@@ -182,7 +227,9 @@ def launch_local(
 
     Each process is ``python -m dpcourse.multihost.worker`` with its own
     ``DPCOURSE_*`` environment (:func:`worker_env`); process 0 runs the
-    coordinator on ``host:port``; collectives between processes use gloo.
+    coordinator on a Unix-domain socket in the run's own folder (mode 0700:
+    no other user of the machine can connect to it), or on ``host:port``
+    when a ``port`` is given; collectives between processes use gloo, on ``host``.
     Whatever happens (a worker fails, the time limit passes, an interrupt),
     every process started here is ended before this function returns or
     raises: SIGTERM to its process group, SIGKILL 3 s later.
@@ -198,9 +245,12 @@ def launch_local(
             ``per_device_batch x n_processes x devices_per_process``).
         num_processes: the process count the workers are told (default
             ``n_processes``; another value shows what a mismatch does).
-        port: coordinator port (None: a free one; picked again, up to :data:`PORT_ATTEMPTS`
-            launches in all, when another program takes it before process 0 listens on it).
-        host: address of the coordinator on this machine: ``127.0.0.1``
+        port: a TCP port for the coordinator on ``host`` (any user of the machine can
+            connect to it, and the run shares the machine's network). None (default): a Unix-domain socket only this user can reach;
+            where the platform has none, a free TCP port, picked again, up to
+            :data:`PORT_ATTEMPTS` launches in all, when another program takes it before
+            process 0 listens on it.
+        host: the loopback address gloo listens on (and a TCP coordinator): ``127.0.0.1``
             (default) or ``::1`` (IPv6, with or without brackets).
         timeout_s: limit for the whole run, in seconds (for each launch, when a picked port was taken).
         init_timeout_s: how long each worker waits for the coordinator and the
@@ -232,6 +282,7 @@ def launch_local(
         WorkerFailed: a worker exited with an error; the message names it,
             gives the likely cause and the tail of its stderr.
         LaunchTimeout: the run did not finish within ``timeout_s``.
+        DiskFull: the disk of the temp folder filled up (a RuntimeError, said in one sentence).
     """
     if n_processes < 1 or devices_per_process < 1:
         raise ValueError(
@@ -261,11 +312,12 @@ def launch_local(
     check_savable_split(num_processes, devices_per_process, checkpoint_dir)
     # The workers inherit XLA_FLAGS (less the device count): a bad token would end every one of them.
     check_xla_flags(_strip_cpu_count_flag(os.environ.get("XLA_FLAGS", "")))
-    picked = port is None
+    private = port is None and unix_sockets_available()
+    picked = port is None and not private
     reason = tcp_unavailable(host)
     if reason:
         raise TcpUnavailable(reason)
-    if not picked and check_port:
+    if port is not None and check_port:
         check_port_free(host, port)
     command = [
         sys.executable,
@@ -289,11 +341,18 @@ def launch_local(
             command += [flag, str(value)]
 
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        run_port = free_port(host) if picked else port
+        run_port = None if private else free_port(host) if picked else port
         try:
             return _run_workers(
                 command, host, run_port, launched, num_processes, devices_per_process, init_timeout_s, timeout_s
             )
+        except KeyboardInterrupt:  # the stop button: every process was ended on the way out
+            sys.stderr.write("Interrupted: every process this launch started has been ended.\n")
+            raise
+        except OSError as err:  # the launcher's own writes and reads in its temp folder
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(disk_full_sentence(tempfile.gettempdir())) from None
+            raise
         except WorkerFailed as err:
             # A port picked here is free when picked, but process 0 binds it only after JAX's import
             # (seconds): another program may take it meanwhile. Then pick again; a port the caller
@@ -306,32 +365,47 @@ def launch_local(
 def _run_workers(
     command: list[str],
     host: str,
-    port: int,
+    port: int | None,
     launched: list[int],
     num_processes: int,
     devices_per_process: int,
     init_timeout_s: int,
     timeout_s: float,
 ) -> LaunchResult:
-    """Start ``command`` once per id in ``launched`` with the coordinator on ``host:port``; watch and end them."""
-    coordinator = format_coordinator_address(host, port)  # [::1]:port for IPv6
+    """Start ``command`` once per id in ``launched``, the coordinator on ``host:port`` (None: a Unix-domain
+    socket in the run's folder); watch and end them."""
     procs: dict[int, subprocess.Popen] = {}
     envs: dict[int, dict[str, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp,  # mode 0700: this user's only
+        private_network() if port is None else contextlib.nullcontext(SHARED_BY_CHOICE) as network,
+    ):
         folder = Path(tmp)
+        ready = folder / "ready"
+        ready.mkdir()
+        coordinator = private_coordinator(folder) if port is None else format_coordinator_address(host, port)
         # Closed in the `finally` below, after the workers are gone.
         logs = {i: (open(folder / f"stdout.{i}", "w+"), open(folder / f"stderr.{i}", "w+")) for i in launched}  # noqa: SIM115
         start = time.monotonic()
         failed: tuple[int, int] | None = None
-        timed_out = False
+        timed_out, all_ready_at, starting_limit = False, None, timeout_s
         try:
             for i in launched:
-                env = worker_env(i, num_processes, coordinator, init_timeout_s)
+                env = worker_env(i, num_processes, coordinator, init_timeout_s, None, host, ready, len(launched))
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
-                envs[i] = {k: env[k] for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)}
+                envs[i] = {
+                    k: env[k]
+                    for k in (
+                        COORDINATOR_ENV,
+                        COLLECTIVES_HOST_ENV,
+                        NUM_PROCESSES_ENV,
+                        PROCESS_ID_ENV,
+                        INIT_TIMEOUT_ENV,
+                    )
+                }
                 out, err = logs[i]
                 procs[i] = subprocess.Popen(
-                    command + ["--out", str(folder / "out")],
+                    network.prefix + command + ["--out", str(folder / "out")],
                     env=env,
                     stdout=out,
                     stderr=err,
@@ -350,8 +424,16 @@ def _run_workers(
                     break
                 if all(c == 0 for c in codes.values()):
                     break
-                if time.monotonic() - start > timeout_s:
-                    timed_out = True
+                # The time limit counts from when every process has imported JAX and can report; until then
+                # a start-up bound that grows with the machine's load (a busy machine starts Python slowly).
+                if all_ready_at is None and len(list(ready.glob("ready.*"))) >= len(launched):
+                    all_ready_at = time.monotonic()
+                if all_ready_at is None:
+                    starting_limit = max(starting_limit, timeout_s * load_factor())
+                    timed_out = time.monotonic() - start > starting_limit
+                else:
+                    timed_out = time.monotonic() - all_ready_at > timeout_s
+                if timed_out:
                     break
                 time.sleep(0.2)
             stuck = progress.culprit(seen, alive)  # a victim's failure is blamed on the one it waited for
@@ -393,8 +475,14 @@ def _run_workers(
                 **details,
             )
         if timed_out:
+            ready_n = len(list(ready.glob("ready.*")))
+            said = (
+                too_busy_message(wall_s, ready_n, len(launched))
+                if all_ready_at is None and starting_limit > timeout_s
+                else progress.timeout_message(seen, alive, timeout_s, pids) + busy_note()
+            )
             raise LaunchTimeout(
-                f"{progress.timeout_message(seen, alive, timeout_s, pids)} Every process was ended (exit statuses "
+                f"{said} Every process was ended (exit statuses "
                 f"{exit_codes}).{not_ended}\n"
                 + "\n".join(f"--- process {i} ---\n{tails[i] or '(empty)'}" for i in tails),
                 **details,
@@ -419,7 +507,8 @@ def _run_workers(
         stdout={i: t[0] for i, t in texts.items()},
         stderr={i: t[1] for i, t in texts.items()},
         env=envs,
-        port=port,
+        port=port or 0,
+        shared_network=network.reason,
     )
 
 
@@ -476,9 +565,15 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(parser)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--devices-per-process", type=int, default=4)
-    parser.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
     parser.add_argument(
-        "--host", default="127.0.0.1", help="coordinator address on this machine: 127.0.0.1 (default) or ::1"
+        "--port",
+        type=int,
+        default=None,
+        help="a TCP port for the coordinator, open to every user of this machine "
+        "(default: a Unix-domain socket only you can reach)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="loopback address for gloo (and a --port): 127.0.0.1 (default) or ::1"
     )
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--init-timeout-s", type=int, default=20)
@@ -492,9 +587,11 @@ def main(argv: list[str] | None = None) -> int:
         args.profile = None
     try:
         return _launch_main(args)
-    except (LaunchError, DistributedSetupError, ValueError) as err:
+    except (LaunchError, DistributedSetupError, DiskFull, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # launch_local said so in one line
+        return 130
 
 
 if __name__ == "__main__":

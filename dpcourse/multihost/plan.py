@@ -11,6 +11,9 @@ lets later launches load it from disk instead.
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
+import warnings
 from pathlib import Path
 
 MAX_DEVICES = 8  # the lesson's default: 2 processes x 4 devices
@@ -107,9 +110,30 @@ def choose_split(
 
 
 def default_cache_dir() -> Path:
-    """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/dpcourse/jax-compilation``."""
+    """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/dpcourse/jax-compilation``.
+
+    Raises:
+        RuntimeError: no variable set and no home folder can be found (``HOME`` unset, no passwd entry).
+    """
     chosen = os.environ.get(CACHE_ENV)
     return Path(chosen) if chosen else Path.home() / ".cache" / "dpcourse" / "jax-compilation"
+
+
+def _private_temp_cache() -> Path:
+    """A compilation cache folder of this user's in the temp folder, closed to others (mode 0700).
+
+    Compiled programs are loaded and run: a folder another user made (or
+    can write) is never used; a fresh one is made instead.
+    """
+    folder = Path(tempfile.gettempdir()) / f"dpcourse-jax-compilation-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="dpcourse-jax-compilation-"))
 
 
 def worker_cache_env(cache_dir: str | os.PathLike | None = None, environ: dict | None = None) -> dict[str, str]:
@@ -121,12 +145,43 @@ def worker_cache_env(cache_dir: str | os.PathLike | None = None, environ: dict |
     default 1 s) is set to 0 unless already set, as the lesson's step
     compiles in under a second on CPU. Values the learner set are kept.
 
+    Where the home folder cannot hold the cache (``HOME`` unset, or ``/``, or
+    read-only), the cache goes to a folder of this user's in the temp folder
+    instead, and a warning says so in one sentence.
+
     Returns:
         The variables now set (name -> value); ``environ`` (default
         ``os.environ``) is updated in place.
+
+    Raises:
+        OSError: the folder the caller or ``JAX_COMPILATION_CACHE_DIR`` named cannot be made (the message names it).
     """
     environ = os.environ if environ is None else environ
-    environ.setdefault(CACHE_ENV, str(Path(cache_dir) if cache_dir is not None else default_cache_dir()))
     environ.setdefault(MIN_COMPILE_TIME_ENV, "0")
-    Path(environ[CACHE_ENV]).mkdir(parents=True, exist_ok=True)
+    chosen = cache_dir if cache_dir is not None else environ.get(CACHE_ENV)
+    if chosen is not None:
+        environ.setdefault(CACHE_ENV, str(chosen))
+        try:
+            Path(environ[CACHE_ENV]).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise type(err)(
+                err.errno,
+                f"The compilation cache folder {environ[CACHE_ENV]} cannot be made ({err.strerror}); set "
+                f"{CACHE_ENV} to a folder you can write, or unset it",
+            ) from None
+        return {name: environ[name] for name in (CACHE_ENV, MIN_COMPILE_TIME_ENV)}
+    try:
+        folder = Path(environ["HOME"]) if environ.get("HOME") else Path.home()
+        folder = folder / ".cache" / "dpcourse" / "jax-compilation"
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError, KeyError) as err:
+        fallback = _private_temp_cache()
+        reason = getattr(err, "strerror", None) or str(err)
+        warnings.warn(
+            f"The home folder ({environ.get('HOME') or 'HOME unset'}) cannot hold the compilation cache ({reason}): "
+            f"it is in {fallback} instead; set HOME or {CACHE_ENV} to a folder you can write to keep it.",
+            stacklevel=2,
+        )
+        folder = fallback
+    environ[CACHE_ENV] = str(folder)
     return {name: environ[name] for name in (CACHE_ENV, MIN_COMPILE_TIME_ENV)}

@@ -631,3 +631,15 @@ def test_a_full_disk_elsewhere_is_the_notebook_s_failure_not_blamed_on_the_out_f
     (run,) = payload["notebooks"]
     assert run["status"] == "failed" and run["error"] == said
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".room")) == []
+
+
+def test_a_kernel_that_never_answers_points_to_the_shell_kernel(monkeypatch):
+    """Loopback down or TCP refused: the kernel's sockets never connect; the runner names --kernel shell."""
+    from dpcourse.multihost import ports
+
+    err = RuntimeError("Kernel didn't respond in 60 seconds")
+    monkeypatch.setattr(ports, "tcp_unavailable", lambda host="127.0.0.1": "This machine's loopback is down.")
+    said = runner._error_text(err)
+    assert "and here this machine's loopback is down." in said and "Run with --kernel shell" in said
+    monkeypatch.setattr(ports, "tcp_unavailable", lambda host="127.0.0.1": None)
+    assert "a busy machine can also delay it" in runner._error_text(err)

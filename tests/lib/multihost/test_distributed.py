@@ -6,6 +6,8 @@ tests/lib/multihost/test_launcher.py.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -164,3 +166,29 @@ def test_params_digest_sees_one_changed_value():
     assert distributed.params_digest(params) == distributed.params_digest(same)
     same["w"][1, 1] = 1e-7
     assert distributed.params_digest(params) != distributed.params_digest(same)
+
+
+def test_a_unix_socket_coordinator_is_accepted_and_its_path_checked():
+    assert distributed.check_coordinator_address("unix:/tmp/run/coordinator.sock") == ("/tmp/run/coordinator.sock", 0)
+    with pytest.raises(distributed.DistributedSetupError, match="unix:/absolute/path"):
+        distributed.check_coordinator_address("unix:run/coordinator.sock")
+    with pytest.raises(distributed.DistributedSetupError, match="at most 103 bytes"):
+        distributed.check_coordinator_address("unix:/" + "d" * 200)
+    spec = distributed.spec_from_env(
+        {"DPCOURSE_COORDINATOR": "unix:/tmp/r/c.sock", "DPCOURSE_NUM_PROCESSES": "2", "DPCOURSE_PROCESS_ID": "1"}
+    )
+    assert spec.coordinator_address == "unix:/tmp/r/c.sock"
+
+
+def test_a_process_joins_only_once_every_launched_process_has_imported_jax(tmp_path):
+    import threading
+
+    env = {"DPCOURSE_READY_DIR": str(tmp_path), "DPCOURSE_READY_COUNT": "2"}
+    waiter = threading.Thread(target=distributed.wait_for_the_others, args=(0, env, 30.0))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and (tmp_path / "ready.0").exists()  # process 1 is still importing JAX
+    distributed.wait_for_the_others(1, env, 30.0)
+    waiter.join(5)
+    assert not waiter.is_alive()
+    distributed.wait_for_the_others(0, {}, 30.0)  # no launcher (a GKE pod): returns at once

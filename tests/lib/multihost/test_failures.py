@@ -34,3 +34,21 @@ def test_without_a_better_cause_the_first_failure_seen_stays_the_headline():
 def test_a_process_ended_by_the_launcher_is_never_the_headline():
     texts = {0: ("", NOTICE + GLOO), 1: ("", ""), 2: ("", "")}
     assert failures.first_cause((0, 1), {0: 1, 1: -15, 2: -9}, texts) == (0, 1)  # the launcher's SIGTERM, SIGKILL
+
+
+def test_a_busy_machine_is_said_with_its_load_and_that_a_re_run_will_do(monkeypatch):
+    monkeypatch.setattr(failures.os, "getloadavg", lambda: (9.3, 8.0, 5.0))
+    monkeypatch.setattr(failures.os, "cpu_count", lambda: 2)
+    assert failures.load_factor() == failures.MAX_LOAD_FACTOR  # 4.65 per core, capped
+    said = failures.too_busy_message(41.2, 1, 3)
+    assert said == (
+        "The machine was too busy to start the run: after 41 s only 1 of 3 processes had started Python and "
+        "imported JAX (load average 9.3 on 2 cores); nothing in the run is wrong, and a re-run will do once the "
+        "machine is quieter (or with fewer processes)."
+    )
+    assert (
+        failures.busy_note()
+        == " The machine is busy (load average 9.3 on 2 cores): a re-run when it is quieter will do."
+    )
+    monkeypatch.setattr(failures.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert failures.load_factor() == 1.0 and failures.busy_note() == ""

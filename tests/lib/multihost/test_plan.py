@@ -1,5 +1,7 @@
 """Tests of dpcourse.multihost.plan: notebook 08's process split and the workers' cache."""
 
+import os
+
 import pytest
 
 from dpcourse.multihost import plan as multihost_plan
@@ -73,3 +75,35 @@ def test_only_a_split_with_several_devices_per_process_may_save_a_checkpoint():
     with pytest.raises(multihost_plan.UnsavableSplit, match="2 processes with one device each cannot save") as caught:
         multihost_plan.check_savable_split(2, 1, "ckpt")
     assert isinstance(caught.value, ValueError) and caught.value.lasting  # the worker exits with 78 for it
+
+
+@pytest.mark.parametrize("home", ["file", "unset"])
+def test_a_home_that_cannot_hold_the_cache_falls_back_to_a_private_temp_folder(monkeypatch, tmp_path, home):
+    """HOME=/ for a learner, a file, or no HOME and no passwd entry: the cache moves, said in one sentence."""
+    monkeypatch.setattr(multihost_plan.tempfile, "tempdir", str(tmp_path))
+    env = {}
+    if home == "file":  # mkdir fails under it (as under / for anyone but root)
+        (tmp_path / "home").write_text("")
+        env["HOME"] = str(tmp_path / "home")
+    else:
+        monkeypatch.setattr(multihost_plan.Path, "home", lambda: (_ for _ in ()).throw(RuntimeError("no home")))
+    with pytest.warns(UserWarning, match=r"cannot hold the compilation cache .* set HOME or JAX_COMPILATION_CACHE_DIR"):
+        got = multihost_plan.worker_cache_env(environ=env)
+    folder = tmp_path / f"dpcourse-jax-compilation-{os.getuid()}"
+    assert got["JAX_COMPILATION_CACHE_DIR"] == str(folder) and folder.is_dir()
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_temp_cache_folder_another_user_could_write_is_never_used(monkeypatch, tmp_path):
+    monkeypatch.setattr(multihost_plan.tempfile, "tempdir", str(tmp_path))
+    planted = tmp_path / f"dpcourse-jax-compilation-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)  # made, or opened, by someone else: compiled programs there could be anyone's
+    chosen = multihost_plan._private_temp_cache()
+    assert chosen != planted and chosen.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_cache_folder_the_learner_named_that_cannot_be_made_is_named(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match=r"folder .*file/cache cannot be made .* set JAX_COMPILATION_CACHE_DIR"):
+        multihost_plan.worker_cache_env(environ={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "file" / "cache")})

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import socket
+import time
+from pathlib import Path
 
 import pytest
 
 from dpcourse.multihost import distributed, ports
+from dpcourse.multihost.distributed import DistributedSetupError
 
 
 def _ipv6_loopback() -> bool:
@@ -116,3 +119,89 @@ def test_a_host_without_tcp_is_said_in_one_sentence(monkeypatch):
         with pytest.raises(ports.TcpUnavailable) as info:
             probe()
         assert str(info.value) == said and isinstance(info.value, distributed.DistributedSetupError)
+
+
+def test_the_private_coordinator_lies_in_a_closed_folder_of_this_user(tmp_path):
+    import tempfile
+
+    folder = tempfile.mkdtemp(dir=tmp_path)
+    assert ports.private_coordinator(folder) == f"unix:{folder}/coordinator.sock"
+    opened = tmp_path / "open"
+    opened.mkdir(mode=0o755)
+    opened.chmod(0o755)
+    with pytest.raises(DistributedSetupError, match=r"no one else may enter \(mode 0700; it is drwxr-xr-x"):
+        ports.private_coordinator(opened)
+    deep = Path(folder) / ("d" * 120)
+    deep.mkdir(mode=0o700)
+    with pytest.raises(DistributedSetupError, match="longer than a socket path may be .* TMPDIR=/tmp"):
+        ports.private_coordinator(deep)
+
+
+def test_a_loopback_that_is_down_is_said_in_one_sentence(monkeypatch):
+    import errno
+
+    real = socket.socket
+
+    class Down(real):
+        def bind(self, address):
+            if self.family == socket.AF_INET:
+                raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+            return super().bind(address)
+
+    monkeypatch.setattr(socket, "socket", Down)
+    said = ports.tcp_unavailable()
+    assert said.startswith("This machine's loopback interface does not carry TCP (127.0.0.1 cannot be listened on")
+    assert "ip link set lo up" in said and said.count(". ") == 0
+
+
+def test_a_loopback_that_drops_connections_is_said_within_a_second(monkeypatch):
+    real = socket.socket
+
+    class Dropping(real):
+        def connect(self, address):
+            raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "socket", Dropping)
+    start = time.monotonic()
+    said = ports.tcp_unavailable()
+    assert time.monotonic() - start < 2 and "got no answer within 1 s" in said
+
+
+def test_without_namespaces_the_run_shares_the_network_and_says_why(monkeypatch):
+    monkeypatch.setattr(ports.shutil, "which", lambda name: None)
+    with ports.private_network() as network:
+        assert network.prefix == [] and "no network namespaces" in network.reason
+
+
+def test_a_refused_namespace_is_said_and_the_run_goes_on_shared(monkeypatch, tmp_path):
+    refusing = tmp_path / "unshare"
+    refusing.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(ports.sys, "platform", "linux")
+    monkeypatch.setattr(ports.shutil, "which", lambda name: str(refusing) if name == "unshare" else "/bin/true")
+    with ports.private_network() as network:
+        assert network.prefix == [] and network.reason.endswith("(unshare: unshare failed: Operation not permitted)")
+
+
+def test_the_command_line_says_whether_runs_get_a_network_of_their_own(monkeypatch, capsys):
+    monkeypatch.setattr(ports.shutil, "which", lambda name: None)
+    assert ports.main() == 1
+    assert capsys.readouterr().out.startswith("shared: a multi-process run started by this user shares")
+
+
+def test_a_namespace_no_process_may_join_is_said_and_the_run_goes_on_shared(monkeypatch, tmp_path):
+    """A sandbox may let unshare make the namespaces yet refuse nsenter: checked once, before any worker starts."""
+    holder, joiner = tmp_path / "unshare", tmp_path / "nsenter"
+    holder.write_text("#!/bin/sh\necho ready 1\ncat >/dev/null\n")
+    joiner.write_text(
+        "#!/bin/sh\necho \"nsenter: reassociate to namespace 'ns/user' failed: Invalid argument\" >&2\nexit 1\n"
+    )
+    for script in (holder, joiner):
+        script.chmod(0o755)
+    monkeypatch.setattr(ports.sys, "platform", "linux")
+    monkeypatch.setattr(ports.shutil, "which", lambda name: str(tmp_path / name))
+    with ports.private_network() as network:
+        assert network.prefix == [] and network.reason == (
+            "this system refuses to let a process join a network namespace "
+            "(nsenter: reassociate to namespace 'ns/user' failed: Invalid argument)"
+        )
