@@ -30,11 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from dpcourse.multihost import reaper
-from dpcourse.multihost.distributed import format_coordinator_address
 from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_events
 from dpcourse.multihost.failures import output_tail
 from dpcourse.multihost.parent import PARENT_ENV
-from dpcourse.multihost.ports import TcpUnavailable, free_port, tcp_unavailable
+from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
 # What a process prints when JAX ends it because the coordination service went away with process 0.
@@ -297,9 +296,11 @@ def run_local(
             command += [flag, str(value)]
     if recoverable:
         command.append("--recoverable")
-    coordinator = format_coordinator_address("127.0.0.1", free_port())
-    with tempfile.TemporaryDirectory(prefix="dpcourse-elastic-") as tmp:
+    # The run keeps to this user: the coordinator on a Unix socket in the run's 0700 folder, gloo inside the
+    # run's own network namespace where Linux allows one (dpcourse.multihost.ports).
+    with tempfile.TemporaryDirectory(prefix="dpcourse-elastic-") as tmp, private_network() as network:
         out = Path(tmp)
+        coordinator = private_coordinator(out)
         procs, logs = {}, {}
         started_t = time.time()
         watched = (None, None, {}, None)
@@ -311,7 +312,7 @@ def run_local(
                 env[PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
                 logs[i] = open(out / f"stderr.{i}", "w+")  # noqa: SIM115 - closed below, after the process ended
                 procs[i] = subprocess.Popen(
-                    command + ["--out", str(out)],
+                    network.prefix + command + ["--out", str(out)],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=logs[i],

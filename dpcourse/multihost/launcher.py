@@ -33,7 +33,7 @@ import numpy as np
 from dpcourse import devices as _devices
 from dpcourse.backend.xlaflags import check_xla_flags
 from dpcourse.multihost import heartbeat as progress
-from dpcourse.multihost import reaper
+from dpcourse.multihost import parent, reaper
 from dpcourse.multihost.distributed import (
     COLLECTIVES_HOST_ENV,
     COORDINATOR_ENV,
@@ -393,6 +393,7 @@ def _run_workers(
             for i in launched:
                 env = worker_env(i, num_processes, coordinator, init_timeout_s, None, host, ready, len(launched))
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
+                env[parent.PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
                 envs[i] = {
                     k: env[k]
                     for k in (

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import socket
+import time
 
 import pytest
 
-from dpcourse.multihost import elastic, elastic_run
+from dpcourse.multihost import elastic, elastic_run, ports
 from dpcourse.multihost.ports import tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 from dpcourse.train import max_abs_diff
@@ -237,3 +241,56 @@ def test_an_interrupted_run_ends_every_process_and_says_so_in_one_sentence(tmp_p
     assert "statuses {0: -9, 1: -9}" in said  # ended at once, with SIGKILL (no save at a preemption)
     assert type(stopped.value) is KeyboardInterrupt  # what notebook runners read as an interrupt
     assert stopped.value._render_traceback_() == [f"KeyboardInterrupt: {said}"]  # a notebook shows this alone
+
+
+def _connect_as_nobody(path: str) -> str:
+    """What another user (not root, "nobody") gets connecting to the Unix socket at ``path``: its error's name."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
+        said = "connected"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(path)
+        except OSError as err:
+            said = type(err).__name__
+        finally:
+            os.write(write_end, json.dumps(said).encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        said = json.loads(pipe.read() or "null")
+    os.waitpid(child, 0)
+    return said
+
+
+@no_tcp
+def test_a_run_keeps_to_its_user_another_learner_cannot_reach_its_coordinator(tmp_path, monkeypatch):
+    """Learner B of a room, during learner A's lesson-13 run: the coordinator is a socket in A's 0700 folder."""
+    with ports.private_network() as network:
+        private = network.reason is None
+    seen = {}
+
+    def look(procs, out, plan):  # while the processes run: what another user could reach, then stop the run
+        sock = out / "coordinator.sock"
+        deadline = time.monotonic() + 60
+        while not sock.exists() and time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
+            time.sleep(0.05)
+        seen["socket"], seen["mode"] = sock.exists(), out.stat().st_mode & 0o777
+        mine = os.readlink("/proc/self/ns/net")
+        seen["own_network"] = {os.readlink(f"/proc/{p.pid}/ns/net") != mine for p in procs.values()}
+        if os.geteuid() == 0 and sock.exists():
+            seen["other_user"] = _connect_as_nobody(str(sock))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(elastic_run, "_watch", look)
+    with pytest.raises(KeyboardInterrupt):
+        elastic_run.run_local(2, STEPS, BATCH, checkpoint_dir=tmp_path / "ck", **COMMON)
+    assert seen["socket"] and seen["mode"] == 0o700, seen
+    assert seen["own_network"] == {private}, seen  # gloo inside the run's own network where Linux allows one
+    if os.geteuid() != 0:
+        pytest.skip("only root can act as another user (make test runs as root in CI)")
+    assert seen["other_user"] == "PermissionError", seen
