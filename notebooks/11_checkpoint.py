@@ -25,8 +25,8 @@
 # (FSDP). 8 devices by default (half of them and 1 are taken from them);
 # with another count, the restores onto other meshes use what there is.
 #
-# **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 1 min with `cpu`
-# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
+# **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; 1-2 min with `cpu` (on 8
+# simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
 # `baselines/timings.json`).
 
 # %% tags=["parameters"]

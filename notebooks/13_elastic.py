@@ -26,7 +26,8 @@
 # processes of one CPU device each, on this machine's TCP loopback.
 #
 # **Time**: under 1 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 30 s with
-# `full`, on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# `full` (section 4 alone: that host opens no TCP socket), on 1 x TPU v5 lite (measured; the run's
+# details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
