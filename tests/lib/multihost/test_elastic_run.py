@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import time
 
 import pytest
@@ -243,32 +241,8 @@ def test_an_interrupted_run_ends_every_process_and_says_so_in_one_sentence(tmp_p
     assert stopped.value._render_traceback_() == [f"KeyboardInterrupt: {said}"]  # a notebook shows this alone
 
 
-def _connect_as_nobody(path: str) -> str:
-    """What another user (not root, "nobody") gets connecting to the Unix socket at ``path``: its error's name."""
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
-        said = "connected"
-        try:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.connect(path)
-        except OSError as err:
-            said = type(err).__name__
-        finally:
-            os.write(write_end, json.dumps(said).encode())
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        said = json.loads(pipe.read() or "null")
-    os.waitpid(child, 0)
-    return said
-
-
 @no_tcp
-def test_a_run_keeps_to_its_user_another_learner_cannot_reach_its_coordinator(tmp_path, monkeypatch):
+def test_a_run_keeps_to_its_user_another_learner_cannot_reach_its_coordinator(tmp_path, monkeypatch, other_user):
     """Learner B of a room, during learner A's lesson-13 run: the coordinator is a socket in A's 0700 folder."""
     with ports.private_network() as network:
         private = network.reason is None
@@ -283,7 +257,7 @@ def test_a_run_keeps_to_its_user_another_learner_cannot_reach_its_coordinator(tm
         mine = os.readlink("/proc/self/ns/net")
         seen["own_network"] = {os.readlink(f"/proc/{p.pid}/ns/net") != mine for p in procs.values()}
         if os.geteuid() == 0 and sock.exists():
-            seen["other_user"] = _connect_as_nobody(str(sock))
+            seen["other_user"] = other_user(str(sock))["coordinator"]
         raise KeyboardInterrupt
 
     monkeypatch.setattr(elastic_run, "_watch", look)

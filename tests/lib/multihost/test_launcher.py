@@ -189,9 +189,6 @@ def test_bad_launch_arguments_are_refused(kwargs, fragment):
 # ---------------------------------------------------------------------------
 
 
-OTHER_USER = 65534  # "nobody": another learner of the room, with no rights to this run's files
-
-
 def _listening_ports(pid: int) -> list[int]:
     """TCP ports that process ``pid`` listens on, read from its own network's /proc tables (its sockets' inodes)."""
     try:
@@ -210,49 +207,7 @@ def _listening_ports(pid: int) -> list[int]:
     return found
 
 
-def _as_other_user(socket_path: str, ports_seen: list[int]) -> dict:
-    """Another user (not root) tries to connect to the run's coordinator and to each of its gloo ports.
-
-    A forked child drops to :data:`OTHER_USER` and reports each attempt's outcome through a pipe.
-    """
-    import json
-    import warnings
-
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():  # the child makes system calls only (no lock of the launch's thread)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
-        outcome = {"coordinator": None, "gloo": {}}
-        try:
-            os.setgroups([])
-            os.setgid(OTHER_USER)
-            os.setuid(OTHER_USER)
-            with socket.socket(socket.AF_UNIX) as sock:
-                try:
-                    sock.connect(socket_path)
-                    outcome["coordinator"] = "connected"
-                except OSError as err:
-                    outcome["coordinator"] = type(err).__name__
-            for port in ports_seen:
-                with socket.socket() as sock:
-                    sock.settimeout(2)
-                    try:
-                        sock.connect(("127.0.0.1", port))
-                        outcome["gloo"][port] = "connected"
-                    except OSError as err:
-                        outcome["gloo"][port] = type(err).__name__
-        finally:
-            os.write(write_end, json.dumps(outcome).encode())
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        outcome = json.loads(pipe.read() or "{}")
-    os.waitpid(child, 0)
-    return outcome
-
-
-def _probe_while_running(launch, deadline_s: float) -> dict:
+def _probe_while_running(launch, deadline_s: float, other_user) -> dict:
     """Run ``launch`` in a thread; once its coordinator and gloo listen, another user tries to reach them."""
     import glob
     import tempfile
@@ -271,7 +226,7 @@ def _probe_while_running(launch, deadline_s: float) -> dict:
         listening = {pid: _listening_ports(pid) for pid in _our_workers()}
         ports_seen = sorted({port for found in listening.values() for port in found})
         if sockets and len(listening) == 2 and all(listening.values()):
-            probe = {"socket": sockets[0], "ports": ports_seen, **_as_other_user(sockets[0], ports_seen)}
+            probe = {"socket": sockets[0], "ports": ports_seen, **other_user(sockets[0], ports_seen)}
             break
         time.sleep(0.1)
     worker.join(LIMIT_S)
@@ -280,14 +235,14 @@ def _probe_while_running(launch, deadline_s: float) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two_process_run():
+def two_process_run(other_user):
     start = time.perf_counter()
 
     def launch():
         return launcher.launch_local(2, 4, profile=PROFILE, steps=STEPS, data_source=SOURCE, timeout_s=LIMIT_S)
 
     if os.geteuid() == 0 and hasattr(os, "fork"):  # root can be another user: the room's learner B
-        probe = _probe_while_running(launch, LIMIT_S)
+        probe = _probe_while_running(launch, LIMIT_S, other_user)
         run = probe.pop("run")
         assert run is not None, "the run did not finish (its error is in the thread's output above)"
     else:
