@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -133,13 +131,16 @@ def run_lesson(learner: Learner) -> dict:
     answer = requests.post(f"{learner.url}/api/sessions", json=model, headers=auth(learner), timeout=120)
     answer.raise_for_status()
     session = answer.json()
-    ws_url = learner.url.replace("http", "ws", 1) + f"/api/kernels/{session['kernel']['id']}/channels"
+    client = uuid.uuid4().hex  # this client's session, as a browser tab has one
+    ws_url = (
+        learner.url.replace("http", "ws", 1) + f"/api/kernels/{session['kernel']['id']}/channels?session_id={client}"
+    )
     result = {"learner": learner.name, "passed": False, "ended": ""}
     try:
         ws = websocket.create_connection(ws_url, header=[f"Authorization: token {learner.token}"], timeout=120)
         try:
             for number, code in enumerate(cells, 1):
-                reply, _ = execute(ws, uuid.uuid4().hex, code, deadline)
+                reply, _ = execute(ws, client, code, deadline)
                 if reply["status"] != "ok":
                     result["ended"] = f"code cell {number}: {reply.get('ename')}: {reply.get('evalue')}"
                     if reply.get("ename") not in ("RunEndedEarly", "RunRefused"):  # not one of the lesson's sentences
@@ -196,21 +197,6 @@ def one_try(learners: list[Learner], sampler: LoadSampler) -> list[dict]:
     return [results[learner.name] for learner in learners]
 
 
-def end_workshop(hub: hubprocess.Hub) -> str:
-    """The learners' accounts, homes, scratch files and passwords removed (hub/end.py), then the hub's folder."""
-    scratch, hub.scratch = hub.scratch, None  # hub.stop() would remove the folder hub/end.py reads
-    hub.stop()
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "hub" / "end.py")],
-        env=dict(os.environ, HUB_DIR=str(hub.folder)),
-        capture_output=True,
-        text=True,
-    )
-    if scratch is not None:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return (done.stdout + done.stderr).strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--learners", type=int, default=3, help="learners running the lesson at once (default 3)")
@@ -249,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(result["traceback"], flush=True)
     finally:
         sampler.stopping.set()
-        print(end_workshop(hub), flush=True)
+        hub.stop()  # as root, the learners' accounts, homes and scratch files go too (hub/end.py)
+        print("\n".join(hub.ended), flush=True)
     print(
         f"{passed} of {runs} runs passed ({args.learners} learners at once, {args.tries} tries, "
         f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
