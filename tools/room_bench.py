@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         hub.stop()  # as root, the learners' accounts, homes and scratch files go too (hub/end.py)
         print("\n".join(hub.ended), flush=True)
     print(
-        f"{passed} of {runs} runs passed ({args.learners} learner(s) at once, {args.tries} tr(ies), "
+        f"{passed} of {runs} runs passed (learners at once: {args.learners}, tries: {args.tries}, "
         f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
     )
     return 0 if passed == runs else 1
