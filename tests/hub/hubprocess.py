@@ -97,6 +97,7 @@ class Hub:
     started_s: float = 0.0
     timings: dict = field(default_factory=dict)
     scratch: Path | None = None  # as root: the folder made for HUB_DIR, removed at the stop
+    ended: list[str] = field(default_factory=list)  # as root: what hub/end.py removed at the stop
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -125,8 +126,20 @@ class Hub:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self.scratch is not None:
+            self.ended = end_workshop(self.folder)
             shutil.rmtree(self.scratch, ignore_errors=True)
         return took, left, ports_in_use()
+
+
+def end_workshop(folder: Path) -> list[str]:
+    """As root: the learners' system users, homes and scratch files removed (hub/end.py, as `make hub-end`)."""
+    sys.path.insert(0, str(ROOT / "hub"))
+    import end
+
+    try:
+        return end.end(folder)
+    except end.EndError as error:
+        return [f"not ended: {error}"]
 
 
 def _not_zombie(pid: int) -> bool:
