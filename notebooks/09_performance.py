@@ -774,9 +774,9 @@ for r in profiled:
     print("\n".join(bd.sentences()))
 if breakdowns and device.platform == "cpu":
     print(
-        "On a CPU the kernels run on several threads and the profiler's own cost weighs on steps "
-        "this short, so the traced step can differ from the benchmark's; the split is this "
-        "host's, not a chip's."
+        "On a CPU the kernels run on several threads and the profiler's own cost weighs on\n"
+        "steps this short, so the traced step can differ from the benchmark's; the split is\n"
+        "this host's, not a chip's."
     )
 
 if "scan_f32" in breakdowns and best is not None and best.rung.name in breakdowns:

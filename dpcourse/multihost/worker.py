@@ -515,7 +515,7 @@ def _worker_main(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(PREEMPTED_EXIT_CODE)
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
-        if type(err).__module__ == "dpcourse.checkpoints.checkpoint" or isinstance(err, ValueError):
+        if type(err).__module__.startswith("dpcourse.checkpoints.") or isinstance(err, ValueError):
             who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")
             sys.stderr.write(f"[process {who}] error: {err}\n")  # a sentence says it all, in one write
         else:
