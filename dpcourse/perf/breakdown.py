@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dpcourse.perf.fusions import MATMUL_OPS, _called, _computations
+from dpcourse.perf.fusions import MATMUL_OPS, called, walk
 
 KINDS = ("matmul", "element-wise", "reduction", "optimizer", "copy")
 COPY_OPS = frozenset(
@@ -57,23 +57,7 @@ def kernel_kinds(text: str) -> dict[str, str]:
     runs: not counted as a kernel of its own). The instructions of fused
     computations and a reduction's combiner are not kernels.
     """
-    comps = _computations(text)
-    fused, combiners = set(), set()
-    for lines in comps.values():
-        for line in lines:
-            fused.update(_called(line, "calls") if " fusion(" in line else [])
-            combiners.update(_called(line, "to_apply"))
-
-    def ops_inside(name: str, seen: frozenset = frozenset()) -> set[str]:
-        found: set[str] = set()
-        for line in comps.get(name, []):
-            m = _LINE.match(line)
-            if m:
-                found.add(m.group(2))
-            for sub in _called(line, "calls"):
-                if sub not in seen:
-                    found |= ops_inside(sub, seen | {name})
-        return found
+    comps, fused, combiners, ops_inside = walk(text)
 
     # The optimizer's state enters as the step's opt_state arguments; its kernels read them (or a view of them).
     state = set()
@@ -94,7 +78,7 @@ def kernel_kinds(text: str) -> dict[str, str]:
             if not m:
                 continue
             name, op = m.group(1), m.group(2)
-            inside = set().union(*(ops_inside(c) for c in _called(line, "calls"))) if op == "fusion" else {op}
+            inside = set().union(*(ops_inside(c) for c in called(line, "calls"))) if op == "fusion" else {op}
             if op in CONTROL_OPS:
                 kinds[name] = "control"
             elif inside & set(MATMUL_OPS) or (op == "custom-call" and re.search(r"gemm|matmul", line, re.I)):

@@ -18,6 +18,7 @@ themselves, nor a reduction's combiner).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MATMUL_OPS = ("dot", "convolution")
@@ -90,19 +91,25 @@ def _computations(text: str) -> dict[str, list[str]]:
     return comps
 
 
-def _called(line: str, key: str) -> list[str]:
+def called(line: str, key: str) -> list[str]:
+    """The computations ``line`` names after ``key=`` (``calls``, ``to_apply``), without their ``%``."""
     found = re.findall(rf"{key}=\{{?(%?[\w.\-]+(?:,\s*%?[\w.\-]+)*)\}}?", line)
     return [n.strip().lstrip("%") for group in found for n in group.split(",")]
 
 
-def census(text: str) -> FusionCensus:
-    """Count the kernels of an optimised HLO module's text (``compiled.as_text()``); see the module docstring."""
+def walk(text: str) -> tuple[dict[str, list[str]], set[str], set[str], Callable[[str], set[str]]]:
+    """An optimised HLO module's text read for its kernels: ``(computations, fused, combiners, ops_inside)``.
+
+    ``computations`` maps each computation's name to its instruction lines; ``fused`` names the
+    computations a ``fusion`` calls and ``combiners`` a reduction's ``to_apply`` (neither is a kernel of
+    its own); ``ops_inside(name)`` is the set of opcodes in computation ``name`` and those it calls.
+    """
     comps = _computations(text)
     fused, combiners = set(), set()
     for lines in comps.values():
         for line in lines:
-            fused.update(_called(line, "calls") if " fusion(" in line else [])
-            combiners.update(_called(line, "to_apply"))
+            fused.update(called(line, "calls") if " fusion(" in line else [])
+            combiners.update(called(line, "to_apply"))
 
     def ops_inside(name: str, seen: frozenset = frozenset()) -> set[str]:
         found: set[str] = set()
@@ -110,11 +117,17 @@ def census(text: str) -> FusionCensus:
             m = _INSTRUCTION.match(line)
             if m:
                 found.add(m.group(1))
-            for sub in _called(line, "calls"):
+            for sub in called(line, "calls"):
                 if sub not in seen:
                     found |= ops_inside(sub, seen | {name})
         return found
 
+    return comps, fused, combiners, ops_inside
+
+
+def census(text: str) -> FusionCensus:
+    """Count the kernels of an optimised HLO module's text (``compiled.as_text()``); see the module docstring."""
+    comps, fused, combiners, ops_inside = walk(text)
     kernels = matmuls = with_gelu = elementwise = 0
     for name, lines in comps.items():
         if name in fused or name in combiners:
@@ -125,7 +138,7 @@ def census(text: str) -> FusionCensus:
                 continue
             op = m.group(1)
             if op == "fusion":
-                inside = set().union(*(ops_inside(c) for c in _called(line, "calls")))
+                inside = set().union(*(ops_inside(c) for c in called(line, "calls")))
                 kernels += 1
                 if inside & set(MATMUL_OPS):
                     matmuls += 1
