@@ -19,6 +19,12 @@ FULL_UNROLL = "full"
 # Dtype of the matmul inputs and activations; parameters, optimizer state and
 # the loss stay float32 whichever is chosen (mixed precision, notebook 09).
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# How the block's backward pass gets GELU's derivative (notebook 09): "autodiff" lets JAX
+# differentiate the block, which keeps the pre-activation h W + b and computes the derivative
+# again in the backward pass; "saved_slope" keeps the derivative the forward pass computes
+# anyway (a custom VJP); "pallas" also runs the backward pass of each repeat as one Pallas kernel
+# (bfloat16 only; dpcourse.perf.backward). All compute the same gradient up to the rounding of the kept values.
+BLOCK_BACKWARDS = ("autodiff", "saved_slope", "pallas")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,9 @@ class Config:
         compute_dtype: ``"float32"`` (default of every profile) or
             ``"bfloat16"``: matmuls and activations in bfloat16 with float32
             master weights and a float32 loss (mixed precision).
+        block_backward: ``"autodiff"`` (default of every profile),
+            ``"saved_slope"`` or ``"pallas"``: how the block's backward pass gets GELU's
+            derivative (:data:`BLOCK_BACKWARDS`, notebook 09).
         ladder_global_batch: global batch of notebook 09's ladder (examples,
             one device).
         ladder_large_batch: the larger global batch of the ladder's last rung.
@@ -75,6 +84,7 @@ class Config:
     seed: int = 0
     block_unroll: int | str = 1
     compute_dtype: str = "float32"
+    block_backward: str = "autodiff"
     ladder_global_batch: int = 4096
     ladder_large_batch: int = 8192
     matmul_size: int = 8192
@@ -82,6 +92,7 @@ class Config:
     def __post_init__(self):
         check_block_unroll(self.block_unroll)
         check_compute_dtype(self.compute_dtype)
+        check_block_backward(self.block_backward)
 
     def global_batch(self, n_devices: int) -> int:
         """Global batch in examples for ``n_devices`` devices."""
@@ -92,7 +103,8 @@ class Config:
 
         Raises:
             TypeError: a name is not a field of :class:`Config` (the message lists the fields).
-            ValueError: an invalid ``block_unroll`` or ``compute_dtype`` (the message lists the valid ones).
+            ValueError: an invalid ``block_unroll``, ``compute_dtype`` or ``block_backward`` (the
+                message lists the valid ones).
         """
         fields = [f.name for f in dataclasses.fields(self)]
         unknown = sorted(set(changes) - set(fields))
@@ -124,6 +136,17 @@ def check_compute_dtype(value) -> str:
     if value in COMPUTE_DTYPES:
         return value
     raise ValueError(f"Unknown compute_dtype {value!r}. Valid values: {', '.join(COMPUTE_DTYPES)}.")
+
+
+def check_block_backward(value) -> str:
+    """Check a ``block_backward`` setting.
+
+    Raises:
+        ValueError: not one of :data:`BLOCK_BACKWARDS`; the message lists them.
+    """
+    if value in BLOCK_BACKWARDS:
+        return value
+    raise ValueError(f"Unknown block_backward {value!r}. Valid values: {', '.join(BLOCK_BACKWARDS)}.")
 
 
 # Each profile overrides the one default above (the `full` workload of the

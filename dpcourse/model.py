@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcourse.config import FULL_UNROLL, Config, check_block_unroll, check_compute_dtype
+from dpcourse.config import FULL_UNROLL, Config, check_block_backward, check_block_unroll, check_compute_dtype
 from dpcourse.data import N_CLASSES, N_FEATURES
+from dpcourse.perf import backward
 
 Params = dict[str, jax.Array]
 
@@ -55,6 +56,7 @@ def forward(
     block_mix: float,
     block_unroll: int | str = 1,
     compute_dtype: str = "float32",
+    block_backward: str = "autodiff",
 ) -> jax.Array:
     """Logits of the shared-block MLP.
 
@@ -76,19 +78,28 @@ def forward(
             backward ``scan`` (a chain of bfloat16 adds when unrolled), cast to float32
             only at the end. Notebook 09 measures the resulting logit error
             (``dpcourse.perf.ladder.bf16_logit_tolerance``).
+        block_backward: ``"autodiff"`` (JAX differentiates the block) or
+            ``"saved_slope"`` (:func:`dpcourse.perf.backward.block_saving_slope`)
+            or ``"pallas"`` (:func:`dpcourse.perf.backward.block_with_kernel`,
+            bfloat16 only). The logits are the same; only the backward pass
+            differs.
 
     Returns:
         float32 logits ``[batch, 10]`` whatever ``compute_dtype`` is.
 
     Raises:
-        ValueError: an unknown ``block_unroll`` or ``compute_dtype``.
+        ValueError: an unknown ``block_unroll``, ``compute_dtype`` or ``block_backward``.
     """
     check_block_unroll(block_unroll)
+    written = {"saved_slope": backward.block_saving_slope, "pallas": backward.block_with_kernel}
+    custom = written.get(check_block_backward(block_backward))
     dtype = jnp.dtype(check_compute_dtype(compute_dtype))
     p = jax.tree.map(lambda a: a.astype(dtype), params)
     h = jax.nn.gelu(x.astype(dtype) @ p["w_in"] + p["b_in"])
 
     def block(h, _):
+        if custom is not None:
+            return custom(block_mix)(h, p["w_block"], p["b_block"]), None
         out = jax.nn.gelu(h @ p["w_block"] + p["b_block"])
         return (1.0 - block_mix) * h + block_mix * out, None
 
@@ -110,7 +121,9 @@ def loss_and_metrics(params: Params, x: jax.Array, y: jax.Array, cfg: Config) ->
         ``(loss, {"loss": loss, "accuracy": accuracy})``, scalars (means over
         the batch the function sees).
     """
-    logits = forward(params, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, cfg.compute_dtype)
+    logits = forward(
+        params, x, cfg.block_repeats, cfg.block_mix, cfg.block_unroll, cfg.compute_dtype, cfg.block_backward
+    )
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
     accuracy = (jnp.argmax(logits, axis=-1) == y).mean()
     return loss, {"loss": loss, "accuracy": accuracy}

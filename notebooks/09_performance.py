@@ -13,7 +13,8 @@
 # true float32, default float32 and bfloat16), place the course's step on a
 # roofline, then climb a ladder of faster ways to write the *same* step:
 # `lax.scan` unrolled, the repeats as a Python loop, bfloat16 compute with
-# float32 master weights, a larger batch. Check each rung is still correct,
+# float32 master weights, a larger batch, the block's backward pass as one
+# Pallas kernel. Check each rung is still correct,
 # look inside with a profiler trace and the compiled program, and come back
 # to data parallelism: where does the all-reduce land for the fast step?
 #
@@ -256,11 +257,13 @@ def mine_and_package(rung):
     return mine, package
 
 
-# The last rung differs from the one before in its batch only. The compiles are independent
-# (an unrolled forward pass of 128 repeats takes seconds to compile): run them side by side.
+# The last two rungs differ from unrolled_bf16 in their batch and their backward pass only: their
+# forward pass is its. The compiles are independent (an unrolled forward pass of 128 repeats takes
+# seconds to compile): run them side by side.
+forwards = list({(r.block_unroll, r.compute_dtype): r for r in rungs}.values())
 with ThreadPoolExecutor() as pool:
-    pairs = list(pool.map(mine_and_package, rungs[:-1]))
-for rung, (mine, package) in zip(rungs, pairs):
+    pairs = list(pool.map(mine_and_package, forwards))
+for rung, (mine, package) in zip(forwards, pairs):
     print(f"{rung.name}: {checks.compare(mine, package, 'logits', 'model.forward')!r}")
 
 # %% [markdown]
@@ -338,6 +341,13 @@ if over:
 # a CPU the ladder mostly shows
 # compile-time and correctness effects; its speeds say little about an
 # accelerator.
+#
+# The last rung, `pallas_bf16_batch8192` (at the `full` profile), is the one
+# before it with the block's backward pass written by hand as one Pallas
+# kernel; section 5 reads from the chip's profile why, and section 4 checks
+# its gradient. Off a TPU its kernel runs in Pallas's interpret mode (JAX
+# operations standing in for the kernel: the same numbers, none of its
+# speed), so there its time says nothing about the kernel.
 
 # %% [markdown]
 # **The fast step against the batch.** The ladder measured each rung at one
@@ -668,6 +678,63 @@ if first_checks:
         )
 
 # %% [markdown]
+# The Pallas rung computes the same forward pass as `unrolled_bf16` (the
+# logits check above) but its own backward pass, which the first loss does
+# not see. So its first-step gradient (through AdamW's first moment, as for
+# the float32 rungs) is compared with a float32 gradient of the same
+# examples at `highest` precision (batch by batch of the ladder's size,
+# averaged: the loss is a mean), and so is the gradient of its twin that JAX
+# differentiates (`unrolled_bf16_batch8192` at `full`). Both round to
+# bfloat16; the kernel rounds in another order and sums the weight gradient
+# in float32, so its error must be no more than twice its twin's, the
+# factor `ladder.KERNEL_GRADIENT_FACTOR`. A wrong kernel (a missing mix, a
+# transposed weight) is wrong by the size of the gradient itself.
+
+# %%
+grad_f32 = jax.jit(jax.grad(lambda p, x, y: model.loss_and_metrics(p, x, y, cfg)[0]))
+kernel_checks = {}
+for r in ok_runs:
+    if r.rung.block_backward == "autodiff":
+        continue
+    twin_cfg = r.rung.config(cfg).with_overrides(block_backward="autodiff")
+    same = [
+        t
+        for t in ok_runs
+        if t.rung.config(cfg) == twin_cfg and t.rung.global_batch == r.rung.global_batch
+    ]
+    if not same:
+        print(f"{r.rung.name}: its twin with JAX's own backward pass did not run: not checked.")
+        continue
+    twin = same[0]
+    gb = r.rung.global_batch
+    xb, yb = placement.place_single_device(cfg, dataset, device, opt, init_host, gb).batches[0]
+    with jax.default_matmul_precision("highest"):
+        parts = [
+            grad_f32(init_dev, xb[i : i + batch], yb[i : i + batch]) for i in range(0, gb, batch)
+        ]
+    reference = jax.tree.map(
+        lambda *g: np.mean(np.stack([np.asarray(a) for a in g]), axis=0), *parts
+    )
+    errors = {}
+    for run in (r, twin):
+        _, _, state = ladder.run_steps(
+            run.compiled, run.rung.config(cfg), device, init_host, [(xb, yb)], 1
+        )
+        errors[run.rung.name] = ladder.gradient_error(train.adam_first_moment(state), reference)
+    kernel_checks[r.rung.name] = (errors[r.rung.name], errors[twin.rung.name], twin.rung.name)
+    del xb, yb, parts
+for name, (mine, twins, twin_name) in kernel_checks.items():
+    print(
+        f"{name}: first-step gradient {mine:.2%} from float32 (largest over the parameters of "
+        f"|g - g_f32| / |g_f32|); {twin_name}, JAX's own backward pass: {twins:.2%}"
+    )
+    assert mine <= ladder.KERNEL_GRADIENT_FACTOR * twins, (
+        f"{name}'s gradient is {mine:.2%} from float32's, more than "
+        f"{ladder.KERNEL_GRADIENT_FACTOR:g} x its twin's {twins:.2%}: its backward pass computes "
+        "something else; compare dpcourse.perf.backward with JAX's derivative of the block."
+    )
+
+# %% [markdown]
 # ## 5. Look inside: a profiler trace and the compiled program
 #
 # `jax.profiler.trace` records what the device did during a few steps of
@@ -742,15 +809,20 @@ if best is not None:
 # the matmuls' FLOPs at the matmul rate section 1 measured, the time the
 # matmul kernels took beyond that rate, the other kernels, and the idle time
 # between kernels. The parts add up to the traced step, which is compared
-# with the step the benchmark measured. Here for the fastest rung and for
-# the course's own step (`scan_f32`):
+# with the step the benchmark measured. Here for the fastest rung, for the
+# course's own step (`scan_f32`) and, when the fastest is the Pallas rung,
+# for its twin that JAX differentiates:
 
 # %%
-profiled = [r for r in (best, by_name.get("scan_f32")) if r is not None and r.status == "ok"]
+twin_name = f"unrolled_bf16_batch{cfg.ladder_large_batch}"
+profiled = [best, by_name.get("scan_f32")]
+if best is not None and best.rung.block_backward != "autodiff":
+    profiled.append(by_name.get(twin_name))
+profiled = [r for r in profiled if r is not None and r.status == "ok"]
 breakdowns = {}
 for r in profiled:
     rc = r.rung.config(cfg)
-    r_batches = best_batches if r is best else check_batches
+    r_batches = best_batches if r.rung.global_batch == best.rung.global_batch else check_batches
     folder = Path(tempfile.mkdtemp(prefix=f"09_{r.rung.name}_"))
     path = breakdown.trace_steps(r.compiled, rc, device, init_host, r_batches, TRACE_STEPS, folder)
     ks, where_ran = (
@@ -779,18 +851,35 @@ if breakdowns and device.platform == "cpu":
         "this host's, not a chip's."
     )
 
-if "scan_f32" in breakdowns and best is not None and best.rung.name in breakdowns:
+# The scan against the same program unrolled: the fastest rung with JAX's own backward pass.
+unrolled = next(
+    (
+        n
+        for n in (twin_name, best.rung.name if best else None)
+        if n in breakdowns and n != "scan_f32"
+    ),
+    None,
+)
+if "scan_f32" in breakdowns and unrolled is not None:
     print()
     sentences = breakdown.scan_sentences(
-        breakdowns["scan_f32"], breakdowns[best.rung.name], None, cfg.block_repeats
+        breakdowns["scan_f32"], breakdowns[unrolled], None, cfg.block_repeats
     )
     print("\n".join(sentences))
+if (
+    best is not None
+    and best.rung.block_backward != "autodiff"
+    and {best.rung.name, twin_name} <= set(breakdowns)
+):
+    print()
+    print(breakdown.kernel_sentence(breakdowns[twin_name], breakdowns[best.rung.name]))
 
 # %% [markdown]
 # **Measured on one TPU v5e chip.** The same split, stored in the package
-# with its date and versions (`tools/tpu_breakdown.py` made it: the best
-# rung, the course's `scan` step and `scan(unroll=8)`, at the matmul rates
-# this lesson measured on that machine), and what each lever tried toward
+# with its dates and versions (`tools/tpu_breakdown.py` made it: the Pallas
+# rung, its twin that JAX differentiates, the course's `scan` step and
+# `scan(unroll=8)`, at the matmul rates this lesson measured on that
+# machine), and what each lever tried toward
 # 85 % of the chip's 197 TFLOP/s did there. On a TPU host, your own run's
 # split is above; the stored one is the same machine type on another day.
 
@@ -805,11 +894,20 @@ else:
         f"profile {chip['profile']} (measured there, not on this machine)"
     )
     chip_bd = {name: breakdown.from_stored(data) for name, data in chip["breakdowns"].items()}
-    for name in ("unrolled_bf16_batch8192", "scan_f32"):
+    for name in ("pallas_bf16_batch8192", "unrolled_bf16_batch8192", "scan_f32"):
         display(
-            show.table(chip_bd[name].rows(), f"stored, {chip['device_kind']}: {name}, one step")
+            show.table(
+                chip_bd[name].rows(),
+                f"stored, {chip['device_kind']}: {name}, one step ({chip_bd[name].date})",
+            )
         )
         print("\n".join(chip_bd[name].sentences()))
+    print()
+    print(
+        breakdown.kernel_sentence(
+            chip_bd["unrolled_bf16_batch8192"], chip_bd["pallas_bf16_batch8192"]
+        )
+    )
     wider = chip_bd["scan_unroll8_f32"]
     print()
     for line in breakdown.scan_sentences(
@@ -820,13 +918,13 @@ else:
         f"Compile: scan {chip_bd['scan_f32'].compile_s:.1f} s, "
         f"scan(unroll=8) {wider.compile_s:.1f} s, "
         f"unrolled {chip_bd['unrolled_bf16_batch8192'].compile_s:.0f} s "
-        "(ten programs compiled side by side)."
+        "(programs compiled side by side)."
     )
     display(
         show.table(
             chip["levers"],
             f"stored, {chip['device_kind']}: levers toward 85 % MFU "
-            "(compile s: ten programs compiled side by side)",
+            "(compile s: while the run's other programs compiled beside it)",
         )
     )
     best_lever = max(chip["levers"], key=lambda row: row["MFU (197 TFLOP/s)"])
@@ -840,39 +938,52 @@ else:
     )
 
 # %% [markdown]
-# **Reading the chip's split.** In the stored run (TPU v5e, 2026-12-06, JAX
-# 0.10.2, libtpu 0.0.42.1; `python tools/tpu_breakdown.py --profile full`,
-# then `--store` at this lesson's ceilings from `python -m
+# **Reading the chip's split.** In the stored runs (TPU v5e, 2026-12-06,
+# JAX 0.10.2, libtpu 0.0.42.1; `python tools/tpu_breakdown.py --profile
+# full`, then `--store` at this lesson's ceilings from `python -m
 # coursetools.tpucheck --notebooks 09` on the same machine) the best rung
-# spent 99.7 % of its 41.0 ms in matmul kernels: 35.0 ms is their FLOPs at
-# the 190 TFLOP/s this lesson measured for one 8192-side matmul, 5.9 ms is
-# what they took beyond it, and the rest (kernels of their own, idle) was
-# about 0.1 ms. There is no non-matmul work left to remove. The `scan`
-# step's 53.6 ms was 34 % matmul kernels; beside them, per iteration,
-# 131 us of element-wise kernels (`dynamic-update-slice` fusions writing
-# each repeat's saved activations into the loop's stacked float32 buffers)
-# and 127 us for a reduction (the block's bias gradient, summed over the
-# batch in the backward loop's body): in the unrolled program both ran
-# inside the matmuls' kernels. `scan(unroll=8)` ran its 16 iterations with
-# copy kernels of 69 ms per step (the slabs of 8 repeats' saved activations
-# taken out of and put back into the stacked buffers, about 6.6 ms each)
-# where the plain scan's copies took 2.2 ms, and its matmul kernels ran
-# 16.3 ms beyond the rate: 113 ms in all, while it compiled in about the
-# time of the plain scan (7.2 s against 5.3 s).
+# JAX differentiates, `unrolled_bf16_batch8192`, spent 99.7 % of its 41.1 ms
+# in matmul kernels: 35.0 ms is their FLOPs at the 190 TFLOP/s this lesson
+# measured for one 8192-side matmul, 5.9 ms is what they took beyond it.
+# Per repeat, at the rate, each of its three matmuls ([8192, 1024] x
+# [1024, 1024]) takes 90.5 us; in its trace the kernels took about 103 us
+# (forward), 100 us (weight gradient) and 119 us (input gradient, which
+# also computes GELU's derivative again from the kept `h W + b`, a tanh and
+# a cubic per element in float32 on the vector unit, and sums the bias
+# gradient). The `scan` step's 53.6 ms was 34 % matmul kernels; beside
+# them, per iteration, 131 us of element-wise kernels (`dynamic-update-slice`
+# fusions writing each repeat's saved activations into the loop's stacked
+# float32 buffers) and 127 us for a reduction (the block's bias gradient,
+# summed over the batch in the backward loop's body): in the unrolled
+# program both ran inside the matmuls' kernels. `scan(unroll=8)` ran its 16
+# iterations with copy kernels of 69 ms per step (the slabs of 8 repeats'
+# saved activations taken out of and put back into the stacked buffers,
+# about 6.6 ms each) where the plain scan's copies took 2.2 ms, and its
+# matmul kernels ran 16.3 ms beyond the rate: 113 ms in all, while it
+# compiled in about the time of the plain scan (7.2 s against 5.3 s).
 #
 # **Levers tried toward 85 % of 197 TFLOP/s** (the table above; each the
 # same model and mathematics up to bfloat16 rounding, at global batch 8192
-# unless named): none reached it. Twice the global batch gave 81.7 % (the
-# kernels outside the matmuls were already 0.3 % of the step); the batch sent in bfloat16,
-# 81.2 %; a hand-written backward pass for the block, 81.3 %; the compiler
-# option `xla_tpu_rwb_fusion=false`, 81.9 % (no change); saving only the
-# matmuls' outputs (`jax.checkpoint`), 73.5 %, and a larger scoped VMEM
-# (`xla_tpu_scoped_vmem_limit_kib=98304`), 72.9 %: both slower. The best
-# rung stays at 81.9 %: its matmul kernels run at 85 % of the measured
-# 8192-side rate, which is itself 96 % of the datasheet's 197. What is left
-# is inside the matmul kernels (their shapes, [8192, 1024] x [1024, 1024],
-# and the work fused into them): a hand-written Pallas kernel for the block
-# is the next lever, not tried here.
+# unless named). Twice the global batch, 81.7 %; the batch sent in
+# bfloat16, 81.2 %; a hand-written backward pass keeping `h W + b`, 81.3 %;
+# `xla_tpu_rwb_fusion=false`, 81.9 % (no change); saving only the matmuls'
+# outputs (`jax.checkpoint`), 73.5 %, and a larger scoped VMEM, 72.9 %:
+# both slower. Keeping GELU's derivative from the forward pass
+# (`block_backward="saved_slope"`, `dpcourse.perf.backward`), 81.2 % (82.7 % at
+# batch 16384): XLA still ran the two backward matmuls as two kernels, of
+# about 107 and 116 us. But the same change made the course's `scan` step
+# 1.84 times faster (29.2 ms against 53.7, 58 % of 197 TFLOP/s): per
+# iteration its reduction fell from 127 to 23 us and its element-wise
+# kernels from 131 to 29 us. The lever that reached 85 %: the whole
+# backward pass of a repeat as one Pallas kernel (`pallas_bf16_batch8192`,
+# `dpcourse.perf.backward.block_with_kernel`): 38.7 ms, 87.1 %. It reads the
+# incoming gradient, the kept derivative and `h` once per tile of 512 rows,
+# keeps `W` and the float32 weight gradient in the core's VMEM, and does
+# both matmuls there: 200 us per repeat for the two (181 us at the rate),
+# and the forward kernels fell to 93 us (JAX's own forward kernel computed
+# the previous repeat's GELU again from its kept `h W + b`). What is left:
+# 2.7 ms beyond the rate, and 0.7 ms adding the 128 repeats' float32 weight
+# gradients outside the kernel. Tiles of 1024 rows gave 86.4 %.
 
 # %% [markdown]
 # The compiled program itself (`compiled.as_text()`, the optimised HLO):
@@ -1193,6 +1304,10 @@ for name, (p, g) in checks.items():
 for name, (d, t, _, _) in first_checks.items():
     figs[f"first_loss_diff_{name}_vs_f32"] = (d, "loss")
     figs[f"first_loss_diff_{name}_vs_f32_tolerance"] = (t, "loss")
+for name, (mine, twins, _) in kernel_checks.items():
+    figs[f"grad_rel_diff_{name}_vs_f32"] = (mine, "relative")
+    tol = ladder.KERNEL_GRADIENT_FACTOR * twins
+    figs[f"grad_rel_diff_{name}_vs_f32_tolerance"] = (tol, "relative")
 for name, bd in breakdowns.items():
     figs |= {
         f"breakdown_{name}_traced_ms": (bd.traced_ms, "ms"),
@@ -1250,7 +1365,7 @@ from dpcourse import memory
 
 to_free = ["runs", "by_name", "ok_runs", "best", "scan_run", "check_batches", "at_batch", "fastest"]
 to_free += ["best_batches", "other", "r", "s_ref", "s_other", "mine", "package", "x_few", "params"]
-to_free += ["init_dev", "profiled"]
+to_free += ["init_dev", "profiled", "reference", "state"]
 before, after = memory.free(globals(), *to_free)
 print("freed:", before, "->", after)
 held = {}  # the device arrays this notebook's names still hold
@@ -1593,9 +1708,15 @@ hlo_tmp.cleanup()
 # - A profiler trace and the compiled HLO show where the time and the
 #   kernels go; read them before guessing. Split kernel by kernel, the
 #   trace's parts add up to the benchmark's step; on a TPU v5e the best
-#   rung's time is almost all matmul kernels, so levers that remove other
-#   work cannot close the rest of its gap, while the `scan` step spends two
-#   thirds of its time in the loop's kernels beside the matmuls.
+#   rung JAX differentiates spends almost all its time in matmul kernels,
+#   so levers that remove other work cannot close the rest of its gap,
+#   while the `scan` step spends two thirds of its time in the loop's
+#   kernels beside the matmuls.
+# - Where the profile says the time is inside the compiler's kernels, you
+#   can write the kernel: the block's backward pass by hand, GELU's
+#   derivative kept from the forward pass and both matmuls in one Pallas
+#   kernel, took the chip past 85 % of its peak. Check such a kernel's
+#   gradient against float32, not only its loss.
 # - How you write the step changes the collectives too: count the
 #   all-reduces and their bytes on the backend you will train on.
 # - Whether communication hides is in the GPU compiler's schedule: the work

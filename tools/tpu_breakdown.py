@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcourse import config, costs, data, model, train
-from dpcourse.perf import breakdown, ceilings, fusions
+from dpcourse.perf import backward, breakdown, ceilings, fusions
 
 
 def block_vjp(mix: float):
@@ -70,8 +70,8 @@ def forward_with(how: str, cfg):
         p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
         h = jax.nn.gelu(x.astype(jnp.bfloat16) @ p["w_in"] + p["b_in"])
         mix = cfg.block_mix
-        if how == "vjp":
-            blk = block_vjp(mix)
+        if how in ("vjp", "pallas_1024"):
+            blk = block_vjp(mix) if how == "vjp" else backward.block_with_kernel(mix, rows=1024)
             for _ in range(cfg.block_repeats):
                 h = blk(h, p["w_block"], p["b_block"])
         else:
@@ -117,18 +117,34 @@ def variants(cfg, platform_name: str) -> list[dict]:
         dict(name=f"unrolled_bf16_batch{big}_x_bf16", **best, x_dtype="bfloat16"),
         dict(name=f"unrolled_bf16_batch{big}_remat_dots", **best, forward="remat_dots"),
         dict(name=f"unrolled_bf16_batch{big}_vjp", **best, forward="vjp", profile=True),
+        dict(name="scan_f32_slope", unroll=1, dtype="float32", batch=b, backward="saved_slope", profile=True),
+        dict(name="scan_bf16_slope", unroll=1, dtype="bfloat16", batch=b, backward="saved_slope"),
+        dict(name=f"unrolled_bf16_batch{big}_slope", **best, backward="saved_slope", profile=True),
+        dict(name=f"unrolled_bf16_batch{b}_slope", unroll="full", dtype="bfloat16", batch=b, backward="saved_slope"),
+        dict(
+            name=f"unrolled_bf16_batch{2 * big}_slope",
+            unroll="full",
+            dtype="bfloat16",
+            batch=2 * big,
+            backward="saved_slope",
+        ),
+        dict(name=f"unrolled_bf16_batch{big}_slope_x_bf16", **best, backward="saved_slope", x_dtype="bfloat16"),
     ]
     if platform_name == "tpu":
         out += [
             dict(name=f"unrolled_bf16_batch{big}_vmem96m", **best, options={"xla_tpu_scoped_vmem_limit_kib": 98304}),
             dict(name=f"unrolled_bf16_batch{big}_no_rwb", **best, options={"xla_tpu_rwb_fusion": False}),
+            dict(name=f"pallas_bf16_batch{big}", **best, backward="pallas", profile=True),
+            dict(name=f"pallas_bf16_batch{big}_rows1024", **best, forward="pallas_1024"),
         ]
     return out
 
 
 def build(v: dict, cfg, init_host, device):
     """Lower and compile one variant; returns (cfg, optimizer, executable, compile s, hlo text) or the error."""
-    rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
+    rcfg = cfg.with_overrides(
+        block_unroll=v["unroll"], compute_dtype=v["dtype"], block_backward=v.get("backward", "autodiff")
+    )
     opt = train.make_optimizer(rcfg)
     if v.get("forward"):
         step = jax.jit(step_with(forward_with(v["forward"], rcfg), opt))
@@ -208,52 +224,72 @@ LEVERS = {
     "unrolled_bf16_batch{big}_remat_dots": "jax.checkpoint saving only the matmuls' outputs",
     "unrolled_bf16_batch{big}_no_rwb": "compiler option xla_tpu_rwb_fusion=false",
     "unrolled_bf16_batch{big}_vmem96m": "compiler option xla_tpu_scoped_vmem_limit_kib=98304",
+    "unrolled_bf16_batch{big}_slope": "the block's backward pass reusing GELU's derivative from the forward pass",
+    "unrolled_bf16_batch{b}_slope": "the same at global batch {b}",
+    "unrolled_bf16_batch{big2}_slope": "the same at global batch {big2}",
+    "scan_f32_slope": "the course's scan step (float32) reusing GELU's derivative",
+    "scan_bf16_slope": "scan in bfloat16 reusing GELU's derivative",
+    "pallas_bf16_batch{big}": "the block's backward pass as one Pallas kernel (tiles of 512 rows)",
+    "pallas_bf16_batch{big}_rows1024": "the same kernel on tiles of 1024 rows",
 }
 
 
-def store(folder: Path, rates_from: Path, dest: Path) -> dict:
-    """The package's stored chip breakdown from a run's ``breakdown.json`` and ``traces.tar.gz``."""
-    report = json.loads((folder / "breakdown.json").read_text())
+def store(folders: list[Path], rates_from: Path, dest: Path) -> dict:
+    """The package's stored chip breakdown from runs' ``breakdown.json`` and ``traces.tar.gz``.
+
+    A variant measured in several runs is taken from the last folder named.
+    Every split and lever keeps the date of its run.
+    """
     records = {r["metric"]: r["value"] for r in json.loads(rates_from.read_text())["records"]}
     rates = {"float32": records["ceiling_float32_default"], "bfloat16": records["ceiling_bfloat16"]}
+    reports = [json.loads((folder / "breakdown.json").read_text()) for folder in folders]
+    for key in ("device_kind", "jax", "libtpu", "profile"):
+        if len({r[key] for r in reports}) > 1:
+            raise SystemExit(
+                f"--store: the runs differ in {key} ({sorted({r[key] for r in reports})}): store one at a time."
+            )
+    report = reports[-1]
     cfg = config.make_config(report["profile"])
-    work = Path(tempfile.mkdtemp())
-    with tarfile.open(folder / "traces.tar.gz") as tar:
-        tar.extractall(work, filter="data")
-    splits = {}
-    for name, v in report["variants"].items():
-        if not (work / name).is_dir() or v.get("forward", "model.forward") != "model.forward":
-            continue
-        text = (work / name / "program.hlo.txt").read_text()
-        ks, where = breakdown.kernels(work / name / "trace.json.gz", breakdown.kernel_kinds(text))
-        rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
-        flops = costs.train_flops_per_step(rcfg, v["batch"])
-        bd = breakdown.split(ks, 3, v["ms_per_step"], flops, rates[v["dtype"]], name, where)
-        splits[name] = bd.to_json() | {"compile_s": v["compile_s"]}
-    big = cfg.ladder_large_batch
+    splits, variants = {}, {}
+    for folder, run in zip(folders, reports):
+        work = Path(tempfile.mkdtemp())
+        with tarfile.open(folder / "traces.tar.gz") as tar:
+            tar.extractall(work, filter="data")
+        for name, v in run["variants"].items():
+            variants[name] = v | {"date": run["date"]}
+            if not (work / name).is_dir() or v.get("forward", "model.forward") != "model.forward":
+                continue
+            text = (work / name / "program.hlo.txt").read_text()
+            ks, where = breakdown.kernels(work / name / "trace.json.gz", breakdown.kernel_kinds(text))
+            rcfg = cfg.with_overrides(block_unroll=v["unroll"], compute_dtype=v["dtype"])
+            flops = costs.train_flops_per_step(rcfg, v["batch"])
+            bd = breakdown.split(ks, 3, v["ms_per_step"], flops, rates[v["dtype"]], name, where)
+            splits[name] = bd.to_json() | {"compile_s": v["compile_s"], "date": run["date"]}
+    big, b = cfg.ladder_large_batch, cfg.ladder_global_batch
     levers = []
     for key, what in LEVERS.items():
-        name = key.format(big=big, big2=2 * big)
-        v = report["variants"].get(name)
+        name = key.format(big=big, big2=2 * big, b=b)
+        v = variants.get(name)
         if v is None or v.get("status") != "ok":
             continue
         levers.append(
             {
                 "variant": name,
-                "lever": what,
+                "lever": what.format(big=big, big2=2 * big, b=b),
                 "ms/step": v["ms_per_step"],
                 "MFU (197 TFLOP/s)": v["mfu_197"],
                 "compile s": v["compile_s"],
+                "date": v["date"],
             }
         )
     stored = {
         "device_kind": report["device_kind"],
-        "date": report["date"],
+        "date": ", ".join(sorted({r["date"] for r in reports})),
         "jax": report["jax"],
         "libtpu": report["libtpu"],
         "profile": report["profile"],
-        "command": "python tools/tpu_breakdown.py --profile full --out DIR; "
-        "python tools/tpu_breakdown.py --store DIR --rates-from <tpu-check results of the same machine>",
+        "command": "python tools/tpu_breakdown.py --profile full --out DIR [--only VARIANT ...]; "
+        "python tools/tpu_breakdown.py --store DIR [DIR ...] --rates-from <tpu-check results of the same machine>",
         "rates_flops_per_s": rates,
         "repeats": cfg.block_repeats,
         "breakdowns": splits,
@@ -268,7 +304,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="full")
     ap.add_argument("--out")
     ap.add_argument("--trace-steps", type=int, default=3)
-    ap.add_argument("--store", type=Path, help="a folder this script wrote: store its breakdown in the package")
+    ap.add_argument("--only", nargs="+", help="measure only the variants of these names")
+    ap.add_argument(
+        "--store", type=Path, nargs="+", help="folders this script wrote: store their breakdowns in the package"
+    )
     ap.add_argument("--rates-from", type=Path, help="with --store: a tpu-check results file of the same machine")
     args = ap.parse_args(argv)
     if args.store:
@@ -317,6 +356,8 @@ def main(argv=None) -> int:
     print("ceilings", report["ceilings"], "block matmul", report["block_matmul_bf16_flops_per_s"], flush=True)
 
     vs = variants(cfg, device.platform)
+    if args.only:
+        vs = [v for v in vs if v["name"] in args.only]
 
     def safe_build(v):
         try:
@@ -336,6 +377,7 @@ def main(argv=None) -> int:
         rec: dict = {k: v[k] for k in ("unroll", "dtype", "batch")} | {
             "x_dtype": v.get("x_dtype", "float32"),
             "forward": v.get("forward", "model.forward"),
+            "backward": v.get("backward", "autodiff"),
             "options": v.get("options", {}),
         }
         report["variants"][v["name"]] = rec

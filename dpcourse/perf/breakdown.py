@@ -8,7 +8,7 @@ kernel the program ran (named as the optimised HLO names its instruction,
 thunks XLA's CPU runtime executes appear under the same names on the host's
 threads. :func:`kernel_kinds` sorts the program's instructions from its text
 (``compiled.as_text()``): a kernel holding a ``dot`` or ``convolution`` is a
-matmul, the others are reductions, copies (moves of data: ``copy``,
+matmul (so is a Pallas kernel with a matmul, :func:`dpcourse.perf.fusions.matmul_call`), the others are reductions, copies (moves of data: ``copy``,
 ``dynamic-update-slice``, ``transpose``, ...), the optimizer's update (a kernel that reads
 the optimizer's state, an ``opt_state`` argument of the step) or
 element-wise work. :func:`kernels`
@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dpcourse.perf.fusions import MATMUL_OPS, called, walk
+from dpcourse.perf.fusions import MATMUL_OPS, called, matmul_call, walk
 
 KINDS = ("matmul", "element-wise", "reduction", "optimizer", "copy")
 COPY_OPS = frozenset(
@@ -81,7 +81,7 @@ def kernel_kinds(text: str) -> dict[str, str]:
             inside = set().union(*(ops_inside(c) for c in called(line, "calls"))) if op == "fusion" else {op}
             if op in CONTROL_OPS:
                 kinds[name] = "control"
-            elif inside & set(MATMUL_OPS) or (op == "custom-call" and re.search(r"gemm|matmul", line, re.I)):
+            elif inside & set(MATMUL_OPS) or (op == "custom-call" and matmul_call(line)):
                 kinds[name] = "matmul"
             elif set(_operands(m.group(3))) & state:
                 kinds[name] = "optimizer"
@@ -179,6 +179,7 @@ class Breakdown:
     rate_flops_per_s: float
     top: list[dict] = field(default_factory=list)
     compile_s: float | None = None  # the program's compile, where it was stored with it
+    date: str | None = None  # when the trace was taken, where it was stored with it
 
     @property
     def parts_ms(self) -> float:
@@ -384,3 +385,26 @@ def scan_sentences(scan: Breakdown, unrolled: Breakdown, wider: Breakdown | None
             f"(the plain scan's {scan.matmul_beyond_ms:.2f})."
         )
     return out
+
+
+def kernel_sentence(autodiff: Breakdown, kernel: Breakdown) -> str:
+    """What a hand-written backward pass changed, from two splits of the same step: JAX's own and the kernel's.
+
+    ``autodiff``: the step whose backward pass JAX derived; ``kernel``: the
+    same step with the block's backward pass written by hand (notebook 09's
+    Pallas rung). Compares the time beyond the matmul rate, the kernels
+    outside the matmuls and the measured steps.
+    """
+    outside = (sum(autodiff.other_ms.values()), sum(kernel.other_ms.values()))
+    saved = autodiff.measured_ms - kernel.measured_ms
+    return (
+        f"{kernel.rung}: its matmul kernels took {kernel.matmul_beyond_ms:.2f} ms per step beyond the rate, "
+        f"against {autodiff.matmul_beyond_ms:.2f} ms in {autodiff.rung}, whose backward pass JAX derived; "
+        f"kernels outside the matmuls {outside[1]:.2f} ms against {outside[0]:.2f}; the step "
+        f"{kernel.measured_ms:.2f} ms against {autodiff.measured_ms:.2f} "
+        + (
+            f"({saved / autodiff.measured_ms:.1%} less)."
+            if saved > 0
+            else f"({-saved / autodiff.measured_ms:.1%} more)."
+        )
+    )

@@ -17,6 +17,7 @@ themselves, nor a reduction's combiner).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,27 @@ ELEMENTWISE_OPS = frozenset(
     ("add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "exponential", "log", "tanh")
     + ("erf", "rsqrt", "sqrt", "power", "select", "compare", "convert", "abs", "sign", "clamp")
 )
+_MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"body":"([A-Za-z0-9+/=]+)"')
+
+
+def matmul_call(line: str) -> bool:
+    """Whether a ``custom-call`` instruction computes a matmul: a GEMM library call, or a Pallas kernel with one.
+
+    A Pallas kernel on a TPU is a ``tpu_custom_call`` whose backend config
+    carries the kernel as Mosaic's MLIR bytecode (base64); the bytecode
+    names its operations, ``tpu.matmul`` among them when the kernel has one.
+    """
+    if re.search(r"gemm|matmul", line, re.IGNORECASE):
+        return True
+    body = _MOSAIC_BODY.search(line)
+    if body is None:
+        return False
+    try:
+        return b"tpu.matmul" in base64.b64decode(body.group(1))
+    except ValueError:  # not base64 after all: no kernel to read
+        return False
+
+
 _COMPUTATION = re.compile(r"^(?:ENTRY )?(%?[\w.\-]+) .*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*?\s([a-z][\w\-]*)\((.*)$")
 
@@ -145,7 +167,7 @@ def census(text: str) -> FusionCensus:
                     with_gelu += bool(inside & set(GELU_OPS))
                 else:
                     elementwise += 1
-            elif op in MATMUL_OPS or (op == "custom-call" and re.search(r"gemm|matmul", line, re.IGNORECASE)):
+            elif op in MATMUL_OPS or (op == "custom-call" and matmul_call(line)):
                 kernels += 1
                 matmuls += 1
             elif op in ELEMENTWISE_OPS:

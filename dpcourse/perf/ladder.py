@@ -38,16 +38,22 @@ class Rung:
     block_unroll: int | str
     compute_dtype: str
     global_batch: int
+    block_backward: str = "autodiff"
 
     def config(self, cfg: Config) -> Config:
         """``cfg`` with this rung's settings (validated: unknown values raise ValueError)."""
-        return cfg.with_overrides(block_unroll=self.block_unroll, compute_dtype=self.compute_dtype)
+        return cfg.with_overrides(
+            block_unroll=self.block_unroll, compute_dtype=self.compute_dtype, block_backward=self.block_backward
+        )
 
 
 def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
-    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, a larger batch.
+    """The course's ladder: scan, scan unrolled, fully unrolled, bfloat16, a larger batch, a Pallas kernel.
 
-    ``scan_unroll`` is capped at ``cfg.block_repeats``.
+    ``scan_unroll`` is capped at ``cfg.block_repeats``. The last rung is the
+    one before it with the block's backward pass in one Pallas kernel
+    (:func:`dpcourse.perf.backward.block_with_kernel`; off a TPU the kernel runs
+    in Pallas's interpret mode, and its time says nothing about a TPU).
     """
     b, big = cfg.ladder_global_batch, cfg.ladder_large_batch
     k = max(1, min(scan_unroll, cfg.block_repeats))
@@ -58,6 +64,14 @@ def default_rungs(cfg: Config, scan_unroll: int = 8) -> list[Rung]:
         Rung("scan_bf16", "lax.scan, bfloat16 compute, float32 master weights", 1, "bfloat16", b),
         Rung("unrolled_bf16", "fully unrolled, bfloat16 compute", "full", "bfloat16", b),
         Rung(f"unrolled_bf16_batch{big}", f"fully unrolled, bfloat16, global batch {big}", "full", "bfloat16", big),
+        Rung(
+            f"pallas_bf16_batch{big}",
+            f"fully unrolled, bfloat16, global batch {big}, the block's backward pass in a Pallas kernel",
+            "full",
+            "bfloat16",
+            big,
+            "pallas",
+        ),
     ]
 
 
@@ -307,6 +321,40 @@ def run_steps(step, cfg: Config, device, init_params: dict, batches: list, n_ste
         params, opt_state, metrics = step(params, opt_state, *batches[i % len(batches)])
         losses.append(metrics["loss"])
     return [float(v) for v in jax.device_get(losses)], params, opt_state
+
+
+# The Pallas rung's first-step gradient may be at most this many times as far from float32's as
+# its twin's, JAX's own bfloat16 derivative of the same step (notebook 09, section 4). Both round
+# to bfloat16; the kernel sums the weight gradient in float32. Measured on a 2-core CPU (JAX
+# 0.10.2, the gradient at the initial parameters on random inputs): at smoke the kernel's 0.79 % against its
+# twin's 0.91 %, at cpu 3.4 % against 4.9 %. A wrong kernel is wrong by about 100 %.
+KERNEL_GRADIENT_FACTOR = 2.0
+
+
+def gradient_error(first_moment, reference, b1: float = 0.9) -> float:
+    """How far a first-step gradient is from a reference: the largest ``|g - ref| / |ref|`` over the parameters.
+
+    Args:
+        first_moment: AdamW's ``mu`` after one step from a fresh state
+            (``train.adam_first_moment``), which is ``(1 - b1) x`` the gradient.
+        reference: the gradient to compare with, a tree of the same structure.
+        b1: AdamW's first-moment decay (optax's default 0.9).
+
+    Returns:
+        The largest over the leaves of the Euclidean norms' ratio (a fraction).
+
+    Raises:
+        ValueError: a reference leaf is all zeros (nothing to compare relative to).
+    """
+    worst = 0.0
+    for name, (mu, ref) in enumerate(zip(jax.tree.leaves(first_moment), jax.tree.leaves(reference))):
+        g = np.asarray(mu, np.float64) / (1.0 - b1)
+        ref = np.asarray(ref, np.float64)
+        scale = np.linalg.norm(ref)
+        if scale == 0:
+            raise ValueError(f"Reference gradient leaf {name} is all zeros: there is no scale to compare with.")
+        worst = max(worst, float(np.linalg.norm(g - ref) / scale))
+    return worst
 
 
 BF16_UNIT_ROUNDOFF = 2.0**-8  # bfloat16 keeps 8 significant bits: unit roundoff 2^-8 (machine epsilon 2^-7)

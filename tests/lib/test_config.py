@@ -154,3 +154,9 @@ def test_unknown_compute_dtype_lists_the_valid_values(value):
         make_config("smoke").with_overrides(compute_dtype=value)
     with pytest.raises(ValueError, match="Valid values: float32, bfloat16"):
         Config(compute_dtype=value)
+
+
+@pytest.mark.parametrize("value", ["pallas_kernel", "custom", "", None])
+def test_unknown_block_backward_lists_the_valid_values(value):
+    with pytest.raises(ValueError, match=r"Unknown block_backward.*autodiff, saved_slope, pallas"):
+        make_config("smoke").with_overrides(block_backward=value)

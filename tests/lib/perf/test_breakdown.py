@@ -144,3 +144,18 @@ def test_the_stored_chip_breakdown_adds_up_and_says_where_it_ran():
     cpu_like = breakdown.split([breakdown.Kernel("a", "element-wise", 0.0, 500.0)], 1, 0.5, 0.0, 1e12, "u")
     assert "kernels of its own, unrolled or not" in breakdown.scan_sentences(bds["scan_f32"], cpu_like, None, 128)[1]
     assert {row["variant"] for row in chip["levers"]} >= {"unrolled_bf16_batch8192", "unrolled_bf16_batch16384"}
+
+
+def test_the_stored_pallas_rung_reached_85_percent_and_says_what_it_changed():
+    chip = breakdown.stored()
+    levers = {row["variant"]: row for row in chip["levers"]}
+    assert levers["pallas_bf16_batch8192"]["MFU (197 TFLOP/s)"] >= 0.85
+    assert all(row["date"] for row in chip["levers"])
+    bds = {name: breakdown.from_stored(d) for name, d in chip["breakdowns"].items()}
+    kernel, twin = bds["pallas_bf16_batch8192"], bds["unrolled_bf16_batch8192"]
+    assert kernel.agrees and kernel.date and kernel.kernels_per_step["matmul"] >= 128  # its kernels count as matmuls
+    line = breakdown.kernel_sentence(twin, kernel)
+    assert f"{kernel.matmul_beyond_ms:.2f} ms per step beyond the rate" in line
+    assert f"{(twin.measured_ms - kernel.measured_ms) / twin.measured_ms:.1%} less" in line
+    slower = breakdown.kernel_sentence(kernel, twin)  # read the other way round: more
+    assert "more)." in slower

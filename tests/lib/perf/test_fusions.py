@@ -1,5 +1,6 @@
 """Tests of dpcourse.perf.fusions: the kernels of a compiled step, and whether the GELU rides in the matmuls'."""
 
+import base64
 import gzip
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import jax
 import numpy as np
 
 from dpcourse import config, model, train
-from dpcourse.perf import fusions
+from dpcourse.perf import breakdown, fusions
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 # The course's scan step in float32 at the full profile and global batch 4096, compiled by JAX 0.10.2 for one
@@ -40,6 +41,31 @@ ENTRY %main (a: f32[8,4], b: f32[4,4]) -> f32[8,4] {
     c = fusions.census(text)
     assert (c.kernels, c.matmul_kernels, c.matmul_with_gelu, c.elementwise_kernels) == (2, 1, 0, 1)
     assert not c.gelu_in_matmuls and "kernels of its own" in c.sentence("fast")
+
+
+def _mosaic_call(ops: bytes) -> str:
+    body = base64.b64encode(b"ML\xefR" + ops).decode()
+    return (
+        '  %k = (bf16[8,4]{1,0}) custom-call(%a), custom_call_target="tpu_custom_call", '
+        'backend_config={"custom_call_config":{"body":"' + body + '"}}'
+    )
+
+
+def test_a_pallas_kernel_is_a_matmul_when_its_mosaic_body_has_one():
+    with_matmul = _mosaic_call(b"\x00arith.mulf\x00tpu.matmul\x00scf.yield")
+    without = _mosaic_call(b"\x00arith.mulf\x00arith.addf")
+    assert fusions.matmul_call(with_matmul) and not fusions.matmul_call(without)
+    assert not fusions.matmul_call(with_matmul.replace('"body":"', '"body":"@@'))  # not base64: no kernel read
+    text = f"""HloModule m
+
+ENTRY %main (a: f32[8,4]) -> (bf16[8,4]) {{
+  %a = f32[8,4]{{1,0}} parameter(0)
+{with_matmul}
+  ROOT %t = (bf16[8,4]{{1,0}}) tuple(%k)
+}}
+"""
+    assert fusions.census(text).matmul_kernels == 1
+    assert breakdown.kernel_kinds(text)["k"] == "matmul"
 
 
 def test_the_cpu_compiler_keeps_the_gelu_apart():

@@ -30,11 +30,33 @@ def test_default_rungs_are_the_issues_ladder():
         (1, "bfloat16"),
         ("full", "bfloat16"),
         ("full", "bfloat16"),
+        ("full", "bfloat16"),
     ]
-    assert [r.global_batch for r in rungs] == [CFG.ladder_global_batch] * 5 + [CFG.ladder_large_batch]
+    assert [r.global_batch for r in rungs] == [CFG.ladder_global_batch] * 5 + [CFG.ladder_large_batch] * 2
+    assert [r.block_backward for r in rungs] == ["autodiff"] * 6 + ["pallas"]
     assert len({r.name for r in rungs}) == len(rungs)  # record names are unique
     full = ladder.default_rungs(make_config("full"))
     assert full[1].name == "scan_unroll8_f32" and full[-1].global_batch == 8192
+    assert full[-1].name == "pallas_bf16_batch8192"
+
+
+def test_gradient_error_reads_adams_first_moment():
+    reference = {"w": np.array([1.0, 2.0]), "b": np.array([4.0])}
+    same = {"w": 0.1 * reference["w"], "b": 0.1 * reference["b"]}  # mu = (1 - 0.9) g
+    assert ladder.gradient_error(same, reference) == pytest.approx(0.0, abs=1e-12)
+    off = {"w": 0.1 * reference["w"], "b": np.array([0.1 * 5.0])}  # b 25 % off
+    assert ladder.gradient_error(off, reference) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="all zeros"):
+        ladder.gradient_error(same, {"w": np.zeros(2), "b": np.ones(1)})
+
+
+def test_the_kernel_rung_trains_like_its_twin(dataset, cpu0):
+    init = model.init_params(CFG)
+    rungs = ladder.default_rungs(CFG)[-2:]  # JAX's backward pass, then the Pallas kernel's
+    runs = ladder.run_ladder(rungs, CFG, dataset, cpu0, init, progress=False)
+    assert [r.status for r in runs] == ["ok", "ok"]
+    twin, kernel = runs
+    np.testing.assert_allclose(kernel.result.final_loss, twin.result.final_loss, rtol=0.02)
 
 
 def test_rung_config_validates():
