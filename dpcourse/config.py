@@ -127,15 +127,20 @@ def check_block_unroll(value) -> int | str:
     )
 
 
+def _one_of(setting: str, value, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``; else ValueError naming the setting and listing them."""
+    if value in choices:
+        return value
+    raise ValueError(f"Unknown {setting} {value!r}. Valid values: {', '.join(choices)}.")
+
+
 def check_compute_dtype(value) -> str:
     """Check a ``compute_dtype`` setting.
 
     Raises:
         ValueError: not one of :data:`COMPUTE_DTYPES`; the message lists them.
     """
-    if value in COMPUTE_DTYPES:
-        return value
-    raise ValueError(f"Unknown compute_dtype {value!r}. Valid values: {', '.join(COMPUTE_DTYPES)}.")
+    return _one_of("compute_dtype", value, COMPUTE_DTYPES)
 
 
 def check_block_backward(value) -> str:
@@ -144,9 +149,7 @@ def check_block_backward(value) -> str:
     Raises:
         ValueError: not one of :data:`BLOCK_BACKWARDS`; the message lists them.
     """
-    if value in BLOCK_BACKWARDS:
-        return value
-    raise ValueError(f"Unknown block_backward {value!r}. Valid values: {', '.join(BLOCK_BACKWARDS)}.")
+    return _one_of("block_backward", value, BLOCK_BACKWARDS)
 
 
 # Each profile overrides the one default above (the `full` workload of the

@@ -92,14 +92,15 @@ def forward(
     """
     check_block_unroll(block_unroll)
     written = {"saved_slope": backward.block_saving_slope, "pallas": backward.block_with_kernel}
-    custom = written.get(check_block_backward(block_backward))
+    how = written.get(check_block_backward(block_backward))
+    custom = None if how is None else how(block_mix)  # built once, applied at every repeat
     dtype = jnp.dtype(check_compute_dtype(compute_dtype))
     p = jax.tree.map(lambda a: a.astype(dtype), params)
     h = jax.nn.gelu(x.astype(dtype) @ p["w_in"] + p["b_in"])
 
     def block(h, _):
         if custom is not None:
-            return custom(block_mix)(h, p["w_block"], p["b_block"]), None
+            return custom(h, p["w_block"], p["b_block"]), None
         out = jax.nn.gelu(h @ p["w_block"] + p["b_block"])
         return (1.0 - block_mix) * h + block_mix * out, None
 

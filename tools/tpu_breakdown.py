@@ -10,7 +10,7 @@ kernel census and, for the profiled ones, the breakdown of
 processes, threads and most frequent event names: what the trace holds) and
 ``DIR/traces.tar.gz`` (the traces and program texts, to read again).
 
-    python tools/tpu_breakdown.py --store DIR --rates-from RESULTS.json
+    python tools/tpu_breakdown.py --store DIR [DIR ...] --rates-from RESULTS.json
 
 then splits the stored traces again at the matmul rates lesson 09 measured
 (its ``ceiling_bfloat16`` and ``ceiling_float32_default`` records in a
@@ -64,7 +64,7 @@ def block_vjp(mix: float):
 
 
 def forward_with(how: str, cfg):
-    """The model's forward pass (unrolled, bfloat16) with the block written ``how``: remat_dots or vjp."""
+    """The model's forward pass (unrolled, bfloat16) with the block written ``how``: remat_dots, vjp or pallas_1024."""
 
     def forward(params, x):
         p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
