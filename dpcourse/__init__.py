@@ -11,12 +11,7 @@ TPUs you do not have), ``sharded`` (lesson 10's forms) and ``exercises`` (the ch
 
 Importing ``dpcourse`` or any of its sub-packages never starts a JAX backend,
 so a notebook can import it before :func:`dpcourse.devices.setup_devices`
-configures the devices. The module names of the previous layout still import,
-with a ``DeprecationWarning`` naming the new one (:mod:`dpcourse._moved`).
+configures the devices.
 """
 
-from dpcourse import _moved
-
-__version__ = "0.2.0"
-
-_moved.install()
+__version__ = "0.3.0"
