@@ -57,7 +57,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,39 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
     )
 
 
+def tpu_slice_spec() -> DistributedSpec | None:
+    """This process's place on a GKE TPU slice, as JAX's own detection computes it; None off a slice.
+
+    A slice's pods get ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` (or ``TPU_PROCESS_ADDRESSES``) from
+    GKE, and with several slices ``MEGASCALE_*``; JAX's ``GkeTpuCluster`` reads them (and, for a
+    ``MEGASCALE_*`` the environment lacks, the TPU VM's metadata server).
+
+    Raises:
+        DistributedSetupError: the variables name no slice (Kaggle's TPU image sets ``TPU_PROCESS_ADDRESSES=local``).
+    """
+    from jax._src.clusters.cloud_tpu_cluster import GkeTpuCluster, coordinator_port
+
+    listed = GkeTpuCluster._get_worker_host_names_env_var()
+    if listed is None:
+        return None
+    hosts, worker = listed.split(","), os.environ.get("TPU_WORKER_ID", "").strip()
+    if "local" in hosts or "" in hosts or not worker.isdigit() or int(worker) >= len(hosts):
+        raise DistributedSetupError(
+            f"This host sets TPU_WORKER_ID={worker!r} and its TPU hosts to {listed!r}, which is no multi-host slice "
+            f"(Kaggle's one-host TPU image sets TPU_PROCESS_ADDRESSES=local): run the lesson in one process, or "
+            f"set {COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and {PROCESS_ID_ENV} to say where this process belongs."
+        )
+    port = os.environ.get("JAX_COORDINATOR_PORT") or coordinator_port
+    coordinator = (os.environ.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]).split(":")[0]
+    timeout = _int_env(INIT_TIMEOUT_ENV, dict(os.environ))
+    return DistributedSpec(
+        f"{coordinator}:{port}",
+        GkeTpuCluster.get_process_count(),
+        GkeTpuCluster.get_process_id(),
+        DEFAULT_INIT_TIMEOUT_S if timeout is None else timeout,
+    )
+
+
 def initialize(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
@@ -270,9 +303,10 @@ def initialize(
 ) -> DistributedSpec:
     """Join the multi-process run: ``jax.distributed.initialize`` with clear errors.
 
-    Arguments left as None come from the environment (:func:`spec_from_env`).
+    Arguments left as None come from the environment (:func:`spec_from_env`); with none given and no
+    ``DPCOURSE_*`` set, a GKE TPU slice's pod is placed by JAX's own detection (:func:`tpu_slice_spec`).
     Must run before anything starts a JAX backend (``jax.devices()``, an array,
-    a computation). Cluster auto-detection is switched off: the three values
+    a computation). Elsewhere cluster auto-detection is switched off: the three values
     given are the whole truth, on a laptop and on GKE alike.
 
     Args:
@@ -310,6 +344,10 @@ def initialize(
             "Call dpcourse.multihost.distributed.initialize() first, before jax.devices() or any computation "
             "(in a notebook: restart the kernel)."
         )
+    given = (coordinator_address, num_processes, process_id)
+    on_slice = tpu_slice_spec() if given == (None,) * 3 and not os.environ.get(COORDINATOR_ENV) else None
+    if on_slice is not None:
+        coordinator_address, num_processes, process_id = astuple(on_slice)[:3]
     if None in (coordinator_address, num_processes, process_id):
         from_env = spec_from_env()  # raises, naming every missing variable
         coordinator_address = coordinator_address if coordinator_address is not None else from_env.coordinator_address
@@ -325,15 +363,18 @@ def initialize(
     unix = spec.coordinator_address.startswith(UNIX_PREFIX)
     wait_for_the_others(spec.process_id)
     try:
-        jax.distributed.initialize(
+        own = dict(
             coordinator_address=spec.coordinator_address,
             num_processes=spec.num_processes,
             process_id=spec.process_id,
-            initialization_timeout=spec.init_timeout_s,
-            heartbeat_timeout_seconds=heartbeat_timeout_s,
             cluster_detection_method="deactivate",
             # JAX's default listens on every interface at the address's port, which a socket path has not.
             coordinator_bind_address=spec.coordinator_address if unix else None,
+        )
+        jax.distributed.initialize(
+            initialization_timeout=spec.init_timeout_s,
+            heartbeat_timeout_seconds=heartbeat_timeout_s,
+            **({} if on_slice is not None else own),
         )
     except Exception as err:  # JaxRuntimeError has no stable public import path
         if "Failed to start RPC server" in str(err):

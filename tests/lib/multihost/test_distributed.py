@@ -30,15 +30,34 @@ def test_spec_from_env_reads_the_three_variables():
         }
     )
     assert spec == distributed.DistributedSpec("jax-multihost-0.jax-multihost:8476", 2, 1, 300)
-    spec = distributed.spec_from_env(
-        {
-            "DPCOURSE_COORDINATOR": "[::1]:1234",
-            "DPCOURSE_NUM_PROCESSES": "1",
-            "DPCOURSE_PROCESS_ID": "0",
-            "DPCOURSE_INIT_TIMEOUT_S": "15",
-        }
-    )
-    assert spec.init_timeout_s == 15
+    assert distributed.spec_from_env({**_env(), "DPCOURSE_INIT_TIMEOUT_S": "15"}).init_timeout_s == 15
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_a_tpu_slices_pods_are_placed_by_jaxs_own_detection(monkeypatch, slices):
+    """v5e-16 slices (4 hosts of 4 chips each): the variables GKE sets, the ids JAX's GkeTpuCluster computes."""
+    from jax._src.clusters import cloud_tpu_cluster
+
+    monkeypatch.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", lambda key: None)  # no TPU VM here
+    hosts = ",".join(f"jax-multihost-{i}.jax-multihost" for i in range(4))
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hosts)
+    places = set()
+    for slice_id in range(slices):
+        for worker in range(4):
+            monkeypatch.setenv("TPU_WORKER_ID", str(worker))
+            if slices > 1:
+                monkeypatch.setenv("MEGASCALE_NUM_SLICES", str(slices))
+                monkeypatch.setenv("MEGASCALE_SLICE_ID", str(slice_id))
+            spec = distributed.tpu_slice_spec()
+            assert spec.coordinator_address == "jax-multihost-0.jax-multihost:8482"
+            places.add((spec.process_id, spec.num_processes))
+    assert places == {(i, 4 * slices) for i in range(4 * slices)}
+    monkeypatch.setenv("TPU_PROCESS_ADDRESSES", "local")  # Kaggle's one-host TPU image
+    with pytest.raises(distributed.DistributedSetupError, match="no multi-host slice .* one process"):
+        distributed.tpu_slice_spec()
+    monkeypatch.delenv("TPU_PROCESS_ADDRESSES")
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES")
+    assert distributed.tpu_slice_spec() is None
 
 
 def test_spec_from_env_names_every_missing_variable():
