@@ -137,55 +137,6 @@ def make_workspace(folder: Path) -> None:
     workspace.init(folder)
 
 
-# The deepest path the workspace writes below a learner's folder, with room to spare:
-# workspace/old/<timestamp>-N/updates/.NN_lesson.ipynb.tmp-<pid> (coursetools/workspace.py).
-WORKSPACE_DEPTH_BYTES = 160
-
-
-def sign_in_name_problem(name: str, users_dir: Path = USERS_DIR) -> str | None:
-    """Why :func:`pre_spawn_hook` could not make a folder for the learner ``name`` here (one sentence), or None.
-
-    Each learner's home is ``users_dir/<name>``; the file system's own limits
-    (``os.pathconf``: ``PC_NAME_MAX``, 255 bytes on ext4, and ``PC_PATH_MAX``)
-    decide which names it can hold, so a name is checked against them at
-    sign-in rather than failing at the spawn with ``File name too long``.
-    """
-    existing = next(p for p in (users_dir, *users_dir.parents) if p.exists())
-    try:
-        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
-    except (OSError, ValueError):
-        name_max, path_max = 255, 4096
-    size = len(os.fsencode(name))
-    shown = name if len(name) <= 24 else f"{name[:16]}... ({len(name)} characters)"
-    if size > name_max:
-        return (
-            f"The name {shown!r} is too long for this hub: each learner gets a folder named after them, and this "
-            f"machine's file system takes folder names of at most {name_max} bytes. Sign in with a shorter name."
-        )
-    if len(os.fsencode(str(users_dir))) + 1 + size + WORKSPACE_DEPTH_BYTES > path_max:
-        room = path_max - len(os.fsencode(str(users_dir))) - 1 - WORKSPACE_DEPTH_BYTES
-        return (
-            f"The name {shown!r} is too long for this hub: the learner's folder would lie deeper than this "
-            f"machine's path limit ({path_max} bytes). Sign in with a name of at most {max(room, 0)} bytes."
-        )
-    return None
-
-
-def refuse_names_the_hub_cannot_serve(authenticator, handler, authentication: dict) -> dict:
-    """JupyterHub's post-auth hook (after the password was checked): a name no folder can hold is refused here.
-
-    Raises:
-        tornado.web.HTTPError: 403 with :func:`sign_in_name_problem`'s
-            sentence, which the sign-in page shows under the form.
-    """
-    problem = sign_in_name_problem(authentication["name"])
-    if problem:
-        from tornado import web
-
-        raise web.HTTPError(403, problem)
-    return authentication
-
-
 GPUS = gpu_ids()
 SERVER_PORTS = os.environ.get("HUB_SERVER_PORTS")
 
@@ -260,8 +211,7 @@ if (HUB_DIR / "admin-password").is_file():
 c.WorkshopAuthenticator.dbm_path = str(HUB_DIR / "passwords.dbm")
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True
-# A name its folder cannot be made for is refused at sign-in, with the reason.
-c.Authenticator.post_auth_hook = refuse_names_the_hub_cannot_serve
+c.WorkshopAuthenticator.homes_dir = str(USERS_DIR)  # a name no folder there can hold is refused at sign-in
 
 # -- Each learner's server ---------------------------------------------------------
 if AS_ROOT:

@@ -143,22 +143,6 @@ def test_server_ports_never_handed_out_twice(monkeypatch, tmp_path):
         ns["free_port"](PORT, PORT, {PORT})
 
 
-def test_a_name_too_long_for_a_folder_is_refused_at_sign_in_with_the_reason(monkeypatch, tmp_path):
-    from tornado import web
-
-    ns = load_config(monkeypatch, HUB_DIR=str(tmp_path))
-    hook = ns["c"].Authenticator.post_auth_hook
-    with pytest.raises(web.HTTPError) as err:
-        hook(None, None, {"name": "a" * 300})
-    message = err.value.log_message
-    assert err.value.status_code == 403 and "too long" in message and "300 characters" in message
-    assert "shorter name" in message
-    with pytest.raises(OSError, match="too long"):  # what the spawn hook would have met
-        (tmp_path / "users" / ("a" * 300)).mkdir(parents=True)
-    assert hook(None, None, {"name": "dana"}) == {"name": "dana"}
-    assert ns["sign_in_name_problem"]("b" * 200, tmp_path / "users") is None
-
-
 def prepared(tmp_path: Path, euid: int, **settings: str):
     env = {"HUB_DIR": str(tmp_path / "hub"), "HUB_PORT": str(PORT), **settings}
     found, lines, lock = launcher.prepare(env, euid=euid)
