@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -80,6 +81,11 @@ READY_WAIT_S = 600.0  # a bound of its own; the launcher ends a start-up that ta
 UNIX_PREFIX = "unix:"  # gRPC's form of a Unix-domain socket address: unix:/absolute/path
 # A Unix-domain socket's path holds at most 107 bytes on Linux (sun_path is 108 with its NUL; macOS: 103).
 UNIX_PATH_MAX = 103
+# The characters of a socket's path that gRPC reads alike on both sides: its client parses unix:<path> as a URI
+# (RFC 3986: "?" starts a query, "#" a fragment, "%41" is "A"), its server takes the path as written or only
+# percent-decoded (grpc's chttp2_server.cc, by version): with any other, process 0 may listen on one path and
+# the others dial another.
+PLAIN_PATH = re.compile(r"[A-Za-z0-9/._-]+")
 # JAX's own variable for the address the coordinator listens on (default
 # [::]:port, every interface); the local launcher keeps it on loopback.
 JAX_BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
@@ -154,7 +160,8 @@ def check_coordinator_address(address: str) -> tuple[str, int]:
     Raises:
         DistributedSetupError: not ``host:port`` with a port in 1..65535, an
             unbracketed IPv6 address, or brackets around something that is not one;
-            a ``unix:`` path that is not absolute or is longer than a socket's path may be.
+            a ``unix:`` path that is not absolute, longer than a socket's path may be, or
+            with a character outside :data:`PLAIN_PATH`.
     """
     text = str(address).strip()
     if text.startswith(UNIX_PREFIX):
@@ -163,10 +170,11 @@ def check_coordinator_address(address: str) -> tuple[str, int]:
             raise DistributedSetupError(
                 f"Coordinator address {address!r}: a Unix-domain socket is written unix:/absolute/path."
             )
-        if len(path.encode()) > UNIX_PATH_MAX:
+        if len(path.encode()) > UNIX_PATH_MAX or not PLAIN_PATH.fullmatch(path):
             raise DistributedSetupError(
-                f"Coordinator address {address!r}: a Unix-domain socket's path holds at most {UNIX_PATH_MAX} bytes "
-                f"and this one has {len(path.encode())}; put it in a shorter folder (TMPDIR=/tmp)."
+                f"Coordinator address {address!r}: a Unix-domain socket's path must hold at most {UNIX_PATH_MAX} "
+                f"bytes (this one has {len(path.encode())}) and only ASCII letters, digits and /._- (gRPC reads "
+                "it as a URI): put the socket in such a folder, as dpcourse.multihost.ports.run_folder() does."
             )
         return path, 0
     host, sep, port_text = text.rpartition(":")

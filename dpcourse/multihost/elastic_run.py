@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from dpcourse.multihost import reaper
 from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_events
 from dpcourse.multihost.failures import output_tail
 from dpcourse.multihost.parent import PARENT_ENV
-from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, tcp_unavailable
+from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, run_folder, tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 
 # What a process prints when JAX ends it because the coordination service went away with process 0.
@@ -148,6 +147,45 @@ def saved_steps(folder: str | os.PathLike | None) -> list[int]:
     return sorted(int(p.name) for p in Path(folder).iterdir() if p.name.isdigit())
 
 
+STEP_ROOM_S = 5.0  # a paced step's own work beyond step_s (compute, the all-reduce) on a loaded 2-core machine
+
+
+def pacing_problem(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False) -> str | None:
+    """One sentence when the run's times cannot work together, naming them and a value that works; else None.
+
+    A step reports nothing for at least ``step_s``, and the launcher ends a run silent for ``stall_s`` inside
+    a step: ``stall_s`` must leave :data:`STEP_ROOM_S` beyond ``step_s``. The steps take ``steps x step_s``
+    at least, and a recoverable run's survivors wait up to a heartbeat timeout (and the second the service
+    takes to look) to see a loss: both must fit in ``timeout_s``. Values that are not numbers are left to
+    :func:`run_local`'s own checks (None).
+    """
+    if not all(isinstance(v, (int, float)) for v in (steps, step_s, stall_s, timeout_s, heartbeat_timeout_s)):
+        return None
+    if stall_s < step_s + STEP_ROOM_S:
+        return (
+            f"step_s (STEP_S) = {step_s:g} s leaves a step no room within stall_s (STALL_S) = {stall_s:g} s: a "
+            f"step reports nothing for step_s, and the launcher ends a run silent for stall_s inside a step, so "
+            f"stall_s must be at least step_s + {STEP_ROOM_S:g} s; set STALL_S = {step_s + 2 * STEP_ROOM_S:g} (or "
+            f"STEP_S = {max(0.0, stall_s - 2 * STEP_ROOM_S):g})."
+        )
+    need = steps * step_s + ((heartbeat_timeout_s + 1) if recoverable else 0)
+    if need >= timeout_s:
+        beat = f" and a heartbeat timeout of {heartbeat_timeout_s:g} s + 1" if recoverable else ""
+        return (
+            f"The run's {steps} steps (STEPS) of at least {step_s:g} s (STEP_S){beat} take {need:g} s, and "
+            f"timeout_s (LAUNCH_TIMEOUT_S) = {timeout_s:g} s ends it before: set LAUNCH_TIMEOUT_S = "
+            f"{need + timeout_s:g} (what it leaves now for the start-up, on top), or a smaller STEP_S."
+        )
+    return None
+
+
+def check_pacing(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False) -> None:
+    """Refuse, in one sentence (:class:`RunRefused`), times that cannot work together (:func:`pacing_problem`)."""
+    problem = pacing_problem(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s, recoverable)
+    if problem:
+        raise RunRefused(problem)
+
+
 def _check_plan(plan: dict) -> None:
     """Refuse, in one sentence, a run whose parameters cannot work (:class:`RunRefused`), before anything starts."""
     n, steps, batch = plan["n_processes"], plan["steps"], plan["global_batch"]
@@ -169,6 +207,8 @@ def _check_plan(plan: dict) -> None:
         raise RunRefused(f"step_s must be 0 or more seconds, got {plan['step_s']!r}.")
     beat = plan["heartbeat_timeout_s"]
     whole("heartbeat_timeout_s (HEARTBEAT_TIMEOUT_S)", beat, 1, min(MAX_HEARTBEAT_TIMEOUT_S, int(plan["timeout_s"])))
+    keys = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "recoverable")
+    check_pacing(*(plan[k] for k in keys))
     if plan["save_every"] is not None:
         whole("save_every", plan["save_every"], 1)
     if plan["preempt_process"] is not None:
@@ -298,7 +338,7 @@ def run_local(
         command.append("--recoverable")
     # The run keeps to this user: the coordinator on a Unix socket in the run's 0700 folder, gloo inside the
     # run's own network namespace where Linux allows one (dpcourse.multihost.ports).
-    with tempfile.TemporaryDirectory(prefix="dpcourse-elastic-") as tmp, private_network() as network:
+    with run_folder("dpcourse-elastic-") as tmp, private_network() as network:
         out = Path(tmp)
         coordinator = private_coordinator(out)
         procs, logs = {}, {}
@@ -451,6 +491,14 @@ def _who(run: ElasticRun, event: str) -> int | None:
     return next((i for i, es in run.events.items() if any(e["event"] == event for e in es)), None)
 
 
+def _machine_made_it_late(run: ElasticRun) -> bool:
+    """The evidence that the machine, not the run's settings, made it late: a load above its cores, times that
+    agree (:func:`pacing_problem`), and a join bound (JAX's, up to :data:`JOIN_S`) the learner did not shorten."""
+    keys = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "recoverable")
+    agree = not all(k in run.plan for k in keys) or pacing_problem(*(run.plan[k] for k in keys)) is None
+    return run.busy() and agree and run.plan.get("timeout_s", JOIN_S) >= JOIN_S
+
+
 def _busy_words(run: ElasticRun) -> str:
     return f"load average {run.load:.1f} on {run.cores} cores" if run.load is not None else "load unknown"
 
@@ -495,7 +543,7 @@ def ending(run: ElasticRun) -> str:
             )
         what = "; ".join(f"process {i}: {w}" for i, w in sorted(run.waited.items())) or "no process had reported"
         limit = f"passed its limit of {run.timed_out:g} s" if run.timed_out is not None else "went silent"
-        if run.busy():
+        if _machine_made_it_late(run):
             return (
                 f"The machine was too busy for this run ({_busy_words(run)}): it {limit} while waiting for {what}, "
                 f"and the launcher ended it (statuses {codes}); nothing is wrong with the run: run the cell again, "
@@ -559,7 +607,7 @@ def ending(run: ElasticRun) -> str:
     if bad is None:
         return f"The processes ended with statuses {codes}, and no step was saved at a preemption."
     said = output_tail(run.stderr.get(bad, ""), 1)
-    if run.busy() and "DEADLINE_EXCEEDED" in run.stderr.get(bad, ""):
+    if _machine_made_it_late(run) and "DEADLINE_EXCEEDED" in run.stderr.get(bad, ""):
         return (
             f"The machine was too busy for this run ({_busy_words(run)}): process {bad} gave up waiting for the "
             f"others to join (exit status {codes[bad]}); nothing is wrong with the run: run the cell again, when "

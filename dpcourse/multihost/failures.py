@@ -92,8 +92,8 @@ def disk_full_sentence(folder: str) -> str:
     """One sentence for a run that ran out of disk space in ``folder`` (its logs, results, checkpoints)."""
     return (
         f"The disk that holds {folder} is full (No space left on device), so the run could not write its "
-        "output: free some space there (or set TMPDIR to a folder on a disk with room, before starting "
-        "Python) and run again."
+        "output: free some space there, or start Python or JupyterLab with TMPDIR set to a folder on a disk "
+        "with room (inside a running kernel it comes too late: Python's tempfile keeps the folder it found first), and run again."
     )
 
 

@@ -66,6 +66,7 @@ from dpcourse.multihost.ports import (
     free_port,
     private_coordinator,
     private_network,
+    run_folder,
     tcp_unavailable,
     unix_sockets_available,
 )
@@ -377,7 +378,7 @@ def _run_workers(
     procs: dict[int, subprocess.Popen] = {}
     envs: dict[int, dict[str, str]] = {}
     with (
-        tempfile.TemporaryDirectory(prefix="dpcourse-multihost-") as tmp,  # mode 0700: this user's only
+        run_folder("dpcourse-multihost-") as tmp,  # mode 0700: this user's only
         private_network() if port is None else contextlib.nullcontext(SHARED_BY_CHOICE) as network,
     ):
         folder = Path(tmp)

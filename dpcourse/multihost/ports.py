@@ -28,15 +28,18 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpcourse.multihost.distributed import (
+    PLAIN_PATH,
     UNIX_PATH_MAX,
     UNIX_PREFIX,
     CoordinatorPortInUse,
     DistributedSetupError,
+    check_coordinator_address,
 )
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
     "free_port",
     "private_coordinator",
     "private_network",
+    "run_folder",
+    "run_parent",
     "tcp_unavailable",
 ]
 
@@ -72,17 +77,17 @@ def private_coordinator(folder: str | os.PathLike) -> str:
     """``unix:<folder>/coordinator.sock``: a coordinator address only this user can connect to.
 
     ``folder`` must be this user's and closed to everyone else (mode 0700, as
-    ``tempfile.mkdtemp`` and ``TemporaryDirectory`` make it): connecting to a
-    Unix-domain socket needs search permission on every folder of its path,
-    so another user (not root) is refused with ``EACCES`` before a byte is
-    sent. Pass the result as the coordinator address of every process
+    :func:`run_folder` makes it): connecting to a Unix-domain socket needs
+    search permission on every folder of its path, so another user (not root)
+    is refused with ``EACCES`` before a byte is sent. Pass the result as the
+    coordinator address of every process
     (:func:`dpcourse.multihost.launcher.worker_env`); process 0 creates the
     socket there.
 
     Raises:
-        DistributedSetupError: the folder is not a folder of this user's
-            closed to others, or its path is too long for a socket (the
-            message says to set ``TMPDIR=/tmp``).
+        DistributedSetupError: the folder is not a folder of this user's closed
+            to others, or its path cannot be a socket's address (too long, or a
+            character gRPC would read otherwise: :func:`run_folder` makes one that can).
     """
     path = Path(folder).absolute()
     try:
@@ -92,15 +97,45 @@ def private_coordinator(folder: str | os.PathLike) -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise DistributedSetupError(
             f"The coordinator's folder {path} must be a folder of yours that no one else may enter (mode 0700; "
-            f"it is {stat.filemode(info.st_mode)}, owner id {info.st_uid}): make it with tempfile.mkdtemp()."
+            f"it is {stat.filemode(info.st_mode)}, owner id {info.st_uid}): make it with ports.run_folder()."
         )
-    socket_path = path / SOCKET_NAME
-    if len(str(socket_path).encode()) > UNIX_PATH_MAX:
-        raise DistributedSetupError(
-            f"The coordinator's socket {socket_path} is longer than a socket path may be ({UNIX_PATH_MAX} bytes): "
-            "set TMPDIR=/tmp (the launcher makes its folder there) and run again."
-        )
-    return f"{UNIX_PREFIX}{socket_path}"
+    address = f"{UNIX_PREFIX}{path / SOCKET_NAME}"
+    check_coordinator_address(address)
+    return address
+
+
+def run_parent(prefix: str = "dpcourse-run-") -> str:
+    """Where :func:`run_folder` makes a run's folder: Python's temporary folder, or ``/tmp`` where that will not do.
+
+    The coordinator's socket lies in the run's folder, and its address is
+    ``unix:<path>``, which gRPC's client reads as a URI and its server as
+    written: a path with another character than ASCII letters, digits and
+    ``/._-`` (a ``%``, ``?``, ``#``, a space, ``:``, an accented letter) can
+    make process 0 listen on one path and the others dial another. A
+    temporary folder (``$TMPDIR``) with such a name, or so long that the
+    socket's path would pass :data:`UNIX_PATH_MAX` bytes, is passed over for
+    ``/tmp``.
+
+    Raises:
+        DistributedSetupError: neither can hold the run's folder (one sentence, with what to do).
+    """
+    tmp = tempfile.gettempdir()
+    for parent in (tmp, "/tmp"):
+        socket_path = f"{parent}/{prefix}{'x' * 8}/{SOCKET_NAME}"  # TemporaryDirectory adds 8 characters
+        plain = PLAIN_PATH.fullmatch(socket_path) and len(socket_path) <= UNIX_PATH_MAX
+        if plain and os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
+            return parent
+    raise DistributedSetupError(
+        f"A local run's coordinator needs a short folder whose path holds only ASCII letters, digits and /._- "
+        f"(gRPC reads its socket's address as a URI), and neither the temporary folder {tmp} nor /tmp is one "
+        "this user can write: start Python or JupyterLab with TMPDIR set to such a folder (setting it inside a "
+        "running kernel comes too late: Python's tempfile keeps the folder it found first)."
+    )
+
+
+def run_folder(prefix: str) -> tempfile.TemporaryDirectory:
+    """A new folder of this user's (mode 0700) for one local run, in :func:`run_parent`: removed with the block."""
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=run_parent(prefix))
 
 
 def unix_sockets_available() -> bool:

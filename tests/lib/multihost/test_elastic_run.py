@@ -166,6 +166,13 @@ def test_a_run_a_busy_machine_stopped_says_so_and_that_a_rerun_will_do():
     joined = _run({0: 1, 1: -9}, {0: [], 1: []}, {0: "DEADLINE_EXCEEDED: Barrier timed out\n", 1: ""}, steps=())
     joined.load, joined.cores = 11.0, 2
     assert elastic_run.ending(joined).startswith("The machine was too busy for this run (load average 11.0")
+    # The same silence with times that disagree (a step longer than the silence bound), or a join bound the
+    # learner shortened, is the settings' doing: never "too busy", however loaded the machine.
+    paced = dict(steps=24, step_s=12.0, stall_s=10.0, timeout_s=120.0)
+    for plan, same in ((paced, busy), (dict(timeout_s=20.0), joined)):
+        late = _run(same.exit_codes, same.events, same.stderr, same.stalled, steps=(), plan=plan)
+        late.load, late.cores, late.waited = 9.3, 2, same.waited
+        assert "too busy" not in elastic_run.ending(late)
 
 
 def test_the_silence_bound_starts_at_the_first_report_and_grows_with_what_a_process_waits_for():
@@ -196,6 +203,9 @@ def test_the_silence_bound_starts_at_the_first_report_and_grows_with_what_a_proc
         (dict(stall_s=float("nan")), "stall_s must be a number of seconds above 0"),
         (dict(step_s=-1), "step_s must be 0 or more seconds"),
         (dict(preempt_process=1, preempt_on="later"), "preempt_on must be one of"),
+        (dict(step_s=12.0), "stall_s must be at least step_s + 5 s; set STALL_S = 22 (or STEP_S = 0)."),
+        (dict(step_s=4.0, timeout_s=20), "take 32 s, and timeout_s (LAUNCH_TIMEOUT_S) = 20 s ends it before"),
+        (dict(step_s=5.0, recoverable=True, heartbeat_timeout_s=30, timeout_s=60), "LAUNCH_TIMEOUT_S = 131"),
     ],
 )
 def test_a_parameter_that_cannot_work_is_refused_in_one_sentence_before_anything_starts(change, said):

@@ -210,7 +210,6 @@ def _listening_ports(pid: int) -> list[int]:
 def _probe_while_running(launch, deadline_s: float, other_user) -> dict:
     """Run ``launch`` in a thread; once its coordinator and gloo listen, another user tries to reach them."""
     import glob
-    import tempfile
     import threading
 
     box, started = {}, time.time()
@@ -220,7 +219,7 @@ def _probe_while_running(launch, deadline_s: float, other_user) -> dict:
     while worker.is_alive() and time.time() - started < deadline_s:
         sockets = [
             p
-            for p in glob.glob(os.path.join(tempfile.gettempdir(), "dpcourse-multihost-*", "coordinator.sock"))
+            for p in glob.glob(os.path.join(ports.run_parent(), "dpcourse-multihost-*", "coordinator.sock"))
             if os.stat(p).st_mtime >= started - 1
         ]
         listening = {pid: _listening_ports(pid) for pid in _our_workers()}
@@ -235,18 +234,25 @@ def _probe_while_running(launch, deadline_s: float, other_user) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two_process_run(other_user):
+def two_process_run(other_user, tmp_path_factory):
+    """The run, started as a learner whose $TMPDIR's name a URI and a shell read specially (ports.run_folder)."""
+    import tempfile
+
     start = time.perf_counter()
+    odd = str(tmp_path_factory.mktemp("a %41?#: \u00e9"))
 
     def launch():
         return launcher.launch_local(2, 4, profile=PROFILE, steps=STEPS, data_source=SOURCE, timeout_s=LIMIT_S)
 
-    if os.geteuid() == 0 and hasattr(os, "fork"):  # root can be another user: the room's learner B
-        probe = _probe_while_running(launch, LIMIT_S, other_user)
-        run = probe.pop("run")
-        assert run is not None, "the run did not finish (its error is in the thread's output above)"
-    else:
-        run, probe = launch(), {"skipped": "only root can act as another user (make test runs as root in CI)"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", odd)
+        patch.setattr(tempfile, "tempdir", odd)
+        if os.geteuid() == 0 and hasattr(os, "fork"):  # root can be another user: the room's learner B
+            probe = _probe_while_running(launch, LIMIT_S, other_user)
+            run = probe.pop("run")
+            assert run is not None, "the run did not finish (its error is in the thread's output above)"
+        else:
+            run, probe = launch(), {"skipped": "only root can act as another user (make test runs as root in CI)"}
     run.other_user_probe = probe
     print(
         f"\n2 processes x 4 CPU devices ({PROFILE}, {STEPS} steps): {run.wall_s:.1f} s launcher wall time, "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
@@ -121,20 +120,26 @@ def test_a_host_without_tcp_is_said_in_one_sentence(monkeypatch):
         assert str(info.value) == said and isinstance(info.value, distributed.DistributedSetupError)
 
 
-def test_the_private_coordinator_lies_in_a_closed_folder_of_this_user(tmp_path):
+@pytest.mark.parametrize("name", ["pct%41", "what?", "hash#1", "a space", "co:lon", "caf\u00e9", "l" * 80])
+def test_a_run_folder_carries_a_socket_address_both_sides_of_grpc_read_alike(name, tmp_path, monkeypatch):
+    """A $TMPDIR that a URI (or a shell) reads specially, or one too long for a socket, is passed over for /tmp."""
     import tempfile
 
-    folder = tempfile.mkdtemp(dir=tmp_path)
-    assert ports.private_coordinator(folder) == f"unix:{folder}/coordinator.sock"
-    opened = tmp_path / "open"
-    opened.mkdir(mode=0o755)
-    opened.chmod(0o755)
+    odd = tmp_path / name
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with ports.run_folder("dpcourse-test-") as folder:
+        address = ports.private_coordinator(folder)
+        assert address == f"unix:{folder}/coordinator.sock" and folder.startswith("/tmp/dpcourse-test-")
+    odd.chmod(0o755)
     with pytest.raises(DistributedSetupError, match=r"no one else may enter \(mode 0700; it is drwxr-xr-x"):
-        ports.private_coordinator(opened)
-    deep = Path(folder) / ("d" * 120)
-    deep.mkdir(mode=0o700)
-    with pytest.raises(DistributedSetupError, match="longer than a socket path may be .* TMPDIR=/tmp"):
-        ports.private_coordinator(deep)
+        ports.private_coordinator(odd)
+    odd.chmod(0o700)
+    with pytest.raises(DistributedSetupError, match=r"only ASCII letters, digits and /\._- \(gRPC reads it as a URI\)"):
+        ports.private_coordinator(odd)
+    monkeypatch.setattr(ports.os, "access", lambda *_: False)
+    with pytest.raises(DistributedSetupError, match="start Python or JupyterLab with TMPDIR set .* comes too late"):
+        ports.run_folder("dpcourse-test-")
 
 
 def test_a_loopback_that_is_down_is_said_in_one_sentence(monkeypatch):
