@@ -36,9 +36,14 @@ hub-install: $(VENV)/.hub-installed tools/hub/node_modules/.installed
 hub: hub-install
 	$(PY) hub/launch.py
 
+# A learner's name is data: it reaches hub/end.py in the environment, never expanded by make or the
+# shell ($(value) keeps `$(...)`, backticks, quotes and newlines as typed; unexport keeps make from
+# expanding it when it hands the command line's variables to the recipe).
 LEARNER ?=
+unexport LEARNER
+hub-end: export HUB_END_LEARNER := $(value LEARNER)
 hub-end: hub-install
-	$(PY) hub/end.py $(if $(LEARNER),--learner "$(LEARNER)",)
+	$(PY) hub/end.py
 
 # --confcutdir keeps tests/conftest.py (JAX device set-up) out; -s shows the measured timings.
 # HUB_TEST_PORT (default 8900) moves the test hub's 12 ports, for two runs on one machine.
