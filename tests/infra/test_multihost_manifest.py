@@ -8,7 +8,10 @@ match the Service leaves every process unable to reach the coordinator, an
 environment variable the package does not read is silently ignored, a flag
 the worker does not know ends every process at once. Each of these is
 checked here for both Jobs, offline, and the checks are run on broken
-copies too.
+copies too; so are the same Jobs on a TPU v5e slice, as kubectl kustomize
+builds them from deploy/tpu-slice (the GPU files themselves are validated
+and checkov'd with the other manifests, in test_infra_manifests.py and
+test_infra_checkov.py).
 
 The checkpointing Job adds its own ways to fail: a share that not every pod
 can write (not ReadWriteMany, or created in a VPC network the nodes are not
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import math
 import re
 import shlex
 import shutil
@@ -35,9 +39,12 @@ from hcl_eval import Evaluator, parse_tfvars, validation_failures, variable_valu
 from infra_consistency import consistency_errors, containers, env_value
 from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR, load_manifest
 from test_infra_checkov import MIN_REASON_CHARS, checkov_binary
-from test_infra_manifests import KUBERNETES_VERSIONS, NVIDIA_LIB, YAMLLINT_CONFIG
+from test_infra_manifests import KUBERNETES_VERSIONS, NVIDIA_LIB
 
 MULTIHOST_MANIFESTS = ("multihost.yaml", "multihost-checkpoint.yaml")
+SLICES = ("tpu-slice/multihost", "tpu-slice/multihost-checkpoint")  # kustomize overlays of the two
+# A v5e-16: four ct5lp-hightpu-4t hosts of four chips (https://cloud.google.com/kubernetes-engine/docs/concepts/tpus).
+TPU_RESOURCE, TPU_ACCELERATOR, TPU_TOPOLOGY = "google.com/tpu", "tpu-v5-lite-podslice", "4x4"
 CHECKPOINT_MANIFEST = DEPLOY_DIR / "multihost-checkpoint.yaml"
 PACKAGE_MODULE = ROOT / "dpcourse" / "multihost" / "distributed.py"
 WORKER_MODULE = "dpcourse.multihost.worker"
@@ -157,25 +164,33 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
     container = worker(job)
     keys = ("COORDINATOR_ENV", "NUM_PROCESSES_ENV", "PROCESS_ID_ENV", "INIT_TIMEOUT_ENV")
     names = {key: package[key] for key in keys}
+    chips = container["resources"]["limits"].get(TPU_RESOURCE)
     for key, name in names.items():
-        if env_entry(container, name) is None:
-            errors.append(f"the worker does not set {name} ({key} in dpcourse/multihost/distributed.py)")
+        if (env_entry(container, name) is None) != (chips is not None and key != "INIT_TIMEOUT_ENV"):
+            errors.append(f"the worker {'sets' if chips else 'does not set'} {name} ({key} in distributed.py)")
     if errors:
         return errors
+    if chips:  # GKE names the hosts <job>-<index>.<subdomain>; JAX's detection reads them (TPU_WORKER_HOSTNAMES)
+        selector = template["spec"]["nodeSelector"]
+        topology = selector.get("cloud.google.com/gke-tpu-topology", "0")
+        n = math.prod(int(side) for side in topology.split("x")) // int(chips)
+        port = env_value(container, "JAX_COORDINATOR_PORT") or "8482"  # JAX's default on a TPU slice
+        coordinator = f"{job['metadata']['name']}-0.{template['spec'].get('subdomain')}:{port}"
+    else:
+        n = int(env_value(container, names["NUM_PROCESSES_ENV"]))
+        coordinator = env_value(container, names["COORDINATOR_ENV"]) or ""
+        field = (env_entry(container, names["PROCESS_ID_ENV"]).get("valueFrom") or {}).get("fieldRef", {})
+        if field.get("fieldPath") != COMPLETION_INDEX:
+            errors.append(f"{names['PROCESS_ID_ENV']} must come from the completion index ({COMPLETION_INDEX})")
     # Process count: pods that exist == processes the coordinator waits for.
-    n = int(env_value(container, names["NUM_PROCESSES_ENV"]))
     if spec.get("completionMode") != "Indexed":
         errors.append("the Job must be Indexed: the completion index is the process id")
     if not spec.get("completions") == spec.get("parallelism") == n:
         errors.append(
             f"completions ({spec.get('completions')}), parallelism ({spec.get('parallelism')}) and "
-            f"{names['NUM_PROCESSES_ENV']} ({n}) must be equal: process 0 waits for {n} processes"
+            f"the process count ({n}) must be equal: process 0 waits for {n} processes"
         )
-    field = (env_entry(container, names["PROCESS_ID_ENV"]).get("valueFrom") or {}).get("fieldRef", {})
-    if field.get("fieldPath") != COMPLETION_INDEX:
-        errors.append(f"{names['PROCESS_ID_ENV']} must come from the completion index ({COMPLETION_INDEX})")
     # Coordinator: pod 0's name through the headless Service, on the port it serves.
-    coordinator = env_value(container, names["COORDINATOR_ENV"]) or ""
     host, _, port = coordinator.rpartition(":")
     service_name = service["metadata"]["name"]
     expected_host = f"{job['metadata']['name']}-0.{service_name}"
@@ -192,8 +207,7 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
     coordinator_port = ports.get("coordinator", {})
     if not port.isdigit() or int(port) != coordinator_port.get("port"):
         errors.append(
-            f"{names['COORDINATOR_ENV']} port {port!r} is not the Service's coordinator port "
-            f"{coordinator_port.get('port')}"
+            f"the coordinator's port {port!r} is not the Service's coordinator port {coordinator_port.get('port')}"
         )
     if container_ports.get(coordinator_port.get("targetPort")) != coordinator_port.get("port"):
         errors.append("the Service's coordinator targetPort does not name a container port with the same number")
@@ -207,6 +221,29 @@ def multihost_errors(docs: list[dict], package: dict[str, object]) -> list[str]:
 @pytest.fixture(scope="module", params=MULTIHOST_MANIFESTS)
 def manifest(request) -> Path:
     return DEPLOY_DIR / request.param
+
+
+def built(name: str, folder: Path) -> Path:
+    """deploy/<name>, a slice as kubectl kustomize builds it (it reads ../../<gpu>.yaml, outside its folder)."""
+    if name in MULTIHOST_MANIFESTS:
+        return DEPLOY_DIR / name
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is needed to build deploy/tpu-slice (GitHub's ubuntu runners have it)")
+    command = ["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(DEPLOY_DIR / name)]
+    path = folder / f"{Path(name).name}.yaml"
+    path.write_text(subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout)
+    return path
+
+
+@pytest.fixture(scope="module", params=SLICES)
+def slice_file(request, tmp_path_factory) -> Path:
+    return built(request.param, tmp_path_factory.mktemp("slice"))
+
+
+@pytest.fixture(scope="module", params=MULTIHOST_MANIFESTS + SLICES)
+def any_docs(request, tmp_path_factory) -> list[dict]:
+    """The documents of one Job's file: the GPU ones, then the built slices."""
+    return load_manifest(built(request.param, tmp_path_factory.mktemp("slice")))
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +265,10 @@ def test_both_jobs_are_in_the_manifests_every_infra_check_covers():
     assert set(MULTIHOST_MANIFESTS) <= set(MANIFESTS)
 
 
-def test_kubernetes_validate_strict(manifest):
+def test_kubernetes_validate_strict(slice_file):
     versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
     result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, str(manifest)],
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions, str(slice_file)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -239,22 +276,13 @@ def test_kubernetes_validate_strict(manifest):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_yamllint(manifest):
-    result = subprocess.run(
-        [sys.executable, "-m", "yamllint", "--strict", "-c", str(YAMLLINT_CONFIG), str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_checkov_finds_nothing_but_the_reasoned_skips(manifest, docs):
+def test_checkov_finds_nothing_but_the_reasoned_skips(slice_file):
+    docs = load_manifest(slice_file)
     result = subprocess.run(
         [
             str(checkov_binary()),
             "--file",
-            str(manifest),
+            str(slice_file),
             "--framework",
             "kubernetes",
             "--skip-download",
@@ -284,7 +312,9 @@ def test_checkov_finds_nothing_but_the_reasoned_skips(manifest, docs):
     assert reported == set(declared), f"undeclared skips {reported - set(declared)}; unused {set(declared) - reported}"
 
 
-def test_holds_a_headless_service_a_network_policy_and_an_indexed_job_under_one_name(objects, job):
+def test_holds_a_headless_service_a_network_policy_and_an_indexed_job_under_one_name(any_docs):
+    objects = by_kind(any_docs)
+    job = objects["Job"]
     assert {"Service", "NetworkPolicy", "Job"} <= set(objects)
     # The checkpointing Job adds its share: a StorageClass and the claim.
     assert set(objects) - {"Service", "NetworkPolicy", "Job"} <= {"StorageClass", "PersistentVolumeClaim"}
@@ -311,8 +341,24 @@ def test_agrees_with_terraform_and_the_jax_pin(manifest, docs, tf_module, pins):
     assert consistency_errors({manifest.name: docs}, values["gpu_count"], values["gpu_type"], pins["jax"]) == []
 
 
-def test_process_count_service_and_package_agree(docs):
-    assert multihost_errors(docs, package_constants()) == []
+def test_process_count_service_and_package_agree(any_docs):
+    assert multihost_errors(any_docs, package_constants()) == []
+
+
+def test_a_slice_job_is_its_gpu_job_on_a_v5e_16(slice_file):
+    """Same objects, failure policy and deadlines; four hosts, all their chips, JAX built for the TPU."""
+    gpu, tpu = by_kind(load_manifest(DEPLOY_DIR / slice_file.name)), by_kind(load_manifest(slice_file))
+    assert {k: v for k, v in gpu.items() if k != "Job"} == {k: v for k, v in tpu.items() if k != "Job"}
+    for key in ("backoffLimit", "podFailurePolicy", "podReplacementPolicy", "activeDeadlineSeconds"):
+        assert tpu["Job"]["spec"].get(key) == gpu["Job"]["spec"].get(key), key  # test_multihost_preemption's
+    spec, container = tpu["Job"]["spec"]["template"]["spec"], worker(tpu["Job"])
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": TPU_ACCELERATOR,
+        "cloud.google.com/gke-tpu-topology": TPU_TOPOLOGY,
+    }
+    assert [t["key"] for t in spec["tolerations"]] == [TPU_RESOURCE]
+    assert container["resources"]["limits"][TPU_RESOURCE] == container["resources"]["requests"][TPU_RESOURCE] == 4
+    assert "nvidia.com/gpu" not in container["resources"]["limits"] and env_value(container, "JAX_EXTRA") == "tpu"
 
 
 def test_terraform_accepts_one_node_per_process(manifest, job, tf_module):
@@ -323,8 +369,8 @@ def test_terraform_accepts_one_node_per_process(manifest, job, tf_module):
     assert f"gpu_node_count={n}" in header, "the header must say how many GPU nodes to ask terraform for"
 
 
-def test_one_pod_per_node(job):
-    template = job["spec"]["template"]
+def test_one_pod_per_node(any_docs):
+    template = by_kind(any_docs)["Job"]["spec"]["template"]
     (term,) = template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
@@ -337,9 +383,9 @@ def test_lesson_8_job_fails_once_and_never_restarts_a_process():
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
-def test_network_policy_admits_only_the_jobs_own_pods(objects, job):
-    policy = objects["NetworkPolicy"]["spec"]
-    labels = job["spec"]["template"]["metadata"]["labels"]
+def test_network_policy_admits_only_the_jobs_own_pods(any_docs):
+    policy = by_kind(any_docs)["NetworkPolicy"]["spec"]
+    labels = by_kind(any_docs)["Job"]["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["policyTypes"] == ["Ingress"]
     (rule,) = policy["ingress"]
@@ -377,7 +423,10 @@ def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     container = worker(job)
     script = container["command"][-1]
     assert script.startswith("set -eu\n"), "every failing step must fail the pod"
-    assert '"jax[cuda12]==$JAX_VERSION" -r requirements.txt' in script
+    assert (
+        '"jax[$JAX_EXTRA]==$JAX_VERSION" -r requirements.txt' in script
+        and env_value(container, "JAX_EXTRA") == "cuda12"
+    )
     assert "--no-deps -e ." in script
     assert re.search(r"exec python -m dpcourse\.multihost\.worker\b", script)
     refs = {
@@ -449,6 +498,20 @@ def test_each_inconsistency_is_caught(tmp_path, manifest, job, old, new, fragmen
     names = {"name": job["metadata"]["name"], "past_deadline": job["spec"]["activeDeadlineSeconds"] + 1}
     broken = _broken(tmp_path, manifest, old.format(**names), new.format(**names))
     errors = multihost_errors(broken, package_constants())
+    assert any(fragment in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "old, new, fragment",
+    [
+        ("gke-tpu-topology: 4x4", "gke-tpu-topology: 2x4", "must be equal"),  # 8 chips: 2 hosts, not 4
+        ('value: "8476"', 'value: "8482"', "port '8482'"),
+        ("name: JAX_COORDINATOR_PORT", "name: DPCOURSE_COORDINATOR", "sets DPCOURSE_COORDINATOR"),
+        ("  subdomain: ", "  hostname: ", "subdomain"),
+    ],
+)
+def test_each_slice_inconsistency_is_caught(tmp_path, slice_file, old, new, fragment):
+    errors = multihost_errors(_broken(tmp_path, slice_file, old, new), package_constants())
     assert any(fragment in e for e in errors), errors
 
 
@@ -631,7 +694,7 @@ def course_repo(tmp_path) -> str:
 
 
 def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "DPCOURSE_PROCESS_ID": "1", "DPCOURSE_NUM_PROCESSES": "2"}
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "DPCOURSE_PROCESS_ID": "1", "WORKER_ID": "1"}
     return subprocess.run(["sh", "-c", script], env={**base, **env}, capture_output=True, text=True, timeout=120)
 
 
@@ -667,7 +730,7 @@ def test_a_worker_without_the_checkpoint_flags_fails_the_job(ckpt_job, tmp_path,
     usage = " ".join(sorted(flag for flag in worker_flags() if flag != missing))
     (fake_bin / "python").write_text(f"#!/bin/sh\necho 'usage: {usage}'\n")
     (fake_bin / "python").chmod(0o755)
-    script = _script_part(ckpt_job, "usage=$(", "nvidia-smi", tmp_path)
+    script = _script_part(ckpt_job, "usage=$(", "if [", tmp_path)
     result = _run(script, {"PATH": f"{fake_bin}:/usr/bin:/bin", "COURSE_REF": "v0"})
     if missing is None:
         assert result.returncode == 0, result.stdout + result.stderr
