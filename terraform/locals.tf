@@ -18,6 +18,18 @@ locals {
     "g2-standard-96" = 8
   }
 
+  # Hosts of a multi-host TPU v5e slice of ct5lp-hightpu-4t machines (4 chips
+  # each), by topology: chips / 4. Smaller v5e topologies fit on one host and
+  # are no slice (GKE, "Plan TPUs in GKE", the v5e table:
+  # https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus).
+  tpu_v5e_hosts_per_topology = {
+    "4x4"   = 4
+    "4x8"   = 8
+    "8x8"   = 16
+    "8x16"  = 32
+    "16x16" = 64
+  }
+
   # APIs this module needs. compute and container create the network and the
   # cluster; iam makes the node service account; cloudresourcemanager reads
   # and writes the project IAM policy; logging and monitoring receive what

@@ -263,6 +263,57 @@ resource "google_container_node_pool" "cpu" {
 }
 
 # ---------------------------------------------------------------------------
+# TPU v5e slice pool (deploy/tpu-slice), only when tpu_topology is set: one
+# multi-host slice, its hosts created and removed together. GKE asks a
+# multi-host slice's pool for a COMPACT placement policy naming the topology,
+# and taints its nodes google.com/tpu=present:NoSchedule itself
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/tpus).
+# ---------------------------------------------------------------------------
+
+resource "google_container_node_pool" "tpu" {
+  count = var.tpu_topology == "" ? 0 : 1
+
+  name       = "tpu-v5e-pool"
+  location   = var.zone
+  cluster    = google_container_cluster.course.id
+  node_count = lookup(local.tpu_v5e_hosts_per_topology, var.tpu_topology, 0)
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  placement_policy {
+    type         = "COMPACT"
+    tpu_topology = var.tpu_topology
+  }
+
+  node_config {
+    machine_type    = "ct5lp-hightpu-4t"
+    image_type      = "COS_CONTAINERD"
+    disk_type       = "pd-balanced"
+    disk_size_gb    = var.disk_size_gb
+    spot            = var.tpu_spot
+    service_account = google_service_account.nodes.email
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+
+    workload_metadata_config {
+      mode = "GKE_METADATA"
+    }
+
+    shielded_instance_config {
+      enable_secure_boot          = true
+      enable_integrity_monitoring = true
+    }
+
+    labels          = local.labels
+    resource_labels = local.labels
+  }
+
+  depends_on = [google_project_iam_member.nodes_default_role]
+}
+
+# ---------------------------------------------------------------------------
 # Time-shared GPU pool: the hub's "one shared L4" profile. GKE shares each L4
 # between max_shared_clients_per_gpu containers (TIME_SHARING or MPS); a
 # container there may ask for at most one nvidia.com/gpu, and time-sharing

@@ -110,6 +110,23 @@ variable "spot" {
   default     = false
 }
 
+variable "tpu_topology" {
+  description = "A TPU v5e slice node pool of this topology for deploy/tpu-slice: ct5lp-hightpu-4t hosts of 4 chips, so 4x4 (v5e-16) is four hosts. Empty (the default) leaves the pool out. Its nodes bill from terraform apply until the pool is removed, whether a Job runs or not."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.tpu_topology == "" || contains(keys(local.tpu_v5e_hosts_per_topology), var.tpu_topology)
+    error_message = "tpu_topology must be empty (no TPU pool) or a multi-host v5e topology: 4x4, 4x8, 8x8, 8x16 or 16x16."
+  }
+}
+
+variable "tpu_spot" {
+  description = "Run the TPU slice's hosts as Spot VMs: cheaper, and any of them may be reclaimed at any time, which ends the slice's run (deploy/tpu-slice/multihost-checkpoint resumes it)."
+  type        = bool
+  default     = false
+}
+
 variable "release_channel" {
   description = "GKE release channel, which picks the Kubernetes version and keeps it patched."
   type        = string

@@ -38,6 +38,8 @@ VALIDATION_CASES = [
     ("no GPU nodes", {"gpu_node_count": 0}, {"gpu_node_count"}),
     ("fractional node count", {"gpu_node_count": 1.5}, {"gpu_node_count"}),
     ("two nodes (multi-host)", {"gpu_node_count": 2}, set()),
+    ("a v5e-16 slice", {"tpu_topology": "4x4", "tpu_spot": True}, set()),
+    ("2x2 is one host, no slice", {"tpu_topology": "2x2"}, {"tpu_topology"}),
     ("one client per GPU is no sharing", {"max_shared_clients_per_gpu": 1}, {"max_shared_clients_per_gpu"}),
     ("more clients than GKE allows", {"max_shared_clients_per_gpu": 49}, {"max_shared_clients_per_gpu"}),
     ("MPS sharing", {"gpu_sharing_strategy": "MPS", "max_shared_clients_per_gpu": 8}, set()),

@@ -345,7 +345,7 @@ def test_process_count_service_and_package_agree(any_docs):
     assert multihost_errors(any_docs, package_constants()) == []
 
 
-def test_a_slice_job_is_its_gpu_job_on_a_v5e_16(slice_file):
+def test_a_slice_job_is_its_gpu_job_on_a_v5e_16(slice_file, tf_module):
     """Same objects, failure policy and deadlines; four hosts, all their chips, JAX built for the TPU."""
     gpu, tpu = by_kind(load_manifest(DEPLOY_DIR / slice_file.name)), by_kind(load_manifest(slice_file))
     assert {k: v for k, v in gpu.items() if k != "Job"} == {k: v for k, v in tpu.items() if k != "Job"}
@@ -359,6 +359,8 @@ def test_a_slice_job_is_its_gpu_job_on_a_v5e_16(slice_file):
     assert [t["key"] for t in spec["tolerations"]] == [TPU_RESOURCE]
     assert container["resources"]["limits"][TPU_RESOURCE] == container["resources"]["requests"][TPU_RESOURCE] == 4
     assert "nvidia.com/gpu" not in container["resources"]["limits"] and env_value(container, "JAX_EXTRA") == "tpu"
+    hosts = Evaluator({}, tf_module.local_expressions).local("tpu_v5e_hosts_per_topology")[TPU_TOPOLOGY]
+    assert tpu["Job"]["spec"]["completions"] == hosts, "terraform's tpu_topology = 4x4 pool has one node per pod"
 
 
 def test_terraform_accepts_one_node_per_process(manifest, job, tf_module):
