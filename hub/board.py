@@ -11,7 +11,9 @@ the learner's running server's contents API with the service's own token
 (scope ``access:servers``), so it works the same whether the workspaces are
 folders on this machine (`make hub`) or disks on a cluster (GKE). A stopped
 server's record is shown as last read; on `make hub` it is read from the learner's folder
-when the board has not read it yet (after a hub restart). Only jupyterhub, tornado, jsonschema (which
+when the board has not read it yet (after a hub restart). A learner without a record is asked once;
+then their folder's listing (unchanged: 304) says when one appears, so their server logs no 404 at
+each refresh. Only jupyterhub, tornado, jsonschema (which
 jupyterhub requires) and the standard library are imported: on GKE this runs in the hub's image.
 
 Learners may edit their record: each is checked against :data:`RECORD_SCHEMA` (the
@@ -25,12 +27,15 @@ Settings (environment; the hub sets the JUPYTERHUB_* ones):
 - ``BOARD_WORKSPACES``: the folder of the learners' homes (``.hub/users`` on `make hub`):
   the board then offers catch-up and a fresh copy of a lesson (coursetools' workspace
   command, run here); unset on GKE, where the guide's kubectl commands do it
+- ``BOARD_MISTAKES``: a file where the most common mistakes are kept across a restart of the hub
+  (``.hub/board-mistakes.json`` on `make hub`); unset, they are kept while the board runs
 - ``BOARD_VERIFY_TLS``: ``0`` accepts the proxy's certificate for another name (`make hub` with HUB_SSL_CERT)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import os
@@ -150,7 +155,8 @@ def summarise(learners: dict[str, dict], now: float, seen: dict | None = None) -
             e: {"correct": c["correct"], "stuck": c["stuck"], "not attempted": c["none"]} for e, c in counts.items()
         },
         "mistakes": [
-            {"exercise": e, "mistake": m, "learners": len(it["who"]), "message": it["message"]} for (e, m), it in mistakes
+            {"exercise": e, "mistake": m, "learners": len(it["who"]), "message": it["message"]}
+            for (e, m), it in mistakes
         ],
     }
 
@@ -321,7 +327,14 @@ class Room:
     """The learners as the hub lists them and their records, read with the service's token."""
 
     def __init__(
-        self, api_url: str, token: str, servers_url: str, verify_tls: bool = True, say=print, homes: Path | None = None
+        self,
+        api_url: str,
+        token: str,
+        servers_url: str,
+        verify_tls: bool = True,
+        say=print,
+        homes: Path | None = None,
+        mistakes: Path | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
@@ -332,10 +345,12 @@ class Room:
         self.problems: dict[str, str] = {}  # why a learner's record is unreadable, while it is
         self.etags: dict[str, str] = {}  # the ETag of each record's model when it was last read
         self.users, self.users_etag = [], ""  # the hub's last answer to GET /users, and its ETag
+        self.absent: dict[str, str] = {}  # learners whose record was not there: their folder's listing's ETag
         self.retry_at: dict[str, float] = {}  # when to ask again for a record its server refused
         self.homes = homes  # `make hub`: the learners' homes, where a stopped server's record is read from disk
         self.on_disk: dict[str, tuple] = {}  # (mtime, size) of each record last read from disk
-        self.seen: dict = {}  # every named mistake seen, and who made it (summarise)
+        self.mistakes = mistakes  # `make hub`: where `seen` is kept across a restart of the hub (and the board)
+        self.seen: dict = load_mistakes(mistakes) if mistakes else {}  # every named mistake seen, and who made it
         self.client = None
         self.read_at = 0.0
         self.cached: dict | None = None
@@ -380,13 +395,24 @@ class Room:
         One the server refuses (4xx, logged as a warning) is asked for again after :data:`RETRY_S` s."""
         if time.monotonic() < self.retry_at.get(name, 0.0):
             return
-        base = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/{RECORD}"
+        folder = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/"
+        if name in self.absent:  # no record last time: its folder's listing says when one appears (no 404 logged)
+            code, listing, _, etag = await self._get(f"{folder}?content=1&type=directory", self.absent[name])
+            if code == 304:
+                return
+            entries = listing.get("content") if code == 200 and isinstance(listing, dict) else None
+            if isinstance(entries, list) and not any(isinstance(e, dict) and e.get("name") == RECORD for e in entries):
+                self.absent[name] = etag
+                return
+            del self.absent[name]
+        base = folder + RECORD
         code, model, said, etag = await self._get(f"{base}?content=0&type=file", self.etags.get(name, ""))
         if code == 304:
             return  # unchanged since the last read: the same record, or the same problem
         self.etags.pop(name, None)
-        if code == 404:  # the learner deleted it, or has not checked anything yet
+        if code == 404:  # the learner deleted it, or has not checked anything yet: watch the folder instead
             self.records.pop(name, None)
+            self.absent[name] = ""
             self.note(name, "")
             return
         if code != 200 or not isinstance(model, dict):
@@ -485,7 +511,29 @@ class Room:
             if self.cached is None or time.monotonic() - self.read_at > max_age_s:
                 self.cached = summarise(await self.learners(), time.time(), self.seen)
                 self.read_at = time.monotonic()
+                if self.mistakes:
+                    keep_mistakes(self.mistakes, self.seen)
             return self.cached
+
+
+def load_mistakes(path: Path) -> dict:
+    """The mistakes a board before this one kept in ``path`` (:func:`keep_mistakes`); none when it holds none it can use."""
+    try:
+        kept = json.loads(path.read_text())
+        return {(e, m): {"who": set(who), "message": message} for e, m, who, message in kept}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def keep_mistakes(path: Path, seen: dict) -> None:
+    """Write ``seen`` to ``path`` (0600, replaced whole) when it differs from what is there."""
+    text = json.dumps([[e, m, sorted(it["who"]), it["message"]] for (e, m), it in sorted(seen.items())])
+    if path.is_file() and path.read_text() == text:
+        return
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(text)
+    os.chmod(partial, 0o600)
+    os.replace(partial, path)
 
 
 def iso_seconds(stamp: str | None) -> float | None:
@@ -505,6 +553,7 @@ def make_app():
         os.environ["BOARD_SERVERS_URL"],
         os.environ.get("BOARD_VERIFY_TLS", "1") != "0",
         homes=Path(os.environ["BOARD_WORKSPACES"]) if os.environ.get("BOARD_WORKSPACES") else None,
+        mistakes=Path(os.environ["BOARD_MISTAKES"]) if os.environ.get("BOARD_MISTAKES") else None,
     )
     refresh_s = float(os.environ.get("BOARD_REFRESH_S", "2"))
 
@@ -569,10 +618,8 @@ def main() -> None:
     where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     make_app().listen(where.port, os.environ.get("BOARD_BIND", where.hostname))
     print(f"board: serving {os.environ.get('JUPYTERHUB_SERVICE_PREFIX')} on {where.hostname}:{where.port}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # the hub stops its services with SIGINT: a clean exit
         IOLoop.current().start()
-    except KeyboardInterrupt:  # the hub stops its services with SIGINT: a clean exit, not a traceback
-        pass
 
 
 if __name__ == "__main__":

@@ -263,6 +263,7 @@ c.JupyterHub.services.append(
             "BOARD_VERIFY_TLS": "0" if os.environ.get("HUB_SSL_CERT") else "1",
             "BOARD_REFRESH_S": os.environ.get("HUB_BOARD_REFRESH_S", "2"),
             "BOARD_WORKSPACES": str(USERS_DIR),  # catch-up and fresh copies from the board
+            "BOARD_MISTAKES": str(HUB_DIR / "board-mistakes.json"),  # the common mistakes, kept across a restart
         },
         "oauth_no_confirm": True,
         "display": True,

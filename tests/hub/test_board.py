@@ -139,16 +139,6 @@ def test_activity_is_said_in_the_unit_that_reads(seconds, said):
     assert board.ago(seconds) == said
 
 
-def test_a_mistake_corrected_since_stays_on_the_list():
-    seen: dict = {}
-    wrong = {"ann": {"record": record({"ex03_1": entry("wrong", 2, "whole-array")})}}
-    assert board.summarise(wrong, NOW, seen)["mistakes"][0]["mistake"] == "whole-array"
-    right = {"ann": {"record": record({"ex03_1": entry("correct", 3)})}}
-    kept = board.summarise(right, NOW, seen)["mistakes"]
-    assert [(m["mistake"], m["learners"]) for m in kept] == [("whole-array", 1)]
-    assert board.summarise(right, NOW)["mistakes"] == []  # without the memory, as a single read sees it
-
-
 def test_look_alike_names_are_told_apart_on_the_board():
     import unicodedata
 

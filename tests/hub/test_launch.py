@@ -91,6 +91,7 @@ def test_config_never_open_and_culler_scoped(monkeypatch, tmp_path):
     assert c.JupyterHub.authenticator_class == "signin.WorkshopAuthenticator"
     assert c.WorkshopAuthenticator.workshop_password == "long-enough-1"
     assert c.WorkshopAuthenticator.dbm_path == str(tmp_path / "passwords.dbm")
+    assert c.WorkshopAuthenticator.homes_dir == str(tmp_path / "users")  # a name no folder holds is refused
     assert c.Authenticator.admin_users == {"instructor"}
     roles = {role["name"]: role for role in c.JupyterHub.load_roles}
     assert sorted(roles) == ["board", "board-viewer", "idle-culler"]
@@ -107,6 +108,7 @@ def test_config_never_open_and_culler_scoped(monkeypatch, tmp_path):
     assert (
         board["url"] == "http://127.0.0.1:8003" and board["environment"]["BOARD_SERVERS_URL"] == "http://127.0.0.1:8000"
     )
+    assert board["environment"]["BOARD_MISTAKES"] == str(tmp_path / "board-mistakes.json")
     assert c.ConfigurableHTTPProxy.command[0].endswith("tools/hub/node_modules/.bin/configurable-http-proxy")
 
 

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import os
 import pwd
+import re
 import subprocess
 import sys
 import uuid
@@ -26,18 +27,6 @@ def run(coroutine):
 
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making system users needs root (make hub as root)")
-
-
-def test_a_learner_never_gets_an_existing_account_and_two_learners_never_share_one():
-    assert users.system_name("bob") == "jupyter-bob"
-    assert users.system_name("root") == "jupyter-root"
-    names = ["Bob", "bob.smith", "ana maría", "a" * 40, "a" * 41, "-x", "x" * 24]
-    made = [users.system_name(n) for n in names]
-    assert len(set(made)) == len(made)
-    for name in made:
-        assert name.startswith("jupyter-") and len(name) <= users.NAME_MAX
-        assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in name), name
-        assert name == name.lower()
 
 
 @as_root
@@ -82,15 +71,16 @@ def test_the_spawner_runs_the_server_as_the_learners_account_with_its_home(tmp_p
 
 
 # The names a learner may type that useradd would refuse or shorten: each is hashed.
-ODD_NAMES = ["j.smith", "ana maría", "Bob", "jürgen", "a" * 25, "x" * 40, "mary o'neil", "李"]
+ODD_NAMES = ["j.smith", "ana maría", "Bob", "jürgen", "a" * 25, "x" * 40, "mary o'neil", "李", "-x"]
 
 
-def test_no_learner_can_sign_in_as_another_learners_hashed_name():
+def test_a_learner_never_gets_an_existing_account_or_another_learners():
+    assert users.system_name("bob") == "jupyter-bob" and users.system_name("root") == "jupyter-root"
     assert users.system_name("j.smith") == "jupyter-j-smith-b33a535"
-    assert users.system_name("j-smith-b33a535") != users.system_name("j.smith")
     for name in ODD_NAMES:
         hashed = users.system_name(name)
-        assert hashed != users.PREFIX + name, name  # it was hashed
+        assert hashed != users.PREFIX + name and len(hashed) <= users.NAME_MAX, name  # it was hashed
+        assert re.fullmatch(r"jupyter-[a-z0-9_-]+", hashed), hashed  # what useradd takes
         taken = hashed.removeprefix(users.PREFIX)  # the name that would take it, typed at the sign-in page
         assert users.system_name(taken) != hashed, (name, taken)
     made = [users.system_name(n) for n in ODD_NAMES + [users.system_name(n)[8:] for n in ODD_NAMES]]
@@ -135,15 +125,3 @@ def test_two_learners_whose_names_once_met_get_two_accounts_and_an_account_is_ne
     finally:
         for name in names:
             subprocess.run(["userdel", name], capture_output=True)
-
-
-@as_root
-def test_an_account_the_hub_did_not_make_is_not_given_to_a_learner(tmp_path):
-    learner = f"t{uuid.uuid4().hex[:8]}"
-    name = users.system_name(learner)
-    subprocess.run(["useradd", "--no-create-home", "--comment", "made by hand", name], check=True)
-    try:
-        with pytest.raises(RuntimeError, match="was not made by this course's hub"):
-            users.ensure_user(name, tmp_path / learner, learner)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
