@@ -25,9 +25,10 @@
 # global batch split over devices) and 11 (checkpoints). Several local
 # processes of one CPU device each, on this machine's TCP loopback.
 #
-# **Time**: under 1 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 30 s with
-# `full` (section 4 alone: that host opens no TCP socket), on 1 x TPU v5 lite (measured; the run's
-# details are in `baselines/timings.json`).
+# **Time**: under 1 min with `smoke`, under 1 min with `cpu`, on a quiet 2-core CPU; under 30 s with
+# `full` (section 4 alone: that host opens no TCP socket), on 1 x TPU v5 lite (measured; the runs'
+# details and load are in `baselines/timings.json`). A busy machine stretches it: each process waits
+# for a core. The lesson's last line gives this run's time and the machine's load.
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -50,6 +51,7 @@ cfg, dataset = lesson.cfg, lesson.dataset
 
 # %%
 import math
+import os
 import shutil
 import textwrap
 import time
@@ -92,6 +94,8 @@ common = dict(profile=profile, data_source=dataset.source, step_s=STEP_S)
 common.update(timeout_s=LAUNCH_TIMEOUT_S, stall_s=STALL_S)
 # Runs that go on without a lost process see it gone about a heartbeat timeout later (others: 10 s).
 survive = dict(recoverable=True, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
+# The times against each other, before any run: one sentence naming them and a value that works.
+elastic_run.check_pacing(STEPS, STEP_S, STALL_S, LAUNCH_TIMEOUT_S, HEARTBEAT_TIMEOUT_S, True)
 print(f"{N_PROCESSES} processes x 1 CPU device; profile {profile}; global batch {global_batch}")
 print(f"{STEPS} steps a run, each at least {STEP_S:g} s")
 print(f"checkpoints go to a temporary folder, {root}; each run below starts on an empty one")
@@ -261,21 +265,17 @@ if not no_tcp:
         e["t"] for e in lost_run.events[0] if e["event"] == "step" and e["step"] == LOSE_AT + 1
     )
     detect_s, going_s = seen["t"] - killed["t"], next_step - killed["t"]
-    shares = sorted(
-        {
-            (e["devices"], global_batch // e["devices"])
-            for e in lost_run.events[0]
-            if e["event"] == "step"
-        }
-    )
+    steps_0 = [e for e in lost_run.events[0] if e["event"] == "step"]  # in the order the run went
+    shares = list(dict.fromkeys((e["devices"], global_batch // e["devices"]) for e in steps_0))
     print(f"process {N_PROCESSES - 1} killed at step {killed['step']}")
     print(f"live processes after: {seen['processes']}")
     # JAX's coordination service calls a process dead once its last heartbeat is older than the
     # timeout; a process sends one every half timeout, and the service looks once a second (XLA's
     # coordination_service_agent.cc and coordination_service.cc): a kill is seen T/2 to T + 1 s on.
     seen_from, seen_by = HEARTBEAT_TIMEOUT_S / 2, HEARTBEAT_TIMEOUT_S + 1
-    where = "inside" if seen_from <= detect_s <= seen_by else "later than"
-    late = " (a busy machine delays the barrier that sees it)" if detect_s > seen_by else ""
+    where = "inside" if seen_from <= detect_s <= seen_by else "outside"
+    busy = lost_run.busy() and detect_s > seen_by  # the evidence: a load above the cores
+    late = f" (a busy machine delays the barrier: load {lost_run.load:.1f})" if busy else ""
     say(
         f"The survivors saw it gone {detect_s:.1f} s after the kill, {where} the {seen_from:g} to "
         f"{seen_by:g} s a heartbeat timeout of {HEARTBEAT_TIMEOUT_S} s allows{late}: its last "
@@ -416,55 +416,59 @@ for s in settings:
 # %% [markdown]
 # ## 5. What recovery took here
 #
-# This run's own figures: the times the protocol itself takes, against
-# which the tables' save and restart times are large, and this lesson's
-# time (its header gives the measured time of a whole run).
+# This run's own figures, recorded here and read out in "What you learned"
+# below: the times the protocol itself takes, to set against the tables'
+# save and restart times; then this lesson's time and the machine's load
+# (its header gives a quiet machine's).
 
 # %%
+figures = {}  # what section 5 records, and "What you learned" reads
 if not no_tcp:
     in_allreduce_s = endings["in the all-reduce"][1]
     coordinator_s = endings["process 0"][1]
-    say(
-        f"Signal to committed checkpoint {committed_s:.2f} s ({preempt_lost} steps done twice); "
-        f"a killed process seen gone in {detect_s:.1f} s and the survivors training again in "
-        f"{going_s:.1f} s ({survivors_lost} steps done twice), every process training again "
-        f"{rejoin_s:.1f} s after the restart began; a loss inside the all-reduce "
-        f"ended in {in_allreduce_s:.1f} s, process 0's in {coordinator_s:.1f} s (both back to "
-        "the last save)."
-    )
-    _ = record.figures(
-        {
-            "signal_to_committed_checkpoint_s": (committed_s, "s"),
-            "preempted_steps_done_twice": (preempt_lost, "steps"),
-            "survivors_steps_done_twice": (survivors_lost, "steps"),
-            "kill_to_seen_gone_s": (detect_s, "s"),
-            "kill_to_next_step_s": (going_s, "s"),
-            "restart_to_first_step_s": (rejoin_s, "s"),
-            "preempted_resume_max_abs_param_diff": (preempt_diff, "abs"),
-            "preempted_resume_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
-            "survivors_max_abs_param_diff": (lost_diff, "abs"),
-            "survivors_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
-            "lost_in_allreduce_ended_s": (in_allreduce_s, "s"),
-            "coordinator_lost_ended_s": (coordinator_s, "s"),
-        }
-    )
+    figures = {
+        "signal_to_committed_checkpoint_s": (committed_s, "s"),
+        "preempted_steps_done_twice": (preempt_lost, "steps"),
+        "survivors_steps_done_twice": (survivors_lost, "steps"),
+        "kill_to_seen_gone_s": (detect_s, "s"),
+        "kill_to_next_step_s": (going_s, "s"),
+        "restart_to_first_step_s": (rejoin_s, "s"),
+        "heartbeat_timeout_s": (HEARTBEAT_TIMEOUT_S, "s"),
+        "preempted_resume_max_abs_param_diff": (preempt_diff, "abs"),
+        "preempted_resume_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
+        "survivors_max_abs_param_diff": (lost_diff, "abs"),
+        "survivors_max_abs_param_diff_tolerance": (MULTIHOST_TOL, "abs"),
+        "lost_in_allreduce_ended_s": (in_allreduce_s, "s"),
+        "coordinator_lost_ended_s": (coordinator_s, "s"),
+    }
+    _ = record.figures(figures)
 shutil.rmtree(root, ignore_errors=True)
-print(f"This run of the lesson, from its imports to here: {time.perf_counter() - started:.0f} s.")
+took, load = time.perf_counter() - started, elastic_run.load_average()
+load = f", at a 1-minute load average of {load:.1f} on {os.cpu_count()} cores" if load else ""
+print(f"This run of the lesson, from its imports to here: {took:.0f} s{load}.")
 
 # %% [markdown]
 # ## What you learned
 #
+# This run's figures first (none where sections 1 to 3 were skipped):
+
+# %%
+for line in elastic_run.learned({name: value for name, (value, _) in figures.items()}):
+    say(f"- {line}")
+
+# %% [markdown]
 # - **Preemption** is the clean case: the notice comes with a grace
 #   period, and one protocol (the sync point, a save at the agreed step,
-#   status 143) loses no step. The save must fit the grace period: one
-#   that outlasts it ends in SIGKILL, half-written (lesson 11 never
-#   restores that step).
-# - **A process killed between steps** costs the survivors up to a
-#   heartbeat timeout (and the second the service takes to look) and a
-#   compile, and no step, with `jax_enable_recoverability`
-#   and a `live_devices` barrier before each all-reduce. Keep the global
-#   batch and the training is the same one; bringing the process back is,
-#   on this backend, a restart from the survivors' checkpoint.
+#   status 143) is made to lose no step. The save must fit the grace
+#   period: one that outlasts it ends in SIGKILL, half-written (lesson 11
+#   never restores that step).
+# - **A process killed between steps** costs the survivors, by design, up
+#   to a heartbeat timeout (and the second the service takes to look) and
+#   a compile, with `jax_enable_recoverability` and a `live_devices`
+#   barrier before each all-reduce. Keep the global batch and the training
+#   is the same one, up to the order of the additions; bringing the
+#   process back is, on this backend, a restart from the survivors'
+#   checkpoint.
 # - **A loss inside a collective, or of process 0**, ends the run on the
 #   CPU (section 3's table gives the evidence): bound every wait, say
 #   what happened, restart from the latest checkpoint, and choose the

@@ -391,7 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     from dpcourse.checkpoints.checkpoint import quiet_orbax_log
 
     with quiet_orbax_log():
-        code = train(args, events)
+        try:
+            code = train(args, events)
+        except Exception as err:  # a checkpoint or a run description it cannot use: its sentence, no traceback
+            if not (type(err).__module__.startswith("dpcourse.checkpoints.") or isinstance(err, ValueError)):
+                raise
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            code = 2
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0 and not args.recoverable:

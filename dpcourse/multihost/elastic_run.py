@@ -390,7 +390,7 @@ def run_local(
             timed_out=timeout_s if stopped == "timeout" else None,
             started_t=started_t,
             waited=waited,
-            load=_higher(load, _load()),
+            load=_higher(load, load_average()),
             plan=plan,
             interrupted=interrupted,
         )
@@ -411,7 +411,7 @@ def _higher(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _load() -> float | None:
+def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):  # not on every system
@@ -456,14 +456,14 @@ def _watch(procs, out, plan) -> tuple[float | None, str | None, dict[int, str], 
         for; the highest 1-minute load average seen.
     """
     start = time.monotonic()
-    signal_t, load, sampled = None, _load(), start
+    signal_t, load, sampled = None, load_average(), start
     target = plan["preempt_process"]
     while time.monotonic() - start < plan["timeout_s"]:
         codes = {i: p.poll() for i, p in procs.items()}
         if all(c is not None for c in codes.values()):
             return signal_t, None, {}, load
         if time.monotonic() - sampled >= 1.0:
-            load, sampled = _higher(load, _load()), time.monotonic()
+            load, sampled = _higher(load, load_average()), time.monotonic()
         events = {i: read_events(out, i) for i in procs}
         live = [i for i, c in codes.items() if c is None]
         lasts = {i: events[i][-1] if events[i] else None for i in live}
@@ -614,3 +614,45 @@ def ending(run: ElasticRun) -> str:
             "fewer programs run."
         )
     return f"Process {bad} failed (exit status {codes[bad]}): {said}"
+
+
+def learned(figures: dict) -> list[str]:
+    """Lesson 13's "What you learned", one sentence a loss, each read from the run's recorded ``figures``.
+
+    ``figures`` maps the lesson's record names (section 5) to plain values; a run that measured none (no
+    TCP socket: section 4 alone) gives []. Each sentence says what this run showed, its verdicts (a step
+    done twice, a loss seen inside the heartbeat window, parameters within the tolerance) decided from the
+    numbers, never assumed.
+    """
+    f = {k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not {"preempted_steps_done_twice", "kill_to_seen_gone_s", "lost_in_allreduce_ended_s"} <= f.keys():
+        return []
+
+    def twice(name):
+        n = int(f[name])
+        return "no step done twice" if n == 0 else f"{n} step{'s' * (n != 1)} done twice"
+
+    def matched(name):
+        diff, tol = f.get(f"{name}_max_abs_param_diff"), f.get(f"{name}_max_abs_param_diff_tolerance")
+        if diff is None or tol is None:
+            return ""
+        verdict = "within" if diff <= tol else "beyond"
+        return f", its parameters {diff:.2g} from the reference's, {verdict} the tolerance {tol:g}"
+
+    seen, beat = f["kill_to_seen_gone_s"], f.get("heartbeat_timeout_s")
+    window = ""
+    if beat is not None:
+        inside = beat / 2 <= seen <= beat + 1
+        where = "inside" if inside else "outside"
+        window = f", {where} the {beat / 2:g} to {beat + 1:g} s a heartbeat timeout of {beat:g} s allows"
+    return [
+        f"Preemption: every process saved the agreed step {f['signal_to_committed_checkpoint_s']:.2f} s after "
+        f"the notice, and the restart had {twice('preempted_steps_done_twice')}{matched('preempted_resume')}.",
+        f"A process killed between steps: the survivors saw it gone {seen:.1f} s after the kill{window}, trained "
+        f"again {f['kill_to_next_step_s']:.1f} s after it, with {twice('survivors_steps_done_twice')}"
+        f"{matched('survivors')}; bringing it back was a restart, {f['restart_to_first_step_s']:.1f} s to the "
+        "first step.",
+        f"A loss inside the all-reduce ended the run {f['lost_in_allreduce_ended_s']:.1f} s after the kill, and "
+        f"process 0's {f['coordinator_lost_ended_s']:.1f} s after: both go back to the last save, so the "
+        "checkpoint interval (section 4) decides what they cost.",
+    ]

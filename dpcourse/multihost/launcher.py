@@ -270,7 +270,7 @@ def launch_local(
     Raises:
         XlaFlagsError: ``XLA_FLAGS`` holds a token XLA would end the workers on (a ValueError).
         ValueError: counts or ``steps`` < 1, ``init_timeout_s`` < 1 or >= ``timeout_s``, a ``port``
-            outside 1..65535, process ids
+            outside 1..65535, a failure or saves the run would never make, process ids
             outside ``0 .. num_processes - 1`` or repeated, several processes of one device
             each with a ``checkpoint_dir`` (no save completes then), or a global
             batch that does not divide by ``n_processes x devices_per_process``
@@ -308,6 +308,16 @@ def launch_local(
             f"init_timeout_s ({init_timeout_s}) must be below timeout_s ({timeout_s}) so that a "
             "worker waiting for the others gives up before the launcher does."
         )
+    if (fail_process is not None and fail_process not in launched) or (
+        fail_at_step is not None and (fail_process is None or not 0 <= fail_at_step < steps)
+    ):
+        raise ValueError(
+            f"fail_process={fail_process} and fail_at_step={fail_at_step} never fail this run of steps={steps} and "
+            f"processes {launched}: give a launched process and no step, or a step below steps, for example "
+            f"fail_process={launched[-1]}, fail_at_step={steps - 1}."
+        )
+    if save_every is not None and (checkpoint_dir is None or not save_every >= 1):
+        raise ValueError(f"save_every={save_every} saves nothing: give a checkpoint_dir and 1 or more steps.")
     if global_batch is not None:
         check_global_batch(global_batch, n_processes * devices_per_process)
     check_savable_split(num_processes, devices_per_process, checkpoint_dir)

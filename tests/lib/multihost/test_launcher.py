@@ -172,6 +172,10 @@ def test_indivisible_global_batch_is_refused_before_anything_starts():
         (dict(timeout_s=0), "timeout_s positive"),
         (dict(port=99999), "port must be in 1..65535"),
         (dict(port=0), "port must be in 1..65535"),
+        (dict(fail_process=2), r"never fail this run of steps=3 .* fail_process=1, fail_at_step=2\.$"),
+        (dict(fail_process=1, fail_at_step=3), "never fail this run"),
+        (dict(fail_at_step=1), "never fail this run"),
+        (dict(save_every=2), "save_every=2 saves nothing: give a checkpoint_dir"),
         # Every save failed inside Orbax with "one shard each", at every step: refused before anything starts.
         (dict(devices_per_process=1, checkpoint_dir="ckpt"), "2 processes with one device each cannot save"),
         (dict(n_processes=4, devices_per_process=1, checkpoint_dir="ckpt"), "4 processes with one device each"),
