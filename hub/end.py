@@ -13,7 +13,8 @@ SIGKILL), the files that user owns in the machine's scratch folders (/tmp,
 (``userdel``, only when its comment records that learner), their home with
 their workspace, their user in the hub's database, and their password, so
 that the name may be claimed again. Without root there are no accounts: the
-homes and passwords go. When a step fails, what was removed and what is left
+homes and passwords go; ending every learner, the board's list of
+mistakes (hub/board.py) goes too. When a step fails, what was removed and what is left
 are said.
 """
 
@@ -211,6 +212,10 @@ def end(hub_dir: Path, learner: str | None = None, as_root: bool | None = None) 
                 said += end_learner(name, hub_dir, as_root)
             except EndError as err:
                 failed.append(str(err))
+        mistakes = hub_dir / "board-mistakes.json"  # hub/board.py's memory: it names learners
+        if learner is None and mistakes.is_file():
+            mistakes.unlink()
+            said.append(f"the board: its list of the room's mistakes ({mistakes})")
         if failed:
             raise EndError("\n".join(failed), said)
         return said

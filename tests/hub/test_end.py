@@ -46,8 +46,10 @@ def test_one_learner_or_every_learner_is_removed_and_said(tmp_path):
     assert [u.name for u in session.query(orm.User)] == ["zoë"]
     session.close()
     assert not (hub / "users" / "eli").exists() and (hub / "users" / "zoë").is_dir()
+    (hub / "board-mistakes.json").write_text("[]")
     said = end.end(hub, as_root=False)
     assert said[0] == "ghost: the password (the name may be claimed again)" and said[1].startswith("zoë: the home")
+    assert said[-1].startswith("the board: its list") and not (hub / "board-mistakes.json").exists()
     assert not list((hub / "users").iterdir()) and end.passwords(hub) == []
     with pytest.raises(end.EndError, match="no learner 'eli'"):
         end.end(hub, "eli", as_root=False)
