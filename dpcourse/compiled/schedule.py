@@ -1,6 +1,6 @@
 """Where communication can hide: each collective of a scheduled GPU program and the work inside its window.
 
-Taught in notebook 09 (section 8). XLA's GPU compiler turns every collective
+Taught in notebook 09 (section 7). XLA's GPU compiler turns every collective
 into a start/done pair (``all-reduce-start``/``all-reduce-done``, an
 ``async-start``/``async-done`` around a wrapped reduce-scatter or all-to-all
 in some versions) and orders the instructions of each computation: the
@@ -418,3 +418,182 @@ def read_schedule(text: str, n_devices: int = 1) -> Schedule:
                 )
             )
     return Schedule(tuple(windows), bool(re.search(r"^HloModule\b[^\n]*is_scheduled=true", text, re.M)))
+
+
+# Lesson 09, section 7, one call per cell: (tables, lines, figures), as dpcourse.perf.report.Part takes them.
+
+
+def read_compiled(results: list, hlo_texts: dict) -> tuple[dict, list[str]]:
+    """``{(target, form): Schedule}`` of every compiled form (``hlo_texts``: its text or file), a line per failure."""
+    from pathlib import Path
+
+    scheds, lines = {}, []
+    for res in results:
+        if res.error:
+            lines.append(f"{res.label}: {res.error}")
+            continue
+        for name, step in res.steps.items():
+            if step.error:
+                lines.append(f"{res.label}, {name}: {step.error}")
+                continue
+            text = hlo_texts[res.target, name]
+            text = text.read_text() if isinstance(text, Path) else text
+            scheds[res.target, name] = read_schedule(text, res.n_devices)
+    return scheds, lines
+
+
+def overview(results: list, scheds: dict, profile: str) -> tuple[list, list, dict]:
+    """Every form on every GPU: its collectives, windows with compute, bytes sent, and whether LHS ran."""
+    from dpcourse.cross_compile.overlap_steps import LABELS
+
+    rows = []
+    for res in results:
+        for name, step in res.steps.items() if not res.error else ():
+            sched = scheds.get((res.target, name))
+            if sched is None:
+                continue
+            rows.append(
+                {
+                    "GPU": res.target_label,
+                    "form": LABELS[name],
+                    "collectives": len(sched.windows),
+                    "with compute inside": sum(w.has_compute for w in sched.windows),
+                    "is_sync": sum(w.is_sync is True for w in sched.windows),
+                    "bytes sent / device": round(sched.sent_bytes_per_step),
+                    "fraction in windows": round(sched.overlapped_fraction or 0.0, 3),
+                    "LHS ran": step.scheduler_ran,
+                    "temp bytes": step.memory.get("temp_size_in_bytes"),
+                }
+            )
+    if not rows:
+        return [], [], {}
+    version = results[0].jax_version
+    lhs = {r["GPU"]: r["LHS ran"] for r in rows if r["form"] == LABELS["plain"]}
+    line = "latency-hiding scheduler ran (default options): " + ", ".join(
+        f"{k} {'yes' if v else 'no'}" for k, v in lhs.items()
+    )
+    figures = {f"overlap_fraction_{t}_{n}": (s.overlapped_fraction or 0.0, "fraction") for (t, n), s in scheds.items()}
+    caption = f"Schedules compiled for 8 GPUs without a GPU, {profile} profile, JAX {version}"
+    return [(rows, caption)], [line], figures
+
+
+def plain_reading(plain: Schedule | None) -> tuple[list, list, dict]:
+    """The plain step's windows on the H200, and what its one combined all-reduce says about the threshold."""
+    if plain is None:
+        return [], [], {}
+    only = max(plain.windows, key=lambda w: w.payload_bytes)
+    scalar = [w.name for w in only.work if w.scalar]
+    return (
+        [(plain.rows(), "Plain jit step, 8 x H200: each collective's window")],
+        [
+            f"{len(plain.windows)} collective(s); the largest: {only.kind} with a payload of {only.payload_bytes:,} "
+            f"bytes ({only.sent_bytes:,.0f} sent per device in a ring, the table's figure); matmul FLOPs in its "
+            f"window: {only.window_flops:,.0f}; other work: {len(only.compute)}; scalar work: {scalar or 'none'}",
+            f"the combiner merged {only.payload_bytes:,} bytes of gradients into it, so its default threshold is at "
+            "least that (XLA's source sets 30 MiB + 7 bytes: xla/service/collective_utils.h)",
+        ],
+        {},
+    )
+
+
+def threshold_reading(scheds: dict) -> tuple[list, list, dict]:
+    """The small combine threshold on the H200 (its busiest window), and on the other GPUs in one line each."""
+    from dpcourse.cross_compile import targets
+
+    small, plain = scheds.get(("h200", "small_threshold")), scheds.get(("h200", "plain"))
+    if small is None or plain is None:
+        return [], [], {}
+    busiest = max(small.windows, key=lambda w: (w.window_flops, w.window_bytes))
+    lines = [
+        f"{len(small.windows)} collectives instead of {len(plain.windows)}, {small.sent_bytes_per_step:,.0f} bytes "
+        f"sent per device either way; the busiest window: {busiest.name} (a payload of {busiest.payload_bytes:,} "
+        f"bytes per device, which the table counts as {busiest.sent_bytes:,.0f} bytes sent in a ring), holding "
+        + ", ".join(f"{w.name} ({w.what})" for w in busiest.compute)
+    ]
+    for target in ("h100_sxm", "l4"):
+        other = scheds.get((target, "small_threshold"))
+        if other is not None:
+            lines.append(
+                f"{targets.target(target).label}: {len(other.windows)} collectives, "
+                f"{sum(w.has_compute for w in other.windows)} with compute inside, "
+                f"{sum(w.is_sync is True for w in other.windows)} marked is_sync"
+            )
+    return [(small.rows(), "Combine threshold 4,096 bytes, 8 x H200")], lines, {}
+
+
+def o1_reading(results: list, scheds: dict) -> tuple[list, list, dict]:
+    """Default against ``O1`` per GPU: what the table's columns show changed."""
+    from dpcourse.cross_compile.overlap_steps import LABELS
+
+    rows = []
+    for res in results:
+        for name in ("plain", "o1") if not res.error and "o1" in res.steps else ():
+            step, sched = res.steps[name], scheds.get((res.target, name))
+            if not step.error and sched is not None:
+                rows.append(
+                    {
+                        "GPU": res.target_label,
+                        "compiled": LABELS[name],
+                        "collectives": len(sched.windows),
+                        "with compute inside": sum(w.has_compute for w in sched.windows),
+                        "LHS ran": step.scheduler_ran,
+                        "temp bytes": step.memory.get("temp_size_in_bytes"),
+                        "code bytes": step.memory.get("generated_code_size_in_bytes"),
+                    }
+                )
+    lines = []
+    for gpu in dict.fromkeys(r["GPU"] for r in rows):
+        default, higher = [r for r in rows if r["GPU"] == gpu][:2]
+        changed = [k for k in default if k not in ("GPU", "compiled") and default[k] != higher[k]]
+        lines.append(f"{gpu}: O1 changes {', '.join(changed) if changed else 'nothing in this table'}")
+    return ([(rows, f"Default against O1, JAX {results[0].jax_version}")] if rows else []), lines, {}
+
+
+def forms_reading(scheds: dict) -> tuple[list, list, dict]:
+    """FSDP gathered once and the reduced accumulation on the H200: each window's compute and bytes."""
+    from dpcourse.cross_compile.overlap_steps import LABELS
+
+    tables, lines = [], []
+    for name in (n for n in ("fsdp_gathered", "accum_reduced") if ("h200", n) in scheds):
+        sched = scheds["h200", name]
+        tables.append((sched.rows(), f"{LABELS[name]}, 8 x H200"))
+        lines.append(
+            f"{LABELS[name]}: {sched.sent_bytes_per_step:,.0f} bytes sent per device, "
+            f"{sched.overlapped_fraction or 0:.0%} of them inside windows of compute"
+        )
+        lines += [
+            f"  {w.kind} ({w.sent_bytes:,.0f} bytes sent): {w.window_flops:,.0f} matmul FLOPs and "
+            f"{w.window_bytes:,} bytes of work in its window ({len(w.compute)} instruction{'s' * (len(w.compute) != 1)})"
+            for w in sched.windows
+        ]
+    return tables, lines, {}
+
+
+def bound_reading(results: list, scheds: dict) -> tuple[list, list, dict]:
+    """The cost model's bound per form on the H200: XLA's FLOPs at the TF32 peak, the ring at the NVLink rate."""
+    from dpcourse import costs
+    from dpcourse.cross_compile.overlap_steps import LABELS
+
+    h200, rows = costs.find_peak("NVIDIA H200"), []
+    cost_of = {(r.target, k): s.cost for r in results for k, s in r.steps.items()}
+    for (target, name), sched in scheds.items():
+        if target != "h200" or not cost_of[target, name].get("flops"):
+            continue
+        compute_s = cost_of[target, name]["flops"] / h200.peak("tf32")
+        comm_s = sched.sent_bytes_per_step / h200.link_bytes_per_s
+        window_s = min(compute_s, sum(w.window_flops for w in sched.windows) / h200.peak("tf32"))
+        frac = sched.overlapped_fraction or 0.0
+        rows.append(
+            {
+                "form": LABELS[name],
+                "fraction in windows": round(frac, 3),
+                "earns": costs.bound_for(frac),
+                "sum, us": round((compute_s + comm_s) * 1e6, 3),
+                "overlapped, us": round(costs.overlapped_step_s(compute_s, comm_s, frac, window_s) * 1e6, 3),
+                "best case, us": round(1e6 * costs.overlapped_step_s(compute_s, comm_s, frac), 3),
+            }
+        )
+    if not rows:
+        return [], [], {}
+    earned = {r["form"]: r["earns"] for r in rows}.get(LABELS["plain"], "?")
+    return [(rows, "Cost model, 8 x H200 datasheet (smoke size)")], [f"this course's plain step earns the {earned}"], {}

@@ -408,3 +408,101 @@ def kernel_sentence(autodiff: Breakdown, kernel: Breakdown) -> str:
             else f"({-saved / autodiff.measured_ms:.1%} more)."
         )
     )
+
+
+def profile(runs: list, cfg, device, init_params: dict, batches_of, measured: dict, steps: int, label: str):
+    """Lesson 09, section 5: split the fastest rung, ``scan_f32`` and (for a Pallas fastest) its twin from traces.
+
+    ``batches_of(global_batch)``: the placed batches of that size. Each trace
+    goes to a temporary folder that is removed once it is read. Returns
+    ``(part, {rung: Breakdown})``; ``part`` is a :class:`dpcourse.perf.report.Part`.
+    """
+    import shutil
+    import tempfile
+
+    from dpcourse import costs
+    from dpcourse.perf import ceilings
+    from dpcourse.perf.report import Part
+
+    part, out = Part(), {}
+    ok = {r.rung.name: r for r in runs if r.status == "ok"}
+    best = max(ok.values(), key=lambda r: r.result.examples_per_s) if ok else None
+    twin = f"unrolled_bf16_batch{cfg.ladder_large_batch}"
+    names = [best.rung.name, "scan_f32"] if best else []
+    if best and best.rung.block_backward != "autodiff":
+        names.append(twin)
+    for name in dict.fromkeys(n for n in names if n in ok):
+        r, rc = ok[name], ok[name].rung.config(cfg)
+        folder = tempfile.mkdtemp(prefix=f"09_{name}_")
+        try:
+            path = trace_steps(r.compiled, rc, device, init_params, batches_of(r.rung.global_batch), steps, folder)
+            ks, where = kernels(path, kernel_kinds(r.compiled.as_text())) if path else ([], "")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # 1-3 MB a trace: read, then gone
+        rate = measured[ceilings.ceiling_for(r.rung.compute_dtype)].rate
+        if not ks or not rate:
+            part.lines.append(f"{name}: this host's trace shows none of the program's kernels, so it cannot be split.")
+            continue
+        flops = costs.train_flops_per_step(rc, r.rung.global_batch)
+        bd = out[name] = split(ks, steps, r.result.ms_per_step, flops, rate, name, where)
+        part.tables.append((bd.rows(), f"{name} on {label}: one step, from its trace ({where})"))
+        part.lines += bd.sentences()
+        part.figures |= {
+            f"breakdown_{name}_traced_ms": (bd.traced_ms, "ms"),
+            f"breakdown_{name}_matmul_at_rate_ms": (bd.matmul_at_rate_ms, "ms"),
+            f"breakdown_{name}_matmul_beyond_ms": (bd.matmul_beyond_ms, "ms"),
+            f"breakdown_{name}_idle_ms": (bd.idle_ms, "ms"),
+            f"breakdown_{name}_gap_to_measured": (bd.gap, "fraction"),
+        } | {f"breakdown_{name}_{k.replace('-', '_')}_ms": (v, "ms") for k, v in bd.other_ms.items()}
+        if device.platform == "tpu":  # one timeline: the parts must add up to the benchmark's step
+            part.figures[f"breakdown_{name}_gap_to_measured_tolerance"] = (AGREEMENT, "fraction")
+    if out and device.platform == "cpu":
+        gaps = ", ".join(f"{n} {bd.gap:.0%}" for n, bd in out.items())
+        part.lines.append(
+            f"Apart from the benchmark's step here: {gaps}. On a CPU the kernels run on several threads and the "
+            "profiler's own cost weighs on short steps, so the traced step can differ; the split is this host's."
+        )
+    unrolled = next((n for n in (twin, best.rung.name if best else "") if n in out and n != "scan_f32"), None)
+    if "scan_f32" in out and unrolled:
+        part.lines += ["", *scan_sentences(out["scan_f32"], out[unrolled], None, cfg.block_repeats)]
+    if best and best.rung.name in out and twin in out and best.rung.name != twin:
+        part.lines += [
+            "",
+            kernel_sentence(out[twin], out[best.rung.name])
+            if device.platform == "tpu"
+            else f"{best.rung.name}'s kernel ran in Pallas's interpret mode here (JAX operations standing in for "
+            "it): its time against its twin's says nothing about the kernel.",
+        ]
+    return part, out
+
+
+def stored_part():
+    """Lesson 09, section 5: the chip's stored split (the Pallas rung, its twin, the scan) and the levers tried."""
+    from dpcourse.perf.report import Part
+
+    chip, part = stored(), Part()
+    if chip is None:
+        part.lines.append("No stored chip breakdown in this install of dpcourse.")
+        return part
+    kind = chip["device_kind"]
+    part.lines.append(
+        f"stored: {kind}, {chip['date']}, JAX {chip['jax']}, libtpu {chip['libtpu']}, profile {chip['profile']} "
+        "(measured there, not on this machine)"
+    )
+    bd = {name: from_stored(data) for name, data in chip["breakdowns"].items()}
+    pallas, twin, scan, wider = (
+        bd[n] for n in ("pallas_bf16_batch8192", "unrolled_bf16_batch8192", "scan_f32", "scan_unroll8_f32")
+    )
+    for b in (pallas, twin, scan):
+        part.tables.append((b.rows(), f"stored, {kind}: {b.rung}, one step ({b.date})"))
+        part.tables.append((b.top, f"stored, {kind}: {b.rung}, its longest kernels"))
+    part.lines += [kernel_sentence(twin, pallas), *scan_sentences(scan, twin, wider, chip["repeats"])]
+    part.lines.append(
+        f"Compile: scan {scan.compile_s:.1f} s, scan(unroll=8) {wider.compile_s:.1f} s, unrolled "
+        f"{twin.compile_s:.0f} s (programs compiled side by side)."
+    )
+    part.tables.append((chip["levers"], f"stored, {kind}: levers toward 85 % MFU (compile s: beside the others)"))
+    best = max(chip["levers"], key=lambda row: row["MFU (197 TFLOP/s)"])
+    reached = "at least 85 %." if best["MFU (197 TFLOP/s)"] >= 0.85 else "no lever reached 85 %."
+    part.lines.append(f"Best: {best['variant']} at {best['MFU (197 TFLOP/s)']:.1%} of 197 TFLOP/s; {reached}")
+    return part

@@ -15,6 +15,7 @@ and the ladder goes on, as notebook 07's sweep does.
 from __future__ import annotations
 
 import os
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -188,7 +189,13 @@ def _abstract_args(rcfg: Config, optimizer, init_params: dict, dataset: Dataset,
 
 
 def compile_rungs(
-    rungs: list[Rung], cfg: Config, dataset: Dataset, device, init_params: dict, workers: int | None = None
+    rungs: list[Rung],
+    cfg: Config,
+    dataset: Dataset,
+    device,
+    init_params: dict,
+    workers: int | None = None,
+    progress: bool = False,
 ) -> dict[str, tuple[Any, Any, float] | BaseException]:
     """Compile every rung's step side by side in threads; ``{name: (jitted step, executable, seconds)}``.
 
@@ -196,7 +203,8 @@ def compile_rungs(
     keeps about one core busy: ``workers`` (default: one per rung, at most
     the machine's cores) run at once. A rung's seconds are its own compile's
     wall time while the others compiled beside it. A compile that raises
-    gives its exception instead (the rung then fails with it).
+    gives its exception instead (the rung then fails with it). ``progress``:
+    print a line as each compile starts and ends.
     """
 
     def lower(rung: Rung):
@@ -209,34 +217,61 @@ def compile_rungs(
         except Exception as err:  # noqa: BLE001 - recorded as the rung's failure
             return err
 
-    def compile_one(lowered):
+    def compile_one(name, lowered):
         if isinstance(lowered, Exception):
             return lowered
         step, low = lowered
+        said.put(("compiling", name, None))
         start = time.perf_counter()
         try:
             executable = low.compile()
         except Exception as err:  # noqa: BLE001 - recorded as the rung's failure
             return err
+        finally:
+            said.put(("compiled", name, time.perf_counter() - start))
         return step, executable, time.perf_counter() - start
 
     # Lowered here, in the caller's thread: a mesh set with jax.set_mesh is this thread's alone, and a
     # step lowered in a worker thread would not see it. Only the compiles run side by side.
     lowered = [lower(rung) for rung in rungs]
-    workers = workers or max(1, min(len(rungs), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        return dict(zip((r.name for r in rungs), pool.map(compile_one, lowered)))
+    said: queue.Queue = queue.Queue()
+    pool = ThreadPoolExecutor(workers or max(1, min(len(rungs), os.cpu_count() or 1)))
+    futures = {r.name: pool.submit(compile_one, r.name, low) for r, low in zip(rungs, lowered)}
+    try:
+        while not all(f.done() for f in futures.values()) or not said.empty():
+            try:  # the caller's thread prints (a worker's print can land in another cell) and stays interruptible
+                what, name, seconds = said.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if progress:
+                print(f"  {name} compiled in {seconds:.1f} s" if seconds is not None else f"compiling {name} ...")
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop = KeyboardInterrupt("stopped; the compiles already started finish in the background. Run the cell again.")
+        stop._render_traceback_ = lambda: [f"KeyboardInterrupt: {stop}"]  # one line in a notebook
+        raise stop from None
+    pool.shutdown(wait=False)
+    return {name: f.result() for name, f in futures.items()}
 
 
 def run_ladder(
     rungs: list[Rung], cfg: Config, dataset: Dataset, device, init_params: dict, progress: bool = True
 ) -> list[RungResult]:
-    """Compile the rungs side by side (:func:`compile_rungs`), then measure each in turn (:func:`run_rung`)."""
+    """Compile the rungs side by side (:func:`compile_rungs`), then measure each in turn (:func:`run_rung`).
+
+    With ``progress`` each compile says when it starts and how long it took, and a bar follows the
+    measuring. The stop button ends it with one line (KeyboardInterrupt).
+    """
     from dpcourse import show
 
-    compiled = compile_rungs(rungs, cfg, dataset, device, init_params)
-    todo = show.progress(rungs, desc="ladder", unit="rung") if progress else rungs
-    return [run_rung(rung, cfg, dataset, device, init_params, compiled[rung.name]) for rung in todo]
+    compiled = compile_rungs(rungs, cfg, dataset, device, init_params, progress=progress)
+    todo = show.progress(rungs, desc="measuring", unit="rung") if progress else rungs
+    try:
+        return [run_rung(rung, cfg, dataset, device, init_params, compiled[rung.name]) for rung in todo]
+    except KeyboardInterrupt:
+        stop = KeyboardInterrupt("stopped while measuring the ladder. Run the cell again.")
+        stop._render_traceback_ = lambda: [f"KeyboardInterrupt: {stop}"]
+        raise stop from None
 
 
 def run_rung(

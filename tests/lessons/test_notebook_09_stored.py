@@ -1,4 +1,4 @@
-"""Notebook 09's section 8 and exercise 09.3 without the GPU-compile extra (the quick start's default).
+"""Notebook 09's section 7 and exercise 09.3 without the GPU-compile extra (the quick start's default).
 
 They once printed one "not available" line, six silent cells under text that
 reads their tables, and "Cannot check here" for every answer of 09.3, the
@@ -27,28 +27,27 @@ def _section_8_and_09_3() -> list[str]:
     """Section 8's code cells (but the CPU comparison), then exercise 09.3's table cell."""
     cells = jupytext.read(ROOT / "notebooks" / "09_performance.py").cells
     heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## ")]
-    start = next(i for i in heads if cells[i].source.startswith("## 8."))
+    start = next(i for i in heads if cells[i].source.startswith("## 7."))
     end = next(i for i in heads if i > start)
-    # The section's last cell compares with section 7's CPU compile (not GPU, always shown): left out.
-    section = [c.source for c in cells[start:end] if c.cell_type == "code" and "lowered[" not in c.source]
+    # The section's last cell compares with section 6's CPU compile (not GPU, always shown): left out.
+    section = [c.source for c in cells[start:end] if c.cell_type == "code" and "texts[cpu_key]" not in c.source]
     ex = next(i for i, c in enumerate(cells) if "09.3" in c.source and c.cell_type == "markdown")
     exercise = [c.source for c in cells[ex:] if c.cell_type == "code" and "tags" not in c.metadata]
     imports = next(c.source for c in cells if "lesson09 as check" in c.source)
     return [*section, imports, *exercise[:1]]
 
 
-def test_section_8_without_the_extra_shows_the_stored_compile_and_09_3_checks_against_it(monkeypatch):
+def test_section_7_without_the_extra_shows_the_stored_compile_and_09_3_checks_against_it(monkeypatch):
     monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
-    shown = []
     names = {"SCHEDULES": True, "show": show, "costs": costs, "gpu_notebook": gpu_notebook}
-    names["display"] = lambda obj: shown.append(repr(obj))
+    names["display"] = print
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for source in _section_8_and_09_3():
             exec(compile(source, "<notebook 09 cell>", "exec"), names)
     printed = out.getvalue()
     assert "Stored result (made by make placement, 20" in printed and "smoke profile" in printed, printed
-    assert len(shown) >= 6, f"only {len(shown)} tables shown: {printed}"
+    assert printed.count("8 x H200") >= 6, f"too few tables shown: {printed}"
     check = names["check"]
     fractions = names["fractions_09_3"]
     right = (costs.bound_for(fractions["plain"]), check.CHANGES[0])
@@ -63,7 +62,6 @@ def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compi
 
     from dpcourse import config
     from dpcourse.cross_compile import mocked
-    from dpcourse.perf import roofline
 
     monkeypatch.setattr(gpu_targets, "extra_missing", lambda platform="gpu": f"no {platform} extra (stand-in)")
     monkeypatch.setattr(mocked, "gpu_unavailable_reason", lambda: "no NVIDIA GPU here (stand-in)")
@@ -72,9 +70,7 @@ def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compi
         for c in jupytext.read(ROOT / "notebooks" / "09_performance.py").cells
         if "fast_gpu = gpu_notebook.show_gpu_placement(" in c.source
     ]
-    shown = []
     names = {"cfg": config.make_config("cpu"), "multi": SimpleNamespace(devices=[SimpleNamespace(platform="tpu")])}
-    names.update(costs=costs, roofline=roofline, show=show, config=config, display=lambda obj: shown.append(obj))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(cell, "<notebook 09 cell>", "exec"), names)
@@ -89,5 +85,5 @@ def test_the_data_parallel_sections_fast_step_shows_the_stored_gpu_and_tpu_compi
         # A temporaries figure of 0 is the compiler's, and the line says so (not a missing value shown as 0).
         assert "temporaries" in lines[at + 1], lines[at + 1]
         assert "temporaries 0 bytes" not in lines[at + 1] or "the compiler's figure" in lines[at + 1], lines[at + 1]
-    table = repr(shown[-1])  # the model beside XLA's cost analysis of each stored program
+    table = printed[printed.index("Fast step, XLA's cost analysis") :]  # the model beside XLA's, each stored program
     assert "(smoke profile, stored)" in table and "XLA, H200" in table and "XLA, TPU v5e 2x4" in table, table

@@ -227,3 +227,24 @@ def test_a_rung_stopped_by_a_foreign_global_mesh_stops_the_ladder_with_the_sente
     foreign = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     with jax.set_mesh(foreign), pytest.raises(ForeignMeshError, match=r"stopped under it \(ValueError\)"):
         ladder.run_rung(ladder.default_rungs(CFG)[-1], CFG, dataset, cpu0, model.init_params(CFG))
+
+
+def test_the_compiles_say_what_they_do_and_the_stop_button_ends_them_in_one_line(dataset, cpu0, monkeypatch, capsys):
+    init = model.init_params(CFG)
+    ladder.compile_rungs(ladder.default_rungs(CFG)[:1], CFG, dataset, cpu0, init, progress=True)
+    out = capsys.readouterr().out
+    assert out.startswith("compiling scan_f32 ...\n") and "  scan_f32 compiled in " in out
+
+    class Stopped:  # the stop button, pressed while the caller waits for the compiles
+        def put(self, item):
+            pass
+
+        def get(self, timeout):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ladder.queue, "Queue", Stopped)
+    with pytest.raises(KeyboardInterrupt) as stop:
+        ladder.compile_rungs(ladder.default_rungs(CFG)[:1], CFG, dataset, cpu0, init)
+    assert stop.value._render_traceback_() == [
+        "KeyboardInterrupt: stopped; the compiles already started finish in the background. Run the cell again."
+    ]

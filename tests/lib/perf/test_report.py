@@ -1,0 +1,71 @@
+"""Tests of dpcourse.perf.report: lesson 09's tables record every figure, failures with their reasons."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dpcourse import bench, record
+from dpcourse.config import make_config
+from dpcourse.perf import ceilings, ladder, report
+
+CFG = make_config("smoke")
+RUNGS = ladder.default_rungs(CFG)
+MEASURED = {
+    "float32 highest": ceilings.Ceiling("float32 highest", "ok", 1e10, size=128),
+    "float32 default": ceilings.Ceiling("float32 default", "ok", 2e10, size=128),
+    "bfloat16": ceilings.Ceiling("bfloat16", "failed", reason="NotImplementedError: no bf16 here"),
+    "memory bandwidth": ceilings.Ceiling("memory bandwidth", "ok", 5e9),
+}
+
+
+def _ok(rung, ms, compile_s=1.0):
+    result = bench.BenchResult(rung.label, 1, rung.global_batch, compile_s, ms, rung.global_batch / ms * 1e3, 2.3, 0.1)
+    return ladder.RungResult(rung, "ok", result=result)
+
+
+def test_failures_are_recorded_with_their_reasons_and_the_checks_say_why_they_could_not_run(tmp_path):
+    record.enable(tmp_path / "records.jsonl")
+    record.set_context(
+        "09_performance", profile="smoke", data_source="synthetic", backend="cpu", device_kind="cpu", device_count=1
+    )
+    try:
+        runs = [ladder.RungResult(RUNGS[0], "failed", "XlaRuntimeError: RESOURCE_EXHAUSTED: injected")]
+        runs += [_ok(RUNGS[2], 0.5, compile_s=2.0)]
+        report.ceiling_table(MEASURED, None, "cpu", "cpu").show()
+        part = report.ladder_table(runs, CFG, MEASURED, "cpu", "the ladder").show()
+        checks = report.float32_checks(runs, CFG, SimpleNamespace(platform="cpu"), {}, [])
+    finally:
+        record.disable()
+    got = {r["metric"]: r["value"] for r in record.read_records(tmp_path / "records.jsonl")}
+    assert got["rung_scan_f32_status"] == "failed: XlaRuntimeError: RESOURCE_EXHAUSTED: injected"
+    assert got["rung_unrolled_f32_status"] == "ok" and got["best_rung"] == "unrolled_f32"
+    assert got["ceiling_bfloat16_status"] == "failed: NotImplementedError: no bf16 here"
+    assert "rung_scan_f32_throughput" not in got and "ceiling_bfloat16" not in got
+    assert "scan_unroll2_f32" not in part.lines[0] and part.lines[0].startswith("scan_f32: ")
+    assert checks.lines[0].startswith("scan_f32, the reference of these checks, failed (XlaRuntimeError")
+
+
+@pytest.mark.parametrize(("scan_s", "unrolled_s", "verdict"), [(5.0, 48.2, "longer"), (16.4, 13.0, "shorter")])
+def test_the_unroll_sentence_reads_the_compile_column(scan_s, unrolled_s, verdict):
+    (text,) = report.unroll_sentence(
+        {"rung_scan_f32_compile_time": scan_s, "rung_unrolled_f32_compile_time": unrolled_s}
+    )
+    assert f"compile {verdict}" in text and f"{unrolled_s:.1f} s against scan_f32 {scan_s:.1f} s" in text
+    assert report.unroll_sentence({"rung_scan_f32_compile_time": (1.0, "s")}) == []
+
+
+def test_the_sweep_sentence_says_where_the_throughput_fell():
+    assert report.sweep_sentence({8: 100.0, 16: 150.0, 32: 120.0}) == (
+        "Throughput +50% from 8 to 16, -20% from 16 to 32. It fell somewhere here: on a shared machine other jobs "
+        "move it, and past a size the device's caches or memory stop keeping up."
+    )
+    assert "fell" not in report.sweep_sentence({8: 100.0, 16: 150.0, 32: None})
+    assert report.sweep_sentence({8: 1.0}) == "Too few batches ran to compare."
+
+
+def test_a_step_below_its_roofline_bound_stops_the_lesson_on_an_accelerator_only():
+    fast = [_ok(RUNGS[2], 1e-6)]
+    part = report.budget_table(fast, CFG, MEASURED, "cpu")
+    assert "best measured 0.00 ms >= roofline bound" in part.lines[0] and part.lines[0].endswith("False")
+    with pytest.raises(AssertionError, match="below its roofline bound"):
+        report.budget_table(fast, CFG, MEASURED, "gpu")
