@@ -22,9 +22,10 @@ exit status:
     holds ``max_abs_`` (parameter, gradient or loss differences, e.g.
     ``max_abs_param_diff_vs_1_device``, lesson 13's
     ``survivors_max_abs_param_diff``), is checked against the record ``<metric>_tolerance``
-    of the same notebook in the same run (NEW; OLD's is used when NEW has
-    none). A non-numeric difference (``"nan"``) fails, with a tolerance or
-    without; a number without any tolerance is a warning;
+    of the same notebook: OLD's, on the same hardware and profile (a NEW run
+    that loosens its own bound is held to OLD's, and told so), else NEW's
+    (OLD's when NEW has none). A non-numeric difference (``"nan"``) fails,
+    with a tolerance or without; a number without any tolerance is a warning;
   - a throughput (unit ``examples/s``) falls by more than ``threshold``
     (a fraction: 0.10 is a 10 % drop), for a metric measured on the same
     hardware (backend, device kind, device count) and profile in both runs,
@@ -279,9 +280,16 @@ def _comparable(a: dict, b: dict) -> bool:
 
 def _check_equivalence(row: Row, rec: dict, new_keyed: dict, old_keyed: dict, result: Comparison) -> None:
     tol_key = (rec["notebook"], rec["metric"] + TOLERANCE_SUFFIX, 0)
-    tol_rec = new_keyed.get(tol_key) or old_keyed.get(tol_key)
+    new_tol, old_tol = new_keyed.get(tol_key), old_keyed.get(tol_key)
+    same = old_tol is not None and (new_tol is None or _comparable(old_tol, new_tol))
+    tol_rec = old_tol if same else new_tol
     tolerance = _number(tol_rec["value"]) if tol_rec else None
     label = f"{rec['notebook']}: {rec['metric']}"
+    if same and new_tol is not None and new_tol["value"] != old_tol["value"]:
+        result.warnings.append(
+            f"{label}: NEW records its tolerance as {new_tol['value']}, OLD as {old_tol['value']} on the same "
+            "hardware and profile: held to OLD's."
+        )
     value = _number(rec["value"])
     if value is None:  # NaN, infinity, a string: no difference can be read, whatever the tolerance
         row.check = "REGRESSION"

@@ -173,9 +173,13 @@ def test_equivalence_nan_fails(write, capsys):
     assert code == 1 and "max_abs_param_diff_vs_shard_map = 'nan' is not a number" in out
 
 
-def test_equivalence_checks_the_new_runs_own_tolerance(write, capsys):
+def test_a_run_that_loosens_its_own_tolerance_is_held_to_old_s_on_the_same_hardware(write, capsys):
     new = set_value(baseline(), "04_sharding", "max_abs_param_diff_vs_1_device", 3e-4)
-    set_value(new, "04_sharding", "max_abs_param_diff_vs_1_device_tolerance", 1e-3)
+    set_value(new, "04_sharding", "max_abs_param_diff_vs_1_device_tolerance", 1.0)
+    code, out, _ = run_main(write, baseline(), new, capsys)
+    assert code == 1 and "exceeds its tolerance 1e-05" in out and "held to OLD's" in " ".join(out.split())
+    for r in new["records"]:  # on other hardware, NEW's own bound
+        r.update(device_kind="NVIDIA H100 80GB HBM3")
     assert run_main(write, baseline(), new, capsys)[0] == 0
 
 
