@@ -195,6 +195,51 @@ def check(recs: list[dict]) -> list[str]:
     return problems
 
 
+def group_devices(step) -> int | None:
+    """Devices in the replica group of a compiled step's one all-reduce, read back from its schedule.
+
+    The schedule counts what each device sends in a ring over the group XLA wrote in the
+    program (``replica_groups``): ``2 (n - 1) / n`` of the all-reduce's bytes
+    (:func:`dpcourse.compiled.census.sent_bytes`), so ``n = 2 V / (2 V - sent)``.
+    """
+    sent, size = step.schedule.get("sent_bytes_per_step"), step.bytes_per_step
+    return None if not sent or not size or sent >= 2 * size else round(2 * size / (2 * size - sent))
+
+
+def ici_rows(results: list[deviceless.CompileResult]) -> list[dict]:
+    """Each TPU slice's compiled all-reduce beside the ICI model's time for it: a prediction, no slice ran it."""
+    from dpcourse import costs
+
+    rows = []
+    for res in results:
+        if res.backend != "tpu" or res.error:
+            continue
+        shape = tuple(int(side) for side in gpu_targets.target(res.target).topology.split(":")[1].split("x"))
+        for name, step in res.steps.items():
+            if step.error or name not in deviceless.COURSE_STEPS:
+                continue
+            predicted = costs.tpu_slice_allreduce_s(step.bytes_per_step, costs.find_peak(res.device_kind), shape)
+            row = {"compiled for": f"{res.n_devices} x {res.target_label}", "profile": res.profile, "step": name}
+            rows.append(
+                {
+                    **row,
+                    "all-reduce bytes": f"{step.bytes_per_step:,}",
+                    "devices in its group": group_devices(step),
+                    "ICI model's time, predicted (us)": f"{predicted * 1e6:.1f}",
+                }
+            )
+    return rows
+
+
+def slice_problems(rows: list[dict]) -> list[str]:
+    """The rows of :func:`ici_rows` whose all-reduce spans fewer devices than the slice has chips."""
+    return [
+        f"{r['compiled for']} {r['profile']} {r['step']}: the all-reduce spans {r['devices in its group']} chips"
+        for r in rows
+        if r["devices in its group"] != int(r["compiled for"].split(" x ")[0])
+    ]
+
+
 def format_table(rows: list[dict]) -> str:
     """A plain-text table of ``rows`` (columns: the union of their keys, in order)."""
     cols: list[str] = []
@@ -361,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     recs = records(results)
     print(format_table(table_rows(recs)))
+    slices = ici_rows([r for r in results if not r.disabled_passes])  # costs.tpu_slice_allreduce_s, 1 us a hop
+    if slices:
+        print("\nTPU slices: the compiled all-reduce and the ICI model's time for it (a prediction, not measured):")
+        print(format_table(slices))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out, json.dumps(recs, indent=1) + "\n")
     for platform, kept in (("gpu", lessons), ("tpu", lessons_tpu)):
@@ -377,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         path = overlap_report.store(ROOT.joinpath("dpcourse", *OVERLAP_FILE))
         print(f"placement: notebook 09's overlap compiles stored in {path}")
     problems = check(recs) + check_lesson10(recs)
+    problems += slice_problems(slices)
     if args.overlap:
         print("\nfraction of bytes sent inside windows with matmul FLOPs (such windows/collectives, LHS ran):")
         print(format_table(overlap_report.table_rows(recs)))

@@ -145,6 +145,7 @@ TPU_TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         _tpu("v5e:2x4", 8, "libtpu's topology v5e:2x4: the 8-chip slice of a TPU v5e-8 (Kaggle's TPU VM)"),
+        _tpu("v5e:4x4", 16, "libtpu's topology v5e:4x4: a v5e-16, four hosts of 4 chips (deploy/tpu-slice)"),
         _tpu("v5p:2x2x2", 8, "libtpu's topology v5p:2x2x2: an 8-chip v5p slice (a 3-D mesh, no wraparound links)"),
         _tpu("v5p:4x4x4", 64, "libtpu's topology v5p:4x4x4: a 64-chip v5p slice (a cube, wraparound links)"),
         _tpu("v6e:16x16", 256, "libtpu's topology v6e:16x16: a whole 256-chip Trillium pod"),

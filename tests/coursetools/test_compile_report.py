@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -63,6 +64,23 @@ def test_check_names_a_moved_all_reduce():
     assert len(moved) == 2 and "1 in a loop" in moved[0] and "no longer reduces inside" in moved[1]
     experiment = {**gpu, "in_loop": 1, "disabled_passes": [PASS]}
     assert placement_report.check([experiment]) == []
+
+
+def test_a_slices_all_reduce_is_read_back_over_every_chip_beside_the_ici_models_time():
+    from dpcourse.costs import find_peak, tpu_slice_allreduce_s
+    from dpcourse.cross_compile.result import CompileResult, StepResult
+
+    v = gradient_bytes(SMOKE) + METRIC_BYTES
+    steps = {
+        name: StepResult(name, "b", bytes_per_step=v, schedule={"sent_bytes_per_step": 2 * (n - 1) / n * v})
+        for name, n in (("jit", 16), ("device_axis", 4))  # the second over a part of the slice
+    }
+    res = CompileResult("tpu", "v5e_4x4", 16, "smoke", target_label="TPU v5e 4x4", device_kind="TPU v5 lite")
+    rows = placement_report.ici_rows([dataclasses.replace(res, steps=steps)])
+    assert [r["devices in its group"] for r in rows] == [16, 4]
+    predicted = tpu_slice_allreduce_s(v, find_peak("TPU v5 lite"), (4, 4))
+    assert rows[0]["ICI model's time, predicted (us)"] == f"{predicted * 1e6:.1f}"
+    assert placement_report.slice_problems(rows) == ["16 x TPU v5e 4x4 smoke device_axis: the all-reduce spans 4 chips"]
 
 
 def test_jobs_of_make_placement():

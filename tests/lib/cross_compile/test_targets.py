@@ -32,7 +32,7 @@ def test_tpu_targets_are_slices_with_their_chip_counts_under_one_interface():
     v5e = gpu_targets.target("v5e:2x4")
     assert v5e is gpu_targets.target("V5E_2X4") and (v5e.platform, v5e.topology, v5e.chips) == ("tpu", "v5e:2x4", 8)
     assert v5e.label == "TPU v5e 2x4" and v5e.devices_label(8) == "8 x TPU v5e (2x4 slice)"
-    assert [t.chips for t in gpu_targets.TPU_TARGETS.values()] == [8, 8, 64, 256]
+    assert [t.chips for t in gpu_targets.TPU_TARGETS.values()] == [8, 16, 8, 64, 256]
     assert all(t.platform == "gpu" and t.chips == 0 for t in gpu_targets.GPU_TARGETS.values())
     assert gpu_targets.GpuTarget is gpu_targets.Target
 
