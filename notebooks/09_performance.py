@@ -448,25 +448,19 @@ _ = breakdown.stored_part().show()
 # the plain scan's copies took 2.2 ms, and it compiled in about the time of
 # the plain scan (the compile line above).
 #
-# **Levers tried toward 85 % of 197 TFLOP/s** (the table above; each the
-# same model and mathematics up to bfloat16 rounding, at global batch 8192
-# unless named). Twice the global batch, 81.7 %; the batch sent in
-# bfloat16, 81.2 %; a hand-written backward pass keeping `h W + b`, 81.3 %;
-# `xla_tpu_rwb_fusion=false`, 81.9 % (no change); saving only the matmuls'
-# outputs (`jax.checkpoint`), 73.5 %, and a larger scoped VMEM
-# (`xla_tpu_scoped_vmem_limit_kib=98304`), 72.9 %: both slower. Keeping
-# GELU's derivative from the forward pass (`block_backward="saved_slope"`,
-# `dpcourse.perf.backward`), 81.2 % (82.7 % at batch 16384). But the same
-# change made the course's `scan` step 1.84 times faster (29.2 ms against
-# 53.7, 58 % of 197 TFLOP/s). The lever that reached 85 %: the whole
-# backward pass of a repeat as one Pallas kernel (`pallas_bf16_batch8192`,
-# `dpcourse.perf.backward.block_with_kernel`): 38.7 ms, 87.1 %. It reads the
-# incoming gradient, the kept derivative and `h` once per tile of 512 rows,
-# keeps `W` and the float32 weight gradient in the core's VMEM, and does
-# both matmuls there: about 200 us per repeat for the two (its longest
-# kernels in the table; 181 us at the rate). What is left: 2.7 ms beyond
-# the rate, and the kernels outside the matmuls. Tiles of 1024 rows gave
-# 86.4 %.
+# **Levers tried toward 85 % of 197 TFLOP/s** (the table above, each the
+# same model and mathematics up to bfloat16 rounding): a larger batch, the
+# batch sent in bfloat16, compiler flags, `jax.checkpoint`, a larger scoped
+# VMEM, GELU's derivative kept from the forward pass
+# (`block_backward="saved_slope"`, `dpcourse.perf.backward`: no gain for the
+# unrolled step, but the course's `scan` step 1.84 times faster, 29.2 ms
+# against 53.7). The lever that reached 85 %: the whole backward pass of a
+# repeat as one Pallas kernel (`pallas_bf16_batch8192`,
+# `dpcourse.perf.backward.block_with_kernel`). It reads the incoming
+# gradient, the kept derivative and `h` once per tile of 512 rows, keeps
+# `W` and the float32 weight gradient in the core's VMEM, and does both
+# matmuls there: about 200 us per repeat for the two (its longest kernels
+# in the table; 181 us at the rate), 2.7 ms beyond the rate in all.
 
 # %% [markdown]
 # The compiled program itself (`compiled.as_text()`, the optimised HLO):
@@ -611,33 +605,21 @@ fast_gpu = gpu_notebook.show_gpu_placement(
 _ = report.fast_step_part(fast_gpu, cfg).show()
 
 # %% [markdown]
-# **Reading it.** With the repeats unrolled there is no loop: the GPU
-# program's all-reduces all run once per step, after the backward pass.
-# Measured with JAX 0.10.2 (smoke profile, 8 x H200): two of them, the
-# gradients in bfloat16 (53,012 bytes, half the float32 gradient: under
-# plain `jit` the SPMD partitioner reduces the bfloat16 gradients the
-# bfloat16 matmuls produce, and the GPU compiler keeps that dtype, where the
-# CPU compiler promotes it to float32) and the two float32 metrics apart
-# (XLA combines all-reduces of one dtype only). The TPU compiler's programs
-# (v5e 2x4 and v6e 16x16, libtpu 0.0.42) do the same: two all-reduces after
-# the backward pass, 53,012 bytes of bfloat16 gradients and 8 of metrics.
+# **Reading it.** With the repeats unrolled there is no loop: each
+# program's all-reduces run once per step, after the backward pass: the
+# bfloat16 gradients (under plain `jit` the SPMD partitioner reduces the
+# bfloat16 gradients the bfloat16 matmuls produce; the GPU and TPU compilers
+# keep that dtype, the CPU compiler promotes it to float32) and, apart, the
+# float32 metrics (XLA combines all-reduces of one dtype only).
 #
-# The FLOPs agree within about 15% (smoke: XLA 1.10 x the model for the
-# H200, the TPU compiler's own cost analysis 1.14 x for the v5e and 1.11 x
-# for the v6e): both count the matmuls, and XLA adds the element-wise FLOPs
-# (GELU, the mix, the softmax, the optimizer), a few per value. The bytes do
-# not agree, and the gap depends on the profile and the compiler (smoke: XLA
-# counts about 100 x the model for the H200, the TPU compiler about 260 x). The
-# model counts only the element-wise passes over `[batch, width]`
-# activations per repeat; XLA's figure is the bytes every instruction of
-# the optimised program reads and writes (each fusion at its boundary), so
-# it also counts what the model leaves out: the weights every matmul reads
-# (the `784 x width` input layer and `width^2` per repeat, large beside
-# `[batch, width]` at small batches), the activations the forward pass
-# saves for the backward one, the float32 master weights and their bfloat16
-# copies, and the optimizer's passes over parameters, gradients and both
-# Adam moments. XLA's count is also blind to caches: it charges each
-# fusion's operands in full, as if none stayed in L2.
+# In the FLOPs row both count the matmuls, and XLA adds the element-wise
+# FLOPs (GELU, the mix, the softmax, the optimizer), a few per value. The
+# bytes row is another matter: the model counts only the element-wise
+# passes over `[batch, width]` activations per repeat; XLA counts the bytes
+# every instruction of the optimised program reads and writes (each fusion
+# at its boundary, its operands in full, as if no cache held them): the
+# weights every matmul reads, the saved activations, the float32 master
+# weights and their bfloat16 copies, the optimizer's passes.
 
 # %% [markdown]
 # ## 7. Where communication hides: the GPU compiler's schedule

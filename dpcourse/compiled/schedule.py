@@ -522,29 +522,15 @@ def threshold_reading(scheds: dict) -> tuple[list, list, dict]:
 
 
 def o1_reading(results: list, scheds: dict) -> tuple[list, list, dict]:
-    """Default against ``O1`` per GPU: what the table's columns show changed."""
+    """Default against ``O1`` per GPU (the overview's rows of the two): what the table's columns show changed."""
     from dpcourse.cross_compile.overlap_steps import LABELS
 
-    rows = []
-    for res in results:
-        for name in ("plain", "o1") if not res.error and "o1" in res.steps else ():
-            step, sched = res.steps[name], scheds.get((res.target, name))
-            if not step.error and sched is not None:
-                rows.append(
-                    {
-                        "GPU": res.target_label,
-                        "compiled": LABELS[name],
-                        "collectives": len(sched.windows),
-                        "with compute inside": sum(w.has_compute for w in sched.windows),
-                        "LHS ran": step.scheduler_ran,
-                        "temp bytes": step.memory.get("temp_size_in_bytes"),
-                        "code bytes": step.memory.get("generated_code_size_in_bytes"),
-                    }
-                )
+    tables = overview(results, scheds, "")[0]
+    rows = [r for r in (tables[0][0] if tables else []) if r["form"] in (LABELS["plain"], LABELS["o1"])]
     lines = []
     for gpu in dict.fromkeys(r["GPU"] for r in rows):
-        default, higher = [r for r in rows if r["GPU"] == gpu][:2]
-        changed = [k for k in default if k not in ("GPU", "compiled") and default[k] != higher[k]]
+        pair = [r for r in rows if r["GPU"] == gpu]
+        changed = [k for k in pair[0] if k not in ("GPU", "form") and len(pair) == 2 and pair[0][k] != pair[1][k]]
         lines.append(f"{gpu}: O1 changes {', '.join(changed) if changed else 'nothing in this table'}")
     return ([(rows, f"Default against O1, JAX {results[0].jax_version}")] if rows else []), lines, {}
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -126,11 +125,3 @@ def fit_link(points: Sequence[AllReducePoint], n_devices: int) -> LinkFit:
         raise ValueError("The all-reduce time does not grow with its size here (noise): no bandwidth to fit.")
     steps = 2 * (n_devices - 1)
     return LinkFit(float(intercept) / steps, steps / n_devices / float(slope), len(points))
-
-
-def psum_is_exact(mesh: Mesh, axis: str = "data") -> bool:
-    """Check the timed program computes what it claims: a psum of ones gives N per element."""
-    n = mesh.shape[axis]
-    run = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, axis), mesh=mesh, in_specs=P(axis), out_specs=P(axis)))
-    out = run(jax.device_put(jnp.ones(n * 4, jnp.float32), NamedSharding(mesh, P(axis))))
-    return bool(np.all(np.asarray(out) == n))

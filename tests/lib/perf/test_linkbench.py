@@ -43,9 +43,8 @@ def test_fit_refuses_what_it_cannot_fit(pts, n, match):
         fit_link(pts, n)
 
 
-def test_timed_psum_runs_on_simulated_devices_and_is_exact(cpu_devices):
+def test_timed_psum_runs_on_simulated_devices(cpu_devices):
     mesh = Mesh(np.array(cpu_devices[:4]), ("data",))
-    assert linkbench.psum_is_exact(mesh)
     pts = linkbench.measure(mesh, [4_096, 65_536], chain=2, repeats=1)
     assert [p.n_bytes for p in pts] == [4_096, 65_536]
     for p in pts:
