@@ -380,3 +380,51 @@ def test_the_regimes_what_you_learned_names_hold_at_every_profile_and_device_cou
         assert small["all-reduce µs"] > small["compute µs"], (machine.label, small)
         big = time_to_target.rows(fit, full.per_device_batch, machine, full, plan.global_batches)[0]
         assert big["compute µs"] > big["all-reduce µs"], (machine.label, big)
+
+
+# Lesson 09: its sentences from this run's numbers (dpcourse.perf.report), and the chip's figures its text quotes.
+
+RUNS_09 = _runs_of("09_performance", "rung_scan_f32_status")
+CHIP_09 = next(f for k, f in RUNS_09.items() if k.startswith("tpu-v5-lite") and k.endswith("(full)"))
+
+
+@pytest.mark.parametrize("key", sorted(RUNS_09))
+def test_lesson_09_reads_its_compile_column_and_sweep_from_the_run(key):
+    from dpcourse.perf import report
+
+    f = RUNS_09[key]
+    scan, unrolled = f["rung_scan_f32_compile_time"], f["rung_unrolled_f32_compile_time"]
+    (text,) = report.unroll_sentence(f)
+    assert ("compile longer" in text) == (unrolled > scan) and ("compile shorter" in text) == (unrolled < scan)
+    sweep = sorted((int(m.rsplit("batch", 1)[1]), v) for m, v in f.items() if m.startswith("fast_step_examples"))
+    fell = any(b[1] < a[1] for a, b in zip(sweep, sweep[1:]))
+    assert ("It fell" in report.sweep_sentence(dict(sweep))) == fell, (key, sweep)
+
+
+def test_lesson_09_has_a_stored_run_of_each_profile_and_its_compile_claims_hold_on_them():
+    """Reading it: "48 s unrolled against 5 s for the scan" on the chip, "at `smoke` ... compiled faster"."""
+    smoke = [f for k, f in RUNS_09.items() if k.endswith("(smoke)")]
+    assert smoke and any(k.endswith("(cpu)") for k in RUNS_09), sorted(RUNS_09)
+    assert all(f["rung_unrolled_f32_compile_time"] < f["rung_scan_f32_compile_time"] for f in smoke)
+    assert round(CHIP_09["rung_unrolled_f32_compile_time"]) == 48 and round(CHIP_09["rung_scan_f32_compile_time"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("quoted", "number", "metric", "scale", "over"),
+    [
+        ("a bfloat16 ceiling of 189.7 TFLOP/s", "189.7", "ceiling_bfloat16", 1e-12, None),
+        ("best step at 90 % of it", "90", "rung_pallas_bf16_batch8192_fraction_of_measured_ceiling", 100, None),
+        ("kernels 4 % above the measured rate", "4", "breakdown_scan_f32_matmul_beyond_ms", -100, "_at_rate_ms"),
+        ("53.7 ms per step for the scan", "53.7", "rung_scan_f32_ms_per_step", 1, None),
+        ("23.7 fully unrolled", "23.7", "rung_unrolled_f32_ms_per_step", 1, None),
+        ("global batch 8192 in 41.1 ms", "41.1", "rung_unrolled_bf16_batch8192_ms_per_step", 1, None),
+        ("on the same TPU v5e, 38.7 ms per step", "38.7", "rung_pallas_bf16_batch8192_ms_per_step", 1, None),
+        ("5.9 ms is what they took beyond it", "5.9", "breakdown_unrolled_bf16_batch8192_matmul_beyond_ms", 1, None),
+    ],
+)
+def test_lesson_09_quotes_the_chips_stored_run(quoted, number, metric, scale, over):
+    lesson = " ".join((ROOT / "notebooks" / "09_performance.py").read_text(encoding="utf-8").replace("#", " ").split())
+    value = CHIP_09[metric] * scale / (CHIP_09[metric.replace("_beyond_ms", over)] if over else 1)
+    assert quoted in lesson and round(value, len(number.partition(".")[2])) == float(number), (quoted, value)
+    gaps = [v for k, v in CHIP_09.items() if k.endswith("_gap_to_measured")]  # What you learned: "within 0.3 %"
+    assert "(the stored chip runs: within 0.3 %" in lesson and gaps and max(gaps) <= 0.003
