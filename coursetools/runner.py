@@ -8,6 +8,7 @@ status 1) when any notebook fails, naming the notebook and the cell.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as _dt
 import os
@@ -300,6 +301,12 @@ def run_notebook(
         if hasattr(client, "_async_cleanup_kernel_future"):
             status, interrupted = "interrupted", True
             error = "KeyboardInterrupt: run stopped (SIGINT or SIGTERM)"
+        # nbclient registers its kernel's clean-up at exit before the kernel starts, and takes it back only
+        # after a run whose kernel started: one that never answered (cleaned up already) failed at exit
+        # with an AssertionError under the runner's last line. The kernel is done with here, either way.
+        atexit.unregister(client._cleanup_kernel)
+        if client.km is not None and client.km.has_kernel:
+            client._cleanup_kernel()
         kernel_stderr.close()
         peaks = memory.stop()
         for key, value in saved.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -643,3 +644,18 @@ def test_a_kernel_that_never_answers_points_to_the_shell_kernel(monkeypatch):
     assert "and here this machine's loopback is down." in said and "Run with --kernel shell" in said
     monkeypatch.setattr(ports, "tcp_unavailable", lambda host="127.0.0.1": None)
     assert "a busy machine can also delay it" in runner._error_text(err)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_answers_ends_in_the_runner_s_sentence_without_a_traceback_at_exit(tmp_path):
+    """nbclient's clean-up at exit, registered before the kernel starts, failed under the runner's last line."""
+    nb = write_notebook(tmp_path / "01_a.ipynb", "pass")
+    args = ", ".join(repr(str(p)) for p in (nb, tmp_path, tmp_path / "r.jsonl"))
+    program = (
+        "import sys, nbclient\nfrom pathlib import Path\nfrom coursetools import runner\n"
+        "runner.kernel_argv = lambda: [sys.executable, '-c', 'import time; time.sleep(30)', '{connection_file}']\n"
+        "nbclient.NotebookClient.startup_timeout = 3\n"
+        f"print(runner.run_notebook(*map(Path, [{args}]), 'smoke', 30).error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert "Kernel didn't respond in 3 seconds" in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
