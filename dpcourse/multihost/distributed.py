@@ -266,14 +266,12 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
 
 
 def tpu_slice_spec() -> DistributedSpec | None:
-    """This process's place on a GKE TPU slice, as JAX's own detection computes it; None off a slice.
+    """This process's place on a GKE TPU slice as JAX's own detection (``GkeTpuCluster``) finds it; None elsewhere.
 
-    A slice's pods get ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` (or ``TPU_PROCESS_ADDRESSES``) from
-    GKE, and with several slices ``MEGASCALE_*``; JAX's ``GkeTpuCluster`` reads them (and, for a
-    ``MEGASCALE_*`` the environment lacks, the TPU VM's metadata server).
+    GKE gives a slice's pods ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` and, with several slices, ``MEGASCALE_*``.
 
     Raises:
-        DistributedSetupError: the variables name no slice (Kaggle's TPU image sets ``TPU_PROCESS_ADDRESSES=local``).
+        DistributedSetupError: they name no slice (Kaggle's one-host TPU image sets ``TPU_PROCESS_ADDRESSES=local``).
     """
     from jax._src.clusters.cloud_tpu_cluster import GkeTpuCluster, coordinator_port
 
@@ -287,15 +285,9 @@ def tpu_slice_spec() -> DistributedSpec | None:
             f"(Kaggle's one-host TPU image sets TPU_PROCESS_ADDRESSES=local): run the lesson in one process, or "
             f"set {COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and {PROCESS_ID_ENV} to say where this process belongs."
         )
-    port = os.environ.get("JAX_COORDINATOR_PORT") or coordinator_port
-    coordinator = (os.environ.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]).split(":")[0]
-    timeout = _int_env(INIT_TIMEOUT_ENV, dict(os.environ))
-    return DistributedSpec(
-        f"{coordinator}:{port}",
-        GkeTpuCluster.get_process_count(),
-        GkeTpuCluster.get_process_id(),
-        DEFAULT_INIT_TIMEOUT_S if timeout is None else timeout,
-    )
+    host = (os.environ.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]).split(":")[0]
+    address = f"{host}:{os.environ.get('JAX_COORDINATOR_PORT') or coordinator_port}"
+    return DistributedSpec(address, GkeTpuCluster.get_process_count(), GkeTpuCluster.get_process_id())
 
 
 def initialize(

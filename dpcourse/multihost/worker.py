@@ -515,7 +515,7 @@ def _worker_main(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(PREEMPTED_EXIT_CODE)
     except BaseException as err:  # noqa: BLE001 - report anything, then leave without the shutdown barrier
-        if type(err).__module__.startswith("dpcourse.checkpoints.") or isinstance(err, ValueError):
+        if isinstance(err, (ValueError, DistributedSetupError)) or "dpcourse.checkpoints." in type(err).__module__:
             who = args.process_id if args.process_id is not None else os.environ.get(PROCESS_ID_ENV, "?")
             sys.stderr.write(f"[process {who}] error: {err}\n")  # a sentence says it all, in one write
         else:
@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dpcourse.multihost.worker",
         description=f"{__doc__.splitlines()[0]} Reads {COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and "
-        f"{PROCESS_ID_ENV} unless given.",
+        f"{PROCESS_ID_ENV} unless given; on a GKE TPU slice without them, JAX finds its place.",
     )
     add_run_options(parser)
     parser.add_argument("--coordinator", default=None, help="host:port of process 0 ([::1]:port for IPv6)")
