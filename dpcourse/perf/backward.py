@@ -13,8 +13,11 @@ gradient's sum) as one Pallas kernel over tiles of rows.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import AxisType
 
 # Rows of the batch per step of the kernel's grid, and the scoped VMEM the kernel may use. At
 # width 1024 a step holds three [512, 1024] bfloat16 tiles in and one out (double-buffered), the
@@ -26,11 +29,6 @@ TILE_ROWS = 512
 VMEM_LIMIT_BYTES = 96 * 2**20
 
 
-def _gelu_and_slope(z):
-    """GELU of ``z`` and its derivative, element by element (one forward-mode pass)."""
-    return jax.jvp(jax.nn.gelu, (z,), (jnp.ones_like(z),))
-
-
 def _custom_block(block_mix: float, backward):
     """The block as a ``jax.custom_vjp`` whose forward pass keeps ``(h, mix x GELU'(z), W)`` for ``backward``."""
 
@@ -39,7 +37,8 @@ def _custom_block(block_mix: float, backward):
         return (1.0 - block_mix) * h + block_mix * jax.nn.gelu(h @ w + b)
 
     def forward_keeping_slope(h, w, b):
-        out, slope = _gelu_and_slope(h @ w + b)
+        z = h @ w + b
+        out, slope = jax.jvp(jax.nn.gelu, (z,), (jnp.ones_like(z),))  # GELU and its derivative, one pass
         return (1.0 - block_mix) * h + block_mix * out, (h, (block_mix * slope).astype(h.dtype), w)
 
     block.defvjp(forward_keeping_slope, backward)
@@ -65,34 +64,54 @@ def block_saving_slope(block_mix: float):
     return _custom_block(block_mix, backward)
 
 
-def tile_rows(batch: int, rows: int = TILE_ROWS) -> int:
-    """Rows per grid step for a batch: ``rows``, or the whole batch when it is smaller.
+def tile_rows(batch: int, rows: int = TILE_ROWS, devices: int = 1) -> int:
+    """Rows per grid step for one device's batch: ``rows``, or the whole batch when it is smaller.
 
     Raises:
-        ValueError: a batch larger than ``rows`` that it does not divide.
+        ValueError: a batch larger than ``rows`` that it does not divide; the message names global
+            batches that fit ``devices`` devices sharing them.
     """
     if batch <= rows:
         return batch
     if batch % rows:
+        lower = batch // rows * rows * devices
         raise ValueError(
-            f"The block's backward kernel takes the batch in tiles of {rows} rows, and {batch} is not a "
-            f"multiple of {rows}: choose a global batch that is (for example {batch // rows * rows})."
+            f"The block's backward kernel takes each device's batch in tiles of {rows} rows, and this device's "
+            f"batch is {batch} rows: choose a global batch that gives each of the {devices} device(s) a multiple "
+            f"of {rows} rows or at most {rows} (for example {lower} or {lower + rows * devices})."
         )
     return rows
 
 
-def backward_kernel(block_mix: float, interpret: bool, rows: int = TILE_ROWS):
-    """``(g, slope, h, w) -> (dh, dW, db)`` for one repeat as one Pallas kernel over tiles of ``rows`` rows.
+def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int = TILE_ROWS):
+    """The block whose backward pass is one Pallas kernel over tiles of ``rows`` rows (bfloat16 only).
 
-    Args (of the returned function): ``g``, ``slope``, ``h`` ``[batch, W]``
-    and ``w`` ``[W, W]`` bfloat16 (``slope`` already multiplied by ``mix``).
+    The kernel takes ``g``, ``mix x GELU'(z)``, ``h`` ``[batch, W]`` and ``W``, and gives ``dh`` and
+    ``dW``, ``db`` summed over the tiles in its own float32 accumulators. Inside ``jax.shard_map`` it
+    runs on each device's rows (``batch`` is then the per-device batch).
 
-    Returns (of the returned function): ``dh [batch, W]`` in ``g``'s dtype,
-    ``dW [W, W]`` and ``db [1, W]`` float32, summed over the tiles in the
-    kernel's own float32 accumulators.
+    Args:
+        interpret: run the kernel in JAX's TPU interpret mode (JAX operations
+            standing in for the TPU kernel: the same numbers, none of its
+            speed); None: interpret everywhere but on a TPU backend.
+        rows: rows of the batch per step of the kernel's grid (:func:`tile_rows`).
+
+    Returns:
+        ``block(h, w, b)`` as :func:`block_saving_slope`'s.
+
+    Raises:
+        TypeError: (at trace time) ``h`` is not bfloat16: the kernel's
+            matmuls take bfloat16 operands.
+        ValueError: (at trace time) the batch is spread over devices outside ``jax.shard_map``
+            (XLA cannot split the kernel), or does not fit :func:`tile_rows`.
     """
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
+
+    if interpret is None:
+        interpret = jax.default_backend() != "tpu"
+    # The grid's steps add into dW and db: "arbitrary", one after the other.
+    on_tpu = pltpu.CompilerParams(dimension_semantics=("arbitrary",), vmem_limit_bytes=VMEM_LIMIT_BYTES)
 
     def kernel(g_ref, slope_ref, h_ref, w_ref, dh_ref, dw_ref, db_ref):
         g = g_ref[...].astype(jnp.float32)
@@ -110,54 +129,6 @@ def backward_kernel(block_mix: float, interpret: bool, rows: int = TILE_ROWS):
         dw_ref[...] += jax.lax.dot_general(h_ref[...], gz, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         db_ref[...] += jnp.sum(gz.astype(jnp.float32), axis=0, keepdims=True)
 
-    def run(g, slope, h, w):
-        batch, width = g.shape
-        step_rows = tile_rows(batch, rows)
-        tile = pl.BlockSpec((step_rows, width), lambda i: (i, 0))
-        whole = pl.BlockSpec((width, width), lambda i: (0, 0))  # the same block every step: stays in VMEM
-        options = {}
-        if not interpret:
-            options["compiler_params"] = pltpu.CompilerParams(
-                dimension_semantics=("arbitrary",),  # the steps add into dW and db: one after the other
-                vmem_limit_bytes=VMEM_LIMIT_BYTES,
-            )
-        return pl.pallas_call(
-            kernel,
-            grid=(batch // step_rows,),
-            in_specs=[tile, tile, tile, whole],
-            out_specs=[tile, whole, pl.BlockSpec((1, width), lambda i: (0, 0))],
-            out_shape=[
-                jax.ShapeDtypeStruct(g.shape, g.dtype),
-                jax.ShapeDtypeStruct((width, width), jnp.float32),
-                jax.ShapeDtypeStruct((1, width), jnp.float32),
-            ],
-            interpret=interpret,
-            **options,
-        )(g, slope, h, w)
-
-    return run
-
-
-def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int = TILE_ROWS):
-    """The block whose backward pass is :func:`backward_kernel` (bfloat16 only).
-
-    Args:
-        interpret: run the kernel in Pallas's interpret mode (JAX operations
-            standing in for the TPU kernel: the same numbers, none of its
-            speed); None: interpret everywhere but on a TPU backend.
-        rows: rows of the batch per step of the kernel's grid (:func:`tile_rows`).
-
-    Returns:
-        ``block(h, w, b)`` as :func:`block_saving_slope`'s.
-
-    Raises:
-        TypeError: (at trace time) ``h`` is not bfloat16: the kernel's
-            matmuls take bfloat16 operands.
-    """
-    if interpret is None:
-        interpret = jax.default_backend() != "tpu"
-    run = backward_kernel(block_mix, interpret, rows)
-
     def backward(kept, g):
         h, slope, w = kept
         if h.dtype != jnp.bfloat16:
@@ -165,7 +136,34 @@ def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int
                 f"The block's backward kernel computes in bfloat16, and this block's activations are {h.dtype}: "
                 "use it with compute_dtype='bfloat16'."
             )
-        dh, dw, db = run(g, slope, h, w)
+        aval = jax.typeof(g)  # inside jax.shard_map: the mesh axes this device's rows vary over
+        mesh, mat = aval.sharding.mesh, aval.manual_axis_type
+        spread = math.prod(n for n, kind in zip(mesh.axis_sizes, mesh.axis_types) if kind != AxisType.Manual)
+        if spread > 1:
+            raise ValueError(
+                f"The block's backward kernel runs on each device's own rows, and here jit spreads the batch over "
+                f"{spread} devices (XLA cannot split a Pallas kernel between them): use train.make_shard_map_step, "
+                "which runs it inside jax.shard_map, or block_backward='saved_slope' with this step."
+            )
+        batch, width = g.shape
+        step_rows = tile_rows(batch, rows, math.prod(mesh.shape[axis] for axis in mat.varying))
+        tile = pl.BlockSpec((step_rows, width), lambda i: (i, 0))
+        whole = pl.BlockSpec((width, width), lambda i: (0, 0))  # the same block every step: stays in VMEM
+        dh, dw, db = pl.pallas_call(
+            kernel,
+            grid=(batch // step_rows,),
+            in_specs=[tile, tile, tile, whole],
+            out_specs=[tile, whole, pl.BlockSpec((1, width), lambda i: (0, 0))],
+            # Inside jax.shard_map every result varies over the mesh axes as this device's rows do.
+            out_shape=[
+                jax.ShapeDtypeStruct(g.shape, g.dtype, manual_axis_type=mat),
+                jax.ShapeDtypeStruct((width, width), jnp.float32, manual_axis_type=mat),
+                jax.ShapeDtypeStruct((1, width), jnp.float32, manual_axis_type=mat),
+            ],
+            # JAX's TPU interpret mode: unlike interpret=True, it runs inside jax.shard_map.
+            interpret=pltpu.InterpretParams() if interpret else False,
+            compiler_params=None if interpret else on_tpu,
+        )(g, slope, h, w)
         return dh, dw.astype(w.dtype), db[0].astype(w.dtype)
 
     return _custom_block(block_mix, backward)
