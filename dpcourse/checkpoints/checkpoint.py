@@ -35,6 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from dpcourse.checkpoints import provenance
 from dpcourse.checkpoints.errors import (  # noqa: F401 - the errors are part of this module's interface
+    BatchDoesNotSplit,
     CheckpointError,
     CheckpointGone,
     CheckpointInUse,
@@ -43,6 +44,7 @@ from dpcourse.checkpoints.errors import (  # noqa: F401 - the errors are part of
     as_error,
     check_directory,
     explain,
+    shape_error,
 )
 from dpcourse.checkpoints.holding import (  # noqa: F401 - the writer's lock, its own module
     LOCK_NAME,
@@ -59,6 +61,12 @@ FORMS = ("replicated", "fsdp")
 # The Config fields that decide a checkpoint's shapes or its training: a
 # checkpoint saved with another value of any of them is refused.
 RUN_FIELDS = ("profile", "width", "block_repeats", "block_mix", "learning_rate", "seed")
+# The run description's shape, checked wherever it is read: a step whose description departs from it is damaged.
+RUN_SCHEMA = {
+    "type": "object",
+    "required": [*RUN_FIELDS, "global_batch"],
+    "properties": {"global_batch": {"type": "integer", "minimum": 1}},
+}
 
 SAVE_BARRIER_S = 60  # the longest a background save waits for the other processes (each has written its part)
 DAMAGED_SUFFIX = ".damaged"  # a damaged step set aside by a run that resumed from an earlier one
@@ -97,11 +105,12 @@ def check_devices_for_batch(global_batch: int, n_devices: int, where: str) -> No
     advice is the device counts that divide it, never another batch.
 
     Raises:
-        ValueError: ``global_batch`` does not divide by ``n_devices``; the message lists the counts that do.
+        BatchDoesNotSplit: ``global_batch`` does not divide by ``n_devices`` (also a ``ValueError``); the
+            message lists the counts that do.
     """
     if n_devices < 1 or global_batch % n_devices:
         fits = [k for k in range(1, min(global_batch, 64) + 1) if global_batch % k == 0]
-        raise ValueError(
+        raise BatchDoesNotSplit(
             f"The run in {where} keeps its global batch of {global_batch} (another batch would be another "
             f"training), and it does not divide evenly over {n_devices} devices: resume on a device count that "
             f"divides it ({', '.join(map(str, fits))})."
@@ -269,12 +278,74 @@ def finish(manager) -> None:
     check_still_there(manager.directory)
 
 
-def read_run(manager, step: int) -> dict[str, Any]:
-    """The run description saved with ``step`` (read before any array)."""
+def _run_of(manager, step: int) -> tuple[dict[str, Any] | None, str | None]:
+    """``(run description, None)`` of ``step``, or ``(None, what is damaged)``: its files, its JSON, its shape."""
     import orbax.checkpoint as ocp
 
-    restored = manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))
-    return dict(restored[RUN_ITEM])
+    broken = damage(Path(str(manager.directory)) / str(step))
+    if broken:
+        return None, broken
+    try:
+        saved = manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+    except Exception as err:  # noqa: BLE001 - whatever Orbax raises on a run item it cannot read
+        return None, _read_failure(err) or f"its run description cannot be read ({type(err).__name__})"
+    wrong = shape_error(saved, RUN_SCHEMA)
+    return (None, f"its run description has the wrong shape, {wrong}") if wrong else (dict(saved), None)
+
+
+def read_run(manager, step: int) -> dict[str, Any]:
+    """The run description saved with ``step`` (read before any array).
+
+    Raises:
+        CheckpointError: it cannot be read, or departs from :data:`RUN_SCHEMA` (the message says how).
+    """
+    saved, broken = _run_of(manager, step)
+    if broken:
+        raise CheckpointError(
+            f"Step {step} in {manager.directory} is damaged ({broken}): restore another step "
+            "(manager.all_steps() lists them)."
+        )
+    return saved
+
+
+def steps(manager) -> list[int]:
+    """The complete steps of ``manager``'s folder, newest first.
+
+    Raises:
+        CheckpointError: a folder there is named like a step but not as Orbax names one (``04``), which Orbax
+            would pass over without a word.
+    """
+    folder = Path(str(manager.directory))
+    names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    odd = sorted(name for name in names if name.isdigit() and name != str(int(name)))
+    if odd:
+        raise CheckpointError(
+            f"The folder {odd[0]} in {folder} looks like step {int(odd[0])}, but Orbax reads a step only under "
+            f"its number's own name: rename it to {int(odd[0])}, or move it out of the folder."
+        )
+    return sorted(manager.all_steps(), reverse=True)
+
+
+def newest_run(manager) -> tuple[int | None, dict[str, Any] | None]:
+    """``(step, run description)`` of the newest step whose description reads whole; ``(None, None)``: no step.
+
+    A damaged newer step is passed over here; :func:`restore` with ``warn`` names it and sets it aside.
+
+    Raises:
+        CheckpointError: steps are there and none has a description that reads whole, or a misnamed step
+            folder (:func:`steps`).
+    """
+    found = steps(manager)
+    for step in found:
+        saved, broken = _run_of(manager, step)
+        if saved is not None:
+            return step, saved
+    if found:
+        raise CheckpointError(
+            f"No step in {manager.directory} has a run description that reads whole (step {found[0]}: "
+            f"{broken}): move the damaged steps away and train from step 0, or use another directory."
+        )
+    return None, None
 
 
 def damage(step_dir: str | os.PathLike) -> str | None:
@@ -326,13 +397,9 @@ def _restore_step(manager, target, run, step: int, runs: list):
     import orbax.checkpoint as ocp
 
     where = str(manager.directory)
-    broken = damage(Path(where) / str(step))
+    saved, broken = _run_of(manager, step)
     if broken:
         return None, broken
-    try:
-        saved = read_run(manager, step)
-    except Exception as err:  # noqa: BLE001 - whatever Orbax raises on a run item it cannot read
-        return None, _read_failure(err) or f"its run description cannot be read ({type(err).__name__})"
     check_run(saved, run, f"{where} (step {step})")
     runs[:] = [saved]
     try:
@@ -410,14 +477,14 @@ def restore(
             "mesh they were saved from, not this run's. Build the target with jax.ShapeDtypeStruct(shape, "
             "dtype, sharding=...) from this run's mesh (checkpoint.abstract_target)."
         )
-    steps = sorted(manager.all_steps(), reverse=True) if step is None else [int(step)]
-    if not steps:
+    candidates = steps(manager) if step is None else [int(step)]
+    if not candidates:
         raise CheckpointError(
             f"No complete checkpoint in {where}: there is nothing to resume; train from step 0 "
             "(the run saves its steps there)."
         )
     damaged = []
-    for candidate in steps:
+    for candidate in candidates:
         saved_run = []
         state, broken = _restore_step(manager, target, run, candidate, saved_run)
         if agree is not None:

@@ -1,8 +1,8 @@
-"""Lesson 11's conclusions on a checkpoint's size and a save's time, written from the run's own numbers.
+"""Lesson 11's conclusions on a resumed run, a checkpoint's size and a save's time, from the run's own numbers.
 
-Taught in notebook 11 (``notebooks/11_checkpoint.py``, section 7), which
-prints these sentences under the tables they read: each says what this
-run's figures show, whichever way they came out.
+Taught in notebook 11 (``notebooks/11_checkpoint.py``, sections 4-9 and 7),
+which prints these sentences under the tables they read: each says what
+this run's figures show, whichever way they came out.
 """
 
 from __future__ import annotations
@@ -59,3 +59,30 @@ def hiding_lines(steps_s: float, sync_save_s: float, blocked_s: float, async_tot
     else:
         lines.append("nothing was hidden here: the write and the steps took turns on the same cores")
     return lines
+
+
+# The resumed runs lesson 11 records (``resume_max_abs_diff_<key>``), in words.
+RESUMED_AS = {
+    "replicated": "replicated, the same devices",
+    "fsdp": "FSDP, the same devices",
+    "fewer_devices": "half the devices",
+    "next_session": "the next session",
+    "other_process_count": "another process count",
+}
+
+
+def resumed_sentence(resumed: Mapping[str, tuple[float, float]]) -> str:
+    """How each resumed run compared with the run that never stopped: ``{key: (max |diff|, tolerance)}``.
+
+    A tolerance of 0 asks for bitwise equality (the same arithmetic); another, for rounding within it.
+    """
+    bitwise = [RESUMED_AS[k] for k, (diff, tol) in resumed.items() if diff == tol == 0]
+    within = {RESUMED_AS[k]: (diff, tol) for k, (diff, tol) in resumed.items() if diff < tol}
+    outside = [RESUMED_AS[k] for k, (diff, tol) in resumed.items() if diff > tol or (diff > 0 and tol == 0)]
+    parts = [f"bitwise equal on {', '.join(bitwise)}"] if bitwise else []
+    if within:
+        worst = max(within.values())
+        parts.append(f"within rounding on {', '.join(within)} (at most {worst[0]:.1e}, tolerance {worst[1]:g})")
+    if outside:
+        parts.append(f"outside the tolerance on {', '.join(outside)}")
+    return f"This run's resumed runs against the ones that never stopped: {'; '.join(parts)}."

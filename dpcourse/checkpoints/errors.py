@@ -33,6 +33,9 @@ class CheckpointError(RuntimeError):
         super().__init__(message)
         self.lasting = lasting
 
+    def _render_traceback_(self) -> list[str]:  # IPython (a lesson's cell) shows the sentence alone
+        return [f"{type(self).__name__}: {self}"]
+
 
 class CheckpointGone(CheckpointError):
     """The checkpoint directory this run holds was deleted, moved or unmounted while it ran."""
@@ -48,6 +51,18 @@ class CheckpointInUse(CheckpointError):
 
 class StepPastTarget(CheckpointError, ValueError):
     """The checkpoint is already past the step a run was asked to train to (the message names both)."""
+
+
+class BatchDoesNotSplit(CheckpointError, ValueError):
+    """The device count does not divide the global batch a resumed run keeps (the message names counts that do)."""
+
+
+def shape_error(value, schema: dict) -> str | None:
+    """Where ``value`` (read from a JSON file) departs from ``schema`` (Draft 2020-12), in a few words; None: it fits."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    return None if error is None else f"{error.json_path}: {error.message[:200]}"
 
 
 def check_directory(directory: str | os.PathLike) -> Path:

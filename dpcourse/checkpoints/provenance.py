@@ -18,9 +18,22 @@ import importlib.metadata
 from collections.abc import Mapping
 from typing import Any
 
+from dpcourse.checkpoints.errors import shape_error
+
 KEY = "provenance"  # the run description's entry that holds it
 # Distributions whose versions a checkpoint records (the ones that compute, save or lay out the state).
 LIBRARIES = ("jax", "jaxlib", "libtpu", "orbax-checkpoint", "optax", "dpcourse")
+# :func:`describe`'s shape, checked where a step's record is read: one of another shape is told, not read.
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "backend": {"type": ["string", "null"]},
+        "device_kind": {"type": ["string", "null"]},
+        "device_count": {"type": "integer"},
+        "mesh": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "versions": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
 
 
 def versions() -> dict[str, str]:
@@ -129,6 +142,12 @@ def restored_sentence(step: int, saved_run: Mapping[str, Any], target) -> str:
         return (
             f"Step {step} (profile {profile}) holds no record of where it was made (saved without "
             f"dpcourse.checkpoints.checkpoint.save); restored onto {where(here)}."
+        )
+    wrong = shape_error(made, SCHEMA)
+    if wrong:
+        return (
+            f"Step {step} (profile {profile}) holds a record of where it was made of another shape ({wrong}), "
+            f"so what changed is not known; restored onto {where(here)}."
         )
     differ = changes(made, here)
     what = f"changed: {'; '.join(differ)}" if differ else "nothing changed"

@@ -109,6 +109,68 @@ def fresh_process_platform(devices: list) -> str:
     return "cpu" if platform == "tpu" else platform
 
 
+def command(folder, cfg, devices: list, n_devices: int, global_batch: int, n_batches: int, data_source: str, **opts):
+    """The argument list of a fresh process that resumes ``folder`` (this module), as notebook 11 starts it.
+
+    ``devices`` are the notebook's (:func:`fresh_process_platform`); ``opts``: ``form``, ``until``, ``kill_at``.
+    A list for ``subprocess``, never a shell line: a folder's name is data.
+    """
+    out = [sys.executable, "-m", "dpcourse.checkpoints.resume", "--dir", str(folder), "--devices", str(n_devices)]
+    out += ["--platform", fresh_process_platform(devices), "--profile", cfg.profile, "--data-source", data_source]
+    out += ["--global-batch", str(global_batch), "--n-batches", str(n_batches)]
+    return out + [f"--{name.replace('_', '-')}={value}" for name, value in opts.items() if value is not None]
+
+
+def across_process_counts(
+    cfg, devices: list, splits, folder, steps: int, data_source: str, global_batch: int, timeout_s
+):
+    """Notebook 11's section 6: ``splits[0]`` processes x devices train, saving every 2 steps, and process 1 dies
+    at step 3; ``splits[1]`` resume the job from the latest step; one process on ``devices`` trains straight through.
+
+    Prints what runs as it goes. Returns the table's row: the runs, the latest step after the kill, the step
+    the rerun resumed from, and the largest parameter difference against the one process straight through.
+
+    Raises:
+        AssertionError: process 1 did not fail.
+    """
+    import shutil
+
+    from dpcourse import train
+    from dpcourse.multihost import launcher, worker
+
+    shutil.rmtree(folder, ignore_errors=True)  # run again, the cell starts over from step 0
+    common = dict(profile=cfg.profile, steps=steps, data_source=data_source, global_batch=global_batch)
+    common.update(checkpoint_dir=str(folder), save_every=2, timeout_s=timeout_s, init_timeout_s=60)
+    t0 = time.perf_counter()
+    print("{} processes x {} devices, process 1 set to fail at step 3 ...".format(*splits[0]))
+    try:
+        launcher.launch_local(*splits[0], fail_process=1, fail_at_step=3, **common)
+        raise AssertionError("process 1 should have failed at step 3")
+    except launcher.WorkerFailed as err:
+        print(str(err).splitlines()[0])
+    latest = _latest(folder)
+    print(f"latest step after the kill: {latest} ({time.perf_counter() - t0:.0f} s)")
+    print("{} processes x {} devices resume ...".format(*splits[1]))
+    rerun = launcher.launch_local(*splits[1], **common)
+    print(launcher.output_tail(rerun.stdout[0]))
+    print(f"({time.perf_counter() - t0:.0f} s) 1 process x {len(devices)} devices straight through, for reference")
+    reference, _, _ = worker.single_process_reference(cfg.profile, steps, devices, data_source, global_batch)
+    print(f"done ({time.perf_counter() - t0:.0f} s)")
+    return {
+        "run": "{} x {} killed at step 3, resumed as {} x {}".format(*splits[0], *splits[1]),
+        "latest step after the kill": latest,
+        "resumed from": rerun.summary["resumed_from"],
+        "max |param diff| vs straight": train.max_abs_diff(reference, rerun.params),
+    }
+
+
+def _latest(folder) -> int | None:
+    from dpcourse.checkpoints import checkpoint
+
+    with checkpoint.open_manager(folder) as reader:
+        return reader.latest_step()
+
+
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit
 # Nothing saved: this command resumes a run, it never starts one (notebook 11 trains the run from step 0).
 NOTHING_TO_RESUME = (

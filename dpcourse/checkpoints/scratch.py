@@ -9,6 +9,7 @@ variable that moves it, before anything is written, instead of a raw
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -48,7 +49,7 @@ def _mb(n_bytes: int) -> str:
 
 
 def scratch_folder(prefix: str, need_bytes: int) -> Path:
-    """A new temporary folder with at least ``need_bytes`` free on its disk.
+    """A new temporary folder with at least ``need_bytes`` free on its disk, removed when the process ends.
 
     Raises:
         CheckpointError: there is no usable temporary folder, it cannot be
@@ -76,16 +77,23 @@ def scratch_folder(prefix: str, need_bytes: int) -> Path:
             f"The temporary folder {where} has {_mb(free)} free, and this lesson writes about {_mb(need_bytes)} of "
             f"checkpoints there: free space on that disk, or {MOVE_IT}."
         )
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # no last cell removes it: cells run again
     return folder
 
 
+def fresh(folder: str | os.PathLike) -> Path:
+    """``folder``, emptied of what an earlier run of the same cell saved there (a cell runs again after Run All)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    return Path(folder)
+
+
 def copy_folder(source: str | os.PathLike, destination: str | os.PathLike) -> Path:
-    """Copy a checkpoint folder (``shutil.copytree``); a copy that fails is removed and said in one sentence.
+    """Copy a checkpoint folder over ``destination`` (``shutil.copytree``); a copy that fails is removed and said in one sentence.
 
     Raises:
         CheckpointError: the copy failed (a full or read-only disk, say); the message names ``destination``.
     """
-    destination = Path(destination)
+    destination = fresh(destination)
     try:
         # copy2 looked up at each file, not bound when shutil was imported (a test fills the disk through it)
         shutil.copytree(source, destination, copy_function=lambda src, dst: shutil.copy2(src, dst))

@@ -34,3 +34,12 @@ def test_the_hiding_lines_say_what_this_run_hid_or_that_it_hid_nothing():
     assert hid[-1] == "saving asynchronously hid 0.075 s (56%) of the synchronous save"
     noisy = cost_sentences.hiding_lines(0.790, 0.135, 0.023, 0.500, 4)
     assert "vary more than the save" in noisy[-2]
+
+
+def test_the_resumed_sentence_names_what_was_bitwise_within_rounding_or_outside():
+    text = cost_sentences.resumed_sentence({"replicated": (0.0, 0.0), "fewer_devices": (1.49e-8, 1e-5)})
+    assert text.endswith(
+        "bitwise equal on replicated, the same devices; within rounding on half the devices (at most "
+        "1.5e-08, tolerance 1e-05)."
+    )
+    assert "outside the tolerance on FSDP" in cost_sentences.resumed_sentence({"fsdp": (1e-9, 0.0)})

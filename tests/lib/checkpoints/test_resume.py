@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import Mesh
 
 from dpcourse import config, data, train
-from dpcourse.checkpoints import checkpoint, resume
+from dpcourse.checkpoints import checkpoint, provenance, resume
 
 STEPS, N_BATCHES = 6, 5
 
@@ -414,10 +414,45 @@ def test_the_step_rules_are_the_worker_s(tmp_path, setup, capsys, two_steps):
     _restores_whole(tmp_path, setup, run, state0, 4, states[4])
 
 
-def test_a_device_count_that_does_not_divide_the_kept_batch_is_told_which_counts_do(tmp_path, setup, capsys, two_steps):
-    assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "3")) == 1
+def _rewrite_run(folder, change):
+    path = folder / "4" / "run" / "metadata"  # step 4's run description, as Orbax's JsonSave wrote it
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+@pytest.mark.parametrize("made", ["a string", {"mesh": ["data", 8]}, {"versions": "0.10.2"}])
+def test_a_record_of_where_a_step_was_made_of_another_shape_is_told_and_the_step_resumes(
+    tmp_path, setup, capsys, two_steps, made
+):
+    key = provenance.KEY
+    _rewrite_run(tmp_path, lambda run: {**run, key: made if isinstance(made, str) else {**run[key], **made}})
+    assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["restored_step"] == 4 and "of another shape ($" in summary["restored_from"], summary
+
+
+@pytest.mark.parametrize("kind", ["no global_batch", "invalid JSON"])
+def test_a_latest_run_description_damaged_is_told_and_every_reader_takes_the_step_before(
+    tmp_path, setup, capsys, two_steps, kind
+):
+    if kind == "invalid JSON":
+        (tmp_path / "4" / "run" / "metadata").write_text('{"profile": ')
+    else:
+        _rewrite_run(tmp_path, lambda run: {k: v for k, v in run.items() if k != "global_batch"})
+    with checkpoint.open_manager(tmp_path) as manager:  # lesson 11's section 9 reads the batch this way
+        step, saved = checkpoint.newest_run(manager)
+        assert (step, saved["global_batch"], manager.all_steps()) == (2, setup[3], [2, 4])
+    assert resume.main(_args(tmp_path, setup, "--until", "4", "--devices", "8")) == 0
+    out, err = capsys.readouterr()
+    why = "'global_batch' is a required property" if kind != "invalid JSON" else "run/metadata cannot be read"
+    assert err.startswith(f"step 4 in {tmp_path} is damaged (") and why in err and len(err.splitlines()) == 1, err
+    assert json.loads(out.splitlines()[-1])["restored_step"] == 2
+
+
+def test_a_step_folder_renamed_04_is_told_not_passed_over(tmp_path, setup, capsys, two_steps):
+    os.rename(tmp_path / "4", tmp_path / "04")
+    assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 1
     err = capsys.readouterr().err
-    assert "keeps its global batch" in err and "Nearest valid" not in err and "resume on a device count" in err
+    assert "error: The folder 04 in " in err and "rename it to 4" in err and len(err.splitlines()) == 1, err
 
 
 def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_next_run_goes_on(
