@@ -298,41 +298,20 @@ def reference_params(
 def check_args(args: argparse.Namespace, n_processes: int | None = None) -> str | None:
     """One sentence on what is wrong with the program's options (None: nothing), before anything starts.
 
-    ``n_processes``: the run's process count where known (the launcher's
-    environment), for the checks that need it.
+    The checks of :func:`dpcourse.multihost.elastic_run.check_plan`, on the options and the run's process
+    count ``n_processes`` (the launcher's environment; 1 where unknown), without a launcher's time bounds.
     """
-    if args.steps < 1:
-        return f"--steps must be 1 or more, got {args.steps}."
-    if args.global_batch < 1 or (n_processes and args.global_batch % (n_processes * args.cpu_devices)):
-        return (
-            f"--global-batch must be a positive multiple of the run's {n_processes or '?'} processes x "
-            f"{args.cpu_devices} devices, got {args.global_batch}."
-        )
-    if args.cpu_devices < 1:
-        return f"--cpu-devices must be 1 or more, got {args.cpu_devices}."
-    if not 1 <= args.heartbeat_timeout_s <= MAX_HEARTBEAT_TIMEOUT_S:
-        return (
-            f"--heartbeat-timeout-s must be a whole number of seconds from 1 to {MAX_HEARTBEAT_TIMEOUT_S}, got "
-            f"{args.heartbeat_timeout_s} (JAX's coordination service cannot call a process dead sooner than 1 s)."
-        )
-    if not 0 <= args.step_s < float("inf"):
-        return f"--step-s must be 0 or more seconds, got {args.step_s}."
-    if args.save_every is not None and args.save_every < 1:
-        return f"--save-every must be 1 or more steps, got {args.save_every}."
-    if args.lose_process is not None:
-        if args.lose_process < 0 or (n_processes and args.lose_process >= n_processes):
-            return (
-                f"--lose-process must be a process of the run, 0 to {(n_processes or 1) - 1}, got {args.lose_process}."
-            )
-        if args.lose_at is None or not 0 <= args.lose_at < args.steps:
-            return f"--lose-at must be a step from 0 to {args.steps - 1} (below --steps), got {args.lose_at}."
-    if args.leave_at is not None and (
-        args.lose_process is None or not (args.lose_at or 0) < args.leave_at < args.steps or not args.recoverable
-    ):
-        return (
-            f"--leave-at (after a loss: save and leave) needs --recoverable, --lose-process and a step between "
-            f"--lose-at ({args.lose_at}) and --steps ({args.steps}), got {args.leave_at}."
-        )
+    from dpcourse.multihost import elastic_run  # it imports this module: here, not at the top
+
+    n = n_processes or 1
+    if args.cpu_devices < 1 or args.global_batch % (n * args.cpu_devices):
+        return f"--global-batch must split over {n} processes x --cpu-devices {args.cpu_devices} (1 or more)."
+    unbounded = float(MAX_HEARTBEAT_TIMEOUT_S) ** 3  # no launcher here to bound the run or its silences
+    plan = {**vars(args), "n_processes": n, "timeout_s": unbounded, "stall_s": unbounded}
+    try:
+        elastic_run.check_plan({**plan, "preempt_process": None, "preempt_on": "step", "preempt_after_step": None})
+    except elastic_run.RunRefused as err:
+        return str(err)
     return None
 
 

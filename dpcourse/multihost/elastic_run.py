@@ -148,45 +148,38 @@ def saved_steps(folder: str | os.PathLike | None) -> list[int]:
 
 
 STEP_ROOM_S = 5.0  # a paced step's own work beyond step_s (compute, the all-reduce) on a loaded 2-core machine
+PACED = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "recoverable")  # a plan's times
 
 
-def pacing_problem(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False) -> str | None:
-    """One sentence when the run's times cannot work together, naming them and a value that works; else None.
+def check_pacing(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False, refuse=True):
+    """One sentence on times that cannot work together, naming them and values that work (raised as
+    :class:`RunRefused`, or returned with ``refuse=False``); None when they can.
 
-    A step reports nothing for at least ``step_s``, and the launcher ends a run silent for ``stall_s`` inside
-    a step: ``stall_s`` must leave :data:`STEP_ROOM_S` beyond ``step_s``. The steps take ``steps x step_s``
-    at least, and a recoverable run's survivors wait up to a heartbeat timeout (and the second the service
-    takes to look) to see a loss: both must fit in ``timeout_s``. Values that are not numbers are left to
-    :func:`run_local`'s own checks (None).
+    A step reports nothing for ``step_s``, and the launcher ends a run silent for ``stall_s`` inside a step,
+    so ``stall_s`` must leave :data:`STEP_ROOM_S` beyond ``step_s``; ``steps x step_s``, and for a
+    recoverable run the heartbeat timeout and a second its survivors wait to see a loss, fit in ``timeout_s``.
     """
-    if not all(isinstance(v, (int, float)) for v in (steps, step_s, stall_s, timeout_s, heartbeat_timeout_s)):
-        return None
+    need, problem = steps * step_s + (heartbeat_timeout_s + 1 if recoverable else 0), None
     if stall_s < step_s + STEP_ROOM_S:
-        return (
+        problem = (
             f"step_s (STEP_S) = {step_s:g} s leaves a step no room within stall_s (STALL_S) = {stall_s:g} s: a "
             f"step reports nothing for step_s, and the launcher ends a run silent for stall_s inside a step, so "
             f"stall_s must be at least step_s + {STEP_ROOM_S:g} s; set STALL_S = {step_s + 2 * STEP_ROOM_S:g} (or "
             f"STEP_S = {max(0.0, stall_s - 2 * STEP_ROOM_S):g})."
         )
-    need = steps * step_s + ((heartbeat_timeout_s + 1) if recoverable else 0)
-    if need >= timeout_s:
+    elif need >= timeout_s:
         beat = f" and a heartbeat timeout of {heartbeat_timeout_s:g} s + 1" if recoverable else ""
-        return (
+        problem = (
             f"The run's {steps} steps (STEPS) of at least {step_s:g} s (STEP_S){beat} take {need:g} s, and "
             f"timeout_s (LAUNCH_TIMEOUT_S) = {timeout_s:g} s ends it before: set LAUNCH_TIMEOUT_S = "
             f"{need + timeout_s:g} (what it leaves now for the start-up, on top), or a smaller STEP_S."
         )
-    return None
-
-
-def check_pacing(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False) -> None:
-    """Refuse, in one sentence (:class:`RunRefused`), times that cannot work together (:func:`pacing_problem`)."""
-    problem = pacing_problem(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s, recoverable)
-    if problem:
+    if problem and refuse:
         raise RunRefused(problem)
+    return problem
 
 
-def _check_plan(plan: dict) -> None:
+def check_plan(plan: dict) -> None:
     """Refuse, in one sentence, a run whose parameters cannot work (:class:`RunRefused`), before anything starts."""
     n, steps, batch = plan["n_processes"], plan["steps"], plan["global_batch"]
 
@@ -207,8 +200,7 @@ def _check_plan(plan: dict) -> None:
         raise RunRefused(f"step_s must be 0 or more seconds, got {plan['step_s']!r}.")
     beat = plan["heartbeat_timeout_s"]
     whole("heartbeat_timeout_s (HEARTBEAT_TIMEOUT_S)", beat, 1, min(MAX_HEARTBEAT_TIMEOUT_S, int(plan["timeout_s"])))
-    keys = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "recoverable")
-    check_pacing(*(plan[k] for k in keys))
+    check_pacing(*(plan[k] for k in PACED))
     if plan["save_every"] is not None:
         whole("save_every", plan["save_every"], 1)
     if plan["preempt_process"] is not None:
@@ -312,7 +304,7 @@ def run_local(
         preempt_on=preempt_on, lose_process=lose_process, lose_at=lose_at, lose_where=lose_where,
         leave_at=leave_at, save_every=save_every,
     )  # fmt: skip
-    _check_plan(plan)
+    check_plan(plan)
     _check_leftover(plan)
     reason = tcp_unavailable()
     if reason:
@@ -493,10 +485,10 @@ def _who(run: ElasticRun, event: str) -> int | None:
 
 def _machine_made_it_late(run: ElasticRun) -> bool:
     """The evidence that the machine, not the run's settings, made it late: a load above its cores, times that
-    agree (:func:`pacing_problem`), and a join bound (JAX's, up to :data:`JOIN_S`) the learner did not shorten."""
-    keys = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "recoverable")
-    agree = not all(k in run.plan for k in keys) or pacing_problem(*(run.plan[k] for k in keys)) is None
-    return run.busy() and agree and run.plan.get("timeout_s", JOIN_S) >= JOIN_S
+    agree (:func:`check_pacing`), and a join bound (JAX's, up to :data:`JOIN_S`) the learner did not shorten."""
+    times = [run.plan.get(k) for k in PACED]
+    settings = None not in times and check_pacing(*times, refuse=False)
+    return run.busy() and not settings and run.plan.get("timeout_s", JOIN_S) >= JOIN_S
 
 
 def _busy_words(run: ElasticRun) -> str:
@@ -617,41 +609,35 @@ def ending(run: ElasticRun) -> str:
 
 
 def learned(figures: dict) -> list[str]:
-    """Lesson 13's "What you learned", one sentence a loss, each read from the run's recorded ``figures``.
-
-    ``figures`` maps the lesson's record names (section 5) to plain values; a run that measured none (no
-    TCP socket: section 4 alone) gives []. Each sentence says what this run showed, its verdicts (a step
-    done twice, a loss seen inside the heartbeat window, parameters within the tolerance) decided from the
-    numbers, never assumed.
-    """
+    """Lesson 13's "What you learned", a sentence a kind of loss, read from the run's recorded ``figures`` (plain
+    values by the lesson's record names; [] for a run that measured none): every verdict (steps done twice, a
+    loss seen inside the heartbeat window, parameters within the tolerance) is decided from the numbers."""
     f = {k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if not {"preempted_steps_done_twice", "kill_to_seen_gone_s", "lost_in_allreduce_ended_s"} <= f.keys():
         return []
 
-    def twice(name):
-        n = int(f[name])
-        return "no step done twice" if n == 0 else f"{n} step{'s' * (n != 1)} done twice"
-
-    def matched(name):
-        diff, tol = f.get(f"{name}_max_abs_param_diff"), f.get(f"{name}_max_abs_param_diff_tolerance")
-        if diff is None or tol is None:
-            return ""
-        verdict = "within" if diff <= tol else "beyond"
-        return f", its parameters {diff:.2g} from the reference's, {verdict} the tolerance {tol:g}"
+    def twice(name, params):
+        n, diff, tol = (
+            int(f[name]),
+            f.get(f"{params}_max_abs_param_diff"),
+            f.get(f"{params}_max_abs_param_diff_tolerance"),
+        )
+        said = "no step done twice" if n == 0 else f"{n} step{'s' * (n != 1)} done twice"
+        if None in (diff, tol):
+            return said
+        return f"{said}; its parameters came {diff:.2g} from the reference's, {'within' if diff <= tol else 'beyond'} {tol:g}"
 
     seen, beat = f["kill_to_seen_gone_s"], f.get("heartbeat_timeout_s")
-    window = ""
-    if beat is not None:
-        inside = beat / 2 <= seen <= beat + 1
-        where = "inside" if inside else "outside"
-        window = f", {where} the {beat / 2:g} to {beat + 1:g} s a heartbeat timeout of {beat:g} s allows"
+    where = "inside" if beat is not None and beat / 2 <= seen <= beat + 1 else "outside"
+    window = (
+        "" if beat is None else f", {where} the {beat / 2:g} to {beat + 1:g} s a heartbeat timeout of {beat:g} s allows"
+    )
     return [
-        f"Preemption: every process saved the agreed step {f['signal_to_committed_checkpoint_s']:.2f} s after "
-        f"the notice, and the restart had {twice('preempted_steps_done_twice')}{matched('preempted_resume')}.",
+        f"Preemption: every process saved the agreed step {f['signal_to_committed_checkpoint_s']:.2f} s after the "
+        f"notice, and the restart had {twice('preempted_steps_done_twice', 'preempted_resume')}.",
         f"A process killed between steps: the survivors saw it gone {seen:.1f} s after the kill{window}, trained "
-        f"again {f['kill_to_next_step_s']:.1f} s after it, with {twice('survivors_steps_done_twice')}"
-        f"{matched('survivors')}; bringing it back was a restart, {f['restart_to_first_step_s']:.1f} s to the "
-        "first step.",
+        f"again {f['kill_to_next_step_s']:.1f} s after it, with {twice('survivors_steps_done_twice', 'survivors')}; "
+        f"bringing it back was a restart, {f['restart_to_first_step_s']:.1f} s to the first step.",
         f"A loss inside the all-reduce ended the run {f['lost_in_allreduce_ended_s']:.1f} s after the kill, and "
         f"process 0's {f['coordinator_lost_ended_s']:.1f} s after: both go back to the last save, so the "
         "checkpoint interval (section 4) decides what they cost.",

@@ -405,16 +405,8 @@ def _run_workers(
                 env = worker_env(i, num_processes, coordinator, init_timeout_s, None, host, ready, len(launched))
                 env[progress.PROGRESS_ENV] = str(folder / f"progress.{i}")
                 env[parent.PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
-                envs[i] = {
-                    k: env[k]
-                    for k in (
-                        COORDINATOR_ENV,
-                        COLLECTIVES_HOST_ENV,
-                        NUM_PROCESSES_ENV,
-                        PROCESS_ID_ENV,
-                        INIT_TIMEOUT_ENV,
-                    )
-                }
+                said = (COORDINATOR_ENV, COLLECTIVES_HOST_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)
+                envs[i] = {k: env[k] for k in said}
                 out, err = logs[i]
                 procs[i] = subprocess.Popen(
                     network.prefix + command + ["--out", str(folder / "out")],

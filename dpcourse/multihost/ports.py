@@ -79,15 +79,11 @@ def private_coordinator(folder: str | os.PathLike) -> str:
     ``folder`` must be this user's and closed to everyone else (mode 0700, as
     :func:`run_folder` makes it): connecting to a Unix-domain socket needs
     search permission on every folder of its path, so another user (not root)
-    is refused with ``EACCES`` before a byte is sent. Pass the result as the
-    coordinator address of every process
-    (:func:`dpcourse.multihost.launcher.worker_env`); process 0 creates the
-    socket there.
+    is refused with ``EACCES`` before a byte is sent. Process 0 creates the socket.
 
     Raises:
         DistributedSetupError: the folder is not a folder of this user's closed
-            to others, or its path cannot be a socket's address (too long, or a
-            character gRPC would read otherwise: :func:`run_folder` makes one that can).
+            to others, or its path cannot be a socket's address (:func:`run_parent`).
     """
     path = Path(folder).absolute()
     try:
@@ -105,16 +101,12 @@ def private_coordinator(folder: str | os.PathLike) -> str:
 
 
 def run_parent(prefix: str = "dpcourse-run-") -> str:
-    """Where :func:`run_folder` makes a run's folder: Python's temporary folder, or ``/tmp`` where that will not do.
+    """Where :func:`run_folder` makes a run's folder: Python's temporary folder, else ``/tmp``.
 
-    The coordinator's socket lies in the run's folder, and its address is
-    ``unix:<path>``, which gRPC's client reads as a URI and its server as
-    written: a path with another character than ASCII letters, digits and
-    ``/._-`` (a ``%``, ``?``, ``#``, a space, ``:``, an accented letter) can
-    make process 0 listen on one path and the others dial another. A
-    temporary folder (``$TMPDIR``) with such a name, or so long that the
-    socket's path would pass :data:`UNIX_PATH_MAX` bytes, is passed over for
-    ``/tmp``.
+    The coordinator's socket lies in the run's folder, and gRPC reads its
+    ``unix:<path>`` alike on both sides only for a path of :data:`PLAIN_PATH`
+    characters (no ``%``, ``?``, ``#``, space, ``:`` or accented letter) of at
+    most :data:`UNIX_PATH_MAX` bytes: a ``$TMPDIR`` that gives neither is passed over.
 
     Raises:
         DistributedSetupError: neither can hold the run's folder (one sentence, with what to do).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -56,3 +57,17 @@ def as_other_user(socket_path: str, ports: list[int] = ()) -> dict:
 def other_user():
     """:func:`as_other_user`, for a test (or a module's fixture) that plays learner B."""
     return as_other_user
+
+
+@pytest.fixture
+def no_internet_sockets(monkeypatch):
+    """Call it to make this process as on a sandboxed host (gVisor, networking off): every internet socket
+    refused with errno 97."""
+    real = socket.socket
+
+    def refusing(family=socket.AF_INET, *args, **kwargs):
+        if family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    return lambda: monkeypatch.setattr(socket, "socket", refusing)

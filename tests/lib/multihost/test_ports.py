@@ -91,24 +91,10 @@ def test_ipv6_ports_are_probed_with_ipv6_sockets():
             ports.check_port_free("::1", taken)
 
 
-def _no_internet_sockets(monkeypatch):
-    """This process as on a sandboxed host (gVisor, networking off): every internet socket refused with errno 97."""
-    import errno
-
-    real = socket.socket
-
-    def refusing(family=socket.AF_INET, *args, **kwargs):
-        if family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
-        return real(family, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "socket", refusing)
-
-
-def test_a_host_without_tcp_is_said_in_one_sentence(monkeypatch):
+def test_a_host_without_tcp_is_said_in_one_sentence(no_internet_sockets):
     """On a TPU host without TCP, lesson 08 stopped with a traceback of `OSError: [Errno 97] ...`."""
     assert ports.tcp_unavailable() is None  # this machine has loopback TCP
-    _no_internet_sockets(monkeypatch)
+    no_internet_sockets()
     said = ports.tcp_unavailable()
     assert said is not None and "\n" not in said
     assert said.startswith("This machine lets no process open a TCP socket, not even on 127.0.0.1 (OSError: [Errno 97]")
