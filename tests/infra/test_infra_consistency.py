@@ -116,16 +116,6 @@ def test_four_gpu_variant_edited_on_both_sides_is_consistent(tmp_path, pins):
     assert len(_check(original, module, pins)) == len(MANIFESTS)
 
 
-def test_gpu_count_default_that_does_not_match_the_machine_is_caught(tmp_path):
-    workdir = tmp_path / "terraform"
-    shutil.copytree(TERRAFORM_DIR, workdir, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
-    variables = workdir / "variables.tf"
-    variables.write_text(_replace_once(variables.read_text(), "default     = 2\n", "default     = 3\n"))
-    failures = validation_failures(Module.load(workdir), PROJECT)
-    assert list(failures) == ["gpu_count"]
-    assert "set gpu_count = 2 for g2-standard-24" in failures["gpu_count"][0]
-
-
 @pytest.mark.parametrize("file_name", MANIFESTS)
 def test_jax_version_drift_is_caught(tmp_path, tf_module, pins, file_name):
     broken = _mutated_manifests(tmp_path, file_name, f'value: "{pins["jax"]}"', 'value: "0.9.2"')

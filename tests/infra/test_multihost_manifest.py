@@ -9,9 +9,11 @@ environment variable the package does not read is silently ignored, a flag
 the worker does not know ends every process at once. Each of these is
 checked here for both Jobs, offline, and the checks are run on broken
 copies too; so are the same Jobs on a TPU v5e slice, as kubectl kustomize
-builds them from deploy/tpu-slice (the GPU files themselves are validated
-and checkov'd with the other manifests, in test_infra_manifests.py and
-test_infra_checkov.py).
+builds them from deploy/tpu-slice. What every manifest must do (schema,
+checkov, GPU count and JAX pin against terraform and requirements.txt,
+security context, shared memory) is checked for the GPU files with the
+others, in test_infra_manifests.py, test_infra_checkov.py and
+test_infra_consistency.py.
 
 The checkpointing Job adds its own ways to fail: a share that not every pod
 can write (not ReadWriteMany, or created in a VPC network the nodes are not
@@ -24,7 +26,6 @@ run for real.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import math
 import re
@@ -36,10 +37,10 @@ from pathlib import Path
 
 import pytest
 from hcl_eval import Evaluator, parse_tfvars, validation_failures, variable_values
-from infra_consistency import consistency_errors, containers, env_value
+from infra_consistency import env_value
 from infra_files import DEPLOY_DIR, MANIFESTS, ROOT, TERRAFORM_DIR, load_manifest
 from test_infra_checkov import MIN_REASON_CHARS, checkov_binary
-from test_infra_manifests import KUBERNETES_VERSIONS, NVIDIA_LIB
+from test_infra_manifests import KUBERNETES_VERSIONS
 
 MULTIHOST_MANIFESTS = ("multihost.yaml", "multihost-checkpoint.yaml")
 SLICES = ("tpu-slice/multihost", "tpu-slice/multihost-checkpoint")  # kustomize overlays of the two
@@ -335,12 +336,6 @@ def test_the_two_jobs_can_run_side_by_side():
     assert coordinators[first] != coordinators[second]
 
 
-def test_agrees_with_terraform_and_the_jax_pin(manifest, docs, tf_module, pins):
-    """GPUs per pod = terraform's gpu_count, the L4 node selector, JAX_VERSION = requirements.txt."""
-    values = applied_values(tf_module)
-    assert consistency_errors({manifest.name: docs}, values["gpu_count"], values["gpu_type"], pins["jax"]) == []
-
-
 def test_process_count_service_and_package_agree(any_docs):
     assert multihost_errors(any_docs, package_constants()) == []
 
@@ -395,32 +390,6 @@ def test_network_policy_admits_only_the_jobs_own_pods(any_docs):
     assert source["podSelector"]["matchLabels"].items() <= labels.items()
 
 
-def test_gpu_pod_has_shm_driver_path_and_the_single_node_security(job, objects):
-    spec = job["spec"]["template"]["spec"]
-    container = worker(job)
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory", "NCCL needs a memory-backed /dev/shm"
-    assert NVIDIA_LIB in (env_value(container, "LD_LIBRARY_PATH") or "").split(":")
-    jupyter = {d["kind"]: d for d in load_manifest(DEPLOY_DIR / "jupyter.yaml")}["Pod"]
-    assert spec["securityContext"] == {
-        k: v for k, v in jupyter["spec"]["securityContext"].items() if k != "fsGroupChangePolicy"
-    }
-    assert spec["automountServiceAccountToken"] is False
-    assert spec["nodeSelector"] == jupyter["spec"]["nodeSelector"]
-    assert spec["tolerations"] == jupyter["spec"]["tolerations"]
-    jupyter_images = {c["image"] for c in containers(jupyter["spec"])}
-    assert {c["image"] for c in containers(spec)} == jupyter_images
-    for c in containers(spec):
-        assert c["securityContext"] == {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        }
-        home = env_value(c, "HOME")
-        assert any(home.startswith(m["mountPath"]) for m in c["volumeMounts"]), "HOME must be writable"
-
-
 def test_worker_installs_the_pins_and_runs_the_package_worker(job):
     container = worker(job)
     script = container["command"][-1]
@@ -453,20 +422,6 @@ def test_worker_module_and_every_flag_it_is_given_exist(job):
     assert "--checkpoint-dir" in declared, "worker_flags() reads the parser: it must find the flags it declares"
     assert set(flags) <= declared, f"{module} has no {sorted(set(flags) - declared)}"
     assert int(flags["--steps"]) >= 1
-
-
-def test_worker_help_lists_every_flag_the_jobs_pass():
-    """The same, through the worker's own parser (needs JAX, which the worker imports)."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("JAX is not installed in this environment (make dev-install installs it); --help imports it")
-    result = subprocess.run(
-        [sys.executable, "-m", WORKER_MODULE, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    for name in MULTIHOST_MANIFESTS:
-        _, flags = worker_command(worker(by_kind(load_manifest(DEPLOY_DIR / name))["Job"]))
-        for flag in flags:
-            assert flag in result.stdout, f"{name}: python -m {WORKER_MODULE} --help does not list {flag}"
 
 
 # -- broken copies: each mistake is reported --------------------------------
@@ -515,26 +470,6 @@ def test_each_inconsistency_is_caught(tmp_path, manifest, job, old, new, fragmen
 def test_each_slice_inconsistency_is_caught(tmp_path, slice_file, old, new, fragment):
     errors = multihost_errors(_broken(tmp_path, slice_file, old, new), package_constants())
     assert any(fragment in e for e in errors), errors
-
-
-def test_four_gpus_against_the_two_gpu_pool_is_caught(tmp_path, manifest, tf_module, pins):
-    values = variable_values(tf_module, PROJECT)
-    broken = _broken(tmp_path, manifest, "nvidia.com/gpu: 2", "nvidia.com/gpu: 4")
-    errors = consistency_errors({manifest.name: broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
-    assert any("nvidia.com/gpu: 4" in e and "Pending" in e for e in errors), errors
-
-
-def test_jax_version_drift_is_caught(tmp_path, manifest, tf_module, pins):
-    values = variable_values(tf_module, PROJECT)
-    broken = _broken(tmp_path, manifest, f'value: "{pins["jax"]}"', 'value: "0.9.2"')
-    errors = consistency_errors({manifest.name: broken}, values["gpu_count"], values["gpu_type"], pins["jax"])
-    assert any("0.9.2" in e for e in errors), errors
-
-
-def test_package_constants_are_read():
-    constants = package_constants()
-    assert constants["COORDINATOR_ENV"] == "DPCOURSE_COORDINATOR"
-    assert constants["PROCESS_ID_ENV"] == "DPCOURSE_PROCESS_ID"
 
 
 def test_an_unknown_flag_is_caught(tmp_path):
