@@ -230,21 +230,17 @@ def test_a_rung_stopped_by_a_foreign_global_mesh_stops_the_ladder_with_the_sente
 
 
 def test_the_compiles_say_what_they_do_and_the_stop_button_ends_them_in_one_line(dataset, cpu0, monkeypatch, capsys):
-    init = model.init_params(CFG)
-    ladder.compile_rungs(ladder.default_rungs(CFG)[:1], CFG, dataset, cpu0, init, progress=True)
+    first = ladder.default_rungs(CFG)[:1]
+    ladder.compile_rungs(first, CFG, dataset, cpu0, model.init_params(CFG), progress=True)
     out = capsys.readouterr().out
     assert out.startswith("compiling scan_f32 ...\n") and "  scan_f32 compiled in " in out
 
-    class Stopped:  # the stop button, pressed while the caller waits for the compiles
-        def put(self, item):
-            pass
+    def stop_button(*args, **kwargs):  # pressed while the caller waits for the compiles
+        raise KeyboardInterrupt
 
-        def get(self, timeout):
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(ladder.queue, "Queue", Stopped)
+    monkeypatch.setattr(ladder.queue.Queue, "get", stop_button)
     with pytest.raises(KeyboardInterrupt) as stop:
-        ladder.compile_rungs(ladder.default_rungs(CFG)[:1], CFG, dataset, cpu0, init)
+        ladder.compile_rungs(first, CFG, dataset, cpu0, model.init_params(CFG))
     assert stop.value._render_traceback_() == [
         "KeyboardInterrupt: stopped; the compiles already started finish in the background. Run the cell again."
     ]

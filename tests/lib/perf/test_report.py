@@ -45,22 +45,7 @@ def test_failures_are_recorded_with_their_reasons_and_the_checks_say_why_they_co
     assert checks.lines[0].startswith("scan_f32, the reference of these checks, failed (XlaRuntimeError")
 
 
-@pytest.mark.parametrize(("scan_s", "unrolled_s", "verdict"), [(5.0, 48.2, "longer"), (16.4, 13.0, "shorter")])
-def test_the_unroll_sentence_reads_the_compile_column(scan_s, unrolled_s, verdict):
-    (text,) = report.unroll_sentence(
-        {"rung_scan_f32_compile_time": scan_s, "rung_unrolled_f32_compile_time": unrolled_s}
-    )
-    assert f"compile {verdict}" in text and f"{unrolled_s:.1f} s against scan_f32 {scan_s:.1f} s" in text
-    assert report.unroll_sentence({"rung_scan_f32_compile_time": (1.0, "s")}) == []
-
-
-def test_the_sweep_sentence_says_where_the_throughput_fell():
-    assert report.sweep_sentence({8: 100.0, 16: 150.0, 32: 120.0}) == (
-        "Throughput +50% from 8 to 16, -20% from 16 to 32. It fell somewhere here: on a shared machine other jobs "
-        "move it, and past a size the device's caches or memory stop keeping up."
-    )
-    assert "fell" not in report.sweep_sentence({8: 100.0, 16: 150.0, 32: None})
-    assert report.sweep_sentence({8: 1.0}) == "Too few batches ran to compare."
+# The compile and sweep sentences are held against every stored run in tests/lessons/test_conclusions_on_stored_runs.py.
 
 
 def test_a_step_below_its_roofline_bound_stops_the_lesson_on_an_accelerator_only():
