@@ -57,7 +57,10 @@ def scratch_of(uid: int, folders: tuple[Path, ...] = SCRATCH) -> list[Path]:
             entries = list(folder.iterdir())
         except OSError:
             continue
-        found += [p for p in entries if p.lstat().st_uid == uid]
+        for path in entries:
+            with contextlib.suppress(OSError):  # an entry another process removed a moment ago
+                if path.lstat().st_uid == uid:
+                    found.append(path)
     return sorted(found)
 
 

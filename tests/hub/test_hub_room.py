@@ -5,7 +5,8 @@ smoke profile, a 60 s idle timeout. Learners alice and bob sign in with the
 workshop password, each choosing a password of their own, in their own browser contexts; a second
 browser typing alice's name (or ``Alice``) and the workshop password is refused. They get their own servers and
 workspaces, and run lesson 02 at the same time; neither can open the other's
-server or files (403) and an edit of one does not reach the other. Run as
+server or files (403) and an edit of one does not reach the other; the change-password page refuses the
+workshop password as alice's own, and a second browser with it still cannot sign in as her. Run as
 root, each is a system user of their own: alice's kernel can read none of
 the hub's files, nothing of bob's (nor write there), and no environment of a
 process that is not hers, and no process of the hub holds a password in its
@@ -129,6 +130,11 @@ def test_two_learners_an_idle_one_and_the_instructor(room, browser):
     if AS_ROOT:
         learners_kept_apart(hub, alice)
     card_command_in_terminal(hub, alice)
+    # The change-password page holds the sign-in's rules: the workshop password is never alice's own.
+    alice.goto(f"{hub.url}/hub/auth/change-password")
+    alice.fill("input[name=password]", PASSWORD)
+    alice.click("#login_submit")
+    assert "not the workshop password" in alice.inner_text(".alert-danger")
 
     # Neither can open the other's server or files.
     for me, other in (("alice", "bob"), ("bob", "alice")):

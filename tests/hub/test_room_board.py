@@ -8,7 +8,7 @@ few seconds (the latency goes to results/hub/board.json). Learner bob gets
 lesson 04 from the board and hands the room a fresh lesson 05 with the command
 the guide gives; the workspaces then hold what the guide says. Bob's caught-up
 lesson survives a restart of his server and a room-wide update; a malformed
-record of his is his row alone on the board.
+record of his is his row alone on the board, and his server logged one 404 while he had none.
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     quiet = "\n".join(hub.log_text().splitlines()[quiet_from:])
     assert "(board@" not in quiet, quiet[-2000:]  # the hub and the servers log requests as NAME@ADDRESS
     assert hub.log_text().count("board: bob's record is unreadable") == 1
+    # Before that, bob had no record: asked once, then his folder's listing (no 404 at each refresh).
+    assert hub.log_text().count("404 GET /user/bob/api/contents/progress.json") == 1
 
     # A learner can open neither the board nor another learner's record.
     assert bob.request.get(f"{hub.url}/services/board/").status == 403

@@ -131,7 +131,7 @@ def test_a_bcrypt_check_never_holds_the_hubs_event_loop(auth):
     with signin.dbm.open(auth.dbm_path, "c") as db:  # a real cost (12 rounds: tenths of a second)
         db[b"eli"] = signin.bcrypt.hashpw(b"eli's own secret", GENSALT(12))
 
-    async def check_while_ticking():
+    async def ticks_during_a_check():
         ticks = []
 
         async def tick():
@@ -144,7 +144,7 @@ def test_a_bcrypt_check_never_holds_the_hubs_event_loop(auth):
         ticker.cancel()
         return got, len(ticks)
 
-    got, ticks = run(check_while_ticking())
+    got, ticks = run(ticks_during_a_check())
     assert got == "eli" and ticks >= 5, f"the loop ticked {ticks} times during the check"
 
 
