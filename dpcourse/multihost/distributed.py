@@ -115,14 +115,8 @@ class CoordinatorPortInUse(DistributedSetupError):
 
 @dataclass(frozen=True)
 class DistributedSpec:
-    """Who this process is in a multi-process run.
-
-    Attributes:
-        coordinator_address: ``host:port`` where process 0 runs the coordinator.
-        num_processes: total number of processes (>= 1).
-        process_id: this process, ``0 .. num_processes - 1``.
-        init_timeout_s: seconds every process waits for all of them to join.
-    """
+    """Who this process is in a multi-process run: process 0's coordinator (``host:port``), the number of
+    processes (>= 1), this process's id (``0 .. num_processes - 1``), the seconds each waits for all to join."""
 
     coordinator_address: str
     num_processes: int
@@ -244,15 +238,8 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
     coordinator = (env.get(COORDINATOR_ENV) or "").strip()
     num_processes = _int_env(NUM_PROCESSES_ENV, env)
     process_id = _int_env(PROCESS_ID_ENV, env)
-    missing = [
-        name
-        for name, value in (
-            (COORDINATOR_ENV, coordinator),
-            (NUM_PROCESSES_ENV, num_processes),
-            (PROCESS_ID_ENV, process_id),
-        )
-        if value in (None, "")
-    ]
+    names = (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV)
+    missing = [name for name, value in zip(names, (coordinator, num_processes, process_id)) if value in (None, "")]
     if missing:
         raise DistributedSetupError(
             f"{', '.join(missing)} not set. Every process needs {COORDINATOR_ENV}=host:port of process 0, "
@@ -267,8 +254,6 @@ def spec_from_env(env: dict[str, str] | None = None) -> DistributedSpec:
 
 def tpu_slice_spec() -> DistributedSpec | None:
     """This process's place on a GKE TPU slice as JAX's own detection (``GkeTpuCluster``) finds it; None elsewhere.
-
-    GKE gives a slice's pods ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` and, with several slices, ``MEGASCALE_*``.
 
     Raises:
         DistributedSetupError: they name no slice (Kaggle's one-host TPU image sets ``TPU_PROCESS_ADDRESSES=local``).
@@ -346,13 +331,9 @@ def initialize(
         )
     given = (coordinator_address, num_processes, process_id)
     on_slice = tpu_slice_spec() if given == (None,) * 3 and not os.environ.get(COORDINATOR_ENV) else None
-    if on_slice is not None:
-        coordinator_address, num_processes, process_id = astuple(on_slice)[:3]
-    if None in (coordinator_address, num_processes, process_id):
-        from_env = spec_from_env()  # raises, naming every missing variable
-        coordinator_address = coordinator_address if coordinator_address is not None else from_env.coordinator_address
-        num_processes = num_processes if num_processes is not None else from_env.num_processes
-        process_id = process_id if process_id is not None else from_env.process_id
+    if None in given:  # spec_from_env raises, naming every missing variable
+        known = astuple(on_slice or spec_from_env())[:3]
+        coordinator_address, num_processes, process_id = (g if g is not None else k for g, k in zip(given, known))
     if init_timeout_s is None:
         from_env_timeout = _int_env(INIT_TIMEOUT_ENV, dict(os.environ))
         init_timeout_s = DEFAULT_INIT_TIMEOUT_S if from_env_timeout is None else from_env_timeout
