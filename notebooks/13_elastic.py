@@ -459,20 +459,18 @@ for line in elastic_run.learned({name: value for name, (value, _) in figures.ite
 # %% [markdown]
 # - **Preemption** is the clean case: the notice comes with a grace
 #   period, and one protocol (the sync point, a save at the agreed step,
-#   status 143) is made to lose no step. The save must fit the grace
-#   period: one that outlasts it ends in SIGKILL, half-written (lesson 11
-#   never restores that step).
+#   status 143) is made to lose no step, if the save fits the grace
+#   period (one that outlasts it ends in SIGKILL, half-written).
 # - **A process killed between steps** costs the survivors, by design, up
 #   to a heartbeat timeout (and the second the service takes to look) and
 #   a compile, with `jax_enable_recoverability` and a `live_devices`
-#   barrier before each all-reduce. Keep the global batch and the training
-#   is the same one, up to the order of the additions; bringing the
-#   process back is, on this backend, a restart from the survivors'
-#   checkpoint.
+#   barrier before each all-reduce; with the global batch kept, the
+#   training is the same one. Bringing the process back is, on this
+#   backend, a restart from the survivors' checkpoint.
 # - **A loss inside a collective, or of process 0**, ends the run on the
-#   CPU (section 3's table gives the evidence): bound every wait, say
-#   what happened, restart from the latest checkpoint, and choose the
-#   checkpoint interval (section 4) for what such a loss costs.
+#   CPU (section 3's table): bound every wait, say what happened, restart
+#   from the latest checkpoint, and choose the checkpoint interval
+#   (section 4) for what such a loss costs.
 # - The **GKE Job** (`docs/multihost.md`) retries status 143 without
 #   counting a failure, and keeps the checkpoints on the shared folder the
 #   restarted pods read.

@@ -30,7 +30,7 @@ import numpy as np
 
 from dpcourse.multihost import reaper
 from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_events
-from dpcourse.multihost.failures import output_tail
+from dpcourse.multihost.failures import load_average, output_tail
 from dpcourse.multihost.parent import PARENT_ENV
 from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, run_folder, tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
@@ -401,13 +401,6 @@ def _sigkill(pgid: int, _signal: int) -> None:
 
 def _higher(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):  # not on every system
-        return None
 
 
 def silence_bound(last: dict | None, plan: dict) -> tuple[str, float | None]:

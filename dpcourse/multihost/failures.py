@@ -46,12 +46,16 @@ BUSY_LOAD_PER_CORE = 1.5  # more runnable processes per core than this: the mach
 MAX_LOAD_FACTOR = 4.0  # a start-up bound grows with the load up to this many times
 
 
-def _load_per_core() -> float:
-    """The 1-minute load average per core (0 where the platform has none)."""
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
     try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        return 0.0
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on every system
+        return None
+
+
+def _load_per_core() -> float:
+    return (load_average() or 0.0) / (os.cpu_count() or 1)
 
 
 def load_factor() -> float:

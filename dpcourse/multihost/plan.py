@@ -109,16 +109,6 @@ def choose_split(
     return n_processes, devices_per_process
 
 
-def default_cache_dir() -> Path:
-    """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/dpcourse/jax-compilation``.
-
-    Raises:
-        RuntimeError: no variable set and no home folder can be found (``HOME`` unset, no passwd entry).
-    """
-    chosen = os.environ.get(CACHE_ENV)
-    return Path(chosen) if chosen else Path.home() / ".cache" / "dpcourse" / "jax-compilation"
-
-
 def _private_temp_cache() -> Path:
     """A compilation cache folder of this user's in the temp folder, closed to others (mode 0700).
 

@@ -316,23 +316,16 @@ def _can_enter(prefix: list[str], timeout_s: float) -> bool | str:
 def private_network(timeout_s: float = HOLDER_START_S) -> Iterator[PrivateNetwork]:
     """A network namespace of the run's own, with only a loopback interface, for as long as the block runs.
 
-    The coordinator's Unix-domain socket (:func:`private_coordinator`) keeps
-    other users from the coordinator; gloo's connections between the
-    processes are TCP, and on a loopback shared with other users anyone may
-    connect to gloo's listening ports (visible in ``/proc/net/tcp``) and
-    claim a connection meant for a process of the run, which ends the run's
-    collective. Inside a network namespace of its own (``unshare --user
-    --map-root-user --net``: an unprivileged user namespace, where Linux
-    allows them), the run has a loopback no one else can reach. Processes
-    join it through :attr:`PrivateNetwork.prefix` (``nsenter
-    --preserve-credentials``; they keep the user's rights, shown inside as
-    user 0). Unix-domain sockets with a path work across namespaces, so the
-    coordinator is reached as before.
-
-    Where this is not possible (not Linux, no ``unshare``/``nsenter``,
-    unprivileged user namespaces switched off, or confined as on Ubuntu
-    24.04's default AppArmor policy), the block gets an empty prefix and the
-    reason, and the run shares the machine's loopback.
+    Gloo's connections are TCP: on a loopback shared with other users anyone
+    may connect to its listening ports (``/proc/net/tcp``) and claim a
+    connection meant for the run, which ends its collective. In a namespace
+    of its own (``unshare --user --map-root-user --net``, where Linux allows
+    unprivileged user namespaces) no one else reaches it; processes join
+    through :attr:`PrivateNetwork.prefix` (``nsenter --preserve-credentials``:
+    the user's rights, shown inside as user 0), and reach the coordinator's
+    socket as before. Where that is not possible (not Linux, no ``unshare``,
+    namespaces off or confined, as by Ubuntu 24.04's AppArmor policy), the
+    block gets an empty prefix and the reason: the run shares the loopback.
     """
     unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
     if sys.platform != "linux" or not unshare or not nsenter:

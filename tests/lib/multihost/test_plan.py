@@ -62,13 +62,6 @@ def test_worker_cache_env_sets_the_cache_and_keeps_the_learners_values(tmp_path)
     assert (tmp_path / "mine").is_dir() and not (tmp_path / "c2").exists()
 
 
-def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path))
-    assert multihost_plan.default_cache_dir() == tmp_path
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
-    assert multihost_plan.default_cache_dir().parts[-2:] == ("dpcourse", "jax-compilation")
-
-
 def test_only_a_split_with_several_devices_per_process_may_save_a_checkpoint():
     for n_processes, local, folder in ((1, 1, "ckpt"), (2, 2, "ckpt"), (4, 2, "ckpt"), (2, 1, None)):
         multihost_plan.check_savable_split(n_processes, local, folder)
