@@ -20,11 +20,8 @@ the slice; no TPU needed, measured with libtpu 0.0.42 and JAX 0.10.2 on a
 2-core machine without one). Each needs its platform's optional extra
 (``requirements-gpu-compile.txt``, ``requirements-tpu-compile.txt``);
 :func:`compile_jobs` checks it before starting the subprocess and returns
-a result with a clear ``error`` when it is missing. libtpu, started on a
-machine that is not a TPU VM, looks for the TPU workers' host names and
-the cloud metadata server, and takes a lock that one process at a time may
-hold: the worker's environment names this machine and lets it load beside
-other processes (:data:`TPU_ENV`). ``disable_passes`` names XLA passes to switch off
+a result with a clear ``error`` when it is missing (libtpu's environment
+off a TPU VM: :data:`TPU_ENV`). ``disable_passes`` names XLA passes to switch off
 (``--xla_disable_hlo_passes``), for experiments such as turning off
 ``while-loop-all-reduce-code-motion``. :func:`start_jobs` starts the same
 subprocess without waiting for it (a lesson starts it early and collects

@@ -14,6 +14,7 @@ topology). This module imports nothing of the package: the compile uses it.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import pkgutil
 import shutil
@@ -36,14 +37,12 @@ def parse_topology(topology: str) -> tuple[int, int, int]:
             f"GPU topology {topology!r} is not of the form <slices>x<hosts per slice>x<GPUs per host> "
             "with positive whole numbers, e.g. '1x4x1' for 4 GPUs."
         )
-    slices, hosts, per_host = (int(p) for p in parts)
-    return slices, hosts, per_host
+    return tuple(int(p) for p in parts)
 
 
 def topology_device_count(topology: str) -> int:
     """GPUs in a mocked topology: slices x hosts x GPUs per host (see :func:`parse_topology`)."""
-    slices, hosts, per_host = parse_topology(topology)
-    return slices * hosts * per_host
+    return math.prod(parse_topology(topology))
 
 
 def _cuda_plugin_names() -> list[str]:
