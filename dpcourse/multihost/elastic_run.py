@@ -33,7 +33,7 @@ from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read
 from dpcourse.multihost.failures import load_average, output_tail
 from dpcourse.multihost.parent import PARENT_ENV
 from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, run_folder, tcp_unavailable
-from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
+from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE, saved_steps
 
 # What a process prints when JAX ends it because the coordination service went away with process 0.
 COORDINATOR_GONE = "Terminating process because the JAX distributed service detected fatal errors"
@@ -138,13 +138,6 @@ def checkpoint_root(prefix: str = "dpcourse-elastic-", need_bytes: int = 64 * 2*
     root = scratch.scratch_folder(prefix, need_bytes)
     atexit.register(shutil.rmtree, root, True)
     return root
-
-
-def saved_steps(folder: str | os.PathLike | None) -> list[int]:
-    """The steps saved in a checkpoint folder (its numbered sub-folders), oldest first; [] for none or no folder."""
-    if folder is None or not Path(folder).is_dir():
-        return []
-    return sorted(int(p.name) for p in Path(folder).iterdir() if p.name.isdigit())
 
 
 STEP_ROOM_S = 5.0  # a paced step's own work beyond step_s (compute, the all-reduce) on a loaded 2-core machine

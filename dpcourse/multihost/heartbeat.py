@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpcourse.multihost import reaper
+
 PROGRESS_ENV = "DPCOURSE_PROGRESS_FILE"
 BEAT_S = 1.0
 STALE_S = 5.0  # a beat older than this, while other processes beat, means the process stopped
@@ -86,11 +88,7 @@ class Progress:
 
 def is_stopped(pid: int) -> bool:
     """Whether the OS reports ``pid`` as stopped (Linux ``/proc``; False where that cannot be read)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    return reaper.state(pid) in ("T", "t")
 
 
 def read(path: Path, process_id: int, pid: int, started: float, now: float | None = None) -> Progress:

@@ -61,11 +61,16 @@ def ask_from(step: int) -> bool:
     return bool(multihost_utils.reached_preemption_sync_point(step))
 
 
-def latest_saved_step(folder: str | os.PathLike | None) -> int:
-    """The highest numbered step folder in a checkpoint folder (0: none), read without JAX or Orbax."""
+def saved_steps(folder: str | os.PathLike | None) -> list[int]:
+    """The numbered step folders of a checkpoint folder, oldest first ([] for none), read without JAX or Orbax."""
     if folder is None or not os.path.isdir(folder):
-        return 0
-    return max((int(name) for name in os.listdir(folder) if name.isdigit()), default=0)
+        return []
+    return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+
+
+def latest_saved_step(folder: str | os.PathLike | None) -> int:
+    """The highest of :func:`saved_steps` (0: none)."""
+    return max(saved_steps(folder), default=0)
 
 
 _early = {"notice": False, "previous": None}
