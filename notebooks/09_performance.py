@@ -215,38 +215,30 @@ ladder_part = report.ladder_table(runs, cfg, measured, device.device_kind, capti
 # %% [markdown]
 # **Reading it.** The plain `scan` keeps every repeat in a `while` loop
 # whose body is a few small kernels, launched anew in every iteration, and
-# XLA cannot fuse or schedule across iterations. (On a GPU a loop whose trip
-# count is known runs its body that many times without evaluating the
-# condition or returning to the host, `xla/backends/gpu/runtime/while_thunk.cc`;
-# the launches per iteration remain.) Unrolling gives the compiler straight-line code; whether it
-# compiles longer depends on the compiler and the size (the line under the table reads this run's
-# compile column: on the chip, in `baselines/`, 48 s unrolled against 5 s for the scan, while
-# at `smoke` on a CPU the unrolled step compiled faster). bfloat16 halves the bytes
-# of every activation (the element-wise part of the roofline); on GPUs
-# with bfloat16 tensor cores it also raises the matmul ceiling, while a CPU
-# may run bfloat16 matmuls slower than float32 (section 1's ratio says which
-# holds on this device). On a TPU the float32 rungs already run their
-# matmuls as one bfloat16 pass, so bfloat16 gains less there: the bytes of
-# the saved activations, not the matmul rate. What is left between the best
-# rung and the ceiling could be the element-wise work of section 2 (bias,
-# GELU, the residual mix and their backward), the optimizer's passes over
-# the parameters, or the matmul kernels themselves: section 5 splits the
-# step from its profiler trace and says which. Measured
-# with JAX 0.10.2 on one TPU v5e (15.7 GiB; `baselines/`): 53.7 ms per step for the scan in
-# float32, 23.7 fully unrolled, 36.3 and 21.1 in bfloat16, and the unrolled
-# bfloat16 step at global batch 8192 in 41.1 ms: 82 % of the
-# v5e's 197 TFLOP/s BF16 peak (Google Cloud's TPU v5e documentation). On
-# a CPU the ladder mostly shows
-# compile-time and correctness effects; its speeds say little about an
-# accelerator.
+# XLA cannot fuse or schedule across iterations (on a GPU a loop whose trip
+# count is known skips the condition and the host,
+# `xla/backends/gpu/runtime/while_thunk.cc`; the launches remain).
+# Unrolling gives the compiler straight-line code; whether it compiles
+# longer depends on the compiler and the size (the line under the table
+# reads this run's column: on the chip, in `baselines/`, 48 s unrolled
+# against 5 s for the scan; at `smoke` on a CPU the unrolled step compiled
+# faster). bfloat16 halves the bytes of every activation; on GPUs with
+# bfloat16 tensor cores it also raises the matmul ceiling, while a CPU may
+# run bfloat16 matmuls slower (section 1's ratio says which holds here). On
+# a TPU the float32 rungs already run their matmuls as one bfloat16 pass,
+# so bfloat16 gains only the bytes there. Where the rest of the gap to the
+# ceiling goes, section 5 reads from the profiler trace. On one TPU v5e
+# (JAX 0.10.2, `baselines/`): 53.7 ms per step for the scan in float32,
+# 23.7 fully unrolled, 36.3 and 21.1 in bfloat16, the unrolled bfloat16
+# step at global batch 8192 in 41.1 ms (82 % of the 197 TFLOP/s BF16 peak,
+# Google Cloud's TPU v5e documentation). On a CPU the ladder mostly shows
+# compile-time and correctness effects.
 #
-# The last rung, `pallas_bf16_batch8192` (at the `full` profile), is the one
-# before it with the block's backward pass written by hand as one Pallas
-# kernel: on the same TPU v5e, 38.7 ms per step, 87 % of the 197 TFLOP/s.
-# Section 5 reads from the chip's profile why, and section 4 checks its
-# gradient. Off a TPU its kernel runs in Pallas's interpret mode (JAX
-# operations standing in for the kernel: the same numbers, none of its
-# speed), so there its time says nothing about the kernel.
+# The last rung, `pallas_bf16_batch8192` at `full`, is the one before it
+# with the block's backward pass as one Pallas kernel: on the same TPU
+# v5e, 38.7 ms per step, 87 % of the 197 TFLOP/s. Off a TPU the kernel runs
+# in Pallas's interpret mode (JAX operations standing in for it: the same
+# numbers, none of its speed), so there its time says nothing about it.
 
 # %% [markdown]
 # **The fast step against the batch.** The ladder measured each rung at one

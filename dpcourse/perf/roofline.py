@@ -17,9 +17,9 @@ compiler:
   counts), 128 such arrays are far larger than any device's on-chip
   memory, so each is written to device memory once and read back once.
   The roofline **bound** is the larger of this time and the matmul FLOPs
-  at the matmul ceiling: no program of the step beats it, however its work
-  is fused or overlapped, on any backend (given the ceilings were measured
-  on an idle device).
+  at the matmul ceiling, however its work is fused or overlapped. It is a
+  bound only as far as the ceilings are the device's best: on one v5e the
+  float32 scan's matmul kernels ran 4 % above the measured rate.
 - **Separate element-wise kernels** (:func:`elementwise_bytes_per_step`):
   every activation of the block is a ``[batch, width]`` array; each
   element-wise chain is one kernel that reads its inputs from device memory
@@ -139,8 +139,8 @@ class StepBound:
             (:func:`saved_activation_bytes_per_step`) at the memory bandwidth.
         unfused_s: the bytes of separate element-wise kernels
             (:func:`elementwise_bytes_per_step`) at the memory bandwidth.
-        overlap_s: ``max(compute_s, memory_s)``, the roofline bound: no
-            program of the step does better, on any backend.
+        overlap_s: ``max(compute_s, memory_s)``, the roofline bound (as
+            good as the measured ceilings it rests on).
         serial_s: ``compute_s + unfused_s``, the no-overlap estimate of a
             step whose element-wise kernels run between its matmuls (the GPU
             and CPU compilers'). An estimate, not a bound: it errs high where

@@ -40,22 +40,6 @@ def test_step_bound_takes_the_least_bytes_and_estimates_with_separate_kernels():
         roofline.step_bound(FULL, 4096, 0.0, 1.0)
 
 
-# Measured on one TPU v5e with JAX 0.10.2 (notebook 09, global batch 4096): ceilings float32 default
-# 173.4 TFLOP/s, bfloat16 189.9, memory 633.9 GB/s; the fully unrolled steps ran in 23.73 ms (float32)
-# and 21.1 ms (bfloat16). The separate-kernel model gave a "bound" of 50.82 ms for float32, above the
-# measured step: the TPU compiler fuses the element-wise work into the matmuls' kernels.
-TPU_V5E = {"float32": (173.4e12, 23.73), "bfloat16": (189.9e12, 21.1)}
-
-
-@pytest.mark.parametrize("dtype", list(TPU_V5E))
-def test_the_bound_is_below_the_steps_measured_on_a_tpu(dtype):
-    rate, measured_ms = TPU_V5E[dtype]
-    b = roofline.step_bound(FULL.with_overrides(compute_dtype=dtype), 4096, rate, 633.9e9)
-    assert b.overlap_s * 1e3 < measured_ms < b.serial_s * 1e3
-    if dtype == "float32":
-        assert b.unfused_s * 1e3 == pytest.approx(50.82, abs=0.01)  # the old "bound ms (max)"
-
-
 def test_step_intensity_and_io_fraction():
     assert roofline.step_intensity(FULL, 4096) == pytest.approx(
         6 * 135_030_784 * 4096 / roofline.elementwise_bytes_per_step(FULL, 4096)
