@@ -428,3 +428,15 @@ def test_lesson_09_quotes_the_chips_stored_run(quoted, number, metric, scale, ov
     assert quoted in lesson and round(value, len(number.partition(".")[2])) == float(number), (quoted, value)
     gaps = [v for k, v in CHIP_09.items() if k.endswith("_gap_to_measured")]  # What you learned: "within 0.3 %"
     assert "(the stored chip runs: within 0.3 %" in lesson and gaps and max(gaps) <= 0.003
+
+
+@pytest.mark.parametrize(
+    ("dtype", "ceiling", "rung"),
+    [("float32", "float32_default", "unrolled_f32"), ("bfloat16", "bfloat16", "unrolled_bf16")],
+)
+def test_lesson_09_roofline_bound_is_below_the_chips_steps_and_its_estimate_above(dtype, ceiling, rung):
+    from dpcourse.perf import roofline
+
+    c = config.make_config("full").with_overrides(compute_dtype=dtype)
+    b = roofline.step_bound(c, 4096, CHIP_09[f"ceiling_{ceiling}"], CHIP_09["ceiling_memory_bandwidth"])
+    assert b.overlap_s * 1e3 < CHIP_09[f"rung_{rung}_ms_per_step"] < b.serial_s * 1e3  # the TPU fuses the rest
