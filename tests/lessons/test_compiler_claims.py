@@ -73,8 +73,9 @@ def test_lesson_10_teaches_the_efficient_zero1_and_prints_bytes_sent():
     text = _markdown("10_sharded")
     assert "12 / (4 + 8 / N)" in text and "sharding propagation" in text
     source = (ROOT / "notebooks" / "10_sharded.py").read_text()
-    assert 'compiled["ZeRO-1, all-reduce first"]' in source
-    assert "census.sent_bytes_per_step" in source and "sharded_steps.zero1_allreduce_first" in source
+    assert 'compiled["ZeRO-1, all-reduce first"]' in source and "report.show_gpu_figures(" in source
+    harness = (ROOT / "dpcourse" / "sharded" / "report.py").read_text()
+    assert "census.sent_bytes_per_step" in harness and '"ZeRO-1, all-reduce first"' in harness
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ GENERATED = [
     ("12_batch_size", "readings.measured_sentence(", "tests/lib/large_batch/test_readings.py"),
     ("12_batch_size", "time_to_target.regime_sentence(", "tests/lib/large_batch/test_time_to_target.py"),
     ("10_sharded", "census.memory_saving(", "tests/lib/compiled/test_census.py"),
-    ("10_sharded", "state_sentences.state_ratio_sentence(", "tests/lib/sharded/test_state_sentences.py"),
+    ("10_sharded", "report.show_state_bytes(", "tests/lib/sharded/test_report.py"),
     ("11_checkpoint", "cost_sentences.size_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
     ("11_checkpoint", "cost_sentences.forms_sentence(", "tests/lib/checkpoints/test_cost_sentences.py"),
     ("11_checkpoint", "cost_sentences.hiding_lines(", "tests/lib/checkpoints/test_cost_sentences.py"),
