@@ -26,8 +26,9 @@
 # (section 2 says which leaves stay replicated then).
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
-# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
-# `baselines/timings.json`).
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured at a load average of at most 0.26 at
+# the start; other work slows it, roughly by the load average divided by the core count where that
+# exceeds 1; the run's details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -55,17 +56,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from IPython.display import display
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import config, costs, data, memory, model, record, show, train
-from dpcourse.compiled import census, collectives
+from dpcourse import costs, data, model, train
+from dpcourse.compiled import census
 from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.exercises import checks
 from dpcourse.sharded import forms as sharded
-from dpcourse.sharded import state_sentences
+from dpcourse.sharded import report
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -120,26 +120,7 @@ def bytes_on(tree, device):
 
 dev0 = devs[0]
 held = {"parameters": bytes_on(params, dev0), "AdamW state": bytes_on(opt_state, dev0)}
-formula = sharded.state_bytes_formula(n_params, n, "replicated")
-display(
-    show.table(
-        [
-            {"what": "parameters", "measured": held["parameters"], "formula": formula["params"]},
-            {"what": "AdamW state", "measured": held["AdamW state"], "formula": formula["adam"]},
-        ],
-        caption=f"Bytes on device 0 of {n}, replicated (formula: 4 and 8 bytes per parameter)",
-    )
-)
-assert held["parameters"] == sharded.per_device_bytes(params, dev0) == formula["params"], (
-    f"device 0 holds {held['parameters']:,} bytes of parameters; "
-    f"the formula says {formula['params']:,}"
-)
-# AdamW's state also holds its step count (one int32): 4 bytes over the formula.
-extra_state = held["AdamW state"] - formula["adam"]
-assert extra_state == sharded.per_device_bytes(opt_state, dev0) - formula["adam"] == 4, (
-    f"device 0 holds {extra_state:+,} bytes of AdamW state beyond the formula; "
-    "expected +4 (the step count)"
-)
+report.show_replicated_state(held, n_params, n)  # held to the formula (+4: AdamW's step count)
 
 # %% [markdown]
 # The gradients and the activations exist only while the step runs. The
@@ -155,12 +136,12 @@ replicated_step = jax.jit(
     train_step, in_shardings=(p_rep, s_rep, x_sh, y_sh), out_shardings=(p_rep, s_rep, rep)
 )
 compiled = {"replicated DP": replicated_step.lower(params, opt_state, *batches[0]).compile()}
-mem = {"replicated DP": census.memory_figures(compiled["replicated DP"])}
+figures = census.memory_figures(compiled["replicated DP"])
 batch_bytes = batches[0][0].nbytes // n + batches[0][1].nbytes // n
 print(
-    f"argument bytes {mem['replicated DP']['argument_bytes']:,} = parameters "
+    f"argument bytes {figures['argument_bytes']:,} = parameters "
     f"{held['parameters']:,} + AdamW state {held['AdamW state']:,} + batch shard {batch_bytes:,}; "
-    f"temporary bytes {mem['replicated DP']['temp_bytes']:,}"
+    f"temporary bytes {figures['temp_bytes']:,}"
 )
 
 # %% [markdown]
@@ -171,19 +152,7 @@ print(
 
 # %%
 DATASHEET_MEMORY = {"NVIDIA L4": 24e9, "NVIDIA H200 SXM": 141e9}  # bytes, datasheet figures
-NODE_GPUS = 8  # a node of 8 such GPUs (not this run's devices)
-FIT_COLUMNS = {
-    "replicated": f"replicated, {NODE_GPUS} GPUs",
-    "zero1": f"ZeRO-1, {NODE_GPUS} GPUs",
-    "fsdp": f"FSDP gathered per layer, {NODE_GPUS} GPUs",
-}
-rows = []
-for name, mem_bytes in DATASHEET_MEMORY.items():
-    row = {"device (datasheet memory)": f"{name} ({mem_bytes / 1e9:.0f} GB)"}
-    for form, label in FIT_COLUMNS.items():
-        row[label] = f"{sharded.params_that_fit(mem_bytes, NODE_GPUS, form) / 1e9:.2f} G"
-    rows.append(row)
-display(show.table(rows, caption="Parameters whose float32 state fits (no activations)"))
+report.show_fit(DATASHEET_MEMORY, 8)  # a node of 8 such GPUs (not this run's devices)
 
 # %% [markdown]
 # Replicated DP fits 1.5 billion parameters on an L4 however many L4s there
@@ -224,27 +193,7 @@ def spec_for(shape, n_devices, min_elements=MIN_SHARD_ELEMENTS):
 
 param_specs = jax.tree.map(lambda a: spec_for(a.shape, n), params)
 state_specs = jax.tree.map(lambda a: spec_for(a.shape, n), opt_state)
-plan = sharded.shard_specs(params, n, min_elements=MIN_SHARD_ELEMENTS)
-display(
-    show.table(
-        [
-            {
-                "leaf": k,
-                "shape": tuple(v.shape),
-                "spec": str(param_specs[k]),
-                "package": str(plan.specs[k]),
-            }
-            for k, v in params.items()
-        ],
-        caption=f"Specs on {n} devices (this cell's spec_for, and sharded.shard_specs)",
-    )
-)
-print(plan.describe())
-differ = [k for k in params if param_specs[k] != plan.specs[k]]
-assert not differ, f"spec_for differs from the package for {differ}"
-assert state_specs == sharded.shard_specs(opt_state, n, min_elements=MIN_SHARD_ELEMENTS).specs, (
-    "the optimizer state's PartitionSpecs from spec_for differ from the package's shard_specs"
-)
+report.show_specs(params, param_specs, state_specs, opt_state, n, MIN_SHARD_ELEMENTS)  # vs package
 
 # %% [markdown]
 # On 3 devices no dimension of this model divides (784, the widths and 10
@@ -383,36 +332,12 @@ compiled["FSDP, gathered once"] = fsdp_step.lower(params_fsdp, opt_state_z1, *ba
 # What each device holds now, measured, against the formula:
 
 # %%
-state_rows = []
-for form, p, s in [
-    ("replicated DP", params, opt_state),
-    ("ZeRO-1", params, opt_state_z1),
-    ("FSDP", params_fsdp, opt_state_z1),
-]:
-    key = {"replicated DP": "replicated", "ZeRO-1": "zero1", "FSDP": "fsdp"}[form]
-    f = sharded.state_bytes_formula(n_params, n, key)
-    held_form = bytes_on(p, dev0) + bytes_on(s, dev0)
-    state_rows.append(
-        {
-            "form": form,
-            "parameters": bytes_on(p, dev0),
-            "AdamW state": bytes_on(s, dev0),
-            "formula (params + AdamW)": int(f["params"] + f["adam"]),
-            "replicated / this": f"{(held['parameters'] + held['AdamW state']) / held_form:.2f}",
-            "formula ratio": f"{sharded.state_ratio_formula(n, key):.2f}",
-        }
-    )
-display(
-    show.table(
-        state_rows, caption=f"Bytes per device (device 0 of {n}), measured with addressable_shards"
-    )
-)
-print(
-    state_sentences.state_ratio_sentence(
-        {r["form"]: float(r["replicated / this"]) for r in state_rows},
-        {r["form"]: float(r["formula ratio"]) for r in state_rows},
-    )
-)
+held_by_form = {
+    "replicated DP": (params, opt_state),
+    "ZeRO-1": (params, opt_state_z1),
+    "FSDP": (params_fsdp, opt_state_z1),
+}
+report.show_state_bytes(held_by_form, n_params, n, dev0)  # bytes_on each device, as in section 1
 
 # %% [markdown]
 # Between steps a device holds 4 + 8 = 12 bytes per parameter under
@@ -430,24 +355,7 @@ print(
 # `memory_analysis()`:
 
 # %%
-step_rows = []
-for form in (
-    "replicated DP",
-    "ZeRO-1",
-    "ZeRO-1, all-reduce first",
-    "FSDP, naive",
-    "FSDP, gathered once",
-):
-    f = census.memory_figures(compiled[form])
-    step_rows.append(
-        {
-            "form": form,
-            "argument bytes": f["argument_bytes"],
-            "temporary bytes": f["temp_bytes"],
-            "bytes per parameter": f"{(f['argument_bytes'] + f['temp_bytes']) / n_params:.1f}",
-        }
-    )
-display(show.table(step_rows, caption=f"Memory per device during the step, {n} devices"))
+mem = report.show_step_memory(compiled, n_params, n)  # memory_analysis() of each step
 
 # %% [markdown]
 # FSDP gathered once holds whole parameters and whole gradients while the
@@ -638,8 +546,7 @@ if REDUCED_OK:
 # programs' temporary bytes per device:
 
 # %%
-for form, c in compiled.items():
-    mem[form] = census.memory_figures(c)
+mem = {form: census.memory_figures(c) for form, c in compiled.items()}
 temp_full, temp_acc = mem["replicated DP"]["temp_bytes"], mem["accumulation, scan"]["temp_bytes"]
 print(census.memory_saving(temp_full, temp_acc, ACCUM_K))
 
@@ -669,59 +576,28 @@ def run(step, p, s, batch_list):
     return p, s, m
 
 
-final = {}
-final["replicated DP"] = run(compiled["replicated DP"], params, opt_state, batches)
-final["ZeRO-1"] = run(compiled["ZeRO-1"], params, opt_state_z1, batches)
-final["ZeRO-1, all-reduce first"] = run(
-    compiled["ZeRO-1, all-reduce first"], params, opt_state_z1, batches
-)
-final["FSDP, naive"] = run(compiled["FSDP, naive"], params_fsdp, opt_state_z1, batches)
-final["FSDP, gathered once"] = run(
-    compiled["FSDP, gathered once"], params_fsdp, opt_state_z1, batches
-)
-final["accumulation, scan"] = run(compiled["accumulation, scan"], params, opt_state, batches)
+start = {
+    "replicated DP": (params, opt_state),
+    "ZeRO-1": (params, opt_state_z1),
+    "ZeRO-1, all-reduce first": (params, opt_state_z1),
+    "FSDP, naive": (params_fsdp, opt_state_z1),
+    "FSDP, gathered once": (params_fsdp, opt_state_z1),
+    "accumulation, scan": (params, opt_state),
+}
+final = {form: run(compiled[form], p, s, batches) for form, (p, s) in start.items()}
 if REDUCED_OK:
+    start["accumulation, reduced"] = (params_e, opt_state_e)
     with jax.set_mesh(emesh):
         final["accumulation, reduced"] = run(
             compiled["accumulation, reduced"], params_e, opt_state_e, e_batches
         )
 # Same reasons as notebooks 04-06 (train.equivalence_tolerances): float32 sums in another order.
-EQUIV_TOL, _ = train.equivalence_tolerances(devs[0].platform, cfg.learning_rate, steps=STEPS)
-# ZeRO and FSDP do the same arithmetic, only placed differently: often bitwise on the CPU, but
-# not on every device count (the text below says where it was measured), so every form is held
-# to EQUIV_TOL and the table says whether this run's came out bitwise.
-diffs, rows = {}, []
-for form, (p, _, m) in final.items():
-    diffs[form] = train.max_abs_diff(final["replicated DP"][0], p)
-    rows.append(
-        {
-            "form": form,
-            "max |diff| vs replicated": diffs[form],
-            "bitwise equal": "yes" if diffs[form] == 0.0 else "no",
-            "required": f"< {EQUIV_TOL:g}",
-            "loss before the last step": float(m["loss"]),
-        }
-    )
-display(show.table(rows, caption=f"Parameters after {STEPS} steps, each form vs replicated DP"))
-# Each leaf against its own scale as well (checks.compare_steps): AdamW's normalised
-# update hides a gradient K or N times too large in the parameters, not in its first moment.
-FACTORS = [checks.device_factor(n), checks.microbatch_factor(ACCUM_K)]
-for form, out in final.items():
-    same = checks.compare_steps(
-        out,
-        final["replicated DP"],
-        (params, opt_state),
-        f"{form}: the parameters, AdamW state and metrics after {STEPS} steps",
-        "replicated DP",
-        backend,
-        FACTORS,
-    )
-    assert same.same, same.message
-    assert diffs[form] < EQUIV_TOL, checks.beyond(
-        f"{form}: the parameters after {STEPS} steps and replicated DP's",
-        diffs[form],
-        EQUIV_TOL,
-    )
+EQUIV_TOL, _ = train.equivalence_tolerances(backend, cfg.learning_rate, steps=STEPS)
+# Each leaf is held to its own scale too (checks.compare_steps): AdamW's normalised update hides
+# a gradient K or N times too large in the parameters, not in its first moment.
+diffs = report.check_same_training(
+    final, start["replicated DP"], backend, n, ACCUM_K, STEPS, EQUIV_TOL
+)
 
 # %% [markdown]
 # ZeRO and FSDP do the same arithmetic as replicated DP, only placed
@@ -743,43 +619,10 @@ for form, out in final.items():
 # batches (edit a cell above and this says which form now differs):
 
 # %%
-from concurrent.futures import ThreadPoolExecutor
-
-pkg = {
-    "ZeRO-1": sharded_steps.zero1,
-    "ZeRO-1, all-reduce first": sharded_steps.zero1_allreduce_first,
-    "FSDP, naive": sharded_steps.fsdp_naive,
-    "FSDP, gathered once": sharded_steps.fsdp_gathered,
-    "accumulation, scan": sharded_steps.accum_scan,
-}
-built = {form: build(cfg, mesh) for form, build in pkg.items()}  # (jitted step, abstract args)
-# Lowered here: a mesh set with jax.set_mesh belongs to this thread, and a worker thread would
-# lower without it. The compiles are independent: they use every core (as in 09).
-lowered = {form: step.lower(*args) for form, (step, args) in built.items()}
-with ThreadPoolExecutor() as pool:
-    pkg_steps = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
-package_diff, package_check = {}, {}
-for form, (_, args) in built.items():
-    step = pkg_steps[form]
-    p0 = jax.device_put(init_host, jax.tree.map(lambda a: a.sharding, args[0]))
-    s0 = jax.device_put(optimizer.init(params), jax.tree.map(lambda a: a.sharding, args[1]))
-    out = run(step, p0, s0, batches)
-    package_diff[form] = train.max_abs_diff(final[form][0], out[0])
-    package_check[form] = checks.compare_steps(
-        final[form],
-        out,
-        (params, opt_state),
-        f"{form}: your cell's parameters, AdamW state and metrics after {STEPS} steps",
-        "the package's",
-        backend,
-        FACTORS,
-    )
-display(show.table([{"form": k, "max |your cell - package|": v} for k, v in package_diff.items()]))
-for form, d in package_diff.items():
-    assert package_check[form].same, package_check[form].message
-    assert d < EQUIV_TOL, checks.beyond(
-        f"{form}: your cell's parameters and the package's", d, EQUIV_TOL
-    )
+# the package's twins: dpcourse.cross_compile.steps (zero1, fsdp_gathered, accum_scan, ...)
+report.check_against_package(
+    final, run, cfg, mesh, start["replicated DP"], batches, ACCUM_K, EQUIV_TOL
+)
 
 # %% [markdown]
 # ## 6. Counted in the compiled program
@@ -796,24 +639,7 @@ for form, d in package_diff.items():
 # backend:
 
 # %%
-reports = {form: collectives.parse_hlo(c.as_text()) for form, c in compiled.items()}
-display(
-    show.table(
-        [census.census_row(form, r, n) for form, r in reports.items()],
-        caption=f"Collectives per step, {devs[0].platform}, {n} devices, JAX {jax.__version__}",
-    )
-)
-if backend == "cpu":
-    scatters = sum(len(r.of_kind("reduce-scatter")) for r in reports.values())
-    looped = [f for f, r in reports.items() if any(c.in_loop for c in r.of_kind("all-reduce"))]
-    print(f"reduce-scatters in these {len(reports)} CPU programs: {scatters}; an all-reduce")
-    print(f"  inside a loop in {len(looped)}: {'; '.join(looped)}")
-    if not scatters:
-        print(
-            "The CPU compiler does not turn these steps' all-reduce and slice into a\n"
-            "reduce-scatter (an explicit lax.psum_scatter compiles to one): the ZeRO and\n"
-            "FSDP pattern shows in a GPU compile, below."
-        )
+reports = report.show_census(compiled, n, backend)
 
 # %% [markdown]
 # **For GPUs, without a GPU.** The package's twins of this lesson's seven
@@ -823,76 +649,22 @@ if backend == "cpu":
 # (the optional extra, `make gpu-compile`; without it, the result `make
 # placement` stored for 8 GPUs, labelled as stored): the background process
 # started at the top of the lesson, one for all targets, a second or two per step.
-
-# %%
-waited = time.perf_counter()
-compiled = gpu_compile.results()  # waits only for what is not done yet (or reads the stored one)
-gpu_results = [r for r in compiled if r.backend != "tpu"]
-tpu_results = [r for r in compiled if r.backend == "tpu"]
-if gpu_compile.pending is not None:
-    print(f"waited {time.perf_counter() - waited:.1f} s for the background GPU compile")
-
-
-def show_collectives(res):
-    """Show a target's collectives per form (True), or its error when it did not compile (False)."""
-    if res.error:
-        print(f"{res.label}: {res.error}")
-        return False
-    rows = census.form_rows(res.steps, sharded_steps.FORM_LABELS, res.n_devices)
-    display(show.table(rows, caption=f"Collectives per step, {res.label}, JAX {res.jax_version}"))
-    return True
-
-
-for res in gpu_results:
-    show_collectives(res)
-
-# %% [markdown]
+#
 # **For TPU slices, without a TPU.** The same seven steps compiled by the
 # TPU compiler for two 8-chip slices: a v5e 2x4 (the chips of Kaggle's TPU
 # v5e-8) and a v5p 2x2x2 (a 3-D mesh), from libtpu's description of each
 # slice (the optional extra `make tpu-compile`; without it, the result
-# `make placement` stored, labelled as stored). Under each table, each
-# form whose collectives are of other kinds than in the GPU program above,
+# `make placement` stored, labelled as stored). Under each TPU table, each
+# form whose collectives are of other kinds than in the GPU program,
 # read from the two programs; after the tables, where the two slices'
 # programs differ.
 
-
 # %%
-def kinds(step):
-    """The kinds of collective a compiled step runs, in order of first appearance."""
-    return list(dict.fromkeys(c["kind"] for c in step.collectives))
-
-
-for res in tpu_results:
-    if not show_collectives(res):
-        continue
-    gpu = next((g for g in gpu_results if not g.error and g.profile == res.profile), None)
-    for name, s in res.steps.items() if gpu is not None else ():
-        if name in gpu.steps and kinds(s) != kinds(gpu.steps[name]):
-            print(f"{sharded_steps.FORM_LABELS[name]}, the kinds of collective it runs:")
-            print(f"  {gpu.target_label}: {', '.join(kinds(gpu.steps[name]))}")
-            print(f"  {res.target_label}: {', '.join(kinds(s))}")
-
-slices_ok = [r for r in tpu_results if not r.error]
-for other in slices_ok[1:]:  # the same compiler, another chip: read where the programs differ
-    first = slices_ok[0]
-    for name, s in first.steps.items():
-        o = other.steps.get(name)
-        if (
-            o is None
-            or s.error
-            or o.error
-            or (s.count, s.bytes_per_step) == (o.count, o.bytes_per_step)
-        ):
-            continue
-        print(
-            f"{sharded_steps.FORM_LABELS[name]}, {first.target_label} against {other.target_label}:"
-        )
-        for r, st in ((first, s), (other, o)):
-            print(
-                f"  {r.target_label}: {st.count} collectives ({', '.join(kinds(st))}), "
-                f"{st.bytes_per_step:,} result bytes per step"
-            )
+waited = time.perf_counter()
+cross = gpu_compile.results()  # waits only for what is not done yet (or reads the stored one)
+if gpu_compile.pending is not None:
+    print(f"waited {time.perf_counter() - waited:.1f} s for the background compile")
+report.show_cross_compiles(cross)
 
 # %% [markdown]
 # What the TPU compiler did differently (libtpu 0.0.42 and 0.0.50, the
@@ -942,44 +714,7 @@ for other in slices_ok[1:]:  # the same compiler, another chip: read where the p
 # carries, and what each form sends against replicated DP.
 
 # %%
-grad_bytes = costs.gradient_bytes(cfg)  # float32 gradient, bytes (= the parameters')
-block_bytes = params["w_block"].nbytes
-
-
-def sizes_of(res):
-    """The model's leaves at the profile ``res`` was compiled with (a stored one may differ)."""
-    if res.profile == cfg.profile:
-        return params, "this run's sizes"
-    stored_params = model.init_params(config.make_config(res.profile))
-    return (
-        stored_params,
-        f"the {res.profile} profile's sizes, as compiled; this run is {cfg.profile}",
-    )
-
-
-for res in gpu_results:
-    if res.error or any(s.error for s in res.steps.values()):
-        continue
-    leaves, said = sizes_of(res)  # like with like: bytes of the model that was compiled
-    res_plan = sharded.shard_specs(leaves, res.n_devices, min_elements=MIN_SHARD_ELEMENTS)
-    res_grad_bytes = sum(a.nbytes for a in leaves.values())
-    replicated_leaf_bytes = sum(leaves[k].nbytes for k in leaves if res_plan.specs[k] == P())
-    got = {name: census.report_from_rows(s.collectives) for name, s in res.steps.items()}
-    sent = {name: census.sent_bytes_per_step(r, res.n_devices) for name, r in got.items()}
-    in_loop = sum(c.bytes for c in got["accum_scan"].of_kind("all-reduce") if c.in_loop)
-    block_and_bias = leaves["w_block"].nbytes + leaves["b_block"].nbytes
-    small = [c.bytes for c in got["fsdp_gathered"].of_kind("all-reduce")]
-    print(f"{res.label} ({said}):")
-    print(f"  accumulation, scan: {in_loop:,} bytes all-reduced in each of {ACCUM_K} microbatches,")
-    share = in_loop / res_grad_bytes
-    print(f"    {share:.0%} of the gradient (w_block and b_block: {block_and_bias:,});")
-    print(f"    the other {1 - share:.0%} once after the loop;")
-    print(f"    sends {sent['accum_scan'] / sent['dp_replicated']:.2f} x replicated DP's bytes")
-    naive, ar_first = (sent[k] / sent["dp_replicated"] for k in ("zero1", "zero1_allreduce_first"))
-    print(f"  ZeRO-1, naive: sends {naive:.2f} x replicated DP's bytes")
-    print(f"  ZeRO-1, all-reduce first: sends {ar_first:.2f} x replicated DP's bytes")
-    print(f"  FSDP gathered once: all-reduce of {small} bytes = the replicated leaves'")
-    print(f"    gradients {replicated_leaf_bytes:,} + the two metrics 8")
+report.show_gpu_figures(cross, cfg, ACCUM_K, MIN_SHARD_ELEMENTS)
 
 # %% [markdown]
 # ## 7. The cost model: communication per step, predicted
@@ -999,42 +734,12 @@ for res in gpu_results:
 # gradient all-reduced in every microbatch, K x.
 
 # %%
-pred = census.predict_communication(grad_bytes, block_bytes, n, ACCUM_K, cfg.block_repeats)
-links = {
-    "H200 NVLink4": costs.find_peak("NVIDIA H200"),
-    "L4 PCIe Gen4": costs.find_peak("NVIDIA L4"),
-}
-v5e = costs.find_peak("TPU v5 lite")
-slices = {"v5e-8 ICI": (2, 4), "v5e-256 ICI": (16, 16)}  # a 2 x 4 mesh; a 16 x 16 torus
-
-
-def ici_time_s(form, shape):
-    """The form's collectives over a v5e slice of `shape`, at that slice's chip count."""
-    at = census.predict_communication(
-        grad_bytes, block_bytes, math.prod(shape), ACCUM_K, cfg.block_repeats
-    )[form]
-    return sum(
-        at[kind] * costs.tpu_collective_s(kind, at["payload"][kind] / at[kind], v5e, shape, False)
-        for kind in census.KINDS
-        if at[kind]
-    )
-
-
-pred_rows = []
-for form, p in pred.items():
-    row = {
-        "form": form,
-        **{k: p[k] for k in census.KINDS},
-        "sent per device": int(p["wire_bytes"]),
-    }
-    for label, peak in links.items():
-        row[f"us on {label}"] = f"{census.predicted_time_s(p, n, peak.link_bytes_per_s) * 1e6:.1f}"
-    for label, shape in slices.items():
-        row[f"us on {label}"] = f"{ici_time_s(form, shape) * 1e6:.1f}"
-    pred_rows.append(row)
-display(
-    show.table(pred_rows, caption=f"Predicted collectives per step, {n} devices, K = {ACCUM_K}")
+pred = census.predict_communication(
+    costs.gradient_bytes(cfg), params["w_block"].nbytes, n, ACCUM_K, cfg.block_repeats
 )
+links = {"H200 NVLink4": "NVIDIA H200", "L4 PCIe Gen4": "NVIDIA L4"}  # rings of n GPUs
+slices = {"v5e-8 ICI": (2, 4), "v5e-256 ICI": (16, 16)}  # a 2 x 4 mesh; a 16 x 16 torus
+report.show_prediction(pred, cfg, n, ACCUM_K, links, slices)
 print(
     f"GPU columns: rings of {n} devices; TPU columns: whole v5e slices at their own chip counts,\n"
     "over ICI (a v5e-8 is a 2 x 4 mesh without wraparound links, a v5e-256 a 16 x 16 torus);\n"
@@ -1059,96 +764,13 @@ print(
 # of reduce-scattering.
 
 # %%
-for res in gpu_results:
-    if res.error:
-        print(f"{res.label}: {res.error}")
-        continue
-    res_pred = pred
-    if (res.profile, res.n_devices) != (cfg.profile, n):  # a stored compile: predict at its sizes
-        res_cfg = config.make_config(res.profile)
-        res_pred = census.predict_communication(
-            costs.gradient_bytes(res_cfg),
-            4 * res_cfg.width**2,
-            res.n_devices,
-            ACCUM_K,
-            res_cfg.block_repeats,
-        )
-        print(f"{res.label}: compiled for the {res.profile} profile on {res.n_devices} GPUs")
-        print(f"  (this run: {cfg.profile} on {n}), so compared with the prediction at those sizes")
-    for name, s in res.steps.items():
-        report = census.report_from_rows(s.collectives)
-        got, want = census.census(report), res_pred[sharded_steps.FORM_LABELS[name]]
-        runs = [f"{k} {got[k].runs_per_step} ({want[k]})" for k in census.KINDS]
-        sent = census.sent_bytes_per_step(report, res.n_devices)
-        ratio = sent / want["wire_bytes"]
-        close = "within 10%" if abs(ratio - 1) <= 0.10 else "not within 10%"
-        print(f"{res.label}, {sharded_steps.FORM_LABELS[name]}:")
-        print("    runs (predicted): " + ", ".join(runs))
-        print(f"    sent {sent:,.0f} B, predicted {want['wire_bytes']:,.0f}: {ratio:.2f}x, {close}")
+report.compare_with_prediction(cross, cfg, n, ACCUM_K)  # at the sizes each was compiled for
 
 # %% [markdown]
 # ## Records
 
 # %%
-state_by_form = {
-    "replicated DP": (params, opt_state),
-    "ZeRO-1": (params, opt_state_z1),
-    "ZeRO-1, all-reduce first": (params, opt_state_z1),
-    "FSDP, naive": (params_fsdp, opt_state_z1),
-    "FSDP, gathered once": (params_fsdp, opt_state_z1),
-    "accumulation, scan": (params, opt_state),
-}
-if REDUCED_OK:
-    state_by_form["accumulation, reduced"] = (params_e, opt_state_e)
-for form, (p, s) in state_by_form.items():
-    key = sharded_steps.FORM_KEYS[form]
-    record.figures(
-        {
-            f"state_bytes_per_device_{key}": (bytes_on(p, dev0) + bytes_on(s, devs[0]), "bytes"),
-            f"argument_bytes_{key}": (mem[form]["argument_bytes"], "bytes"),
-            f"temp_bytes_{key}": (mem[form]["temp_bytes"], "bytes"),
-            f"collectives_per_step_{key}": (reports[form].runs_per_step, "count"),
-            f"collective_bytes_per_step_{key}": (reports[form].bytes_per_step, "bytes"),
-        }
-    )
-    if form != "replicated DP":
-        record.figures(
-            {
-                f"max_abs_param_diff_vs_replicated_{key}": (diffs[form], "abs"),
-                f"max_abs_param_diff_vs_replicated_{key}_tolerance": (
-                    EQUIV_TOL,
-                    "abs",
-                ),
-            }
-        )
-for res in gpu_results:
-    for name, s in [] if res.error or res.stored else res.steps.items():
-        record.figures(
-            {
-                f"collectives_per_step_{name}_gpu_{res.target}_{res.n_devices}": (
-                    s.runs_per_step,
-                    "count",
-                ),
-                f"collective_bytes_per_step_{name}_gpu_{res.target}_{res.n_devices}": (
-                    s.bytes_per_step,
-                    "bytes",
-                ),
-            }
-        )
-_ = record.figures(
-    {
-        "reduced_shardings_available": (int(REDUCED_OK), "bool"),
-    }
-)
-
-# %%
-before, after = memory.free(
-    globals(),
-    *("params", "opt_state", "opt_state_z1", "params_fsdp", "params_e", "opt_state_e"),
-    *("batches", "e_batches", "final", "state_by_form", "logits_e", "logits_ref", "p0", "s0"),
-    *("p", "s", "m", "args", "step"),
-)
-print("freed:", before, "->", after)
+report.record_forms(start, mem, reports, diffs, EQUIV_TOL, cross, dev0)
 
 # %% [markdown]
 # ## What you learned
