@@ -23,8 +23,9 @@
 # and its cost model). At least 2 devices.
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
-# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
-# `baselines/timings.json`).
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured at a load average of at most 1.41 at
+# the start; other work slows it, roughly by the load average divided by the core count where that
+# exceeds 1; the run's details are in `baselines/timings.json`).
 #
 # **Sources.** Shallue et al. 2018, "Measuring the Effects of Data
 # Parallelism on Neural Network Training" (arXiv:1811.03600); McCandlish et
@@ -55,7 +56,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, config, memory, model, record, show, train
+from dpcourse import bench, config, model, record, show, train
 from dpcourse.exercises import checks
 from dpcourse.exercises.cells import check_against
 from dpcourse.large_batch import batch_size, readings, time_to_target
@@ -391,6 +392,9 @@ first = best[min(best)]
 ax.plot(curve, first * min(best) / curve, "k:", label="perfect scaling")
 ax.axvline(fit.b_crit, color="grey", ls="--", lw=1, label=f"B_crit = {fit.b_crit:,.0f}")
 ax.set(xscale="log", yscale="log", xlabel="global batch (examples)", ylabel="steps to target")
+ax.set_xticks(sizes, [str(b) for b in sizes])  # the trained batches only: no crowded minor labels
+ax.xaxis.set_minor_formatter(plt.NullFormatter())
+ax.yaxis.set_minor_formatter(plt.NullFormatter())
 ax.set_title(f"Steps to held-out loss {plan.target_loss} ({dataset.source} data)")
 ax.legend(fontsize=8)
 fig.tight_layout()
@@ -699,11 +703,6 @@ _ = record.figures(
     }
 )
 
-# %%
-before, after = memory.free(globals(), "x_held", "y_held", "p_try", "s_try", "with_norms", "plain")
-compiled.clear()
-print("freed:", before, "->", after)
-
 # %% [markdown]
 # ## What you learned
 #
@@ -727,12 +726,13 @@ print("freed:", before, "->", after)
 #   depends on the step. Where it is mostly the all-reduce (this lesson's
 #   small model; section 7's line says how much of it is latency), every
 #   device added changes each step's length, and the shortest time is set
-#   by that cost against the falling steps, not by `B_crit` alone; where it
-#   is mostly compute (the `full` workload's step), the time follows the
-#   steps, and `B_crit` decides what more devices buy: in the model each
-#   doubling past it saves less than a quarter of the steps (a tenth at
-#   `4 B_crit`). Section 7's lines say which regime each table is in, and
-#   where its time is shortest.
+#   by that cost against the falling steps, not by `B_crit` alone. Where
+#   it is mostly compute (the `full` workload's step), `B_crit` says how
+#   much a doubling still cuts the steps: in the model less than a quarter
+#   past it, a tenth at `4 B_crit`. Once that cut is smaller than what the
+#   all-reduce adds to the step, the time turns up, even with compute
+#   still most of the step. Section 7's lines say, for each table, where
+#   its time is shortest and what decides there.
 # - The global batch decides the training; how it is split over devices
 #   does not (within float32 round-off).
 #

@@ -119,10 +119,10 @@ def steps_sentence(best: Mapping[int, int], b_crit: float, spread: float) -> str
     if told_apart(before, after, spread):
         return head + f" That is a rise beyond the seeds' spread ({spread:.0%}): the larger batch took more steps."
     if told_apart(before, before * (1 - predicted), spread):
-        why = f"though the model's cut for this step (-{predicted:.0%}) is beyond it: more seeds would tell"
+        why = f", though the model's cut for this step (-{predicted:.0%}) is beyond it: more seeds would tell"
     else:
-        why = f"and so is the model's own cut for this step (-{predicted:.0%}): too small for these seeds to test"
-    return head + f" That is within the seeds' spread ({spread:.0%}): this run cannot tell the change from luck, {why}."
+        why = f"; the model's own cut for this step (-{predicted:.0%}) is within it too, too small for these seeds to test"
+    return head + f" That is within the seeds' spread ({spread:.0%}): this run cannot tell the change from luck{why}."
 
 
 def scaling_sentence(best: Mapping[int, int]) -> str:

@@ -153,12 +153,17 @@ def fastest(table: Sequence[dict]) -> dict:
     return min(table, key=lambda r: r["time to target ms"])
 
 
+LEVELLED = 0.01  # a last row less than 1% below the one before: the table shows a level, not a fall
+
+
 def reading(table: Sequence[dict], label: str) -> str:
     """The sentence the table supports: at which device count its time to the target is shortest.
 
-    Read from the rows, so it changes when they do: shortest at the last
-    row means still falling there; anywhere else, every larger count in the
-    table takes at least as long.
+    Read from the rows, so it changes when they do. Shortest at the last row
+    means still falling there only when it is at least :data:`LEVELLED` below
+    the row before; a smaller gap is read as a level, and a column that rose
+    on the way is said to. Anywhere else, every larger count in the table
+    takes at least as long.
     """
     best = fastest(table)
     last = table[-1]
@@ -166,25 +171,37 @@ def reading(table: Sequence[dict], label: str) -> str:
         f"{label}: time to the target is shortest at {best['devices']} devices, {best['machine']}: "
         f"{best['time to target ms']:.3g} ms (global batch {best['global batch']}, {best['batch']})"
     )
-    if best is last:
-        return f"{where}, the largest count in the table: it still falls there."
-    which = ", the smallest count in the table" if best is table[0] else ""
-    return (
-        f"{where}{which}; every larger count in the table takes at least as long "
-        f"({last['time to target ms']:.3g} ms at {last['devices']})."
-    )
+    if best is not last:
+        which = ", the smallest count in the table" if best is table[0] else ""
+        return (
+            f"{where}{which}; every larger count in the table takes at least as long "
+            f"({last['time to target ms']:.3g} ms at {last['devices']})."
+        )
+    if len(table) == 1:
+        return f"{where}, the only count in the table."
+    prev = table[-2]
+    drop = 1 - best["time to target ms"] / prev["time to target ms"]
+    rises = [a["devices"] for a, b in zip(table, table[1:]) if b["time to target ms"] > a["time to target ms"]]
+    bumpy = f"; the column is not monotonic (it rises after {rises[0]} devices)" if rises else ""
+    gap = f"{drop:.1%} below the {prev['time to target ms']:.4g} ms at {prev['devices']}{bumpy}"
+    if drop < LEVELLED:
+        return f"{where}, the largest count in the table, only {gap}: the time has levelled off there."
+    return f"{where}, the largest count in the table, {gap}: it still falls there."
 
 
 def regime_sentence(table: Sequence[dict], b_crit: float, label: str, workload: str) -> str:
-    """Which term of the modelled step decides the table, read from its rows: the all-reduce or the compute.
+    """Which term of the modelled step decides the table, read from its rows: the all-reduce or the steps.
 
     Where the all-reduce is at least half of the step at the smallest count,
     it grows with every device added while each device's compute stays: the
     step's cost decides where the time is shortest. Where compute is most of
-    the step, the step stays about as long and the time follows the fitted
-    steps, whose cut per doubling is above a quarter below ``b_crit`` and
-    below a quarter past it (:func:`dpcourse.large_batch.readings.doubling_cut`):
-    ``B_crit`` decides.
+    the step, the sentence says where ``B_crit`` lies against the rows (a
+    doubling cuts the fitted steps by more than a quarter below it, less past
+    it: :func:`dpcourse.large_batch.readings.doubling_cut`), and reads the
+    row after the shortest time: there the step's growth, all of it the
+    all-reduce's, outweighs the cut of the steps, so the all-reduce decides
+    even with compute most of the step. Shortest at the last row: the steps,
+    and with them ``B_crit``, still decide.
 
     Raises:
         ValueError: an empty table or a ``b_crit`` that is not > 0.
@@ -228,12 +245,25 @@ def regime_sentence(table: Sequence[dict], b_crit: float, label: str, workload: 
             f"B_crit ({b_crit:,.0f}) lies inside the table: below it a doubling saves more than a quarter "
             "of the steps, past it less"
         )
-    return head + (
+    text = head + (
         f"compute is {1 - share:.0%} of the modelled step at {first['devices']} devices "
         f"({first['compute µs']:.3g} µs against {first['all-reduce µs']:.3g} µs of all-reduce) and "
-        f"{1 - comm_share(last):.0%} at {last['devices']}: while it is most of the step, the time follows the "
-        f"fitted steps, so B_crit decides "
-        f"what more devices buy, and {where}: {trend}; {shortest}"
+        f"{1 - comm_share(last):.0%} at {last['devices']}; {where}: {trend}; {shortest}"
+    )
+    if best is last and len(table) > 1 and 1 - best["time to target ms"] / table[-2]["time to target ms"] < LEVELLED:
+        return text + (
+            f" At the largest count the time is less than {LEVELLED:.0%} below the row before: the cut of the steps "
+            "and the all-reduce's growth nearly cancel there."
+        )
+    if best is last:
+        return text + " The time still falls at the largest count: the steps, and with them B_crit, decide here."
+    nxt = table[table.index(best) + 1]
+    cut = 1 - nxt["steps"] / best["steps"]
+    return text + (
+        f" At {nxt['devices']} devices the fitted steps fall by only {cut:.1%} while the all-reduce grows from "
+        f"{best['all-reduce µs']:.3g} to {nxt['all-reduce µs']:.3g} µs (the step by {nxt['ms/step'] / best['ms/step'] - 1:.1%}), "
+        f"with compute still {1 - comm_share(nxt):.0%} of it: the all-reduce's growth against a cut of the steps "
+        "that small decides where the time turns up, not B_crit alone."
     )
 
 

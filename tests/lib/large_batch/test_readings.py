@@ -29,7 +29,7 @@ def test_steps_within_the_spread_are_said_to_be_luck_and_a_rise_is_named():
     assert "cannot tell the change from luck" in flat and "still fell" not in flat
     assert "though the model's cut for this step (-14%) is beyond it" in flat  # 404 / (2 (1024 + 404))
     noisy = readings.steps_sentence({1024: 60, 2048: 58}, 404.0, 0.2)
-    assert "and so is the model's own cut for this step (-14%)" in noisy
+    assert "luck; the model's own cut for this step (-14%) is within it too, too small" in noisy
     early = readings.steps_sentence({128: 60, 256: 58}, 404.0, 0.09)  # both below B_crit: the model cuts 38%
     assert "though the model's cut for this step (-38%) is beyond it" in early and "past B_crit" not in early
     fell_early = readings.steps_sentence({128: 90, 256: 58}, 404.0, 0.09)
