@@ -101,11 +101,12 @@ class Target:
         return f"{n_devices} x {self.label}"
 
 
-GpuTarget = Target  # the name of this class when it held GPUs only
+# XLA's own descriptions of GPUs (openxla/xla, Apache-2.0); a target whose source is another was estimated.
+XLA_SPEC = "openxla/xla xla/backends/gpu/target_config/specs/{}.txtpb (Apache-2.0)"
 
 
-def _gpu(name: str, label: str, file: str, approximate: bool, source: str) -> Target:
-    return Target(name, label, "gpu", approximate, source, file=file)
+def _gpu(name: str, label: str, source: str = XLA_SPEC) -> Target:
+    return Target(name, label, "gpu", source != XLA_SPEC, source.format(name), file=f"{name}.txtpb")
 
 
 def _tpu(topology: str, chips: int, source: str) -> Target:
@@ -113,31 +114,9 @@ def _tpu(topology: str, chips: int, source: str) -> Target:
     return Target(f"{kind}_{shape}", f"TPU {kind} {shape}", "tpu", False, source, topology=topology, chips=chips)
 
 
+L4_SOURCE = "written for this course from the NVIDIA L4 datasheet; SM count, clock, L2 and unit rates estimated"
 GPU_TARGETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        _gpu(
-            "h100_sxm",
-            "H100 SXM",
-            "h100_sxm.txtpb",
-            False,
-            "openxla/xla xla/backends/gpu/target_config/specs/h100_sxm.txtpb (Apache-2.0)",
-        ),
-        _gpu(
-            "h200",
-            "H200",
-            "h200.txtpb",
-            False,
-            "openxla/xla xla/backends/gpu/target_config/specs/h200.txtpb (Apache-2.0)",
-        ),
-        _gpu(
-            "l4",
-            "L4 (approximate)",
-            "l4.txtpb",
-            True,
-            "written for this course from the NVIDIA L4 datasheet; SM count, clock, L2 and unit rates estimated",
-        ),
-    )
+    t.name: t for t in (_gpu("h100_sxm", "H100 SXM"), _gpu("h200", "H200"), _gpu("l4", "L4 (approximate)", L4_SOURCE))
 }
 # TPU slices: libtpu's own description of each topology (chips, their kind, the links); the chip
 # counts are those JAX reports for them (len(get_topology_desc(...).devices), libtpu 0.0.42).
@@ -145,7 +124,7 @@ TPU_TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         _tpu("v5e:2x4", 8, "libtpu's topology v5e:2x4: the 8-chip slice of a TPU v5e-8 (Kaggle's TPU VM)"),
-        _tpu("v5e:4x4", 16, "libtpu's topology v5e:4x4: a v5e-16, four hosts of 4 chips (deploy/tpu-slice)"),
+        _tpu("v5e:4x4", 16, "libtpu's topology v5e:4x4: a v5e-16, 4 hosts (its chips' process_index 0-3) of 4 chips"),
         _tpu("v5p:2x2x2", 8, "libtpu's topology v5p:2x2x2: an 8-chip v5p slice (a 3-D mesh, no wraparound links)"),
         _tpu("v5p:4x4x4", 64, "libtpu's topology v5p:4x4x4: a 64-chip v5p slice (a cube, wraparound links)"),
         _tpu("v6e:16x16", 256, "libtpu's topology v6e:16x16: a whole 256-chip Trillium pod"),

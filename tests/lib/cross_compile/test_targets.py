@@ -34,7 +34,6 @@ def test_tpu_targets_are_slices_with_their_chip_counts_under_one_interface():
     assert v5e.label == "TPU v5e 2x4" and v5e.devices_label(8) == "8 x TPU v5e (2x4 slice)"
     assert [t.chips for t in gpu_targets.TPU_TARGETS.values()] == [8, 16, 8, 64, 256]
     assert all(t.platform == "gpu" and t.chips == 0 for t in gpu_targets.GPU_TARGETS.values())
-    assert gpu_targets.GpuTarget is gpu_targets.Target
 
 
 def test_the_libtpu_wanted_is_the_one_jaxs_tpu_extra_names():
