@@ -327,7 +327,18 @@ def time_line(notebook: str, record: dict) -> str:
     if not by_machine:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
     where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
-    text = f"**Time**: {where} (measured; the run's details are in `baselines/timings.json`)."
+    loads = [
+        (nb.get("load_average_start") or run["machine"].get("load_average_start") or [None])[0]
+        for run in record["runs"]
+        if (nb := run["notebooks"].get(notebook)) is not None
+    ]
+    load = (
+        f"measured at a load average of at most {max(loads):g} at the start; other work slows it, roughly by "
+        "the load average divided by the core count where that exceeds 1"
+        if loads and None not in loads
+        else "measured"
+    )
+    text = f"**Time**: {where} ({load}; the run's details are in `baselines/timings.json`)."
     return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
 
 
@@ -341,10 +352,12 @@ def readme_block(record: dict) -> str:
     for run in record["runs"]:
         total = sum(nb["wall_s"] for nb in run["notebooks"].values())
         stopped = [f"{name} {nb['status']}" for name, nb in run["notebooks"].items() if nb["status"] != "passed"]
+        command = "`make tpu-check`" if run["machine"].get("tpus") else "`make course`"  # no kernel on a TPU host
         lines.append(
-            f"- `make course` with the `{run['profile']}` profile: {total:.0f} s of notebook time "
+            f"- {command} with the `{run['profile']}` profile: {total:.0f} s of notebook time "
             f"for {len(run['notebooks'])} notebooks"
             + (f", {len(stopped)} of them not to the end ({', '.join(stopped)})" if stopped else "")
+            + _parts_text(run)
             + f" ({_run_text(run)})."
         )
     make_test = record.get("make_test")
@@ -357,6 +370,17 @@ def readme_block(record: dict) -> str:
         lines.append("- `make test`: not measured yet (`make time-make-test` measures and records it).")
     lines.append(END)
     return "\n".join(lines)
+
+
+def _parts_text(run: dict) -> str:
+    """Which lessons of ``run`` ran another workload or a part of themselves (``"; 13 ran section 4 alone"``)."""
+    parts: dict[str, list[str]] = {}
+    for name, nb in run["notebooks"].items():
+        profile = nb.get("profile", run["profile"])
+        how = (f"the `{profile}` workload " if profile != run["profile"] else "") + nb.get("timed", "")
+        if how:
+            parts.setdefault(how.strip(), []).append(name.split("_", 1)[0])
+    return "".join(f"; {', '.join(names)} ran {how}" for how, names in parts.items())
 
 
 def _replace_time_paragraph(text: str, line: str) -> str:

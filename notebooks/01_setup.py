@@ -17,7 +17,9 @@
 # `make lab` installs them). No earlier notebook.
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 30 s with `full`,
-# on 1 x TPU v5 lite (measured; the run's details are in `baselines/timings.json`).
+# on 1 x TPU v5 lite (measured at a load average of at most 0.26 at the start; other work slows it,
+# roughly by the load average divided by the core count where that exceeds 1; the run's details are
+# in `baselines/timings.json`).
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU

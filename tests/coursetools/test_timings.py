@@ -63,8 +63,9 @@ def test_update_writes_the_record_the_time_lines_and_the_readme(tmp_path):
     assert all(len(x) <= 100 for x in paragraph.splitlines())  # fits a 1280 px screen
     line = " ".join(x.removeprefix("# ") for x in paragraph.splitlines())
     assert "1-2 min with `smoke`, 1-2 min with `cpu`, on a 2-core CPU" in line
-    # The build machine's details stay in the record, not in what learners read.
-    assert "commit" not in line and "load average" not in line and "AMD EPYC" not in line
+    # The build machine's details stay in the record; its load, and what more load does, are said.
+    assert "commit" not in line and "AMD EPYC" not in line
+    assert "at a load average of at most 0.9 at the start; other work slows it" in line
     block = readme.read_text()
     assert "`make test`: 16 minutes (959 s" in block and block.endswith("rest\n")
     # A second update with the same figures changes nothing; check agrees.
@@ -445,8 +446,11 @@ def test_the_readme_names_the_lessons_that_did_not_run_to_the_end():
         "machine": {"cores": 13, "gpus": [], "tpus": ["TPU v5 lite"]},
         "notebooks": {"10_x": {"wall_s": 20.0, "status": "passed"}, "11_x": {"wall_s": 30.0, "status": "failed"}},
     }
+    run["notebooks"]["10_x"].update(timed="on 8 simulated CPU devices", profile="cpu")
     block = timings.readme_block({"runs": [run]})
-    assert "50 s of notebook time for 2 notebooks, 1 of them not to the end (11_x failed) (" in block
+    # What ran: the TPU host's command (no kernel starts there), and the lesson that ran another workload.
+    assert "- `make tpu-check` with the `full` profile: 50 s of notebook time for 2 notebooks, 1 of them not" in block
+    assert "(11_x failed); 10 ran the `cpu` workload on 8 simulated CPU devices (" in block
 
 
 def test_update_refuses_a_run_measured_on_a_busy_machine_unless_told(tmp_path, capsys):
