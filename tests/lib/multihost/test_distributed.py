@@ -41,6 +41,7 @@ def test_a_tpu_slices_pods_are_placed_by_jaxs_own_detection(monkeypatch, slices)
     monkeypatch.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", lambda key: None)  # no TPU VM here
     hosts = ",".join(f"jax-multihost-{i}.jax-multihost" for i in range(4))
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hosts)
+    monkeypatch.setenv("JAX_COORDINATOR_PORT", "8476")  # deploy/tpu-slice: the Service's port
     places = set()
     for slice_id in range(slices):
         for worker in range(4):
@@ -49,14 +50,14 @@ def test_a_tpu_slices_pods_are_placed_by_jaxs_own_detection(monkeypatch, slices)
                 monkeypatch.setenv("MEGASCALE_NUM_SLICES", str(slices))
                 monkeypatch.setenv("MEGASCALE_SLICE_ID", str(slice_id))
             spec = distributed.tpu_slice_spec()
-            assert spec.coordinator_address == "jax-multihost-0.jax-multihost:8482"
+            assert spec.coordinator_address == "jax-multihost-0.jax-multihost:8476"
             places.add((spec.process_id, spec.num_processes))
     assert places == {(i, 4 * slices) for i in range(4 * slices)}
     monkeypatch.setenv("TPU_PROCESS_ADDRESSES", "local")  # Kaggle's one-host TPU image
     with pytest.raises(distributed.DistributedSetupError, match="no multi-host slice .* one process"):
         distributed.tpu_slice_spec()
-    monkeypatch.delenv("TPU_PROCESS_ADDRESSES")
-    monkeypatch.delenv("TPU_WORKER_HOSTNAMES")
+    for name in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES"):
+        monkeypatch.delenv(name)
     assert distributed.tpu_slice_spec() is None
 
 
