@@ -8,6 +8,12 @@
 #   preflight      before terraform apply: the GPU quotas (through gcloud)
 #                  against what terraform/terraform.tfvars asks for
 #
+# deploy/tpu-slice (the multi-host Jobs on a TPU slice) is built with
+# `kubectl kustomize`; without kubectl on PATH those tests are skipped.
+# `terraform validate` needs the google provider, which is not downloaded
+# here: tests/infra evaluates the variables' rules itself and runs
+# `terraform fmt` and `terraform plan` on the variables alone.
+#
 # checkov gets its own virtual environment ($(CHECKOV_VENV)): its dependency
 # bc-python-hcl2 installs a top-level `hcl2` module that would shadow
 # python-hcl2 in $(VENV).
