@@ -81,10 +81,8 @@ READY_WAIT_S = 600.0  # a bound of its own; the launcher ends a start-up that ta
 UNIX_PREFIX = "unix:"  # gRPC's form of a Unix-domain socket address: unix:/absolute/path
 # A Unix-domain socket's path holds at most 107 bytes on Linux (sun_path is 108 with its NUL; macOS: 103).
 UNIX_PATH_MAX = 103
-# The characters of a socket's path that gRPC reads alike on both sides: its client parses unix:<path> as a URI
-# (RFC 3986: "?" starts a query, "#" a fragment, "%41" is "A"), its server takes the path as written or only
-# percent-decoded (grpc's chttp2_server.cc, by version): with any other, process 0 may listen on one path and
-# the others dial another.
+# A socket path's characters gRPC reads alike on both sides: its client parses unix:<path> as a URI ("?" starts
+# a query, "#" a fragment, "%41" is "A"), its server as written or percent-decoded (chttp2_server.cc, by version).
 PLAIN_PATH = re.compile(r"[A-Za-z0-9/._-]+")
 # JAX's own variable for the address the coordinator listens on (default
 # [::]:port, every interface); the local launcher keeps it on loopback.

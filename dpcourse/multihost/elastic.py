@@ -296,11 +296,8 @@ def reference_params(
 
 
 def check_args(args: argparse.Namespace, n_processes: int | None = None) -> str | None:
-    """One sentence on what is wrong with the program's options (None: nothing), before anything starts.
-
-    The checks of :func:`dpcourse.multihost.elastic_run.check_plan`, on the options and the run's process
-    count ``n_processes`` (the launcher's environment; 1 where unknown), without a launcher's time bounds.
-    """
+    """One sentence on what is wrong with the options (None: nothing), before anything starts: the checks of
+    :func:`dpcourse.multihost.elastic_run.check_plan`, for ``n_processes`` processes (1 where unknown)."""
     from dpcourse.multihost import elastic_run  # it imports this module: here, not at the top
 
     n = n_processes or 1

@@ -1,16 +1,9 @@
 """Run notebook 13's local processes, preempt or lose one of them on cue, and say in one sentence how the run ended.
 
-:func:`run_local` starts ``python -m dpcourse.multihost.elastic`` once per
-process (lesson 08's environment, :func:`dpcourse.multihost.launcher.worker_env`,
-with JAX's preemption service on), watches the events each one writes, sends
-SIGTERM to one process on cue (a preemption notice), and bounds every wait:
-the whole run by ``timeout_s``, and each silence by what the processes wait
-for after the last thing they reported (:func:`silence_bound`: joining,
-compiling, a save, a step's all-reduce), counted from the first moment a
-process can report. A run the launcher ends is ended with SIGKILL, never with
-a SIGTERM the processes would take for a preemption. :func:`ending` says what
-happened and what to do, in one sentence, from what the run left: where a
-kill fell, who sent a signal, which step was saved, how busy the machine was.
+:func:`run_local` starts ``python -m dpcourse.multihost.elastic`` once per process, sends one SIGTERM on cue
+(a preemption notice), bounds every wait (:func:`silence_bound`) and ends a run with SIGKILL, never a SIGTERM
+the processes would take for a preemption; :func:`ending` says from what the run left what happened and what
+to do; :func:`learned` reads the lesson's conclusions from its figures.
 """
 
 from __future__ import annotations
@@ -145,13 +138,9 @@ PACED = ("steps", "step_s", "stall_s", "timeout_s", "heartbeat_timeout_s", "reco
 
 
 def check_pacing(steps, step_s, stall_s, timeout_s, heartbeat_timeout_s=0, recoverable=False, refuse=True):
-    """One sentence on times that cannot work together, naming them and values that work (raised as
-    :class:`RunRefused`, or returned with ``refuse=False``); None when they can.
-
-    A step reports nothing for ``step_s``, and the launcher ends a run silent for ``stall_s`` inside a step,
-    so ``stall_s`` must leave :data:`STEP_ROOM_S` beyond ``step_s``; ``steps x step_s``, and for a
-    recoverable run the heartbeat timeout and a second its survivors wait to see a loss, fit in ``timeout_s``.
-    """
+    """One sentence (raised as :class:`RunRefused`; ``refuse=False``: returned) on times that cannot work
+    together: ``stall_s`` below ``step_s`` + :data:`STEP_ROOM_S`, or the steps (and for a recoverable run a
+    heartbeat timeout and a second) past ``timeout_s``; it names them and values that work. None: they can."""
     need, problem = steps * step_s + (heartbeat_timeout_s + 1 if recoverable else 0), None
     if stall_s < step_s + STEP_ROOM_S:
         problem = (
@@ -470,8 +459,7 @@ def _who(run: ElasticRun, event: str) -> int | None:
 
 
 def _machine_made_it_late(run: ElasticRun) -> bool:
-    """The evidence that the machine, not the run's settings, made it late: a load above its cores, times that
-    agree (:func:`check_pacing`), and a join bound (JAX's, up to :data:`JOIN_S`) the learner did not shorten."""
+    """The machine, not the settings, made it late: a load above the cores, times that agree, a join bound kept."""
     times = [run.plan.get(k) for k in PACED]
     settings = None not in times and check_pacing(*times, refuse=False)
     return run.busy() and not settings and run.plan.get("timeout_s", JOIN_S) >= JOIN_S

@@ -101,12 +101,9 @@ def private_coordinator(folder: str | os.PathLike) -> str:
 
 
 def run_parent(prefix: str = "dpcourse-run-") -> str:
-    """Where :func:`run_folder` makes a run's folder: Python's temporary folder, else ``/tmp``.
-
-    The coordinator's socket lies in the run's folder, and gRPC reads its
-    ``unix:<path>`` alike on both sides only for a path of :data:`PLAIN_PATH`
-    characters (no ``%``, ``?``, ``#``, space, ``:`` or accented letter) of at
-    most :data:`UNIX_PATH_MAX` bytes: a ``$TMPDIR`` that gives neither is passed over.
+    """Where :func:`run_folder` makes a run's folder: Python's temporary folder, else ``/tmp``, the first
+    where the coordinator's socket path has only :data:`PLAIN_PATH` characters (no ``%``, ``?``, ``#``, space,
+    ``:`` or accented letter: gRPC reads ``unix:<path>`` as a URI) and at most :data:`UNIX_PATH_MAX` bytes.
 
     Raises:
         DistributedSetupError: neither can hold the run's folder (one sentence, with what to do).
