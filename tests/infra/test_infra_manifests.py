@@ -80,6 +80,7 @@ def test_yamllint():
             "-c",
             str(YAMLLINT_CONFIG),
             *(str(DEPLOY_DIR / n) for n in MANIFESTS),
+            str(DEPLOY_DIR / "tpu-slice"),  # the slices' kustomizations
         ],
         capture_output=True,
         text=True,
