@@ -482,14 +482,9 @@ print(
     f"{costs.achieved_flops_per_s(rc, gb, ms) / 1e12:,.3g} TFLOP/s"
     + (f" = {mfu:.0%} of {peak.name}'s datasheet peak" if mfu is not None else "")
 )
-record.figures(
-    {
-        f"rung_{best.rung.name}_matmul_kernels": (best_census.matmul_kernels, "kernels"),
-        f"rung_{best.rung.name}_matmul_kernels_with_gelu": (
-            best_census.matmul_with_gelu,
-            "kernels",
-        ),
-    }
+kernels = {"": best_census.matmul_kernels, "_with_gelu": best_census.matmul_with_gelu}
+_ = record.figures(
+    {f"rung_{best.rung.name}_matmul_kernels{k}": (n, "kernels") for k, n in kernels.items()}
 )
 
 # %% [markdown]

@@ -420,6 +420,8 @@ def test_lesson_09_has_a_stored_run_of_each_profile_and_its_compile_claims_hold_
         ("global batch 8192 in 41.1 ms", "41.1", "rung_unrolled_bf16_batch8192_ms_per_step", 1, None),
         ("on the same TPU v5e, 38.7 ms per step", "38.7", "rung_pallas_bf16_batch8192_ms_per_step", 1, None),
         ("5.9 ms is what they took beyond it", "5.9", "breakdown_unrolled_bf16_batch8192_matmul_beyond_ms", 1, None),
+        ("recorded 261 kernels with a matmul", "261", "rung_pallas_bf16_batch8192_matmul_kernels", 1, None),
+        ("131 of them also computing the GELU", "131", "rung_pallas_bf16_batch8192_matmul_kernels_with_gelu", 1, None),
     ],
 )
 def test_lesson_09_quotes_the_chips_stored_run(quoted, number, metric, scale, over):
