@@ -26,8 +26,9 @@
 # with another count, the restores onto other meshes use what there is.
 #
 # **Time**: 1-2 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; 1-2 min with `cpu` (on 8
-# simulated CPU devices), on 1 x TPU v5 lite (measured; the run's details are in
-# `baselines/timings.json`).
+# simulated CPU devices), on 1 x TPU v5 lite (measured at a load average of at most 2.56 at the
+# start; other work slows it, roughly by the load average divided by the core count where that
+# exceeds 1; the run's details are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
@@ -406,31 +407,25 @@ else:
 # resume on as many simulated CPU devices.)
 
 # %%
-jobs = {f"replicated, {n} devices": ("replicated", n), f"fsdp, {n} devices": ("fsdp", n)}
 fewer = f"replicated, {fewer_name}"
+jobs = {f"replicated, {n} devices": ("replicated", n), f"fsdp, {n} devices": ("fsdp", n)}
 jobs[fewer] = ("replicated", n // 2)
 procs = {}
 for label, (form, n_dev) in jobs.items():
-    folder = root / f"resume {label}"
-    scratch.copy_folder(saved[form][0], folder)
+    folder = scratch.copy_folder(saved[form][0], root / f"resume {label}")
     command = resume.command(folder, cfg, devs, n_dev, global_batch, N_BATCHES, dataset.source)
     command += ["--form", form, "--until", str(STEPS)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    procs[label] = (folder, form, proc)
+    procs[label] = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
 print(
     f"started {len(procs)} processes, each restores step {STEPS // 2} and trains to step {STEPS}:"
 )
 t0 = time.perf_counter()
-fresh = {}
-said = {}
-for label, (folder, form, proc) in procs.items():
-    out, said[label] = proc.communicate()
-    fresh[label] = (folder, form, out, proc.returncode)
+for label, proc in procs.items():
+    said = proc.communicate()[1]
     print(f"  {label}: exit status {proc.returncode} after {time.perf_counter() - t0:.0f} s")
-for label, (_, _, _, code) in fresh.items():
-    assert code == 0, (
-        f"the fresh process ({label}) failed with exit status {code}: {said[label].strip()[-2000:]}"
-    )
+    assert proc.returncode == 0, f"the fresh process ({label}) failed: {said.strip()[-2000:]}"
 
 # %% [markdown]
 # Each process saved step N. Read it back here and compare it with the
@@ -447,13 +442,13 @@ straight_by_form = {"replicated": straight, "fsdp": fsdp_straight}
 EQUIV_TOL, _ = train.equivalence_tolerances(backend, cfg.learning_rate, steps=STEPS)
 AUTO_AXES = jax.sharding.AxisType.Explicit not in mesh.axis_types  # as the fresh processes' mesh
 resume_rows, resume_diffs, resume_tols = [], {}, {}
-for label, (folder, form, _, _) in fresh.items():
+for label, (form, n_dev) in jobs.items():
     reference = straight_by_form[form]
     target = abstract_target(reference, checkpoint.state_shardings(reference, mesh, form))
-    with checkpoint.open_manager(folder) as reader:
+    with checkpoint.open_manager(root / f"resume {label}") as reader:
         step_read, got = checkpoint.restore(reader, target, run)
     resume_diffs[label] = train.max_abs_diff(reference, got)
-    bitwise = backend == "cpu" and jobs[label][1] == n and AUTO_AXES  # the same device count
+    bitwise = backend == "cpu" and n_dev == n and AUTO_AXES  # the same device count
     resume_tols[label] = 0.0 if bitwise else EQUIV_TOL
     resume_rows.append(
         {
@@ -568,25 +563,13 @@ else:
 # through on the same devices. Collectives across processes sum in another order
 # than within one, hence the tolerance.)
 #
-# **On GKE.** `deploy/multihost.yaml` (notebook 08) runs this worker as an
-# Indexed Job, one pod per GPU node, and fails the run when one pod fails
-# (`backoffLimit: 0`). `deploy/multihost-checkpoint.yaml` runs the same
-# worker so that it survives a Spot preemption, with three more things:
-#
-# - a **shared folder**: a `ReadWriteMany` Filestore share (GKE's Filestore
-#   CSI driver, which `terraform/` enables) mounted in every pod at
-#   `/checkpoints` and passed as `--checkpoint-dir /checkpoints/run`, with
-#   `--save-every 100` and a fixed `--global-batch`;
-# - a **restart that resumes**: `restartPolicy: Never` with a
-#   `podFailurePolicy` that does not count a pod ended by a preemption
-#   (the `DisruptionTarget` condition) against `backoffLimit`; the other
-#   processes cannot go on without it (a JAX process cannot rejoin the
-#   others' run) and end within JAX's heartbeat timeout, the Job replaces
-#   every pod, and each process resumes from the latest complete step;
-# - a grace period (15 s) within the part of Spot's 30 s notice that GKE
-#   gives pods: a save in flight is left as a temporary folder that is
-#   never restored, never half a step.
-#
+# **On GKE.** `deploy/multihost-checkpoint.yaml` runs this worker as an
+# Indexed Job that survives a Spot preemption: every pod mounts one
+# `ReadWriteMany` Filestore share as its checkpoint folder; a
+# `podFailurePolicy` does not count a preempted pod against `backoffLimit`,
+# so the Job replaces every pod (a JAX process cannot rejoin the others'
+# run) and each process resumes from the latest complete step; a save cut
+# short by the grace period stays a temporary folder, never half a step.
 # docs/multihost.md ("Checkpoints and Spot preemption") has the commands.
 #
 # ## 7. What a checkpoint costs
@@ -828,8 +811,8 @@ except ValueError as err:
 # - **the backends' arithmetic**, at the hand-over: one gradient of the
 #   restored state on both backends, relative to its largest element. A
 #   TPU's default float32 matmul is one bfloat16 pass (inputs rounded to
-#   8 significant bits, a relative error up to 2^-8, about 3.9e-3, each):
-#   1e-2. Under
+#   8 significant bits, a relative error up to 2^-8, about 3.9e-3, each;
+#   a sum's errors partly cancel): 1e-2. Under
 #   `jax.default_matmul_precision("highest")` (six passes, float32's
 #   accuracy) the backends differ only in float32 rounding and their exp
 #   and log: 1e-4, as two CPU layouts;
@@ -866,23 +849,19 @@ for precision in across.PRECISIONS:
 # ## Records
 
 # %%
-resumed = {
-    k: (resume_diffs[label], resume_tols[label])
-    for k, label in zip(("replicated", "fsdp", "fewer_devices"), jobs)
-}
-resumed["next_session"] = (session_diff, EQUIV_TOL)
-resumed["other_process_count"] = (multi_diff, EQUIV_TOL)
+resumed = {k: (resume_diffs[lb], resume_tols[lb]) for k, lb in zip(cost_sentences.RESUMED_AS, jobs)}
+resumed.update(next_session=(session_diff, EQUIV_TOL), other_process_count=(multi_diff, EQUIV_TOL))
+resumed = {key: pair for key, pair in resumed.items() if pair[0] is not None}  # sections that ran
 for key, (diff, tolerance) in resumed.items():
-    if diff is not None:
-        record.record(f"resume_max_abs_diff_{key}", diff, "abs")
-        record.record(f"resume_max_abs_diff_{key}_tolerance", tolerance, "abs")
+    record.record(f"resume_max_abs_diff_{key}", diff, "abs")
+    record.record(f"resume_max_abs_diff_{key}_tolerance", tolerance, "abs")
 for row in size_rows:
     record.record(f"checkpoint_bytes_{row['form']}", row["bytes on disk"], "bytes")
 record.record("sync_save_s", sync_save_s, "s")
 record.record("async_save_blocking_s", async_blocked_s, "s")
 record.record("async_save_hidden_s", hidden, "s")
 _ = record.record("restore_s", restore_s, "s")
-print(cost_sentences.resumed_sentence({k: v for k, v in resumed.items() if v[0] is not None}))
+print(cost_sentences.resumed_sentence(resumed))
 
 # %% [markdown]
 # ## What you learned

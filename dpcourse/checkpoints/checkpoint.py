@@ -293,21 +293,6 @@ def _run_of(manager, step: int) -> tuple[dict[str, Any] | None, str | None]:
     return (None, f"its run description has the wrong shape, {wrong}") if wrong else (dict(saved), None)
 
 
-def read_run(manager, step: int) -> dict[str, Any]:
-    """The run description saved with ``step`` (read before any array).
-
-    Raises:
-        CheckpointError: it cannot be read, or departs from :data:`RUN_SCHEMA` (the message says how).
-    """
-    saved, broken = _run_of(manager, step)
-    if broken:
-        raise CheckpointError(
-            f"Step {step} in {manager.directory} is damaged ({broken}): restore another step "
-            "(manager.all_steps() lists them)."
-        )
-    return saved
-
-
 def steps(manager) -> list[int]:
     """The complete steps of ``manager``'s folder, newest first.
 

@@ -184,11 +184,6 @@ def goodput(interval_s: float, save_s: float, restart_s: float, mtbf_s: float) -
     return interval_s / segment_s
 
 
-def fraction_lost(interval_s: float, save_s: float, restart_s: float, mtbf_s: float) -> float:
-    """Fraction of wall time lost to saves, redone work and restarts: ``1 - goodput`` (:func:`goodput`)."""
-    return 1.0 - goodput(interval_s, save_s, restart_s, mtbf_s)
-
-
 def mtbf_from_count_s(failures: int, window_s: float) -> float:
     """The mean time between failures of a job that failed ``failures`` times in ``window_s`` seconds.
 

@@ -24,16 +24,8 @@ KEY = "provenance"  # the run description's entry that holds it
 # Distributions whose versions a checkpoint records (the ones that compute, save or lay out the state).
 LIBRARIES = ("jax", "jaxlib", "libtpu", "orbax-checkpoint", "optax", "dpcourse")
 # :func:`describe`'s shape, checked where a step's record is read: one of another shape is told, not read.
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "backend": {"type": ["string", "null"]},
-        "device_kind": {"type": ["string", "null"]},
-        "device_count": {"type": "integer"},
-        "mesh": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "versions": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-}
+_MAPPING = {"type": "object", "additionalProperties": {"type": ["integer", "string"]}}
+SCHEMA = {"type": "object", "properties": {"device_count": {"type": "integer"}, "mesh": _MAPPING, "versions": _MAPPING}}
 
 
 def versions() -> dict[str, str]:

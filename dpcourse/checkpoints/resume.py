@@ -125,20 +125,13 @@ def across_process_counts(
     cfg, devices: list, splits, folder, steps: int, data_source: str, global_batch: int, timeout_s
 ):
     """Notebook 11's section 6: ``splits[0]`` processes x devices train, saving every 2 steps, and process 1 dies
-    at step 3; ``splits[1]`` resume the job from the latest step; one process on ``devices`` trains straight through.
-
-    Prints what runs as it goes. Returns the table's row: the runs, the latest step after the kill, the step
-    the rerun resumed from, and the largest parameter difference against the one process straight through.
-
-    Raises:
-        AssertionError: process 1 did not fail.
-    """
-    import shutil
-
+    at step 3; ``splits[1]`` resume from the latest step. Prints what runs; returns the table's row, against one
+    process on ``devices`` straight through. Raises AssertionError when process 1 did not fail."""
     from dpcourse import train
+    from dpcourse.checkpoints import checkpoint, scratch
     from dpcourse.multihost import launcher, worker
 
-    shutil.rmtree(folder, ignore_errors=True)  # run again, the cell starts over from step 0
+    scratch.fresh(folder)  # run again, the cell starts over from step 0
     common = dict(profile=cfg.profile, steps=steps, data_source=data_source, global_batch=global_batch)
     common.update(checkpoint_dir=str(folder), save_every=2, timeout_s=timeout_s, init_timeout_s=60)
     t0 = time.perf_counter()
@@ -148,7 +141,8 @@ def across_process_counts(
         raise AssertionError("process 1 should have failed at step 3")
     except launcher.WorkerFailed as err:
         print(str(err).splitlines()[0])
-    latest = _latest(folder)
+    with checkpoint.open_manager(folder) as reader:
+        latest = reader.latest_step()
     print(f"latest step after the kill: {latest} ({time.perf_counter() - t0:.0f} s)")
     print("{} processes x {} devices resume ...".format(*splits[1]))
     rerun = launcher.launch_local(*splits[1], **common)
@@ -162,13 +156,6 @@ def across_process_counts(
         "resumed from": rerun.summary["resumed_from"],
         "max |param diff| vs straight": train.max_abs_diff(reference, rerun.params),
     }
-
-
-def _latest(folder) -> int | None:
-    from dpcourse.checkpoints import checkpoint
-
-    with checkpoint.open_manager(folder) as reader:
-        return reader.latest_step()
 
 
 KILL_PHASES = ("writing", "commit")  # --kill-at: while the arrays are written, or after them and before the commit

@@ -53,15 +53,6 @@ def test_a_state_saved_on_8_devices_restores_equal_onto_4_devices_with_the_targe
         assert got["params"]["w_block"].sharding.spec == P("data", None)
 
 
-def test_a_save_that_fails_in_the_background_surfaces_at_finish_and_keeps_the_last_step(tmp_path, cfg, cpu_devices):
-    state, run = _saved(tmp_path, cfg, cpu_devices)
-    with checkpoint.open_manager(tmp_path / "ckpt") as manager:
-        assert checkpoint.save(manager, 4, state, {**run, "loss": np.float32(1.0)})  # returns as if all were well
-        with pytest.raises(checkpoint.CheckpointError, match="not JSON serializable"):
-            checkpoint.finish(manager)
-        assert manager.latest_step() == 3
-
-
 @pytest.mark.parametrize(
     "code, phrase",
     [(errno.ENOSPC, "no room left"), (errno.EDQUOT, "no room left"), (errno.EROFS, "cannot be written")],
@@ -79,28 +70,14 @@ def test_a_full_disk_or_a_read_only_folder_during_a_save_is_one_sentence_and_no_
         assert "last complete step is unchanged" in str(caught.value)
         assert manager.latest_step() == 3
     assert checkpoint.half_written(tmp_path / "ckpt") == ["4" + checkpoint.TMP_SUFFIX]
+    # Orbax 0.12.8 renames each item's temporary folder inside the step's, writes the step's
+    # commit_success.txt, then renames the step's folder: the planted failure is at the last of these.
+    inside = sorted(p.name for p in (tmp_path / "ckpt" / ("4" + checkpoint.TMP_SUFFIX)).iterdir())
+    assert inside == ["_CHECKPOINT_METADATA", "commit_success.txt", "run", "state"], inside
     with checkpoint.open_manager(tmp_path / "ckpt") as manager:
         mesh = _mesh(cpu_devices)
         target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, mesh, "fsdp"))
         assert checkpoint.restore(manager, target, run)[0] == 3
-
-
-def test_the_planted_failure_fires_at_the_steps_commit_after_every_items_rename(tmp_path, cfg, cpu_devices):
-    # Orbax 0.12.8 renames each item's temporary folder inside the step's, then writes the step's
-    # commit_success.txt, then renames the step's folder: the failure belongs to the last of these.
-    state, run = _saved(tmp_path, cfg, cpu_devices)
-    with (
-        checkpoint.open_manager(tmp_path / "ckpt") as manager,
-        checkpoint.fail_at_commit(OSError(errno.ENOSPC, "simulated")),
-    ):
-        checkpoint.save(manager, 4, state, run)
-        with pytest.raises(checkpoint.CheckpointError):
-            checkpoint.finish(manager)
-    step_tmp = tmp_path / "ckpt" / ("4" + checkpoint.TMP_SUFFIX)
-    inside = sorted(p.name for p in step_tmp.iterdir())
-    assert "state" in inside and "run" in inside, inside  # the items' renames passed through
-    assert not [name for name in inside if name.endswith(checkpoint.TMP_SUFFIX)], inside
-    assert "commit_success.txt" in inside, inside  # a temporary folder can hold the commit file
 
 
 def test_a_checkpoint_from_another_profile_or_model_is_refused_naming_the_mismatch(tmp_path, cfg, cpu_devices):

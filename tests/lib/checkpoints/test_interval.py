@@ -77,7 +77,6 @@ def test_the_goodput_is_dalys_complete_model():
     assert interval.goodput(100.0, 0.0, 0.0, 1000.0) == pytest.approx(0.950833, abs=1e-6)
     # A restart of M ln 2 doubles every segment's expected time: half the goodput.
     assert interval.goodput(100.0, 0.0, 1000.0 * math.log(2), 1000.0) == pytest.approx(0.950833 / 2, abs=1e-6)
-    assert interval.fraction_lost(100.0, 0.0, 0.0, 1000.0) == pytest.approx(0.049167, abs=1e-6)
 
 
 def test_for_short_periods_the_goodput_is_one_less_the_saves_and_the_time_lost_per_failure():

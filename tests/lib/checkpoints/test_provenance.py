@@ -49,7 +49,7 @@ def test_every_save_writes_it_and_every_restore_with_say_tells_it(tmp_path, cpu_
     target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, fewer, "replicated"))
     told = []
     with checkpoint.open_manager(tmp_path) as manager:
-        assert checkpoint.read_run(manager, 3)[provenance.KEY]["device_count"] == len(cpu_devices)
+        assert checkpoint.newest_run(manager)[1][provenance.KEY]["device_count"] == len(cpu_devices)
         checkpoint.restore(manager, target, run, say=told.append)
     assert len(told) == 1 and told[0].startswith("Step 3 (profile smoke) was saved on 8 cpu devices (cpu, mesh data=8)")
     assert "restored onto 2 cpu devices" in told[0] and "changed: device count 8 -> 2" in told[0]
