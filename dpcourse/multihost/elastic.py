@@ -150,7 +150,7 @@ def train(args: argparse.Namespace, events: Events) -> int:
     manager = checkpoint.open_manager(args.checkpoint_dir) if args.checkpoint_dir else None
     mesh = Mesh(np.array(all_devices), (AXIS,))
     events("loaded")  # the data, the model and Orbax imported and made: each stage reports, for the silence bound
-    if manager is not None and manager.latest_step() is not None:
+    if manager is not None and checkpoint.steps(manager):  # a misnamed step folder (04) is told there
         events("restoring", step=manager.latest_step())
         state = checkpoint.make_state(params, opt_state, 0, key, 0)
         target = checkpoint.abstract_target(state, checkpoint.state_shardings(state, mesh, "replicated"))

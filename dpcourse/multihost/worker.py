@@ -274,7 +274,7 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
         manager = checkpoint.open_manager(checkpoint_dir)
         state = checkpoint.make_state(params, opt_state, 0, jax.random.PRNGKey(cfg.seed), 0)
         shardings = checkpoint.state_shardings(state, mesh, "replicated")
-        if manager.latest_step() is not None:
+        if checkpoint.steps(manager):  # a step folder Orbax would pass over (04) is told there
             start_step, state = checkpoint.restore(
                 manager,
                 checkpoint.abstract_target(state, shardings),
