@@ -68,8 +68,7 @@ def tile_rows(batch: int, rows: int = TILE_ROWS, devices: int = 1) -> int:
     """Rows per grid step for one device's batch: ``rows``, or the whole batch when it is smaller.
 
     Raises:
-        ValueError: a batch larger than ``rows`` that it does not divide; the message names global
-            batches that fit ``devices`` devices sharing them.
+        ValueError: a batch larger than ``rows`` that it does not divide (the message names global batches that fit).
     """
     if batch <= rows:
         return batch
@@ -77,7 +76,7 @@ def tile_rows(batch: int, rows: int = TILE_ROWS, devices: int = 1) -> int:
         lower = batch // rows * rows * devices
         raise ValueError(
             f"The block's backward kernel takes each device's batch in tiles of {rows} rows, and this device's "
-            f"batch is {batch} rows: choose a global batch that gives each of the {devices} device(s) a multiple "
+            f"batch is {batch} rows: choose a global batch that gives each device ({devices} in all) a multiple "
             f"of {rows} rows or at most {rows} (for example {lower} or {lower + rows * devices})."
         )
     return rows
@@ -136,9 +135,12 @@ def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int
                 f"The block's backward kernel computes in bfloat16, and this block's activations are {h.dtype}: "
                 "use it with compute_dtype='bfloat16'."
             )
-        aval = jax.typeof(g)  # inside jax.shard_map: the mesh axes this device's rows vary over
+        # Inside jax.shard_map (or jax.pmap) the mesh's Manual axes split the batch: the ones this
+        # device's rows vary over, or all of them where that is not tracked (check_vma off, pmap).
+        aval = jax.typeof(g)
         mesh, mat = aval.sharding.mesh, aval.manual_axis_type
-        spread = math.prod(n for n, kind in zip(mesh.axis_sizes, mesh.axis_types) if kind != AxisType.Manual)
+        manual = [axis for axis, kind in zip(mesh.axis_names, mesh.axis_types) if kind == AxisType.Manual]
+        spread = math.prod(mesh.axis_sizes) // math.prod(mesh.shape[axis] for axis in manual)
         if spread > 1:
             raise ValueError(
                 f"The block's backward kernel runs on each device's own rows, and here jit spreads the batch over "
@@ -146,7 +148,7 @@ def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int
                 "which runs it inside jax.shard_map, or block_backward='saved_slope' with this step."
             )
         batch, width = g.shape
-        step_rows = tile_rows(batch, rows, math.prod(mesh.shape[axis] for axis in mat.varying))
+        step_rows = tile_rows(batch, rows, math.prod(mesh.shape[axis] for axis in (mat.varying or manual)))
         tile = pl.BlockSpec((step_rows, width), lambda i: (i, 0))
         whole = pl.BlockSpec((width, width), lambda i: (0, 0))  # the same block every step: stays in VMEM
         dh, dw, db = pl.pallas_call(
@@ -154,7 +156,7 @@ def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int
             grid=(batch // step_rows,),
             in_specs=[tile, tile, tile, whole],
             out_specs=[tile, whole, pl.BlockSpec((1, width), lambda i: (0, 0))],
-            # Inside jax.shard_map every result varies over the mesh axes as this device's rows do.
+            # Every result varies over the mesh axes as this device's rows do (jax.shard_map's check_vma).
             out_shape=[
                 jax.ShapeDtypeStruct(g.shape, g.dtype, manual_axis_type=mat),
                 jax.ShapeDtypeStruct((width, width), jnp.float32, manual_axis_type=mat),

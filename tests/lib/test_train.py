@@ -302,11 +302,6 @@ def test_trap_collective_under_plain_jit_is_an_unbound_axis_name():
 # Batch checks and pmap helpers
 
 
-def test_check_global_batch_returns_the_per_device_batch():
-    assert train.check_global_batch(64, 8) == 8
-    assert train.check_global_batch(7, 1) == 7
-
-
 def test_check_global_batch_names_batch_devices_and_nearest_sizes():
     with pytest.raises(ValueError) as err:
         train.check_global_batch(100, 8)
@@ -542,5 +537,11 @@ def test_the_pallas_kernel_names_the_step_that_runs_it_and_a_global_batch_that_f
     with pytest.raises(ValueError, match="jit spreads the batch over 2 devices .* use train.make_shard_map_step"):
         jax.jit(train.make_train_step(pallas, optimizer))(params, opt_state, x, y)
     x, y = (jax.device_put(np.zeros((1200,) + a.shape[1:], a.dtype), a.sharding) for a in (x, y))
-    with pytest.raises(ValueError, match="batch is 600 rows: .* each of the 2 device.* \\(for example 1024 or 2048\\)"):
+    tile_error = "batch is 600 rows: .* each device \\(2 in all\\) .* \\(for example 1024 or 2048\\)"
+    with pytest.raises(ValueError, match=tile_error):
         jax.jit(train.make_shard_map_step(pallas, optimizer, mesh_of(2)))(params, opt_state, x, y)
+    devs = jax.devices("cpu")[:2]
+    with pytest.raises(ValueError, match=tile_error):  # pmap's axis splits the batch too
+        train.make_pmap_step(pallas, optimizer, devs)(
+            *train.replicate((model.init_params(CFG), opt_state), devs), *(train.split_for_pmap(a, 2) for a in (x, y))
+        )

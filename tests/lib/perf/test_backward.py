@@ -70,5 +70,5 @@ def test_the_kernel_takes_bfloat16_only_and_says_so():
 def test_tile_rows_takes_the_whole_batch_or_tiles_that_divide_it():
     assert backward.tile_rows(48) == 48 and backward.tile_rows(8192) == backward.TILE_ROWS
     assert backward.tile_rows(96, rows=32) == 32
-    with pytest.raises(ValueError, match="batch is 1100 rows: .* each of the 3 .*\\(for example 3072 or 4608\\)"):
+    with pytest.raises(ValueError, match="is 1100 rows: .* \\(3 in all\\) .*\\(for example 3072 or 4608\\)"):
         backward.tile_rows(1100, devices=3)
