@@ -269,18 +269,11 @@ if not no_tcp:
     shares = list(dict.fromkeys((e["devices"], global_batch // e["devices"]) for e in steps_0))
     print(f"process {N_PROCESSES - 1} killed at step {killed['step']}")
     print(f"live processes after: {seen['processes']}")
-    # JAX's coordination service calls a process dead once its last heartbeat is older than the
-    # timeout; a process sends one every half timeout, and the service looks once a second (XLA's
-    # coordination_service_agent.cc and coordination_service.cc): a kill is seen T/2 to T + 1 s on.
-    seen_from, seen_by = HEARTBEAT_TIMEOUT_S / 2, HEARTBEAT_TIMEOUT_S + 1
-    where = "inside" if seen_from <= detect_s <= seen_by else "outside"
-    busy = lost_run.busy() and detect_s > seen_by  # the evidence: a load above the cores
-    late = f" (a busy machine delays the barrier: load {lost_run.load:.1f})" if busy else ""
+    # A kill is seen T/2 to T + 1 s on: the heartbeat window (elastic_run.seen_sentence says why).
+    busy = lost_run.load if lost_run.busy() else None  # the evidence of a busy machine, or None
     say(
-        f"The survivors saw it gone {detect_s:.1f} s after the kill, {where} the {seen_from:g} to "
-        f"{seen_by:g} s a heartbeat timeout of {HEARTBEAT_TIMEOUT_S} s allows{late}: its last "
-        "heartbeat was up to half a timeout old at the kill. They finished their next step "
-        f"{going_s:.1f} s after the kill, on the new mesh."
+        elastic_run.seen_sentence(detect_s, going_s, HEARTBEAT_TIMEOUT_S, busy)
+        + ", on the new mesh."
     )
     print("(devices, examples per device) of the steps:", shares)
     print(f"exit statuses: {lost_run.exit_codes}; steps saved: {lost_run.checkpoint_steps}")
