@@ -114,14 +114,14 @@ if no_tcp:
 # notice; every process must save the **same** step, or the checkpoint is
 # half one step and half another. JAX's preemption service (on by default
 # in `jax.distributed.initialize`) catches SIGTERM and spreads the notice
-# through the coordination service; each process asks, at every step,
-# `multihost_utils.reached_preemption_sync_point(step)`, which turns True in
+# through the coordination service; `multihost_utils.
+# reached_preemption_sync_point(step)`, asked at every step, turns True in
 # every process at the same step: the largest step any process had reached
-# when the notice spread, plus one (its docstring). Each process saves that step with
-# lesson 11's checkpoint and leaves with status
-# `PREEMPTED_EXIT_CODE` (128 + SIGTERM = 143, what Kubernetes reports for a
-# container SIGTERM ended; the GKE Job retries it without counting a
-# failure). The loop is `dpcourse.multihost.elastic.train`:
+# when the notice spread, plus one (its docstring). Each process saves that
+# step with lesson 11's checkpoint and leaves with status 143 (128 + SIGTERM,
+# what Kubernetes reports for a container SIGTERM ended; the GKE Job
+# retries it without counting a failure). The loop is
+# `dpcourse.multihost.elastic.train`:
 #
 # ```python
 # for i in range(start, steps):
@@ -180,16 +180,13 @@ if not no_tcp:
     ), "the processes did not all save one agreed step and leave preempted"
 
 # %% [markdown]
-# The agreed step is later than the steps done at the signal: the notice
-# travels while the steps go on. JAX's handler only sets a flag; a thread
-# looks at it once a second (`kListenInterval` in XLA's
-# `xla/tsl/distributed_runtime/preemption/preemption_notifier.cc`), then
-# the coordination service tells every process, and each takes the
-# largest step reported plus one: up to a second of steps and more, then
-# the save. Every process took the same step, and the folder holds that
-# step alone. Now the restart, as the Job's retry would run it, and the
-# proof: the parameters after `STEPS` steps against one process that
-# trained them without a stop, on as many devices. It resumes on purpose,
+# The agreed step comes after the steps done at the signal: JAX's handler
+# only sets a flag, a thread looks at it once a second (`kListenInterval`
+# in XLA's `xla/tsl/distributed_runtime/preemption/preemption_notifier.cc`),
+# then the coordination service tells every process, and each takes the
+# largest step reported plus one. Now the restart, as the Job's retry would
+# run it, and the proof: the parameters after `STEPS` steps against one
+# process that trained them without a stop, on as many devices. It resumes
 # from a copy of that folder, so that the cell can run again.
 
 # %%
@@ -215,8 +212,8 @@ if not no_tcp:
 
 # %% [markdown]
 # The difference is lesson 08's: the all-reduce between processes adds in
-# another order than one process does, a few units in the last place;
-# nothing was lost or repeated.
+# another order than one process does (What you learned gives this run's
+# difference and its steps done twice).
 #
 # ## 2. Carry on without the lost process
 #
@@ -317,8 +314,8 @@ if not no_tcp:
 # initialization failed: ALREADY_EXISTS: key cpu:gloo/0,2048,4096/2`,
 # while the survivors' old context failed with `Connection closed by
 # peer`). So the survivors save and leave, and every process starts again
-# from their checkpoint: the same form as a preemption, a few seconds of
-# start-up instead of the steps since the last save.
+# from their checkpoint, as after a preemption: a start-up (What you
+# learned gives this run's) instead of the steps since the last save.
 #
 # ## 3. What does not recover here, named
 #
@@ -381,15 +378,15 @@ if not no_tcp:
 #
 # A loss costs the steps since the last save (redone) and the restart.
 # Sections 1 and 2 redo no step by design (the save is at the agreed step,
-# or the survivors keep the work; section 5 counts them). A loss that ends
-# the run (section 3) sends it back to the last save, on average half a
-# checkpoint interval. Saving more often cuts that and costs the saves
-# themselves: Young's optimal
-# interval `sqrt(2 x save x MTBF)` balances the two, and Daly's adds the
-# next terms of the same expansion (`dpcourse.checkpoints.interval`, with
-# both papers). For the course's GKE node (2 x L4 as a Spot VM: Google
-# guarantees no preemption rate, so the MTBF is an assumption you set) and
-# a large job whose failures were published (Llama 3 405B):
+# or the survivors keep the work; What you learned counts them). A loss
+# that ends the run (section 3) sends it back to the last save, on average
+# half a checkpoint interval. Saving more often cuts that and costs the
+# saves themselves: Young's optimal interval `sqrt(2 x save x MTBF)`
+# balances the two, and Daly's adds the next terms of the same expansion
+# (`dpcourse.checkpoints.interval`, with both papers). For the course's
+# GKE node (2 x L4 as a Spot VM: Google guarantees no preemption rate, so
+# the MTBF is an assumption you set) and a large job whose failures were
+# published (Llama 3 405B):
 
 # %%
 # An assumption: Compute Engine publishes Spot VMs' past preemption rates by machine type and
