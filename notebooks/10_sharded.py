@@ -532,13 +532,10 @@ if REDUCED_OK:
     logits_ref = jax.jit(lambda p, x: model.forward(p, x, cfg.block_repeats, cfg.block_mix))(
         params, batches[0][0]
     )
-    print("max |forward_explicit - model.forward|:", train.max_abs_diff(logits_e, logits_ref))
+    gap = train.max_abs_diff(logits_e, logits_ref)
+    print("max |forward_explicit - model.forward|:", gap)
     # float32 in another order: a few roundings of logits of order 1, far below 1e-5
-    assert train.max_abs_diff(logits_e, logits_ref) < 1e-5, checks.beyond(
-        "forward_explicit's logits and model.forward's",
-        train.max_abs_diff(logits_e, logits_ref),
-        1e-5,
-    )
+    assert gap < 1e-5, checks.beyond("forward_explicit's logits and model.forward's", gap, 1e-5)
 
 # %% [markdown]
 # **The memory it saves.** Activations scale with the batch a device
@@ -747,21 +744,15 @@ print(
 )
 
 # %% [markdown]
-# Set against the GPU census, counts **and** bytes sent (the cell below
-# prints both where it ran; "within 10%" compares the bytes). Counts alone
-# mislead: in the scan accumulation K + 1 all-reduces is the prediction's
-# K plus the metrics, but the measured ones carry other bytes (only the
-# shared block's share travels K times, the rest once), so the bytes say
-# what the count does not. Where the program is placed as the prediction
-# assumes, the bytes agree (the metrics and the replicated leaves' few
-# bytes aside); in naive ZeRO-1 and naive FSDP the reduce-scatter runs
-# BLOCK_REPEATS + 1 times instead of once, and what that adds grows with
-# the shared block's share of the parameters and with BLOCK_REPEATS: at
-# the `smoke` size (a 32 x 32 block, 2 repeats) it hides inside 10%, at
-# `cpu` and `full` it is a multiple of replicated DP's bytes (section 6's
-# cell prints this run's). The CPU census differs wherever
-# the CPU compiler keeps a reduction inside a loop or all-reduces instead
-# of reduce-scattering.
+# Set against the GPU census, counts **and** bytes sent ("within 10%"
+# compares the bytes). Counts alone mislead: in the scan accumulation the
+# measured all-reduces carry other bytes than predicted (only the shared
+# block's share travels K times). Where the program is placed as the
+# prediction assumes, the bytes agree; in naive ZeRO-1 and naive FSDP the
+# reduce-scatter runs BLOCK_REPEATS + 1 times instead of once, which hides
+# inside 10% at the `smoke` size (a 32 x 32 block, 2 repeats) and is a
+# multiple of replicated DP's bytes at `cpu` and `full` (section 6's cell
+# prints this run's).
 
 # %%
 report.compare_with_prediction(cross, cfg, n, ACCUM_K)  # at the sizes each was compiled for

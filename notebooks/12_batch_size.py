@@ -454,10 +454,6 @@ display(
         caption="Noise scale and critical batch",
     )
 )
-print(
-    "In this run the noise scale and the fitted critical batch agree "
-    f"within a factor of {factor:.1f}."
-)
 
 # %% [markdown]
 # The point: `B_simple` came from norms the data-parallel step already

@@ -126,11 +126,6 @@ def shard_specs(tree, n_devices: int, axis: str = "data", min_elements: int = MI
     return ShardPlan(specs, replicated, n_devices, axis)
 
 
-def replicated_specs(tree):
-    """``P()`` for every leaf of ``tree``."""
-    return jax.tree.map(lambda _: P(), tree)
-
-
 def per_device_bytes(tree, device=None) -> int:
     """Bytes of ``tree``'s arrays held on ``device`` (default: the first device of the first leaf).
 

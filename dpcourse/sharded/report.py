@@ -20,7 +20,7 @@ from dpcourse import config, costs, model, record, show, train
 from dpcourse.compiled import census, collectives
 from dpcourse.cross_compile import steps as sharded_steps
 from dpcourse.exercises import checks
-from dpcourse.sharded import forms, state_sentences
+from dpcourse.sharded import forms
 
 FIT_FORMS = {"replicated": "replicated", "zero1": "ZeRO-1", "fsdp": "FSDP gathered per layer"}
 PACKAGE_FORMS = ("ZeRO-1", "ZeRO-1, all-reduce first", "FSDP, naive", "FSDP, gathered once", "accumulation, scan")
@@ -112,12 +112,26 @@ def show_state_bytes(states: dict[str, tuple], n_params: int, n: int, device) ->
             }
         )
     display(show.table(rows, caption=f"Bytes per device (device 0 of {n}), measured with addressable_shards"))
-    print(
-        state_sentences.state_ratio_sentence(
-            {r["form"]: float(r["replicated / this"]) for r in rows},
-            {r["form"]: float(r["formula ratio"]) for r in rows},
-        )
-    )
+    print(ratio_sentence({r["form"]: (float(r["replicated / this"]), float(r["formula ratio"])) for r in rows}))
+
+
+def ratio_sentence(ratios: dict[str, tuple[float, float]]) -> str:
+    """Form -> (measured, formula) ratio of replicated DP's bytes to the form's, read in one clause each.
+
+    The formula counts every leaf as sharded; a leaf that no dimension lets
+    split, or one too small to shard, stays whole, so the measured ratio
+    falls short of it, and is 1 where nothing is sharded.
+    """
+    parts = []
+    for form, (got, want) in ratios.items():
+        if abs(got - want) <= 0.005 * want:
+            how = "as the formula says"
+        elif got < want:
+            how = "nothing sharded" if abs(got - 1.0) < 0.005 else "short of the formula: some leaves stay whole"
+        else:
+            how = "above the formula"
+        parts.append(f"{form} {got:.2f} against {want:.2f} ({how})")
+    return "Replicated / this form, measured against the formula: " + "; ".join(parts) + "."
 
 
 def show_step_memory(compiled: dict, n_params: int, n_devices: int) -> dict[str, dict[str, int]]:

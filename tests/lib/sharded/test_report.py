@@ -36,6 +36,13 @@ def test_the_state_table_reads_each_forms_bytes_against_the_formula(cpu_devices,
     assert "FSDP 1.40 against 8.00 (short of the formula: some leaves stay whole)" in printed, printed
 
 
+def test_the_ratio_sentence_says_which_way_each_form_lies_from_the_formula():
+    text = report.ratio_sentence({"replicated DP": (1.0, 1.0), "ZeRO-1": (2.52, 2.67), "FSDP": (9.0, 8.0)})
+    assert "replicated DP 1.00 against 1.00 (as the formula says)" in text
+    assert "ZeRO-1 2.52 against 2.67 (short of the formula: some leaves stay whole)" in text
+    assert "FSDP 9.00 against 8.00 (above the formula)" in text
+
+
 def test_a_form_that_is_not_the_same_training_is_named(cpu_devices):
     params = model.init_params(CFG)
     state = train.make_optimizer(CFG).init(params)
