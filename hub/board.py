@@ -401,7 +401,11 @@ class Room:
             if code == 304:
                 return
             entries = listing.get("content") if code == 200 and isinstance(listing, dict) else None
-            if isinstance(entries, list) and not any(isinstance(e, dict) and e.get("name") == RECORD for e in entries):
+            if not isinstance(entries, list):  # no listing now (a busy server's timeout): the record, in a while
+                del self.absent[name]
+                self.retry_at[name] = time.monotonic() + RETRY_S
+                return
+            if not any(isinstance(e, dict) and e.get("name") == RECORD for e in entries):
                 self.absent[name] = etag
                 return
             del self.absent[name]

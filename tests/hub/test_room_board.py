@@ -137,7 +137,7 @@ def test_the_board_shows_a_mistake_then_correct_and_only_the_instructor_sees_it(
     assert "(board@" not in quiet, quiet[-2000:]  # the hub and the servers log requests as NAME@ADDRESS
     assert hub.log_text().count("board: bob's record is unreadable") == 1
     # Before that, bob had no record: asked once, then his folder's listing (no 404 at each refresh).
-    assert hub.log_text().count("404 GET /user/bob/api/contents/progress.json") == 1
+    assert hub.log_text().count("404 GET /user/bob/api/contents/progress.json?content=0&type=file (board@") == 1
 
     # A learner can open neither the board nor another learner's record.
     assert bob.request.get(f"{hub.url}/services/board/").status == 403
