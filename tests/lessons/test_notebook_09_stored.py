@@ -24,8 +24,8 @@ from dpcourse.exercises.base import CORRECT, WRONG
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _section_8_and_09_3() -> list[str]:
-    """Section 8's code cells (but the CPU comparison), then exercise 09.3's table cell."""
+def _section_7_and_09_3() -> list[str]:
+    """Section 7's code cells (but the CPU comparison), then exercise 09.3's table cell."""
     cells = jupytext.read(ROOT / "notebooks" / "09_performance.py").cells
     heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## ")]
     start = next(i for i in heads if cells[i].source.startswith("## 7."))
@@ -40,17 +40,14 @@ def _section_8_and_09_3() -> list[str]:
 
 def test_section_7_without_the_extra_shows_the_stored_compile_and_09_3_checks_against_it(monkeypatch):
     monkeypatch.setattr(gpu_targets, "extra_missing", lambda: "jax-cuda12-plugin is not installed")
-    names = {"SCHEDULES": True, "show": show, "costs": costs, "gpu_notebook": gpu_notebook}
-    names["display"] = print
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for source in _section_8_and_09_3():
+    names = {"SCHEDULES": True, "show": show, "costs": costs, "gpu_notebook": gpu_notebook, "display": print}
+    with contextlib.redirect_stdout(out := io.StringIO()):
+        for source in _section_7_and_09_3():
             exec(compile(source, "<notebook 09 cell>", "exec"), names)
     printed = out.getvalue()
     assert "Stored result (made by make placement, 20" in printed and "smoke profile" in printed, printed
     assert printed.count("8 x H200") >= 6, f"too few tables shown: {printed}"
-    check = names["check"]
-    fractions = names["fractions_09_3"]
+    check, fractions = names["check"], names["fractions_09_3"]
     right = (costs.bound_for(fractions["plain"]), check.CHANGES[0])
     assert check.overlap_bound(right, fractions).status == CORRECT
     assert check.overlap_bound((right[0], check.CHANGES[1]), fractions).status == WRONG

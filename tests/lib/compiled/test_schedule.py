@@ -175,6 +175,8 @@ def test_the_plain_step_has_one_all_reduce_and_nothing_to_overlap_it_with(target
     assert window.sent_bytes == pytest.approx(PLAIN_SENT)
     assert window.compute == (), f"the optimizer needs the combined gradient; {window.work} in the window"
     assert sched.overlapped_fraction == 0
+    (after_loop,) = stored(target, "accum_reduced", version).windows if target == "h200" else [window]
+    assert after_loop.kind == "all-reduce" and after_loop.runs_per_step == 1  # once, after the microbatch loop
 
 
 # The smoke gradient split by a 4,096-byte combine threshold (dpcourse/cross_compile/overlap_steps.py):
@@ -191,6 +193,7 @@ def test_a_small_combine_threshold_splits_the_gradient_in_four_all_reduces(targe
     sched = stored(target, "small_threshold", version)
     assert sorted(w.payload_bytes for w in sched.windows) == SPLIT_PAYLOADS == [296, 1288, 4096, 100352]
     assert sched.sent_bytes_per_step == pytest.approx(PLAIN_SENT)  # the same bytes, split up
+    assert target != "l4" or any(w.is_sync is True for w in sched.windows)  # the L4 keeps some synchronous
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -201,14 +204,6 @@ def test_a_small_combine_threshold_opens_windows_on_the_h100_and_h200(target, ve
     assert gemms == WITH_GEMMS[version], "a weight gradient's GEMM runs inside these all-reduces' windows"
     assert sched.overlapped_fraction == pytest.approx(sum(gemms) / sum(SPLIT_PAYLOADS))
     assert any(w.compute and not w.has_compute for w in sched.windows), "a window of element-wise work only"
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_the_l4_keeps_the_split_all_reduces_without_compute_in_their_windows(version):
-    sched = stored("l4", "small_threshold", version)
-    assert len(sched.windows) > 1
-    assert sched.overlapped_fraction == 0
-    assert sum(w.is_sync is True for w in sched.windows) >= 1
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -230,15 +225,6 @@ def test_fsdp_gathered_once_has_a_gemm_only_in_the_reduce_scatter_s_window(versi
     assert [k for k, w in by_kind.items() if w.has_compute] == ["reduce-scatter"]
     assert by_kind["all-gather"].window_flops == 0 and by_kind["all-reduce"].window_flops == 0
     assert sched.overlapped_fraction == pytest.approx(by_kind["reduce-scatter"].sent_bytes / sched.sent_bytes_per_step)
-    assert sched.overlapped_fraction == pytest.approx(0.4925, abs=1e-4)  # 91,392 of 185,556 bytes sent
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_reduced_accumulation_reduces_once_after_the_microbatch_loop(version):
-    sched = stored("h200", "accum_reduced", version)
-    (window,) = sched.windows
-    assert window.kind == "all-reduce" and window.runs_per_step == 1
-    assert sched.overlapped_fraction == 0
 
 
 def test_rows_and_summary_say_what_a_table_and_placement_json_need():
