@@ -205,7 +205,7 @@ def sweep_table(runs: list, cfg, dataset, device, init_params: dict, label: str)
         for r in runs
         if r.status == "ok" and r.rung.config(cfg) == fast_cfg and r.rung.global_batch in sizes
     }
-    points = ladder.sweep_single_device(fast_cfg, dataset, device, init_params, sizes, False, reused)
+    points = ladder.sweep_single_device(fast_cfg, dataset, device, init_params, sizes, True, reused)  # a bar
     rows = [
         {
             "global batch": p.global_batch,
