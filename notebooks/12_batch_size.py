@@ -394,7 +394,6 @@ ax.axvline(fit.b_crit, color="grey", ls="--", lw=1, label=f"B_crit = {fit.b_crit
 ax.set(xscale="log", yscale="log", xlabel="global batch (examples)", ylabel="steps to target")
 ax.set_xticks(sizes, [str(b) for b in sizes])  # the trained batches only: no crowded minor labels
 ax.xaxis.set_minor_formatter(plt.NullFormatter())
-ax.yaxis.set_minor_formatter(plt.NullFormatter())
 ax.set_title(f"Steps to held-out loss {plan.target_loss} ({dataset.source} data)")
 ax.legend(fontsize=8)
 fig.tight_layout()
