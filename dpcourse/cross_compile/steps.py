@@ -38,7 +38,7 @@ SHARDED_STEPS: dict[str, str] = {
     "accum_scan": f"{_HERE}:accum_scan",
     "accum_reduced": f"{_HERE}:accum_reduced",
 }
-STEPS = SHARDED_STEPS  # lesson 10's name for them (the module dpcourse.sharded_steps held them)
+STEPS = SHARDED_STEPS  # lesson 10's name for them
 
 # The lesson's names of the forms and their keys (step names here, metric suffixes in results.json).
 FORM_KEYS: dict[str, str] = {

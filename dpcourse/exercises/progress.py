@@ -1,7 +1,7 @@
 """The learner's own progress record: ``progress.json`` in their workspace, written by checkers and lessons.
 
 Every exercise check (:func:`dpcourse.exercises.base.checker`) and every
-lesson start (:func:`dpcourse.session.start_lesson`) updates one JSON file in
+lesson start (:func:`dpcourse.lesson.start_lesson`) updates one JSON file in
 the learner's workspace, so that the learner, and through the hub's
 authenticated API the instructor's board (hub/board.py), can see where they
 stand. Shape of the file (times are seconds since the epoch, UTC)::

@@ -202,7 +202,7 @@ def test_optional_widgets_with_ipywidgets_is_the_module():
 
 
 CHART_CELLS = [
-    "import matplotlib.pyplot as plt\nfrom dpcourse import display as show\n"
+    "import matplotlib.pyplot as plt\nfrom dpcourse import show\n"
     "fig, ax = plt.subplots()\nax.plot([1, 2], [3, 4])\nshow.figure(fig, 'line')",
     "fig = show.bar_chart(['1 device', '2 devices'], [1.0, 2.0], 'examples/s', 'Throughput')\nfig.savefig('bar.png')",
 ]

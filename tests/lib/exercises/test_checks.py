@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from dpcourse import checks as cellcheck
+from dpcourse.exercises import checks as cellcheck
 
 
 def test_equal_trees_are_the_same_bit_for_bit():

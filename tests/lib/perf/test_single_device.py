@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import jax
 
-from dpcourse import single_device
+from dpcourse.perf import single_device
 
 
 @dataclass
