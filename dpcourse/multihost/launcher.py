@@ -259,7 +259,7 @@ def launch_local(
         fail_process: make this process exit with an error right after it
             joined (to see how failures are handled), or at ``fail_at_step``.
         checkpoint_dir, save_every: resume from and save to this folder
-            (notebook 11; see :func:`dpcourse.worker.train_worker`).
+            (notebook 11; see :func:`dpcourse.multihost.worker.train_worker`).
         process_ids: ids of the processes to start (default ``0 ..
             n_processes - 1``); leaving out 0 shows an unreachable coordinator.
         check_port: check that the port is free before launching.
