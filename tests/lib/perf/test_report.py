@@ -1,4 +1,4 @@
-"""Tests of dpcourse.perf.report: lesson 09's tables record every figure, failures with their reasons."""
+"""Tests of dpcourse.perf.report: its tables record every figure, failures with reasons (sentences: stored-runs test)."""
 
 from types import SimpleNamespace
 
@@ -43,9 +43,6 @@ def test_failures_are_recorded_with_their_reasons_and_the_checks_say_why_they_co
     assert "rung_scan_f32_throughput" not in got and "ceiling_bfloat16" not in got
     assert part.lines[0].startswith("scan_f32: ")
     assert checks.lines[0].startswith("scan_f32, the reference of these checks, failed (XlaRuntimeError")
-
-
-# The compile and sweep sentences are held against every stored run in tests/lessons/test_conclusions_on_stored_runs.py.
 
 
 def test_a_step_below_its_roofline_bound_stops_the_lesson_on_an_accelerator_only():
