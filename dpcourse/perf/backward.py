@@ -162,7 +162,7 @@ def block_with_kernel(block_mix: float, interpret: bool | None = None, rows: int
                 jax.ShapeDtypeStruct((width, width), jnp.float32, manual_axis_type=mat),
                 jax.ShapeDtypeStruct((1, width), jnp.float32, manual_axis_type=mat),
             ],
-            # JAX's TPU interpret mode: unlike interpret=True, it runs inside jax.shard_map.
+            # JAX's TPU interpret mode (interpret=True fails inside jax.shard_map with check_vma, JAX 0.10.2).
             interpret=pltpu.InterpretParams() if interpret else False,
             compiler_params=None if interpret else on_tpu,
         )(g, slope, h, w)
