@@ -194,7 +194,8 @@ notebook-test: $(VENV)/.dev-installed
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
-# profile; strict mode makes any checker that does not report success fail. SOLUTIONS_TEST_ENV
+# profile; strict mode makes any checker that does not report success fail. Each lesson then runs
+# every code cell again after its last one (--again), as a learner who goes back would. SOLUTIONS_TEST_ENV
 # adds settings to the lessons' environment. `make test` runs every lesson here as a learner
 # who installed requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras
 # are looked for in a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in
@@ -210,7 +211,7 @@ WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-ext
   DPCOURSE_TPU_COMPILE_PATH=$(CURDIR)/build/no-tpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
-	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --notebooks $(SOLUTIONS_TEST_PATHS)
+	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --again --notebooks $(SOLUTIONS_TEST_PATHS)
 	$(call device_env,$(SOLUTIONS_TEST_DEVICES)) $(SOLUTIONS_TEST_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 

@@ -7,8 +7,10 @@ the lesson) holds one cell per exercise tagged with the same id.
 :func:`fill_solutions` swaps each exercise cell's source for its solution.
 
 Command line: ``python -m coursetools.solutions --out build/solved
-[--notebooks PATH ...]`` writes the notebooks that have solutions, filled
+[--notebooks PATH ...] [--again]`` writes the notebooks that have solutions, filled
 in, to a folder (for nbmake); ``python -m coursetools run --solutions`` fills them in on the fly.
+With ``--again`` each copy runs its code cells a second time after its last
+cell (:func:`run_again`), as a learner who goes back after Run All would.
 """
 
 from __future__ import annotations
@@ -90,8 +92,30 @@ def fill_solutions(nb, stem: str, directory: Path | None = None) -> int:
     return len(cells)
 
 
-def write_solved(notebooks: list[Path], out_dir: Path, directory: Path | None = None) -> list[Path]:
-    """Write each notebook that has exercises, with solutions filled in, to ``out_dir``; return the paths."""
+def run_again(nb) -> int:
+    """Append to ``nb`` (in place) a copy of each code cell but the ``parameters`` one; return how many.
+
+    Executed top to bottom, the copy runs every section again after the
+    lesson's last cell: a cell whose inputs an earlier cell deleted fails there.
+    """
+    import nbformat
+
+    again = [
+        nbformat.v4.new_code_cell(c.source, metadata={"tags": ["again"]})
+        for c in nb.cells
+        if c.cell_type == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])
+    ]
+    nb.cells += [nbformat.v4.new_markdown_cell("Every code cell again, after the last one."), *again]
+    return len(again)
+
+
+def write_solved(
+    notebooks: list[Path], out_dir: Path, directory: Path | None = None, again: bool = False
+) -> list[Path]:
+    """Write each notebook that has exercises, with solutions filled in (and ``again``: :func:`run_again`), to ``out_dir``.
+
+    Returns the paths written.
+    """
     import nbformat
 
     out_dir = Path(out_dir)
@@ -100,6 +124,8 @@ def write_solved(notebooks: list[Path], out_dir: Path, directory: Path | None = 
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         if fill_solutions(nb, path.stem, directory):
+            if again:
+                run_again(nb)
             target = out_dir / path.name
             nbformat.write(nb, target)
             written.append(target)
@@ -116,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PATH",
         help="these .ipynb files only (default: every lesson of --notebook-dir)",
     )
+    parser.add_argument("--again", action="store_true", help="run every code cell again after the last one")
     args = parser.parse_args(argv)
     if args.notebooks:
         notebooks = [Path(p) for p in args.notebooks]
@@ -130,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         check_output_folder(Path(args.out), notebooks)  # a file, a read-only folder or the sources: before any work
-        written = write_solved(notebooks, Path(args.out))
+        written = write_solved(notebooks, Path(args.out), again=args.again)
     except (SolutionError, OutputFolderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

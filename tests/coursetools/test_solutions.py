@@ -112,6 +112,18 @@ def test_write_solved_fills_in_and_keeps_the_source(tmp_path):
     assert nbformat.read(path, as_version=4).cells[0].source.startswith("answer = ...")
 
 
+def test_run_again_appends_every_code_cell_but_the_parameters_after_the_last():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("PROFILE = 'cpu'", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_markdown_cell("## 1. Train"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("del x"),
+    ]
+    assert solutions.run_again(nb) == 2
+    assert [c.source for c in nb.cells[4:]] == ["Every code cell again, after the last one.", "x = 1", "del x"]
+
+
 @pytest.mark.slow
 def test_run_with_solutions_fills_them_in_and_checks_strictly(tmp_path, monkeypatch):
     path, sols = _course(tmp_path, '# %% tags=["ex01_1"]\nanswer = 6 * 7\n')
