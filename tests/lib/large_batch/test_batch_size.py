@@ -186,18 +186,6 @@ def test_steps_to_target_gives_up_on_a_stalled_run():
     assert run.steps is None and len(run.held_out) == 12
 
 
-def test_time_to_target_and_where_more_devices_stop_paying():
-    fit = batch_size.TradeOff(s_min=100.0, e_min=100.0 * 1024, worst_error=0.0)
-    rows = batch_size.time_to_target_rows(fit, 64, [1, 2, 4, 8, 16, 32, 64], lambda n: 0.01)
-    times = [r["time to target s"] for r in rows]
-    assert times == sorted(times, reverse=True)  # constant step time: more devices never hurt
-    assert rows[-1]["examples/s"] == 64 * 64 / 0.01
-    # Doubling from 16 (B = 1024 = B_crit) to 32 saves 1/4 of the time; from 32 to 64, 1/6 > 10%;
-    # the gains fall below 10% only past the table: None.
-    assert batch_size.devices_past_which_time_stalls(rows) is None
-    assert batch_size.devices_past_which_time_stalls(rows, gain=0.2) == 32
-
-
 def test_every_profile_has_a_plan():
     from dpcourse.config import profile_names
 
@@ -302,14 +290,6 @@ def test_the_other_public_functions_check_their_numbers_in_one_sentence():
         (lambda: fit.steps_at(0), "The global batch must be a finite number > 0, got 0."),
         (lambda: batch_size.TradeOff(math.nan, 1e5, 0.0), "S_min must be a finite number > 0, got nan."),
         (lambda: batch_size.TradeOff(100.0, -1.0, 0.0), "E_min must be a finite number > 0, got -1.0."),
-        (lambda: batch_size.time_to_target_rows(fit, 64, [0, 2], lambda n: 0.01), "Each device count must be"),
-        (lambda: batch_size.time_to_target_rows(fit, 64, [1, 2], lambda n: 0.0), "The step time on 1 devices"),
-        (lambda: batch_size.time_to_target_rows(fit, None, [1], lambda n: 0.01), "The per-device batch must be"),
-        (
-            lambda: batch_size.devices_past_which_time_stalls([], gain=10),
-            "The gain is a fraction of the time between 0 and 1",
-        ),
-        (lambda: batch_size.devices_past_which_time_stalls([], gain=math.nan), "The gain must be a finite"),
     ]
     for call, start in cases:
         with pytest.raises(ValueError) as err:
