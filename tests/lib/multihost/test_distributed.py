@@ -39,8 +39,7 @@ def test_a_tpu_slices_pods_are_placed_by_jaxs_own_detection(monkeypatch, slices)
     from jax._src.clusters import cloud_tpu_cluster
 
     monkeypatch.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", lambda key: None)  # no TPU VM here
-    hosts = ",".join(f"jax-multihost-{i}.jax-multihost" for i in range(4))
-    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hosts)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", ",".join(f"jax-multihost-{i}.jax-multihost" for i in range(4)))
     monkeypatch.setenv("JAX_COORDINATOR_PORT", "8476")  # deploy/tpu-slice: the Service's port
     places = set()
     for slice_id in range(slices):
