@@ -259,40 +259,11 @@ def reference_params(
     devices_after: Sequence | None = None,
     data_source: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """The same training in this one process: on ``devices``, then from step ``change_at`` on ``devices_after``.
+    """The same training in this one process: on ``devices``, then from step ``change_at`` on ``devices_after``,
+    the global batch split over however many devices there are (notebook 08's reference, with the change)."""
+    from dpcourse.multihost.worker import single_process_reference
 
-    The same initial parameters, batches and step as the worker's; the
-    global batch stays the same across the change, split over however many
-    devices there are.
-    """
-    import jax
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from dpcourse import config as _config
-    from dpcourse import data as _data
-    from dpcourse import model
-    from dpcourse import train as _train
-
-    cfg = _config.get_config(profile, backend="cpu")
-    dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
-    xs, ys = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
-    optimizer = _train.make_optimizer(cfg)
-    params = model.init_params(cfg)
-    opt_state = optimizer.init(params)
-    for i in range(steps):
-        on = devices if change_at is None or i < change_at else devices_after
-        if i == 0 or (change_at is not None and i == change_at):
-            mesh = Mesh(np.array(list(on)), (AXIS,))
-            with jax.set_mesh(mesh):
-                step_fn = jax.jit(_train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
-            rep = NamedSharding(mesh, P())
-            params, opt_state = jax.device_put((jax.device_get(params), jax.device_get(opt_state)), rep)
-        x = jax.device_put(xs[i % cfg.n_batches], NamedSharding(mesh, P(AXIS, None)))
-        y = jax.device_put(ys[i % cfg.n_batches], NamedSharding(mesh, P(AXIS)))
-        with jax.set_mesh(mesh):
-            params, opt_state, _ = step_fn(params, opt_state, x, y)
-    return {k: np.asarray(v) for k, v in jax.device_get(params).items()}
+    return single_process_reference(profile, steps, devices, data_source, global_batch, change_at, devices_after)[0]
 
 
 def check_args(args: argparse.Namespace, n_processes: int | None = None) -> str | None:

@@ -392,15 +392,22 @@ def _train(profile, steps, data_source, global_batch, out_dir, checkpoint_dir, s
 
 
 def single_process_reference(
-    profile: str | None, steps: int, devices: Sequence, data_source: str | None = None, global_batch: int | None = None
+    profile: str | None,
+    steps: int,
+    devices: Sequence,
+    data_source: str | None = None,
+    global_batch: int | None = None,
+    change_at: int | None = None,
+    devices_after: Sequence | None = None,
 ) -> tuple[dict[str, np.ndarray], list[float], dict[str, np.ndarray]]:
-    """The same training in this one process, on ``devices``, for comparison.
+    """The same training in this one process, on ``devices`` (from step ``change_at`` on ``devices_after``).
 
     The whole global batch is put on the mesh with ``jax.device_put``; the
     step, the initial parameters and the batches are those of
     :func:`train_worker`. Notebook 08 writes the same lines out in full.
     It runs under its own mesh (``jax.set_mesh``), whatever mesh the caller
-    set in context, as the worker processes do.
+    set in context, as the worker processes do. A change of devices keeps the
+    global batch, split over the new ones (notebook 13's survivors).
 
     Returns:
         Final parameters as host arrays (``{name: float32 array}``), the
@@ -416,25 +423,29 @@ def single_process_reference(
     from dpcourse import model, train
 
     cfg = _config.get_config(profile, backend=devices[0].platform)
-    mesh = Mesh(np.array(devices), (AXIS,))
-    with jax.set_mesh(mesh):  # its own Auto mesh, whatever the caller set (notebook 03, section 4)
-        global_batch = cfg.global_batch(len(devices)) if global_batch is None else global_batch
-        check_global_batch(global_batch, len(devices))
-        optimizer = train.make_optimizer(cfg)
-        params = jax.device_put(model.init_params(cfg), NamedSharding(mesh, P()))
-        opt_state = optimizer.init(params)
-        dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
-        x_host, y_host = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
-        x = jax.device_put(x_host, NamedSharding(mesh, P(None, AXIS, None)))
-        y = jax.device_put(y_host, NamedSharding(mesh, P(None, AXIS)))
-        step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
-        losses, first_moment = [], None
-        for i in range(steps):
+    global_batch = cfg.global_batch(len(devices)) if global_batch is None else global_batch
+    check_global_batch(global_batch, len(devices))
+    optimizer = train.make_optimizer(cfg)
+    params, opt_state = model.init_params(cfg), None
+    dataset = _data.load_fashion_mnist(source=data_source, limit=cfg.max_train_examples, seed=cfg.seed)
+    x_host, y_host = _data.stacked_batches(dataset, cfg.n_batches, global_batch)
+    losses, first_moment = [], None
+    for i in range(steps):
+        if i == 0 or i == change_at:  # the mesh over this part's devices, the state and the batches on it
+            mesh = Mesh(np.array(list(devices if i == 0 else devices_after)), (AXIS,))
+            with jax.set_mesh(mesh):  # its own Auto mesh, whatever the caller set (notebook 03, section 4)
+                params = jax.device_put(jax.device_get(params), NamedSharding(mesh, P()))
+                kept = None if opt_state is None else jax.device_get(opt_state)
+                opt_state = optimizer.init(params) if kept is None else jax.device_put(kept, NamedSharding(mesh, P()))
+                x = jax.device_put(x_host, NamedSharding(mesh, P(None, AXIS, None)))
+                y = jax.device_put(y_host, NamedSharding(mesh, P(None, AXIS)))
+                step = jax.jit(train.make_shard_map_step(cfg, optimizer, mesh, AXIS))
+        with jax.set_mesh(mesh):
             params, opt_state, metrics = step(params, opt_state, x[i % cfg.n_batches], y[i % cfg.n_batches])
-            losses.append(float(metrics["loss"]))
-            if i == 0:
-                first_moment = {k: np.asarray(v) for k, v in jax.device_get(train.adam_first_moment(opt_state)).items()}
-        return {k: np.asarray(v) for k, v in jax.device_get(params).items()}, losses, first_moment
+        losses.append(float(metrics["loss"]))
+        if i == 0:
+            first_moment = {k: np.asarray(v) for k, v in jax.device_get(train.adam_first_moment(opt_state)).items()}
+    return {k: np.asarray(v) for k, v in jax.device_get(params).items()}, losses, first_moment
 
 
 # ---------------------------------------------------------------------------
