@@ -83,7 +83,7 @@ $(VENV)/.tpu-compile-installed: $(TPU_COMPILE_REQUIREMENTS) $(VENV)/.installed
 tpu-compile: $(VENV)/.tpu-compile-installed
 
 # Where the gradient all-reduce lands: the course's data-parallel steps compiled
-# for H100 SXM, H200 and an approximate L4 at 2, 4 and 8 GPUs without a GPU, for TPU
+# for an approximate L4 at 2, 4 and 8 GPUs and H100 SXM and H200 at 8 without a GPU, for TPU
 # v5e 2x4, v5p 4x4x4 and v6e 16x16 slices without a TPU, and for 8 simulated CPU devices;
 # prints the table, writes
 # results/placement/placement.json. PROFILE=smoke (or full) compiles that

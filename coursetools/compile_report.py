@@ -90,14 +90,21 @@ def lesson10_jobs(profiles: list[str], targets: list[str]) -> list:
     return jobs
 
 
+# The course's own GPU (the L4 of docs/gke.md's nodes) is compiled at every count; the other GPUs, whose
+# 2- and 4-GPU programs place the all-reduce as the L4's do, at the largest count only (unless asked alone).
+EVERY_COUNT_GPU = "l4"
+
+
 def jobs_for(profiles: list[str], targets: list[str], counts: tuple[int, ...], cpu_devices: int = 8):
-    """The jobs of ``make placement``: every GPU target x count and every TPU slice per profile, and the CPU."""
+    """The jobs of ``make placement``: the GPUs at their counts and every TPU slice per profile, and the CPU."""
+    gpus = _gpus(targets)
+    gpu_counts = {t: counts if t == EVERY_COUNT_GPU or len(gpus) == 1 else (max(counts),) for t in gpus}
     jobs = []
     for profile in profiles:
         if profile == "full" and len(profiles) > 1:
             jobs += [deviceless.Job(b, t, n, profile) for b, t, n in FULL_JOBS if b == "cpu" or t in targets]
             continue
-        jobs += [deviceless.Job("gpu", t, n, profile) for t in _gpus(targets) for n in counts]
+        jobs += [deviceless.Job("gpu", t, n, profile) for t in gpus for n in gpu_counts[t]]
         jobs += _tpu_jobs(targets, profile)
         jobs.append(deviceless.Job("cpu", "cpu", cpu_devices, profile))
     return jobs

@@ -57,8 +57,11 @@ def test_a_slices_all_reduce_is_read_back_over_every_chip_beside_the_ici_models_
 def test_jobs_of_make_placement():
     jobs = placement_report.jobs_for(["smoke", "full"], ["h200", "l4", "v5e_2x4", "v6e_16x16"], (2, 4, 8))
     smoke = [(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "smoke"]
-    # Each GPU at each count, each TPU slice at its own chip count, and the CPU.
-    assert len(smoke) == 2 * 3 + 2 + 1 and ("tpu", "v6e_16x16", 256) in smoke and ("tpu", "v5e_2x4", 8) in smoke
+    # The L4 at each count, the other GPUs at the largest, each TPU slice at its own chip count, and the CPU.
+    assert [n for b, t, n in smoke if b == "gpu"] == [8, 2, 4, 8] and ("tpu", "v6e_16x16", 256) in smoke
+    assert len(smoke) == 4 + 2 + 1 and ("tpu", "v5e_2x4", 8) in smoke
+    alone = placement_report.jobs_for(["smoke"], ["h200"], (2, 4, 8))
+    assert [j.n_devices for j in alone if j.backend == "gpu"] == [2, 4, 8]
     assert {(j.backend, j.target, j.n_devices) for j in jobs if j.profile == "full"} == set(placement_report.FULL_JOBS)
     gpus_only = placement_report.jobs_for(["smoke", "full"], ["h200", "l4"], (8,))
     assert not [j for j in gpus_only if j.backend == "tpu"]
