@@ -49,6 +49,16 @@ def test_no_code_cell_opens_with_a_blank_line(path):
     assert not blank, f"{path.name}: code cells that start with an empty line (next line shown): {blank}"
 
 
+MAX_CODE_LINES = 500  # non-blank lines over a lesson's code cells: the harness belongs in the library
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_lesson_holds_at_most_500_lines_of_code(path):
+    cells = [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
+    lines = sum(1 for source in cells for line in source.splitlines() if line.strip())
+    assert lines <= MAX_CODE_LINES, f"{path.name}: {lines} non-blank lines of code; move harness to dpcourse"
+
+
 def test_the_lab_guides_first_start_example_counts_the_lessons_there_are():
     """docs/jupyterlab.md shows what `make lab` prints on a first start; a new learner compares it."""
     import re
