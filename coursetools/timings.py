@@ -314,10 +314,12 @@ def time_line(notebook: str, record: dict) -> str:
     and load stay in ``baselines/timings.json``. Wrapped at 100 characters.
     """
     by_machine: dict[str, list[str]] = {}  # each kind of machine with its profiles' buckets, in the record's order
+    loads = []  # the load average at the start of each run of the lesson (its own where it was timed alone)
     for run in record["runs"]:
         nb = run["notebooks"].get(notebook)
         if nb is None:
             continue
+        loads.append((nb.get("load_average_start") or run["machine"].get("load_average_start") or [None])[0])
         if nb["status"] == "passed":
             timed = f" ({nb['timed']})" if nb.get("timed") else ""  # the part of it that ran, where it skipped some
             part = f"{time_bucket(nb['wall_s'])} with `{nb.get('profile', run['profile'])}`{timed}"
@@ -327,11 +329,6 @@ def time_line(notebook: str, record: dict) -> str:
     if not by_machine:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
     where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
-    loads = [
-        (nb.get("load_average_start") or run["machine"].get("load_average_start") or [None])[0]
-        for run in record["runs"]
-        if (nb := run["notebooks"].get(notebook)) is not None
-    ]
     load = (
         f"measured at a load average of at most {max(loads):g} at the start; other work slows it, roughly by "
         "the load average divided by the core count where that exceeds 1"
