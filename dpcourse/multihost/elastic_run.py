@@ -291,7 +291,7 @@ def run_local(
     reason = tcp_unavailable()
     if reason:
         raise TcpUnavailable(reason)
-    from dpcourse.multihost.launcher import worker_env
+    from dpcourse.multihost.launcher import load_arrays, start_process, worker_env
 
     command = [sys.executable, "-m", "dpcourse.multihost.elastic", "--steps", str(steps)]
     command += ["--global-batch", str(global_batch), "--heartbeat-timeout-s", str(heartbeat_timeout_s)]
@@ -325,13 +325,8 @@ def run_local(
                 env["JAX_ENABLE_PREEMPTION_SERVICE"] = "true"  # SIGTERM is a preemption notice here
                 env[PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
                 logs[i] = open(out / f"stderr.{i}", "w+")  # noqa: SIM115 - closed below, after the process ended
-                procs[i] = subprocess.Popen(
-                    network.prefix + command + ["--out", str(out)],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=logs[i],
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
+                procs[i] = start_process(
+                    network.prefix + command + ["--out", str(out)], env, subprocess.DEVNULL, logs[i]
                 )
             watched = _watch(procs, out, plan)
         except KeyboardInterrupt:
@@ -347,10 +342,7 @@ def run_local(
                 texts[i] = f.read()
                 f.close()
         signal_t, stopped, waited, load = watched
-        params = None
-        if (out / "params.npz").exists():
-            with np.load(out / "params.npz") as npz:
-                params = {k: np.array(npz[k]) for k in npz.files}
+        params = load_arrays(out / "params.npz") if (out / "params.npz").exists() else None
         run = ElasticRun(
             exit_codes={i: p.returncode for i, p in procs.items()},
             events={i: read_events(out, i) for i in procs},

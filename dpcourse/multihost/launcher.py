@@ -204,6 +204,19 @@ def worker_env(
     return env
 
 
+def start_process(command: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    """``command`` as a process of a local run: no stdin, a session of its own (the reaper ends its group)."""
+    return subprocess.Popen(
+        command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file a process wrote, as host arrays, the file closed."""
+    with np.load(path) as npz:
+        return {k: np.array(npz[k]) for k in npz.files}
+
+
 def launch_local(
     n_processes: int = 2,
     devices_per_process: int = 4,
@@ -408,14 +421,7 @@ def _run_workers(
                 said = (COORDINATOR_ENV, COLLECTIVES_HOST_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)
                 envs[i] = {k: env[k] for k in said}
                 out, err = logs[i]
-                procs[i] = subprocess.Popen(
-                    network.prefix + command + ["--out", str(folder / "out")],
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+                procs[i] = start_process(network.prefix + command + ["--out", str(folder / "out")], env, out, err)
             started, stuck = time.time(), None
             while True:
                 codes = {i: p.poll() for i, p in procs.items()}
@@ -497,10 +503,10 @@ def _run_workers(
                 f"Process 0 exited cleanly but wrote no result.json.\n{tails.get(0, '')}", process_id=0, **details
             )
         summary = json.loads(result_file.read_text())
-        with np.load(folder / "out" / "params.npz") as npz:
-            params = {k: np.array(npz[k]) for k in npz.files}
-        with np.load(folder / "out" / "first_moment.npz") as npz:
-            first_moment = {k: np.array(npz[k]) for k in npz.files}
+        params, first_moment = (
+            load_arrays(folder / "out" / "params.npz"),
+            load_arrays(folder / "out" / "first_moment.npz"),
+        )
     return LaunchResult(
         wall_s=wall_s,
         n_processes=len(launched),
