@@ -25,6 +25,7 @@ import pytest
 
 from dpcourse import config
 from dpcourse.large_batch import batch_size, readings, time_to_target
+from dpcourse.multihost import elastic_run
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON_12 = "12_batch_size"
@@ -307,8 +308,6 @@ def test_lesson_11_forms_sentence_reads_the_recorded_sizes(key):
 @pytest.mark.parametrize("key", sorted(LEARNED_13))
 def test_lesson_13_what_you_learned_reads_the_recorded_run(key):
     """Its lines once said a loss between steps costs "no step" whatever the run did: each verdict is the record's."""
-    from dpcourse.multihost import elastic_run
-
     f = LEARNED_13[key]
     preempted, killed, lost = elastic_run.learned(f)
     for twice, params, line in (("preempted", "preempted_resume", preempted), ("survivors", "survivors", killed)):

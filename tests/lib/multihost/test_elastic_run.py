@@ -173,7 +173,6 @@ def test_a_run_a_busy_machine_stopped_says_so_and_that_a_rerun_will_do():
         late = _run(same.exit_codes, same.events, same.stderr, same.stalled, steps=(), plan=plan)
         late.load, late.cores, late.waited = 9.3, 2, same.waited
         assert "too busy" not in elastic_run.ending(late)
-    # A loss seen late says "a busy machine" only with the evidence (the load above the cores) beside it.
     assert "outside the 1.5 to 4 s" in (said := elastic_run.seen_sentence(9.0, 10.0, 3)) and "busy" not in said
     assert "(a busy machine delays the barrier: load 7.5)" in elastic_run.seen_sentence(9.0, 10.0, 3, 7.5)
 
