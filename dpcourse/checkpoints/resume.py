@@ -97,28 +97,16 @@ def train_until(state, step_fn, noisy, xs, ys, until: int):
     return state, losses
 
 
-def fresh_process_platform(devices: list) -> str:
-    """The platform a fresh process started by the notebook resumes on (its ``--platform``).
+def command(folder, cfg, devices: list, n_devices: int, global_batch: int, n_batches: int, data_source: str):
+    """The argument list (never a shell line) of a fresh process that resumes ``folder``, as notebook 11 starts it.
 
-    The notebook's own devices' platform, except TPU chips: the notebook's
-    process holds them and no other process can open them
-    (:mod:`dpcourse.backend.chips`), so a fresh process there resumes on as
-    many simulated CPU devices.
+    It runs on the platform of the notebook's ``devices``, except TPU chips: the notebook's process holds them
+    and no other can open them (:mod:`dpcourse.backend.chips`), so it resumes on as many simulated CPU devices.
     """
-    platform = devices[0].platform
-    return "cpu" if platform == "tpu" else platform
-
-
-def command(folder, cfg, devices: list, n_devices: int, global_batch: int, n_batches: int, data_source: str, **opts):
-    """The argument list of a fresh process that resumes ``folder`` (this module), as notebook 11 starts it.
-
-    ``devices`` are the notebook's (:func:`fresh_process_platform`); ``opts``: ``form``, ``until``, ``kill_at``.
-    A list for ``subprocess``, never a shell line: a folder's name is data.
-    """
+    platform = "cpu" if devices[0].platform == "tpu" else devices[0].platform
     out = [sys.executable, "-m", "dpcourse.checkpoints.resume", "--dir", str(folder), "--devices", str(n_devices)]
-    out += ["--platform", fresh_process_platform(devices), "--profile", cfg.profile, "--data-source", data_source]
-    out += ["--global-batch", str(global_batch), "--n-batches", str(n_batches)]
-    return out + [f"--{name.replace('_', '-')}={value}" for name, value in opts.items() if value is not None]
+    out += ["--platform", platform, "--profile", cfg.profile, "--data-source", data_source]
+    return out + ["--global-batch", str(global_batch), "--n-batches", str(n_batches)]
 
 
 def across_process_counts(

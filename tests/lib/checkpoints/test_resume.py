@@ -393,14 +393,11 @@ def test_a_process_killed_while_writing_leaves_the_previous_step_latest_and_the_
     assert resume.main(_args(tmp_path, setup, "--until", "6", "--devices", "8")) == 0  # a new run saves over it
 
 
-def test_a_fresh_process_resumes_on_the_notebooks_platform_but_never_on_tpu_chips_it_holds():
+def test_a_fresh_process_resumes_on_the_notebooks_platform_but_never_on_tpu_chips_it_holds(setup):
     """On a TPU host 11's fresh processes could not open the chips, which the notebook held."""
-
-    class Device:
-        def __init__(self, platform):
-            self.platform = platform
-
-    assert [resume.fresh_process_platform([Device(p)]) for p in ("cpu", "gpu", "tpu")] == ["cpu", "gpu", "cpu"]
+    for platform, used in (("cpu", "cpu"), ("gpu", "gpu"), ("tpu", "cpu")):
+        command = resume.command("a dir; rm -rf ~", setup[0], [type("D", (), {"platform": platform})], 4, 64, 5, "x")
+        assert command[command.index("--platform") + 1] == used and "a dir; rm -rf ~" in command
 
 
 def _listing(folder):
