@@ -76,13 +76,12 @@ def resumed_sentence(resumed: Mapping[str, tuple[float, float]]) -> str:
 
     A tolerance of 0 asks for bitwise equality (the same arithmetic); another, for rounding within it.
     """
-    bitwise = [RESUMED_AS[k] for k, (diff, tol) in resumed.items() if diff == tol == 0]
-    within = {RESUMED_AS[k]: (diff, tol) for k, (diff, tol) in resumed.items() if diff < tol}
-    outside = [RESUMED_AS[k] for k, (diff, tol) in resumed.items() if diff > tol or (diff > 0 and tol == 0)]
-    parts = [f"bitwise equal on {', '.join(bitwise)}"] if bitwise else []
-    if within:
-        worst = max(within.values())
-        parts.append(f"within rounding on {', '.join(within)} (at most {worst[0]:.1e}, tolerance {worst[1]:g})")
-    if outside:
-        parts.append(f"outside the tolerance on {', '.join(outside)}")
+    said: dict[str, list[str]] = {"bitwise equal": [], "within rounding": [], "outside the tolerance": []}
+    for key, (diff, tol) in resumed.items():
+        verdict = "bitwise equal" if diff == tol == 0 else "within rounding" if diff < tol else "outside the tolerance"
+        said[verdict].append(RESUMED_AS[key])
+    worst = max(((d, t) for d, t in resumed.values() if d < t), default=None)
+    if worst is not None:
+        said["within rounding"][-1] += f" (at most {worst[0]:.1e}, tolerance {worst[1]:g})"
+    parts = [f"{verdict} on {', '.join(names)}" for verdict, names in said.items() if names]
     return f"This run's resumed runs against the ones that never stopped: {'; '.join(parts)}."
