@@ -269,7 +269,7 @@ if not no_tcp:
     # A kill is seen T/2 to T + 1 s on: the heartbeat window (elastic_run.seen_sentence says why).
     busy = lost_run.load if lost_run.busy() else None  # the evidence of a busy machine, or None
     say(
-        elastic_run.seen_sentence(detect_s, going_s, HEARTBEAT_TIMEOUT_S, busy)
+        preemption.seen_sentence(detect_s, going_s, HEARTBEAT_TIMEOUT_S, busy)
         + ", on the new mesh."
     )
     print("(devices, examples per device) of the steps:", shares)
@@ -443,7 +443,7 @@ print(f"This run of the lesson, from its imports to here: {took:.0f} s{load}.")
 # This run's figures first (none where sections 1 to 3 were skipped):
 
 # %%
-for line in elastic_run.learned({name: value for name, (value, _) in figures.items()}):
+for line in preemption.learned({name: value for name, (value, _) in figures.items()}):
     say(f"- {line}")
 
 # %% [markdown]

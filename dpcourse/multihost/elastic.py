@@ -73,6 +73,12 @@ def read_events(out: str | os.PathLike, process_id: int) -> list[dict]:
     return events
 
 
+def read_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file a process wrote (its final parameters), as host arrays, the file closed."""
+    with np.load(path) as npz:
+        return {k: np.array(npz[k]) for k in npz.files}
+
+
 def mesh_devices(devices: Sequence) -> list:
     """``devices`` in mesh order: by process, then id (each process's rows of a batch stay together)."""
     return sorted(devices, key=lambda d: (d.process_index, d.id))

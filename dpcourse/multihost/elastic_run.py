@@ -3,7 +3,7 @@
 :func:`run_local` starts ``python -m dpcourse.multihost.elastic`` once per process, sends one SIGTERM on cue
 (a preemption notice), bounds every wait (:func:`silence_bound`) and ends a run with SIGKILL, never a SIGTERM
 the processes would take for a preemption; :func:`ending` says from what the run left what happened and what
-to do; :func:`learned` reads the lesson's conclusions from its figures.
+to do.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dpcourse.multihost import reaper
-from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_events
+from dpcourse.multihost.elastic import LOSS_KINDS, MAX_HEARTBEAT_TIMEOUT_S, read_arrays, read_events
 from dpcourse.multihost.failures import load_average, output_tail
 from dpcourse.multihost.parent import PARENT_ENV
 from dpcourse.multihost.ports import TcpUnavailable, private_coordinator, private_network, run_folder, tcp_unavailable
@@ -291,7 +291,7 @@ def run_local(
     reason = tcp_unavailable()
     if reason:
         raise TcpUnavailable(reason)
-    from dpcourse.multihost.launcher import load_arrays, start_process, worker_env
+    from dpcourse.multihost.launcher import worker_env
 
     command = [sys.executable, "-m", "dpcourse.multihost.elastic", "--steps", str(steps)]
     command += ["--global-batch", str(global_batch), "--heartbeat-timeout-s", str(heartbeat_timeout_s)]
@@ -325,7 +325,7 @@ def run_local(
                 env["JAX_ENABLE_PREEMPTION_SERVICE"] = "true"  # SIGTERM is a preemption notice here
                 env[PARENT_ENV] = str(os.getpid())  # each process ends with this one (a kernel killed)
                 logs[i] = open(out / f"stderr.{i}", "w+")  # noqa: SIM115 - closed below, after the process ended
-                procs[i] = start_process(
+                procs[i] = reaper.start_process(
                     network.prefix + command + ["--out", str(out)], env, subprocess.DEVNULL, logs[i]
                 )
             watched = _watch(procs, out, plan)
@@ -342,7 +342,7 @@ def run_local(
                 texts[i] = f.read()
                 f.close()
         signal_t, stopped, waited, load = watched
-        params = load_arrays(out / "params.npz") if (out / "params.npz").exists() else None
+        params = read_arrays(out / "params.npz") if (out / "params.npz").exists() else None
         run = ElasticRun(
             exit_codes={i: p.returncode for i, p in procs.items()},
             events={i: read_events(out, i) for i in procs},
@@ -572,52 +572,3 @@ def ending(run: ElasticRun) -> str:
             "fewer programs run."
         )
     return f"Process {bad} failed (exit status {codes[bad]}): {said}"
-
-
-def seen_sentence(seen_s: float, going_s: float, heartbeat_timeout_s: float | None, busy_load=None) -> str:
-    """When the survivors saw a process killed between steps gone and trained again (s after the kill), against
-    the heartbeat window: JAX's coordination service calls a process dead once its last heartbeat is older than
-    the timeout T, a process sends one every T/2 and the service looks once a second (XLA's
-    coordination_service_agent.cc and coordination_service.cc), so a kill is seen T/2 to T + 1 s on. A busy
-    machine is named only with its evidence, ``busy_load`` (a load above the cores), and only when late."""
-    window = ""
-    if heartbeat_timeout_s is not None:
-        low, high = heartbeat_timeout_s / 2, heartbeat_timeout_s + 1
-        where = "inside" if low <= seen_s <= high else "outside"
-        late = f" (a busy machine delays the barrier: load {busy_load:.1f})" if busy_load and seen_s > high else ""
-        window = f", {where} the {low:g} to {high:g} s a heartbeat timeout of {heartbeat_timeout_s:g} s allows{late}"
-    return (
-        f"The survivors saw it gone {seen_s:.1f} s after the kill{window}, and trained again {going_s:.1f} s after it"
-    )
-
-
-def learned(figures: dict) -> list[str]:
-    """Lesson 13's "What you learned", a sentence a kind of loss, read from the run's recorded ``figures`` (plain
-    values by the lesson's record names; [] for a run that measured none): every verdict (steps done twice, a
-    loss seen inside the heartbeat window, parameters within the tolerance) is decided from the numbers."""
-    f = {k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if not {"preempted_steps_done_twice", "kill_to_seen_gone_s", "lost_in_allreduce_ended_s"} <= f.keys():
-        return []
-
-    def twice(name, params):
-        n, diff = int(f[name]), f.get(f"{params}_max_abs_param_diff")
-        tol = f.get(f"{params}_max_abs_param_diff_tolerance")
-        said = "no step done twice" if n == 0 else f"{n} step{'s' * (n != 1)} done twice"
-        verdict = "within" if None not in (diff, tol) and diff <= tol else "beyond"
-        return (
-            said
-            if None in (diff, tol)
-            else f"{said}; its parameters came {diff:.2g} from the reference's, {verdict} {tol:g}"
-        )
-
-    seen = seen_sentence(f["kill_to_seen_gone_s"], f["kill_to_next_step_s"], f.get("heartbeat_timeout_s"))
-    return [
-        f"Preemption: every process saved the agreed step {f['signal_to_committed_checkpoint_s']:.2f} s after the "
-        f"notice, and the restart had {twice('preempted_steps_done_twice', 'preempted_resume')}.",
-        f"A process killed between steps: {seen[0].lower()}{seen[1:]}, with "
-        f"{twice('survivors_steps_done_twice', 'survivors')}; bringing it back was a restart, "
-        f"{f['restart_to_first_step_s']:.1f} s to the first step.",
-        f"A loss inside the all-reduce ended the run {f['lost_in_allreduce_ended_s']:.1f} s after the kill, and "
-        f"process 0's {f['coordinator_lost_ended_s']:.1f} s after: both go back to the last save, so the "
-        "checkpoint interval (section 4) decides what they cost.",
-    ]

@@ -47,6 +47,7 @@ from dpcourse.multihost.distributed import (
     format_coordinator_address,
     relative_diff,
 )
+from dpcourse.multihost.elastic import read_arrays
 from dpcourse.multihost.failures import (
     DiskFull,
     busy_note,
@@ -202,19 +203,6 @@ def worker_env(
     if ready_dir is not None and ready_count:  # join only once every process has imported JAX
         env.update({READY_DIR_ENV: str(ready_dir), READY_COUNT_ENV: str(ready_count)})
     return env
-
-
-def start_process(command: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
-    """``command`` as a process of a local run: no stdin, a session of its own (the reaper ends its group)."""
-    return subprocess.Popen(
-        command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True
-    )
-
-
-def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file a process wrote, as host arrays, the file closed."""
-    with np.load(path) as npz:
-        return {k: np.array(npz[k]) for k in npz.files}
 
 
 def launch_local(
@@ -421,7 +409,9 @@ def _run_workers(
                 said = (COORDINATOR_ENV, COLLECTIVES_HOST_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV, INIT_TIMEOUT_ENV)
                 envs[i] = {k: env[k] for k in said}
                 out, err = logs[i]
-                procs[i] = start_process(network.prefix + command + ["--out", str(folder / "out")], env, out, err)
+                procs[i] = reaper.start_process(
+                    network.prefix + command + ["--out", str(folder / "out")], env, out, err
+                )
             started, stuck = time.time(), None
             while True:
                 codes = {i: p.poll() for i, p in procs.items()}
@@ -504,8 +494,8 @@ def _run_workers(
             )
         summary = json.loads(result_file.read_text())
         params, first_moment = (
-            load_arrays(folder / "out" / "params.npz"),
-            load_arrays(folder / "out" / "first_moment.npz"),
+            read_arrays(folder / "out" / "params.npz"),
+            read_arrays(folder / "out" / "first_moment.npz"),
         )
     return LaunchResult(
         wall_s=wall_s,

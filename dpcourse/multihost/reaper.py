@@ -22,6 +22,13 @@ GRACE_S = 3.0  # SIGTERM to SIGKILL
 KILL_WAIT_S = 10.0  # SIGKILL to giving up on a process that does not die
 
 
+def start_process(command: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    """``command`` as a process of a local run: no stdin, a session of its own (:func:`end_all` ends its group)."""
+    return subprocess.Popen(
+        command, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+
+
 def state(pid: int) -> str | None:
     """The state letter Linux reports for ``pid`` (``R``, ``S``, ``D``, ``T``, ``Z``, ...); None where unreadable."""
     try:

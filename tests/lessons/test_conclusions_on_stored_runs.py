@@ -25,7 +25,7 @@ import pytest
 
 from dpcourse import config
 from dpcourse.large_batch import batch_size, readings, time_to_target
-from dpcourse.multihost import elastic_run
+from dpcourse.multihost import preemption
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON_12 = "12_batch_size"
@@ -309,7 +309,7 @@ def test_lesson_11_forms_sentence_reads_the_recorded_sizes(key):
 def test_lesson_13_what_you_learned_reads_the_recorded_run(key):
     """Its lines once said a loss between steps costs "no step" whatever the run did: each verdict is the record's."""
     f = LEARNED_13[key]
-    preempted, killed, lost = elastic_run.learned(f)
+    preempted, killed, lost = preemption.learned(f)
     for twice, params, line in (("preempted", "preempted_resume", preempted), ("survivors", "survivors", killed)):
         n = int(f[f"{twice}_steps_done_twice"])
         assert ("no step done twice" in line) == (n == 0) and (n == 0 or f"{n} step" in line), (key, line)
@@ -318,7 +318,7 @@ def test_lesson_13_what_you_learned_reads_the_recorded_run(key):
     beat, seen = f.get("heartbeat_timeout_s"), f["kill_to_seen_gone_s"]
     assert beat is None or ("inside the" in killed) == (beat / 2 <= seen <= beat + 1), (key, killed)
     assert f"{f['lost_in_allreduce_ended_s']:.1f} s after the kill" in lost, (key, lost)
-    assert elastic_run.learned({"timed_part": "section 4 alone"}) == []  # a run that measured no loss
+    assert preemption.learned({"timed_part": "section 4 alone"}) == []  # a run that measured no loss
 
 
 @pytest.mark.parametrize("key", sorted(HIDING_11))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dpcourse.multihost import elastic, elastic_run, ports
+from dpcourse.multihost import elastic, elastic_run, ports, preemption
 from dpcourse.multihost.ports import tcp_unavailable
 from dpcourse.multihost.preemption import PREEMPTED_EXIT_CODE
 from dpcourse.train import max_abs_diff
@@ -173,8 +173,8 @@ def test_a_run_a_busy_machine_stopped_says_so_and_that_a_rerun_will_do():
         late = _run(same.exit_codes, same.events, same.stderr, same.stalled, steps=(), plan=plan)
         late.load, late.cores, late.waited = 9.3, 2, same.waited
         assert "too busy" not in elastic_run.ending(late)
-    assert "outside the 1.5 to 4 s" in (said := elastic_run.seen_sentence(9.0, 10.0, 3)) and "busy" not in said
-    assert "(a busy machine delays the barrier: load 7.5)" in elastic_run.seen_sentence(9.0, 10.0, 3, 7.5)
+    assert "outside the 1.5 to 4 s" in (said := preemption.seen_sentence(9.0, 10.0, 3)) and "busy" not in said
+    assert "(a busy machine delays the barrier: load 7.5)" in preemption.seen_sentence(9.0, 10.0, 3, 7.5)
 
 
 def test_the_silence_bound_starts_at_the_first_report_and_grows_with_what_a_process_waits_for():
