@@ -46,7 +46,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, costs, data, memory, model, placement, record, show, train
+from dpcourse import bench, costs, data, model, placement, record, show, train
 from dpcourse.compiled import collectives
 from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.exercises import checks
@@ -625,27 +625,6 @@ try:
     raise AssertionError("an uneven batch should be refused")
 except ValueError as err:
     print(err)
-
-# %%
-before, after = memory.free(
-    globals(),
-    "params",
-    "opt_state",
-    "x_stack",
-    "y_stack",
-    "batches",
-    "params_1",
-    "state_1",
-    "batches_1",
-    "params_n",
-    "state_n",
-    "new_params",
-    "one",
-    "one_hi",
-    "state_1_hi",
-    "state_n_hi",
-)
-print("freed:", before, "->", after)
 
 # %% [markdown]
 # ## What you learned

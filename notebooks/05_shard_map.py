@@ -41,7 +41,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, costs, memory, model, placement, record, show, train
+from dpcourse import bench, costs, model, placement, record, show, train
 from dpcourse.compiled import collectives
 from dpcourse.cross_compile import notebook as gpu_notebook
 from dpcourse.exercises import checks
@@ -463,29 +463,6 @@ _ = record.figures(
         "psum_vs_pmean_gradient_scale": (scale, "ratio"),
     }
 )
-
-# %%
-before, after = memory.free(
-    globals(),
-    "params",
-    "opt_state",
-    "x_stack",
-    "y_stack",
-    "batches",
-    "p1",
-    "s1",
-    "batches_1",
-    "pa",
-    "sa",
-    "ps",
-    "ss",
-    "g_mean",
-    "g_sum",
-    "g_no_cast",
-    "placed",
-    "one",
-)
-print("freed:", before, "->", after)
 
 # %% [markdown]
 # ## What you learned

@@ -42,7 +42,7 @@ from IPython.display import display
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpcourse import bench, data, memory, model, record, show, train
+from dpcourse import bench, data, model, record, show, train
 
 devs = lesson.devices.devices
 lesson.check_global_mesh()  # a mesh you set with jax.set_mesh must be this lesson's, or none
@@ -411,34 +411,6 @@ _ = record.figures(
         "max_abs_grad_diff_vs_shard_map_tolerance": (GRAD_TOL, "abs"),
     }
 )
-
-# %%
-before, after = memory.free(
-    globals(),
-    "params_r",
-    "state_r",
-    "x_stack",
-    "y_stack",
-    "batches",
-    "p",
-    "s",
-    "ps",
-    "ss",
-    "pp",
-    "sp",
-    "x_flat",
-    "y_flat",
-    "masks_good",
-    "masks_bad",
-    "ones",
-    "same_key",
-    "keys",
-    "masks_jit",
-    "partial_run",
-    "mine",
-    "package",
-)
-print("freed:", before, "->", after)
 
 # %% [markdown]
 # ## What you learned

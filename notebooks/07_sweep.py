@@ -552,10 +552,6 @@ print(
     f"({comparison.verdict or 'real devices, faster than one'})"
 )
 
-# %%
-before, after = memory.free(globals(), "step")
-print("freed:", before, "->", after)
-
 # %% [markdown]
 # ## What you learned
 #
