@@ -172,7 +172,7 @@ def test_run_course_passes_profile_and_recorder_to_the_kernel(tmp_path, monkeypa
     nb = write_notebook(
         tmp_path / "07_rec.ipynb",
         "import os\n"
-        "from dpcourse import results\n"
+        "from dpcourse import record as results\n"
         "results.set_context(notebook='07_rec', profile=os.environ['DPCOURSE_PROFILE'], data_source='synthetic',\n"
         "                    backend='cpu', device_kind='cpu', device_count=8, jax_version='test')\n"
         "results.record('examples_per_s', 1234.5, 'examples/s')\n"
