@@ -499,7 +499,7 @@ def test_shard_map_step_can_reduce_gradients_in_bfloat16():
     s_ref = shard_map_first_step(CFG, 4)[2][1]
     half, args, (_, s_half, _) = shard_map_first_step(CFG, 4, reduce_dtype="bfloat16")
     diff, scale = train.first_step_gradient_diff(s_ref, s_half)
-    # bfloat16 rounding of the mean (2^-9 relative) plus the rounding of each
+    # bfloat16 rounding of the mean (up to 2^-8 relative) plus the rounding of each
     # shard's gradient before the sum: well under 1 % of the largest element.
     assert 0 < diff / scale < 1e-2
     assert all(leaf.dtype == np.float32 for leaf in jax.tree.leaves(train.adam_first_moment(s_half)))
