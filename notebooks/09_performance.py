@@ -21,9 +21,10 @@
 # **Assumes.** Notebooks 02 (the step, MFU) and 04 (collectives in the
 # compiled program).
 #
-# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a quiet 2-core CPU (other jobs on
-# the machine make it several times longer); 2-5 min with `full`, on 1 x TPU v5 lite (measured;
-# the run's details are in `baselines/timings.json`).
+# **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; 2-5 min with `full`, on
+# 1 x TPU v5 lite (measured at a load average of at most 0.26 at the start; other work slows it,
+# roughly by the load average divided by the core count where that exceeds 1; the run's details are
+# in `baselines/timings.json`).
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only
