@@ -86,7 +86,7 @@ def test_make_test_runs_both_environments(tmp_path):
     pinned = [line for line in strict if ".venv-newest" not in line]
     assert len(pinned) == 1 and "DPCOURSE_GPU_COMPILE_PATH=" in pinned[0], strict
     assert all("DPCOURSE_GPU_COMPILE_PATH=" not in line for line in strict if line not in pinned)
-    solved = re.findall(r"coursetools\.solutions --out build/solved --notebooks (.*)", plan)
+    solved = re.findall(r"coursetools\.solutions --out build/solved --again --notebooks (.*)", plan)
     assert len(solved) == 1 and len(solved[0].split()) == len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
     # what the side layers need installs in the background lane, before they run
