@@ -221,8 +221,8 @@ ladder_part = report.ladder_table(runs, cfg, measured, device.device_kind, capti
 # `xla/backends/gpu/runtime/while_thunk.cc`; the launches remain).
 # Unrolling gives the compiler straight-line code; whether it compiles
 # longer depends on the compiler and the size (the line under the table
-# reads this run's column: on the chip, in `baselines/`, 48 s unrolled
-# against 5 s for the scan; at `smoke` on a CPU the unrolled step compiled
+# reads this run's column: on the chip, in `baselines/`, 48 s for
+# `unrolled_f32` against 5 s for `scan_f32`; at `smoke` on a CPU it compiled
 # faster). bfloat16 halves the bytes of every activation; on GPUs with
 # bfloat16 tensor cores it also raises the matmul ceiling, while a CPU may
 # run bfloat16 matmuls slower (section 1's ratio says which holds here). On
