@@ -181,8 +181,9 @@ def reading(table: Sequence[dict], label: str) -> str:
         return f"{where}, the only count in the table."
     prev = table[-2]
     drop = 1 - best["time to target ms"] / prev["time to target ms"]
-    rises = [a["devices"] for a, b in zip(table, table[1:]) if b["time to target ms"] > a["time to target ms"]]
-    bumpy = f"; the column is not monotonic (it rises after {rises[0]} devices)" if rises else ""
+    rises = [(a, b) for a, b in zip(table, table[1:]) if b["time to target ms"] > a["time to target ms"]]
+    up = [f"{r['time to target ms']:.5g} ms at {r['devices']}" for r in rises[0]] if rises else []
+    bumpy = f"; the column is not monotonic (it rises from {up[0]} to {up[1]})" if rises else ""
     gap = f"{drop:.1%} below the {prev['time to target ms']:.4g} ms at {prev['devices']}{bumpy}"
     if drop < LEVELLED:
         return f"{where}, the largest count in the table, only {gap}: the time has levelled off there."
