@@ -246,7 +246,7 @@ h1{font-size:15px;margin:0 0 4px}h2{font-size:13px;margin:0 0 4px}
 table{border-collapse:collapse}th,td{padding:1px 4px;border-bottom:1px solid #eee;white-space:nowrap}
 th{font-weight:600;text-align:left;background:#fafafa}th.lesson{text-align:center;border-left:2px solid #ddd}
 th.ex,td.s,td.n{text-align:center;width:16px;padding:1px 2px}
-td.who{max-width:110px;overflow:hidden;text-overflow:ellipsis}
+td.who{max-width:110px;overflow:hidden;text-overflow:ellipsis}td.who .cp{display:block;white-space:normal;word-break:break-all}
 td.lastck{max-width:190px;overflow:hidden;text-overflow:ellipsis}
 td.lsn{max-width:90px;overflow:hidden}td.act i{color:#888}
 .correct{color:#1b7a2f}.s.correct{background:#e7f5e9}.wrong{color:#a31515}.s.wrong{background:#fdecea}

@@ -99,6 +99,7 @@ def generated_room(n: int, seed: int = 7) -> dict:
                 "lesson": ex[2:4],
             }
         name = f"learner-{i + 1:02d}" if i % 5 else f"a-rather-long-learner-name-{i}"
+        name += "\u200d" * (i == 3)  # a look-alike of "learner-04": the board shows its code points
         learners[name] = {"record": record(exercises, tuple(EXERCISES)), "server": "running", "activity": NOW - i * 40}
     for lesson, names in EXERCISES.items():
         for info in learners.values():
@@ -123,6 +124,11 @@ def test_thirty_learners_fit_1280x800_in_chromium(browser):
         print(f"\nboard, 30 learners: {size[0]}x{size[1]} px; screenshot {out / 'board-30-learners.png'}")
         assert size[2] == 30
         assert size[0] <= 1280 and size[1] <= 800, f"the board needs {size[0]}x{size[1]} px"
+        cut = (
+            "() => [...document.querySelectorAll('td.who .cp')]"
+            ".map(e => e.getBoundingClientRect().right > e.closest('td').getBoundingClientRect().right)"
+        )
+        assert page.evaluate(cut) == [False], "a look-alike's code points are missing or cut short"
         shown = page.inner_text("#mistakes")
         assert re.search(r"\d\d\.\d \S+ · \d+ learners", shown), shown
     finally:
