@@ -467,13 +467,13 @@ def overview(results: list, scheds: dict, profile: str) -> tuple[list, list, dic
             )
     if not rows:
         return [], [], {}
-    version = results[0].jax_version
+    version = "" if results[0].stored else f", JAX {results[0].jax_version}"  # stored: in the line above
     lhs = {r["GPU"]: r["LHS ran"] for r in rows if r["form"] == LABELS["plain"]}
     line = "latency-hiding scheduler ran (default options): " + ", ".join(
         f"{k} {'yes' if v else 'no'}" for k, v in lhs.items()
     )
     figures = {f"overlap_fraction_{t}_{n}": (s.overlapped_fraction or 0.0, "fraction") for (t, n), s in scheds.items()}
-    caption = f"Schedules compiled for 8 GPUs without a GPU, {profile} profile, JAX {version}"
+    caption = f"Schedules compiled for 8 GPUs without a GPU, {profile} profile{version}"
     return [(rows, caption)], [line], figures
 
 

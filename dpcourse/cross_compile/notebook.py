@@ -72,8 +72,9 @@ def show_results(results: list[CompileResult], passes: tuple[str, ...] = ()) -> 
     from dpcourse import show
 
     off = f", XLA passes off: {', '.join(passes)}" if passes else ""
-    for res in results:
-        caption = f"{res.label} ({res.profile} profile, JAX {res.jax_version or '?'}{off})"
+    for res in results:  # a stored result's JAX version is in the line above its tables
+        jax = "" if res.stored else f", JAX {res.jax_version or '?'}"
+        caption = f"{res.label} ({res.profile} profile{jax}{off})"
         display(show.table(table_rows(records([res])), caption=caption))
 
 
