@@ -112,7 +112,7 @@ def run_again(nb) -> int:
 def write_solved(
     notebooks: list[Path], out_dir: Path, directory: Path | None = None, again: bool = False
 ) -> list[Path]:
-    """Write each notebook that has exercises, with solutions filled in (and ``again``: :func:`run_again`), to ``out_dir``.
+    """Write each notebook that has exercises, solutions filled in, to ``out_dir``; ``again``: every one, :func:`run_again`.
 
     Returns the paths written.
     """
@@ -123,7 +123,7 @@ def write_solved(
     written = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        if fill_solutions(nb, path.stem, directory):
+        if fill_solutions(nb, path.stem, directory) or again:  # again: a lesson without exercises too
             if again:
                 run_again(nb)
             target = out_dir / path.name
