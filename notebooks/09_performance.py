@@ -222,8 +222,9 @@ ladder_part = report.ladder_table(runs, cfg, measured, device.device_kind, capti
 # Unrolling gives the compiler straight-line code; whether it compiles
 # longer depends on the compiler and the size (the line under the table
 # reads this run's column: on the chip, in `baselines/`, 48 s for
-# `unrolled_f32` against 5 s for `scan_f32`; at `smoke` on a CPU it compiled
-# faster). bfloat16 halves the bytes of every activation; on GPUs with
+# `unrolled_f32` against 5 s for `scan_f32`; at `smoke` on a CPU they are a
+# few seconds or less, either way from run to run). bfloat16 halves the
+# bytes of every activation; on GPUs with
 # bfloat16 tensor cores it also raises the matmul ceiling, while a CPU may
 # run bfloat16 matmuls slower (section 1's ratio says which holds here). On
 # a TPU the float32 rungs already run their matmuls as one bfloat16 pass,

@@ -399,10 +399,8 @@ def test_lesson_09_reads_its_compile_column_and_sweep_from_the_run(key):
 
 
 def test_lesson_09_has_a_stored_run_of_each_profile_and_its_compile_claims_hold_on_them():
-    """Reading it: "48 s for `unrolled_f32` against 5 s for `scan_f32`" on the chip, "at `smoke` ... compiled faster"."""
-    smoke = [f for k, f in RUNS_09.items() if k.endswith("(smoke)")]
-    assert smoke and any(k.endswith("(cpu)") for k in RUNS_09), sorted(RUNS_09)
-    assert all(f["rung_unrolled_f32_compile_time"] < f["rung_scan_f32_compile_time"] for f in smoke)
+    """Reading it: "48 s for `unrolled_f32` against 5 s for `scan_f32`" on the chip (each run's own: the test above)."""
+    assert any(k.endswith("(smoke)") for k in RUNS_09) and any(k.endswith("(cpu)") for k in RUNS_09), sorted(RUNS_09)
     assert round(CHIP_09["rung_unrolled_f32_compile_time"]) == 48 and round(CHIP_09["rung_scan_f32_compile_time"]) == 5
 
 
