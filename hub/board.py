@@ -46,7 +46,7 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 # The scopes of the board's own token (role "board") and the one its viewers need (role "board-viewer");
 # hub/jupyterhub_config.py uses these, and tests/hub checks deploy/hub/config.yaml against them.
@@ -395,7 +395,8 @@ class Room:
         One the server refuses (4xx, logged as a warning) is asked for again after :data:`RETRY_S` s."""
         if time.monotonic() < self.retry_at.get(name, 0.0):
             return
-        folder = f"{self.servers_url}{server_url.rstrip('/')}/api/contents/"
+        # JupyterHub escapes a name in its server's URL; quote() keeps those escapes and escapes what is left.
+        folder = f"{self.servers_url}{quote(server_url.rstrip('/'), safe='/%:@~')}/api/contents/"
         if name in self.absent:  # no record last time: its folder's listing says when one appears (no 404 logged)
             code, listing, _, etag = await self._get(f"{folder}?content=1&type=directory", self.absent[name])
             if code == 304:
