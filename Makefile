@@ -396,10 +396,12 @@ WORKSPACE ?= $(or $(DPCOURSE_WORKSPACE),workspace)
 # serves it. Kernels run in their notebook's folder, the workspace, and
 # inherit the server's environment: PROFILE=smoke (checked first) reaches
 # every lesson's parameters cell as DPCOURSE_PROFILE.
+# PROFILE reaches the recipe through the environment (LAB_PROFILE, as typed), never inside a shell line.
+lab: export LAB_PROFILE := $(value PROFILE)
 lab: $(VENV)/.installed
-	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT) $(if $(PROFILE),--profile "$(PROFILE)",)
+	@$(PY) -m coursetools lab-port --ip $(LAB_IP) --port $(LAB_PORT) $${LAB_PROFILE:+--profile "$$LAB_PROFILE"}
 	$(PY) -m coursetools workspace init --dir "$(WORKSPACE)"
-	$(LAB_ENV) $(if $(PROFILE),DPCOURSE_PROFILE="$(PROFILE)",) $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
+	$(LAB_ENV) env $${LAB_PROFILE:+DPCOURSE_PROFILE="$$LAB_PROFILE"} $(VENV)/bin/jupyter lab --notebook-dir="$(WORKSPACE)" $(LAB_FLAGS)
 
 # A fresh copy of one lesson (make reset LESSON=05) or of all (make reset);
 # the old copies move to $(WORKSPACE)/old/ with a timestamp, and the lesson's
