@@ -330,8 +330,8 @@ def time_line(notebook: str, record: dict) -> str:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
     where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
     load = (
-        f"measured at a load average of at most {max(loads):g} at the start; other work slows it, roughly by "
-        "the load average divided by the core count where that exceeds 1"
+        "measured; other work slows it, roughly by the load average divided by the core count where that "
+        "exceeds 1; the run's load is in `baselines/timings.json`"
         if loads and None not in loads
         else "measured"
     )
