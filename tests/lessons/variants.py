@@ -16,11 +16,13 @@ every (lesson, kind) pair once. Unset (``both``, any run outside
 ``make test``), every lesson runs in both kinds.
 
 Every run has the exercises' solutions filled in and strict checkers
-(``runner.run_notebook(solutions=True)``), as the Makefile's solutions-test
-does: so a lesson with a global-mesh run is run solved here, in both mesh
-kinds, and the newest lane's solutions-test runs only the lessons before 04
-(``SOLVED_ALONE``); the pinned one runs every lesson, on its own device count
-and without the GPU-compile extra (docs/testing.md).
+(``runner.run_notebook(solutions=True)``), and then runs every code cell
+again after the lesson's last (``coursetools.solutions.run_again``), as the
+Makefile's solutions-test does: so ``make test`` runs the lessons with a
+global-mesh run (04 to 12) solved only here, and its solutions-test only the
+others (01 to 03, and 13). ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value ...``)
+adds settings to the lesson's kernel alone: ``make test``'s pinned lane runs
+the lessons as a learner without the GPU- or TPU-compile extra would.
 
 A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
 run: the kernel gets the device layout of a host with one GPU or one TPU
@@ -34,10 +36,11 @@ two JAX environments. 08's stand-in run is also on a host that refuses every
 internet socket (``NO_TCP_LESSONS``; a sandboxed TPU host says errno 97): it
 must say so in one sentence and run the rest.
 
-The device count is a dimension of its own, set per layer by the Makefile
-(docs/testing.md says which layer runs which count): these runs' kernels get
-``DPCOURSE_TEST_DEVICES`` simulated CPU devices, put into their ``XLA_FLAGS``
-as a learner would (unset: the test process's own 8).
+The device count is a dimension of its own: each lesson's runs in a layer
+get that lesson's count (``DPCOURSE_TEST_DEVICES``, one count or a
+rotation, :func:`coursetools.nbmake_guard.lesson_device_count`), put into
+their ``XLA_FLAGS`` as a learner would (unset: the test process's own 8), the
+count the nbmake layers give the same lesson, so their compiles are shared.
 
 A foreign mesh (``FOREIGN``: a mesh of the learner's own, ``FOREIGN_KINDS``,
 set globally right after the lesson starts or in a cell of its own after
@@ -54,9 +57,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import NamedTuple
+
+from coursetools.nbmake_guard import lesson_device_count, with_device_count
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKER = Path(__file__).resolve().parent / "blocker"
@@ -207,28 +213,18 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
     ]
 
 
-# --- the device count of these runs' kernels ---
-DEVICES_SETTING = "DPCOURSE_TEST_DEVICES"
-COUNT_FLAG = "--xla_force_host_platform_device_count"
+# --- settings of the lesson's kernel alone: DPCOURSE_TEST_LESSON_ENV="NAME=value ...", as the solutions layer's ---
+LESSON_ENV_SETTING = "DPCOURSE_TEST_LESSON_ENV"
 
 
-def with_device_count(flags: str, count: int) -> str:
-    """``flags`` (an ``XLA_FLAGS`` value) asking for ``count`` simulated CPU devices, any earlier count replaced."""
-    kept = [token for token in flags.split() if not token.startswith(COUNT_FLAG + "=")]
-    return " ".join([*kept, f"{COUNT_FLAG}={count}"])
-
-
-def device_count(setting: str | None = None) -> int | None:
-    """The device count these runs ask for (default ``$DPCOURSE_TEST_DEVICES``), or None: the test process's.
-
-    Raises ValueError, naming the setting, for anything but a whole number >= 2.
-    """
-    setting = setting if setting is not None else os.environ.get(DEVICES_SETTING, "")
-    if not setting:
-        return None
-    if not setting.isdigit() or int(setting) < 2:
-        raise ValueError(f"{DEVICES_SETTING}={setting!r} is not a whole number >= 2: set one or unset it.")
-    return int(setting)
+def lesson_env(setting: str | None = None) -> dict[str, str]:
+    """The kernel's extra settings (default ``$DPCOURSE_TEST_LESSON_ENV``); ValueError names a word without ``=``."""
+    setting = setting if setting is not None else os.environ.get(LESSON_ENV_SETTING, "")
+    words = shlex.split(setting)
+    bad = [w for w in words if "=" not in w]
+    if bad:
+        raise ValueError(f"{LESSON_ENV_SETTING}: {bad[0]!r} is not NAME=value.")
+    return dict(w.split("=", 1) for w in words)
 
 
 # --- one optional display or progress package missing (pyproject's `display` extra) ---
@@ -354,20 +350,23 @@ def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
 
 
 def execute(variant: Variant, tmp_path: Path, monkeypatch):
-    """Run the variant of its lesson (smoke profile, solutions filled in, ``device_count()`` devices); the runner's record."""
+    """Run the variant of its lesson (smoke profile, solutions filled in, its lesson's device count); the runner's record."""
     import jupytext
     import nbformat
 
     from coursetools import runner
+    from coursetools.solutions import fill_solutions, run_again
 
     source = (ROOT / "notebooks" / f"{variant.lesson}.py").read_text()
     if variant.mesh == FOREIGN:
         source = with_foreign_mesh(source, variant.foreign or "2-D Explicit", variant.where)
     elif variant.mesh:
         source = with_global_mesh(source, variant.mesh)
-    count = device_count()
+    count = lesson_device_count(variant.lesson)
     if count is not None:
         monkeypatch.setenv("XLA_FLAGS", with_device_count(os.environ.get("XLA_FLAGS", ""), count))
+    for name, value in lesson_env().items():
+        monkeypatch.setenv(name, value)
     if variant.missing or variant.stand_in:
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
     if variant.missing:
@@ -377,8 +376,15 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
         source += STAND_IN_CHECK
         if variant.lesson in NO_TCP_LESSONS:
             source = with_no_tcp(source)
+    nb = jupytext.reads(source, fmt="py:percent")
+    if variant.mesh != FOREIGN:  # a whole run: solved, then every code cell again after the last (solutions layer)
+        fill_solutions(nb, variant.lesson)
+        first_again = len(nb.cells) + 1  # after run_again's heading
+        run_again(nb)
+        if variant.mesh:  # the second pass starts as the first did: no global mesh until the mesh cell sets it
+            nb.cells.insert(first_again, nbformat.v4.new_code_cell("import jax\n\njax.set_mesh(None)"))
     path = tmp_path / f"{variant.lesson}.ipynb"
-    nbformat.write(jupytext.reads(source, fmt="py:percent"), path)
+    nbformat.write(nb, path)
     out = tmp_path / "out"
     out.mkdir()
     return runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=True)
@@ -393,7 +399,7 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     import nbformat
 
     done = execute(variant, tmp_path, monkeypatch)
-    count = device_count()
+    count = lesson_device_count(variant.lesson)
     assert done.status == "passed", (
         f"{variant.id}{f' on {count} devices' if count else ''}: code cell {done.error_code_cell}: {done.error}"
     )
