@@ -172,8 +172,10 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 # the whole-lesson runs go out first (--no-loadscope-reorder keeps that order).
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
+# RUN_AGAIN=1: every whole-lesson run (here and in solutions-test) runs every code cell again after its last.
+RUN_AGAIN ?= 1
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
-	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_TEST_LESSON_ENV="$(LESSON_ENV)" $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_TEST_LESSON_ENV="$(LESSON_ENV)" DPCOURSE_TEST_RUN_AGAIN=$(RUN_AGAIN) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -209,7 +211,7 @@ WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-ext
   DPCOURSE_TPU_COMPILE_PATH=$(CURDIR)/build/no-tpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
-	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --again --notebooks $(SOLUTIONS_TEST_PATHS)
+	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) $(if $(filter 1,$(RUN_AGAIN)),--again) --notebooks $(SOLUTIONS_TEST_PATHS)
 	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) $(LESSON_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
@@ -291,7 +293,7 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
-	  UNIT_PATHS="tests/lib tests/lessons" LESSON_DEVICES=$(NEWEST_DEVICES) \
+	  UNIT_PATHS="tests/lib tests/lessons" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
 	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(filter-out notebooks/13_%,$(SOLVED_ALONE))" \
 	  unit-test notebook-test solutions-test
@@ -304,11 +306,11 @@ newest-install:
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
 # PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs one
 # process at a time that mostly waits (a browser, a hub, checkov), so `make test` runs it beside
-# the others: BACKGROUND_SIDE (which needs no executed lesson) from the start, LESSON_SIDE beside
-# test-newest.
+# the others: BACKGROUND_SIDE (downloads and checkov) from the start, LESSON_SIDE (browsers and
+# kernels) beside test-newest.
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
-BACKGROUND_SIDE = wheelhouse-test infra-test hub-test
-LESSON_SIDE = browser-test site-test
+BACKGROUND_SIDE = wheelhouse-test infra-test
+LESSON_SIDE = browser-test site-test hub-test
 PINNED_SIDE = $(BACKGROUND_SIDE) $(LESSON_SIDE)
 test-pinned:
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
@@ -337,7 +339,7 @@ side-install: $(SIDE_INSTALLS)
 # Three lanes on two cores. In the background, one after the other, each into build/<target>.log
 # with its exit status in build/<target>.rc (mostly network, disk and waiting): the newest-JAX
 # environment installs, then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs
-# (the wheelhouse, the infrastructure, the hub), so two builds of the package never write
+# (the wheelhouse, the infrastructure), so two builds of the package never write
 # dpcourse.egg-info at once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then
 # test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE. A background layer that
 # fails does not stop the others; each background log is printed at the end, with a line naming any

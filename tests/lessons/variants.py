@@ -17,7 +17,8 @@ every (lesson, kind) pair once. Unset (``both``, any run outside
 
 Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), and then runs every code cell
-again after the lesson's last (``coursetools.solutions.run_again``), as the
+again after the lesson's last (``coursetools.solutions.run_again``; not where
+``DPCOURSE_TEST_RUN_AGAIN=0``, as in ``make test``'s newest lane), as the
 Makefile's solutions-test does: so ``make test`` runs the lessons with a
 global-mesh run (04 to 12) solved only here, and its solutions-test only the
 others (01 to 03, and 13). ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value ...``)
@@ -215,6 +216,7 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
 
 # --- settings of the lesson's kernel alone: DPCOURSE_TEST_LESSON_ENV="NAME=value ...", as the solutions layer's ---
 LESSON_ENV_SETTING = "DPCOURSE_TEST_LESSON_ENV"
+AGAIN_SETTING = "DPCOURSE_TEST_RUN_AGAIN"  # "0": no second pass (make test's newest lane: the cells are the same)
 
 
 def lesson_env(setting: str | None = None) -> dict[str, str]:
@@ -377,7 +379,8 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
         if variant.lesson in NO_TCP_LESSONS:
             source = with_no_tcp(source)
     nb = jupytext.reads(source, fmt="py:percent")
-    if variant.mesh != FOREIGN:  # a whole run: solved, then every code cell again after the last (solutions layer)
+    again = os.environ.get(AGAIN_SETTING, "1") != "0"
+    if variant.mesh != FOREIGN and again:  # a whole run: solved, then every code cell again after the last
         fill_solutions(nb, variant.lesson)
         first_again = len(nb.cells) + 1  # after run_again's heading
         run_again(nb)

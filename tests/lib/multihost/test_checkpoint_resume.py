@@ -51,6 +51,7 @@ def test_a_job_killed_mid_run_resumes_from_its_last_step_on_another_process_coun
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fault", ["read-only", "deleted"])
 def test_a_folder_that_turns_read_only_or_vanishes_mid_run_ends_the_launch_in_one_sentence_within_a_minute(

@@ -70,7 +70,8 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
     after = [e["devices"] for e in lost.events[0] if e["event"] == "step" and e["step"] > 2]
     assert after == [1, 1, 1], after  # steps 3, 4, 5 on the survivor's one device, the whole batch
     # JAX's service: a heartbeat every half timeout, stale past the timeout, looked for once a second.
-    assert 3 / 2 <= lost.first("live")["t"] - lost.first("killed")["t"] < 3 + 1 + 2  # and a margin for load
+    # ("killed" is stamped once the kill returned, late under load: half a second of margin below too)
+    assert 3 / 2 - 0.5 <= lost.first("live")["t"] - lost.first("killed")["t"] < 3 + 1 + 2  # and a margin for load
     said = elastic_run.ending(lost)
     assert said.startswith("Process 1 was killed (SIGKILL, as planned) between steps 2 and 3; the survivors saw")
     assert said.endswith("saved step 5 and left with status 143: restart every process; each resumes from step 5.")

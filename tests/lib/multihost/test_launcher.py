@@ -248,6 +248,7 @@ def two_process_run(other_user, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_another_user_cannot_reach_the_run_s_coordinator_or_its_gloo_ports(two_process_run):
     """Learner B of a shared room, during learner A's lesson-08 run: the coordinator refuses B, gloo is out of reach.
@@ -275,6 +276,7 @@ def test_another_user_cannot_reach_the_run_s_coordinator_or_its_gloo_ports(two_p
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_two_processes_reach_the_single_process_parameters(two_process_run, cpu_devices):
     run = two_process_run
@@ -290,6 +292,7 @@ def test_two_processes_reach_the_single_process_parameters(two_process_run, cpu_
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_each_process_loads_only_its_half_and_only_process_0_prints(two_process_run):
     run = two_process_run
@@ -305,6 +308,7 @@ def test_each_process_loads_only_its_half_and_only_process_0_prints(two_process_
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_a_worker_that_dies_is_named_and_every_process_ends():
     start = time.perf_counter()
@@ -320,6 +324,7 @@ def test_a_worker_that_dies_is_named_and_every_process_ends():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_port_taken_after_the_check_is_reported_by_process_0():
     with socket.socket() as sock:
@@ -336,6 +341,7 @@ def test_port_taken_after_the_check_is_reported_by_process_0():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_a_picked_port_taken_before_process_0_listens_is_picked_again(monkeypatch):
     """free_port's port is free when picked; another program may bind it in the seconds before process 0 does."""
@@ -356,6 +362,7 @@ def test_a_picked_port_taken_before_process_0_listens_is_picked_again(monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_process_count_mismatch_fails_in_bounded_time():
     start = time.perf_counter()
@@ -372,6 +379,7 @@ def test_process_count_mismatch_fails_in_bounded_time():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_unreachable_coordinator_fails_in_bounded_time():
     start = time.perf_counter()
@@ -388,6 +396,7 @@ def test_unreachable_coordinator_fails_in_bounded_time():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_the_time_limit_ends_every_process():
     with pytest.raises(launcher.LaunchTimeout) as info:
@@ -402,6 +411,7 @@ def test_the_time_limit_ends_every_process():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
 def test_two_processes_over_ipv6_loopback():
@@ -413,6 +423,7 @@ def test_two_processes_over_ipv6_loopback():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_command_line_refuses_an_indivisible_batch_before_starting(capsys):
     assert launcher.main(["--processes", "2", "--devices-per-process", "4", "--global-batch", "60"]) == 1
@@ -461,6 +472,7 @@ def _stop_when(index: int, ready) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "n, index, when",
@@ -494,6 +506,7 @@ def test_a_worker_s_one_sentence_error_is_the_cause_the_launcher_gives():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_a_file_as_the_checkpoint_folder_ends_every_worker_in_seconds_naming_the_cause(tmp_path):
     # Before, both workers hung in Orbax's thread until the time limit, which advised raising it.

@@ -25,6 +25,7 @@ BOUND_S = 90
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(150)
 def test_worker_checks_the_global_batch_against_the_global_device_count():
     """On GKE there is no launcher to check first: the worker itself refuses, and exits at once."""
@@ -193,6 +194,7 @@ def test_with_the_preemption_service_off_the_worker_never_asks(tmp_path, cpu_dev
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(240)
 def test_a_worker_sent_sigterm_saves_the_agreed_step_and_leaves_with_the_preempted_status(tmp_path):
     """Two real processes, JAX's preemption service on as in a GKE pod: SIGTERM to one, the same save in both."""
