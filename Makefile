@@ -172,7 +172,7 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS),)
 # the whole-lesson runs go out first (--no-loadscope-reorder keeps that order).
 UNIT_MARKS ?=
 UNIT_PATHS ?= tests
-# RUN_AGAIN=1: every whole-lesson run (here and in solutions-test) runs every code cell again after its last.
+# RUN_AGAIN=1: every whole-lesson run runs every code cell again after its last (test-newest: 0, the cells are the same).
 RUN_AGAIN ?= 1
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
 	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_TEST_LESSON_ENV="$(LESSON_ENV)" DPCOURSE_TEST_RUN_AGAIN=$(RUN_AGAIN) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
@@ -195,23 +195,20 @@ notebook-test: $(VENV)/.dev-installed
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
 # profile; strict mode makes any checker that does not report success fail. Each lesson then runs
 # every code cell again after its last one (--again), as a learner who goes back would. LESSON_ENV
-# adds settings to the lessons' environment (here and in the unit layer's whole-lesson runs): `make
-# test`'s pinned lane runs them as a learner who installed requirements.txt alone would
-# (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras are looked for in a folder that does not exist,
-# so 04, 05, 09 and 10 show the compiles stored in the package). Alone it runs every lesson; `make
-# test` runs here only SOLVED_ALONE, the lessons that no whole-lesson run of the unit layer fills in
-# (before 04, and 13, which trains in processes of its own: OWN_PROCESSES in
-# tests/lessons/variants.py), since those runs are solved, strict and run again too. On the newest
-# JAX 13 is left out: its package tests launch the same processes there.
+# adds settings to the lessons' environment (here and in the unit layer's whole-lesson runs).
+# `make test` runs no solutions-test: the unit layer's whole-lesson runs are solved, strict and run
+# every cell again, one per lesson and environment (04 to 12 under a global mesh, the others with
+# their own: tests/lessons/variants.py), and its pinned lane runs them as a learner who installed
+# requirements.txt alone would (WITHOUT_GPU_EXTRA: the GPU- and TPU-compile extras are looked for in
+# a folder that does not exist, so 04, 05, 09 and 10 show the compiles stored in the package).
 SOLVED_DIR ?= build/solved
 SOLUTIONS_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 LESSON_ENV ?=
-SOLVED_ALONE = $(wildcard notebooks/0[0-3]_*.ipynb) notebooks/13_elastic.ipynb
 WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-extra \
   DPCOURSE_TPU_COMPILE_PATH=$(CURDIR)/build/no-tpu-compile-extra
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
-	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) $(if $(filter 1,$(RUN_AGAIN)),--again) --notebooks $(SOLUTIONS_TEST_PATHS)
+	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --again --notebooks $(SOLUTIONS_TEST_PATHS)
 	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) $(LESSON_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
@@ -295,8 +292,7 @@ test-newest:
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
 	  UNIT_PATHS="tests/lib tests/lessons" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
-	  SOLVED_DIR=build/solved-newest SOLUTIONS_TEST_PATHS="$(filter-out notebooks/13_%,$(SOLVED_ALONE))" \
-	  unit-test notebook-test solutions-test
+	  unit-test notebook-test
 
 # Only the install of the newest-JAX environment (nothing when there is no Python 3.12).
 newest-install:
@@ -308,13 +304,13 @@ newest-install:
 # process at a time that mostly waits (a browser, a hub, checkov), so `make test` runs it beside
 # the others: BACKGROUND_SIDE (downloads and checkov) from the start, LESSON_SIDE (browsers and
 # kernels) beside test-newest.
-PINNED_CORE = lint workflow-lint placement unit-test notebook-test solutions-test
+PINNED_CORE = lint workflow-lint placement unit-test notebook-test
 BACKGROUND_SIDE = wheelhouse-test infra-test
 LESSON_SIDE = browser-test site-test hub-test
 PINNED_SIDE = $(BACKGROUND_SIDE) $(LESSON_SIDE)
 test-pinned:
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
-	  SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" $(PINNED_CORE) $(PINNED_SIDE)
+	  $(PINNED_CORE) $(PINNED_SIDE)
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
@@ -356,8 +352,7 @@ test: $(VENV)/.dev-installed
 	  done ) & \
 	background=$$!; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
-	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" SOLUTIONS_TEST_PATHS="$(SOLVED_ALONE)" \
-	  $(PINNED_CORE); core=$$?; \
+	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \

@@ -19,7 +19,9 @@ notebook starts:
 
 It also gives each lesson its device count (:func:`lesson_device_count`,
 ``DPCOURSE_TEST_DEVICES``), in the kernel's ``XLA_FLAGS`` as a learner would
-set it; the unit layer's whole-lesson runs read the same setting.
+set it, and hands the lessons out longest first (:func:`smoke_seconds`), so
+that no worker waits alone on a long lesson at the end; the unit layer's
+whole-lesson runs read both.
 """
 
 from __future__ import annotations
@@ -64,6 +66,19 @@ def lesson_device_count(lesson: str, setting: str | None = None) -> int | None:
             "set one or unset it."
         )
     return int(counts[int(lesson[:2]) % len(counts)])
+
+
+def smoke_seconds(timings: Path | None = None) -> dict[str, float]:
+    """Each lesson's measured wall seconds at the ``smoke`` profile (``baselines/timings.json``); {} without one."""
+    from coursetools import paths
+
+    path = timings or paths.ROOT / "baselines" / "timings.json"
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    smoke = [run for run in runs if isinstance(run, dict) and run.get("profile") == "smoke"]
+    return {name: float(rec.get("wall_s", 0)) for run in smoke[:1] for name, rec in run.get("notebooks", {}).items()}
 
 
 def with_device_count(flags: str, count: int) -> str:
@@ -141,6 +156,12 @@ def pytest_configure(config: pytest.Config) -> None:
         check_kernelspec(name)
     except RuntimeError as err:
         raise pytest.UsageError(str(err)) from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The notebooks longest first, by their measured smoke time (a lesson without one goes first)."""
+    seconds = smoke_seconds()
+    items.sort(key=lambda item: -seconds.get(Path(str(item.fspath)).stem, float("inf")))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -34,6 +34,7 @@ def pytest_sessionstart(session):
 WHOLE_LESSON_TESTS = frozenset(
     {
         "tests/lessons/test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh",
+        "tests/lessons/test_global_mesh.py::test_a_lesson_without_a_global_mesh_run_runs_solved_and_again",
         "tests/lessons/test_global_mesh.py::test_a_learners_own_mesh_of_another_shape_is_run_under_or_named",
         "tests/lessons/test_optional_packages.py::test_the_lesson_runs_without_the_package_and_says_what_it_would_add",
         "tests/lib/exercises/test_lesson07.py::test_07_1_the_lessons_own_fit_is_not_accepted_as_the_plateau",
@@ -55,7 +56,7 @@ def xdist_scope(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Put the whole-lesson runs first (the longest units go out first), and check WHOLE_LESSON_TESTS.
+    """Put the whole-lesson runs first, longest first (the longest units go out first), and check WHOLE_LESSON_TESTS.
 
     Raises pytest.UsageError naming a test whose ``lesson`` marker and
     WHOLE_LESSON_TESTS disagree.
@@ -68,7 +69,15 @@ def pytest_collection_modifyitems(config, items):
                 f"(tests/conftest.py){' without the lesson marker' if listed else ''}: "
                 "mark it and list it, or neither."
             )
-    items.sort(key=lambda item: item.get_closest_marker("lesson") is None)
+    from coursetools.nbmake_guard import smoke_seconds
+
+    seconds = smoke_seconds()  # the whole-lesson runs longest first, by the lesson's measured smoke time
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("lesson") is None,
+            -seconds.get(item.nodeid.partition("[")[2][:-1].split("-")[0], 0.0),
+        )
+    )
 
 
 def pytest_xdist_make_scheduler(config, log):

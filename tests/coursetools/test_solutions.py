@@ -167,27 +167,19 @@ def test_the_command_line_fills_only_the_notebooks_named_and_refuses_one_that_is
     assert str(missing) in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 
-def test_every_lesson_with_exercises_runs_solved_in_solutions_test_or_in_the_global_mesh_runs():
-    # make test's solutions-test runs the lessons before 04 and 13 (SOLVED_ALONE; on the newest JAX without 13,
-    # whose package tests launch the same processes there, and tests/lib/exercises checks its exercises); the unit
-    # layer's global-mesh runs (tests/lessons/variants.py, always solved and run again) run the others: each
-    # lesson is run solved once per environment.
+def test_make_test_runs_every_lesson_solved_once_in_each_environment():
+    # make test runs no solutions-test: the unit layer's whole-lesson runs (tests/lessons/variants.py, solved,
+    # strict, every cell again on the pinned JAX) run each lesson solved, 04-12 under a global mesh, the others
+    # with their own mesh; each environment gets one alternation of the mesh kinds.
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "lessons"))
-    from variants import MESH_LESSONS, OWN_PROCESSES
+    from variants import plan
 
-    line = re.search(r"^SOLVED_ALONE = (.+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert line, "the Makefile has no SOLVED_ALONE = ... line"
-    words = re.sub(r"\$\(wildcard ([^)]+)\)", r"\1", line.group(1)).split()
-    alone = {p.stem for glob in words for p in ROOT.glob(glob)}
-    assert len(alone) >= len(words), f"a path of SOLVED_ALONE names no lesson: {words}"
-    with_exercises = {stem for stem in LESSONS if solutions.exercise_cells(_nb(stem))}
-    covered = alone | set(MESH_LESSONS)
-    assert with_exercises <= covered, with_exercises - covered
-    assert set(OWN_PROCESSES) <= alone, "a lesson that trains in processes of its own is run solved nowhere"
-    assert all((ROOT / "tests" / "lib" / "exercises" / f"test_lesson{s[:2]}.py").is_file() for s in OWN_PROCESSES)
-    assert not alone & set(MESH_LESSONS), f"run solved twice: {sorted(alone & set(MESH_LESSONS))}"
+    for setting in ("alternating-from-Auto", "alternating-from-Explicit"):
+        mesh_runs, solved, _ = plan(setting)
+        lessons = [v.lesson for v in [*mesh_runs, *solved]]
+        assert sorted(lessons) == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), setting
 
 
 @pytest.mark.parametrize("where", ["under_a_file", "the_sources"])

@@ -72,7 +72,7 @@ def test_an_unknown_setting_names_the_choices(monkeypatch):
         mesh_kinds_of("04_sharding")
 
 
-RUNS = plan()[0]
+RUNS, SOLVED, _ = plan()
 
 
 @pytest.mark.slow
@@ -80,6 +80,15 @@ RUNS = plan()[0]
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("variant", RUNS, ids=[v.id for v in RUNS])
 def test_the_lesson_runs_with_a_global_mesh(variant, tmp_path, monkeypatch):
+    run(variant, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.lesson
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("variant", SOLVED, ids=[v.id for v in SOLVED])
+def test_a_lesson_without_a_global_mesh_run_runs_solved_and_again(variant, tmp_path, monkeypatch):
+    """01 to 03 and 13: solved, strict and every cell again, with the lesson's own mesh."""
     run(variant, tmp_path, monkeypatch)
 
 

@@ -19,11 +19,12 @@ Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), and then runs every code cell
 again after the lesson's last (``coursetools.solutions.run_again``; not where
 ``DPCOURSE_TEST_RUN_AGAIN=0``, as in ``make test``'s newest lane), as the
-Makefile's solutions-test does: so ``make test`` runs the lessons with a
-global-mesh run (04 to 12) solved only here, and its solutions-test only the
-others (01 to 03, and 13). ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value ...``)
-adds settings to the lesson's kernel alone: ``make test``'s pinned lane runs
-the lessons as a learner without the GPU- or TPU-compile extra would.
+Makefile's solutions-test does. The lessons without a global-mesh run (before
+04, and ``OWN_PROCESSES``) get a solved run with their own mesh
+(``SOLVED_ONLY``), so every lesson runs solved here once per environment and
+``make test`` needs no solutions-test. ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value
+...``) adds settings to the lesson's kernel alone: ``make test``'s pinned lane
+runs the lessons as a learner without the GPU- or TPU-compile extra would.
 
 A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
 run: the kernel gets the device layout of a host with one GPU or one TPU
@@ -332,23 +333,28 @@ def mesh_kinds_of(lesson: str, setting: str | None = None) -> tuple[str, ...]:
     return (MESH_KINDS[(first + MESH_LESSONS.index(lesson)) % len(MESH_KINDS)],)
 
 
-def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
-    """(the global-mesh runs, each carrying a missing package where one is free; the missing-package runs left over).
+# The lessons no global-mesh run fills in (before 04, and OWN_PROCESSES): each runs solved with its own mesh instead.
+SOLVED_ONLY = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if p.stem not in MESH_LESSONS]
 
-    ``setting``: which mesh kinds each lesson runs with (:func:`mesh_kinds_of`).
+
+def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant], list[Variant]]:
+    """(the global-mesh runs, the solved runs of SOLVED_ONLY, the missing-package runs left over).
+
+    Each pair of the missing-package matrix rides on one of its lesson's
+    global-mesh or solved runs where one is free. ``setting``: which mesh
+    kinds each lesson runs with (:func:`mesh_kinds_of`).
     """
-    mesh_runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
+    runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
+    runs |= {(lesson, None): None for lesson in SOLVED_ONLY}
     alone = []
     for package, lesson in MATRIX:
-        free = [k for k in MESH_KINDS if (lesson, k) in mesh_runs and mesh_runs[lesson, k] is None]
+        free = [k for k in (*MESH_KINDS, None) if (lesson, k) in runs and runs[lesson, k] is None]
         if free:
-            mesh_runs[lesson, free[0]] = package
+            runs[lesson, free[0]] = package
         else:
             alone.append(Variant(lesson, None, package))
-    mesh_variants = [
-        Variant(lesson, kind, package, kind == STAND_IN_KIND) for (lesson, kind), package in mesh_runs.items()
-    ]
-    return mesh_variants, alone
+    variants = [Variant(lesson, kind, package, kind == STAND_IN_KIND) for (lesson, kind), package in runs.items()]
+    return [v for v in variants if v.mesh], [v for v in variants if not v.mesh], alone
 
 
 def execute(variant: Variant, tmp_path: Path, monkeypatch):
