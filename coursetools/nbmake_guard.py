@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -42,6 +43,7 @@ from dpcourse.backend.xlaflags import XlaFlagsError, check_xla_flags
 _made: list[Path] = []
 
 DEVICES_SETTING = "DPCOURSE_TEST_DEVICES"
+LESSON_ENV_SETTING = "DPCOURSE_TEST_LESSON_ENV"
 COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -66,6 +68,19 @@ def lesson_device_count(lesson: str, setting: str | None = None) -> int | None:
             "set one or unset it."
         )
     return int(counts[int(lesson[:2]) % len(counts)])
+
+
+def lesson_env(setting: str | None = None) -> dict[str, str]:
+    """Settings for the lessons' kernels alone (default ``$DPCOURSE_TEST_LESSON_ENV``: ``NAME=value`` words).
+
+    Raises ValueError naming a word without ``=``.
+    """
+    setting = setting if setting is not None else os.environ.get(LESSON_ENV_SETTING, "")
+    words = shlex.split(setting)
+    bad = [word for word in words if "=" not in word or not word.partition("=")[0].isidentifier()]
+    if bad:
+        raise ValueError(f"{LESSON_ENV_SETTING}: {bad[0]!r} is not NAME=value.")
+    return dict(word.split("=", 1) for word in words)
 
 
 def smoke_seconds(timings: Path | None = None) -> dict[str, float]:
@@ -136,6 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         check_xla_flags()
         lesson_device_count("00")  # a bad setting stops the run before any kernel
+        os.environ.update(lesson_env())  # this process runs only notebooks: their kernels inherit it
     except (XlaFlagsError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     remove_orphans()  # the shared compilation cache's half-made entries would stop its writes

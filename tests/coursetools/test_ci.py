@@ -74,22 +74,40 @@ def test_make_test_runs_both_environments(tmp_path):
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
-    # the device count, a test dimension (docs/testing.md): each lesson its own in every layer, rotated over
-    # 2, 4 and 8 in the pinned environment, 3 in the newest
-    for marker in ("DPCOURSE_RESULTS=", "DPCOURSE_TEST_LESSON_ENV="):
-        found = sorted(m.group(1) for m in re.finditer(r"DPCOURSE_TEST_DEVICES=([\d,]+) .*" + re.escape(marker), plan))
-        assert found == ["2,4,8", "3"], (marker, found)
-    # the pinned whole-lesson runs: as a learner without the GPU-compile extra, every cell again; the newest: neither
-    units = [line for line in plan.splitlines() if "DPCOURSE_TEST_LESSON_ENV=" in line]
-    assert len(units) == 2 and ".venv-newest" in units[1] and ".venv-newest" not in units[0], units
-    assert "DPCOURSE_GPU_COMPILE_PATH=" in units[0] and "DPCOURSE_GPU_COMPILE_PATH=" not in units[1]
-    assert "DPCOURSE_TEST_RUN_AGAIN=1" in units[0] and "DPCOURSE_TEST_RUN_AGAIN=0" in units[1]
-    assert '-m "not processes"' in units[1] and "not processes" not in units[0]
+    # the lesson runs: pinned, each lesson its own count of 2, 4, 8 (the Makefile's default), as a learner
+    # without the GPU-compile extra, every cell again; newest: 3 devices, no second pass, no `processes` tests
+    pinned = [
+        line for line in plan.splitlines() if "alternating-from-Auto" in line or "unit-test notebook-test" in line
+    ]
+    assert any('LESSON_ENV="DPCOURSE_GPU_COMPILE_PATH=' in line for line in plan.splitlines()), plan
+    newest = [line for line in plan.splitlines() if "LESSON_DEVICES=" in line]
+    assert len(newest) == 1 and 'UNIT_MARKS="not processes" LESSON_DEVICES=3 RUN_AGAIN=0' in newest[0], pinned
     # those runs are solved and strict (tests/lessons/variants.py): make test runs no solutions-test of its own
     assert "coursetools.solutions" not in plan and "DPCOURSE_EXERCISES_STRICT=1" not in plan
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
     # what the side layers need installs in the background lane, before they run
     assert (checkout / "build" / "side-install.rc").is_file()
+
+
+@needs_make
+def test_the_lesson_settings_reach_pytest_through_the_environment_as_typed(tmp_path):
+    (tmp_path / "checkout").mkdir()
+    checkout = dry_run_checkout(tmp_path / "checkout")
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    for marker in (".installed", ".dev-installed", ".gpu-compile-installed", ".tpu-compile-installed"):
+        (venv / marker).touch()
+    seen = tmp_path / "seen"
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nenv -0 > '{seen}'\n")
+    python.chmod(0o755)
+    devices, lesson_env = "2,$(touch made),`touch made`", "A=1 B='two words;touch made'"
+    settings = [f"VENV={venv}", f"PY={python}", f"LESSON_DEVICES={devices}", f"LESSON_ENV={lesson_env}", "RUN_AGAIN=0"]
+    out = make("unit-test", *settings, ci=None, cwd=checkout)
+    assert out.returncode == 0, out.stderr
+    env = dict(item.split("=", 1) for item in seen.read_text().split("\0") if "=" in item)
+    assert env["DPCOURSE_TEST_DEVICES"] == devices and env["DPCOURSE_TEST_LESSON_ENV"] == lesson_env
+    assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0" and not (checkout / "made").exists()
 
 
 @needs_make

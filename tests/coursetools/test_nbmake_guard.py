@@ -138,3 +138,12 @@ def test_each_lesson_gets_its_count_of_the_rotation_and_a_bad_setting_is_named(m
     for bad in ("1", "two", "-3", "2,,4", "2,1"):
         with pytest.raises(ValueError, match=f"DPCOURSE_TEST_DEVICES='{bad}' is not a whole number >= 2"):
             lesson_device_count("04_sharding", bad)
+
+
+def test_the_lessons_own_settings_are_name_value_words_and_a_bad_one_is_named():
+    from coursetools.nbmake_guard import lesson_env
+
+    assert lesson_env("A=1 B='two words'") == {"A": "1", "B": "two words"} and lesson_env("") == {}
+    for bad in ("A", "=1", "A-B=1"):
+        with pytest.raises(ValueError, match=f"DPCOURSE_TEST_LESSON_ENV: '{bad}' is not NAME=value"):
+            lesson_env(bad)

@@ -59,12 +59,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
-from coursetools.nbmake_guard import lesson_device_count, with_device_count
+from coursetools.nbmake_guard import lesson_device_count, lesson_env, with_device_count
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKER = Path(__file__).resolve().parent / "blocker"
@@ -215,19 +214,7 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
     ]
 
 
-# --- settings of the lesson's kernel alone: DPCOURSE_TEST_LESSON_ENV="NAME=value ...", as the solutions layer's ---
-LESSON_ENV_SETTING = "DPCOURSE_TEST_LESSON_ENV"
 AGAIN_SETTING = "DPCOURSE_TEST_RUN_AGAIN"  # "0": no second pass (make test's newest lane: the cells are the same)
-
-
-def lesson_env(setting: str | None = None) -> dict[str, str]:
-    """The kernel's extra settings (default ``$DPCOURSE_TEST_LESSON_ENV``); ValueError names a word without ``=``."""
-    setting = setting if setting is not None else os.environ.get(LESSON_ENV_SETTING, "")
-    words = shlex.split(setting)
-    bad = [w for w in words if "=" not in w]
-    if bad:
-        raise ValueError(f"{LESSON_ENV_SETTING}: {bad[0]!r} is not NAME=value.")
-    return dict(w.split("=", 1) for w in words)
 
 
 # --- one optional display or progress package missing (pyproject's `display` extra) ---
