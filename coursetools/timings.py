@@ -329,13 +329,12 @@ def time_line(notebook: str, record: dict) -> str:
     if not by_machine:
         return "# **Time.** Not measured yet: `python -m coursetools timings --update` writes this line."
     where = "; ".join(f"{', '.join(parts)}, on {machine}" for machine, parts in by_machine.items())
-    load = (
-        "measured; other work slows it, roughly by the load average divided by the core count where that "
-        "exceeds 1; the run's load is in `baselines/timings.json`"
+    said = (  # the load itself stays in the record: a learner's machine is not the one it was measured on
+        "measured; other work slows it: the run's details, its load included, are in"
         if loads and None not in loads
-        else "measured"
+        else "measured; the run's details are in"
     )
-    text = f"**Time**: {where} ({load}; the run's details are in `baselines/timings.json`)."
+    text = f"**Time**: {where} ({said} `baselines/timings.json`)."
     return "\n".join(textwrap.wrap(text, width=100, initial_indent="# ", subsequent_indent="# "))
 
 

@@ -17,9 +17,8 @@
 # `make lab` installs them). No earlier notebook.
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 30 s with `full`,
-# on 1 x TPU v5 lite (measured; other work slows it, roughly by the load average divided by the core
-# count where that exceeds 1; the run's load is in `baselines/timings.json`; the run's details are
-# in `baselines/timings.json`).
+# on 1 x TPU v5 lite (measured; other work slows it: the run's details, its load included, are in
+# `baselines/timings.json`).
 #
 # **Three situations, one course.** With 2 or more GPUs the lessons run on
 # them. With one GPU, or none, the multi-device lessons run on *simulated CPU

@@ -22,9 +22,8 @@
 # use simulated CPU devices, even where GPUs exist.
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 30 s with `full`,
-# on 1 x TPU v5 lite (measured; other work slows it, roughly by the load average divided by the core
-# count where that exceeds 1; the run's load is in `baselines/timings.json`; the run's details are
-# in `baselines/timings.json`).
+# on 1 x TPU v5 lite (measured; other work slows it: the run's details, its load included, are in
+# `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

@@ -22,9 +22,8 @@
 # compiled program).
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; 2-5 min with `full`, on
-# 1 x TPU v5 lite (measured; other work slows it, roughly by the load average divided by the core
-# count where that exceeds 1; the run's load is in `baselines/timings.json`; the run's details are
-# in `baselines/timings.json`).
+# 1 x TPU v5 lite (measured; other work slows it: the run's details, its load included, are in
+# `baselines/timings.json`).
 #
 # Single-device measurements here run on the first device of JAX's default
 # backend: the GPU on a machine with one GPU, with the `full` workload. Only

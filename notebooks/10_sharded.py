@@ -26,9 +26,8 @@
 # (section 2 says which leaves stay replicated then).
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
-# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; other work slows it, roughly by the
-# load average divided by the core count where that exceeds 1; the run's load is in
-# `baselines/timings.json`; the run's details are in `baselines/timings.json`).
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; other work slows it: the run's
+# details, its load included, are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU

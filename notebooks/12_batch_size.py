@@ -23,9 +23,8 @@
 # and its cost model). At least 2 devices.
 #
 # **Time**: under 30 s with `smoke`, under 30 s with `cpu`, on a 2-core CPU; under 1 min with `cpu`
-# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; other work slows it, roughly by the
-# load average divided by the core count where that exceeds 1; the run's load is in
-# `baselines/timings.json`; the run's details are in `baselines/timings.json`).
+# (on 8 simulated CPU devices), on 1 x TPU v5 lite (measured; other work slows it: the run's
+# details, its load included, are in `baselines/timings.json`).
 #
 # **Sources.** Shallue et al. 2018, "Measuring the Effects of Data
 # Parallelism on Neural Network Training" (arXiv:1811.03600); McCandlish et

@@ -27,8 +27,7 @@
 #
 # **Time**: under 1 min with `smoke`, under 1 min with `cpu`, on a 2-core CPU; under 30 s with
 # `full` (section 4 alone: that host opens no TCP socket), on 1 x TPU v5 lite (measured; other work
-# slows it, roughly by the load average divided by the core count where that exceeds 1; the run's
-# load is in `baselines/timings.json`; the run's details are in `baselines/timings.json`).
+# slows it: the run's details, its load included, are in `baselines/timings.json`).
 
 # %% tags=["parameters"]
 PROFILE = None  # None: $DPCOURSE_PROFILE, else "full" on a GPU, "cpu" on a CPU
