@@ -269,15 +269,20 @@ site-test: $(VENV)/.dev-installed
 	  SITE_ARGS="--run-profile smoke" SITE_SRC=build/site-test-src SITE_OUT=$(SITE_TEST_OUT)
 	DPCOURSE_SITE_DIR=$(abspath $(SITE_TEST_OUT)) $(PY) -m pytest tests/site --confcutdir=tests/site -p no:cacheprovider
 
-# The second environment: the newest JAX release (requirements-newest.txt) on
-# Python 3.12, in .venv-newest: the learner's library's tests (tests/lib) and the lessons'
-# (tests/lessons, with the whole-lesson runs: 04-12 solved with a global mesh, Auto and
-# Explicit, and the missing-package matrix), 01, and 02-03 with their solutions, smoke
-# profile: every cell of every lesson. The toolkit's tests (tests/coursetools) and
-# `make placement` run in the pinned environment only: the lessons that compile for GPUs
-# (04, 05, 09, 10) do so here too, and the toolkit does not depend on the JAX version.
+# The second environment: the newest JAX release (requirements-newest.txt) on Python 3.12, in
+# .venv-newest, on what a JAX release can change: every lesson's run (tests/lessons: 04-12 solved
+# with a global mesh, Auto and Explicit, the missing-package matrix, 01-03 and 13 solved, smoke
+# profile) and NEWEST_TESTS, the package's tests of the modules that read JAX's private API or
+# XLA's output (devices and backend, compiled HLO, the compiles for GPUs and TPU slices, the
+# sharded forms, the Pallas kernels, the distributed runtime) or save across meshes and processes
+# (Orbax, which lesson 11 on 3 devices skips). The rest of tests/lib (the exercises' checkers, the
+# launcher's process handling, data, records, costs, charts) and the toolkit's tests run in the
+# pinned environment only: their JAX calls are the lessons', which run here too.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
+NEWEST_TESTS ?= tests/lessons tests/lib/backend tests/lib/compiled tests/lib/cross_compile tests/lib/sharded \
+  tests/lib/perf tests/lib/test_devices.py tests/lib/test_train.py tests/lib/multihost/test_distributed.py \
+  tests/lib/multihost/test_checkpoint_resume.py tests/lib/checkpoints/test_across.py
 NEWEST_VENV ?= .venv-newest
 NEWEST_PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
@@ -295,7 +300,7 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
-	  UNIT_PATHS="tests/lib tests/lessons" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 \
+	  UNIT_PATHS="$(NEWEST_TESTS)" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
 	  unit-test notebook-test
 
@@ -305,10 +310,10 @@ newest-install:
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
-# PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE runs one
-# process at a time that mostly waits (a browser, a hub, checkov), so `make test` runs it beside
-# the others: BACKGROUND_SIDE (downloads and checkov) from the start, LESSON_SIDE (browsers and
-# kernels) beside test-newest.
+# PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE's layers
+# mostly wait (a browser, a hub, checkov), so `make test` runs them beside the others:
+# BACKGROUND_SIDE (downloads and checkov) from the start, LESSON_SIDE (browsers and kernels, the
+# three at once) beside test-newest.
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test
 BACKGROUND_SIDE = wheelhouse-test infra-test
 LESSON_SIDE = browser-test site-test hub-test
@@ -342,7 +347,8 @@ side-install: $(SIDE_INSTALLS)
 # environment installs, then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs
 # (the wheelhouse, the infrastructure), so two builds of the package never write
 # dpcourse.egg-info at once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then
-# test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE. A background layer that
+# test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE, whose three
+# layers run at once, each one's output printed whole when it ends (--output-sync). A background layer that
 # fails does not stop the others; each background log is printed at the end, with a line naming any
 # that failed (should side-install have failed, LESSON_SIDE installs its tools again, in the open).
 # The whole-lesson global-mesh runs are shared between the two environments
@@ -371,7 +377,7 @@ test: $(VENV)/.dev-installed
 	  echo "test: the side layers' tools did not install in the background (the end of build/side-install.log); installing them here:" >&2; \
 	  tail -n 40 build/side-install.log >&2; \
 	fi; \
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory $(LESSON_SIDE); side=$$?; \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory -j3 --output-sync=target $(LESSON_SIDE); side=$$?; \
 	wait $$newest; wait $$background; failed=""; \
 	for t in $(BACKGROUND_SIDE) test-newest; do \
 	  echo "==== $$t (build/$$t.log) ===="; cat build/$$t.log; \

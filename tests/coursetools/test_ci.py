@@ -82,6 +82,8 @@ def test_make_test_runs_both_environments(tmp_path):
     assert any('LESSON_ENV="DPCOURSE_GPU_COMPILE_PATH=' in line for line in plan.splitlines()), plan
     newest = [line for line in plan.splitlines() if "LESSON_DEVICES=" in line]
     assert len(newest) == 1 and 'UNIT_MARKS="not processes" LESSON_DEVICES=3 RUN_AGAIN=0' in newest[0], pinned
+    # there: every lesson's run and the package's tests of what a JAX release can change, not the checkers'
+    assert "tests/lessons " in newest[0] and "tests/lib/compiled" in newest[0] and "exercises" not in newest[0]
     # those runs are solved and strict (tests/lessons/variants.py): make test runs no solutions-test of its own
     assert "coursetools.solutions" not in plan and "DPCOURSE_EXERCISES_STRICT=1" not in plan
     assert (checkout / "build" / "newest-install.rc").is_file() and not (checkout / "build").is_symlink()
