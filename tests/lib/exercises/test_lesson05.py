@@ -87,7 +87,7 @@ def test_05_1_wrong_answers():
 def test_05_1_an_answer_jit_cannot_trace_is_run_as_it_is():
     """numpy or a Python `if` on values: jax.jit(answer) raised a tracer error, shown as 'Cannot check'."""
     mesh = mesh_of(4)
-    right = _masked_fn(mesh)
+    right = jax.jit(_masked_fn(mesh))  # compiled inside: op by op, a shard_map gradient takes seconds
 
     def with_numpy(p, x, y, m):
         if float(np.asarray(m).sum()) == 0:  # no real example: nothing to average
