@@ -277,7 +277,9 @@ site-test: $(VENV)/.dev-installed
 # sharded forms, the Pallas kernels, the distributed runtime) or save across meshes and processes
 # (Orbax, which lesson 11 on 3 devices skips). The rest of tests/lib (the exercises' checkers, the
 # launcher's process handling, data, records, costs, charts) and the toolkit's tests run in the
-# pinned environment only: their JAX calls are the lessons', which run here too.
+# pinned environment only: their JAX calls are the lessons', which run here too. The lessons run
+# without the compile extras (they show the stored compiles, as in the pinned unit layer); the
+# compiles for GPUs and TPU slices run here in tests/lib/cross_compile and tests/lib/compiled.
 # NEWEST_PYTHON: python3.12 on PATH, else pyenv's 3.12. Without one, CI (CI=true)
 # fails and elsewhere the target says so in one line and skips.
 NEWEST_TESTS ?= tests/lessons tests/lib/backend tests/lib/compiled tests/lib/cross_compile tests/lib/sharded \
@@ -300,7 +302,7 @@ test-newest:
 	fi; \
 	echo "test-newest: $$($(NEWEST_PYTHON) --version) with $$(grep '^jax==' requirements-newest.txt)"; \
 	$(call test_cache_env,newest) $(MAKE) --no-print-directory $(NEWEST_ARGS) \
-	  UNIT_PATHS="$(NEWEST_TESTS)" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 \
+	  UNIT_PATHS="$(NEWEST_TESTS)" UNIT_MARKS="not processes" LESSON_DEVICES=$(NEWEST_DEVICES) RUN_AGAIN=0 LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
 	  NOTEBOOK_TEST_PATHS=notebooks/01_setup.ipynb NOTEBOOK_TEST_DIR=build/notebook-test-newest \
 	  unit-test notebook-test
 
@@ -312,11 +314,11 @@ newest-install:
 # notebook-test runs before browser-test and site-test, which show its executed lessons.
 # PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE's layers
 # mostly wait (a browser, a hub, checkov), so `make test` runs them beside the others:
-# BACKGROUND_SIDE (downloads and checkov) from the start, LESSON_SIDE (browsers and kernels, the
-# three at once) beside test-newest.
+# BACKGROUND_SIDE (downloads, checkov, the hub: none reads an executed lesson) from the start,
+# LESSON_SIDE (a browser on notebook-test's lessons, the site built from them) beside test-newest.
 PINNED_CORE = lint workflow-lint placement unit-test notebook-test
-BACKGROUND_SIDE = wheelhouse-test infra-test
-LESSON_SIDE = browser-test site-test hub-test
+BACKGROUND_SIDE = wheelhouse-test infra-test hub-test
+LESSON_SIDE = browser-test site-test
 PINNED_SIDE = $(BACKGROUND_SIDE) $(LESSON_SIDE)
 test-pinned:
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
@@ -345,9 +347,9 @@ side-install: $(SIDE_INSTALLS)
 # Three lanes on two cores. In the background, one after the other, each into build/<target>.log
 # with its exit status in build/<target>.rc (mostly network, disk and waiting): the newest-JAX
 # environment installs, then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs
-# (the wheelhouse, the infrastructure), so two builds of the package never write
+# (the wheelhouse, the infrastructure, the hub), so two builds of the package never write
 # dpcourse.egg-info at once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then
-# test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE, whose three
+# test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE, whose two
 # layers run at once, each one's output printed whole when it ends (--output-sync). A background layer that
 # fails does not stop the others; each background log is printed at the end, with a line naming any
 # that failed (should side-install have failed, LESSON_SIDE installs its tools again, in the open).
@@ -377,7 +379,7 @@ test: $(VENV)/.dev-installed
 	  echo "test: the side layers' tools did not install in the background (the end of build/side-install.log); installing them here:" >&2; \
 	  tail -n 40 build/side-install.log >&2; \
 	fi; \
-	$(call test_cache_env,pinned) $(MAKE) --no-print-directory -j3 --output-sync=target $(LESSON_SIDE); side=$$?; \
+	$(call test_cache_env,pinned) $(MAKE) --no-print-directory -j2 --output-sync=target $(LESSON_SIDE); side=$$?; \
 	wait $$newest; wait $$background; failed=""; \
 	for t in $(BACKGROUND_SIDE) test-newest; do \
 	  echo "==== $$t (build/$$t.log) ===="; cat build/$$t.log; \

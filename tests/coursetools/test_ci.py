@@ -74,14 +74,15 @@ def test_make_test_runs_both_environments(tmp_path):
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
-    # the lesson runs: pinned, each lesson its own count of 2, 4, 8 (the Makefile's default), as a learner
-    # without the GPU-compile extra, every cell again; newest: 3 devices, no second pass, no `processes` tests
+    # the lesson runs: pinned, each lesson its own count of 2, 4, 8 (the Makefile's default), every cell
+    # again; newest: 3 devices, no second pass, no `processes` tests; both as a learner without the compile extras
     pinned = [
         line for line in plan.splitlines() if "alternating-from-Auto" in line or "unit-test notebook-test" in line
     ]
     assert any('LESSON_ENV="DPCOURSE_GPU_COMPILE_PATH=' in line for line in plan.splitlines()), plan
     newest = [line for line in plan.splitlines() if "LESSON_DEVICES=" in line]
     assert len(newest) == 1 and 'UNIT_MARKS="not processes" LESSON_DEVICES=3 RUN_AGAIN=0' in newest[0], pinned
+    assert 'LESSON_ENV="DPCOURSE_GPU_COMPILE_PATH=' in newest[0], newest[0]
     # there: every lesson's run and the package's tests of what a JAX release can change, not the checkers'
     assert "tests/lessons " in newest[0] and "tests/lib/compiled" in newest[0] and "exercises" not in newest[0]
     # those runs are solved and strict (tests/lessons/variants.py): make test runs no solutions-test of its own
