@@ -44,10 +44,10 @@ def key_output(lesson: str) -> tuple[str, ...]:
 
 
 # Lessons the browser test always runs itself from the Run menu, even where an
-# executed copy exists: 01 and 02 show that a lesson runs in the lab as a
-# learner starts it, and 07's controls need a live kernel to take a slider change
-# and a button press.
-LIVE_LESSONS = ("01_setup", "02_baseline", "07_sweep")
+# executed copy exists: 07, whose controls need a live kernel to take a slider
+# change and a button press, and so shows that a lesson runs in the lab as a
+# learner starts it.
+LIVE_LESSONS = ("07_sweep",)
 
 # Where `make notebook-test` leaves its executed copies (Makefile NOTEBOOK_TEST_DIR);
 # `make browser-test` passes it in this variable.

@@ -15,7 +15,7 @@ just executed every lesson (nbmake, the same smoke profile) and kept the
 copies; ``make browser-test`` names their folder in
 ``$DPCOURSE_EXECUTED_LESSONS``, and a lesson whose copy is current (the same
 cells) is opened with those outputs instead of being run a second time. The
-lessons in ``lessons.LIVE_LESSONS`` (01, 02, and 07 for its controls), and any
+lessons in ``lessons.LIVE_LESSONS`` (07, for its controls), and any
 lesson without a current copy, are run here from the Run menu (Run > Run All
 Cells, then wait until the kernel is idle).
 """

@@ -106,11 +106,15 @@ def test_the_lesson_settings_reach_pytest_through_the_environment_as_typed(tmp_p
     python.chmod(0o755)
     devices, lesson_env = "2,$(touch made),`touch made`", "A=1 B='two words;touch made'"
     settings = [f"VENV={venv}", f"PY={python}", f"LESSON_DEVICES={devices}", f"LESSON_ENV={lesson_env}", "RUN_AGAIN=0"]
-    out = make("unit-test", *settings, ci=None, cwd=checkout)
-    assert out.returncode == 0, out.stderr
-    env = dict(item.split("=", 1) for item in seen.read_text().split("\0") if "=" in item)
-    assert env["DPCOURSE_TEST_DEVICES"] == devices and env["DPCOURSE_TEST_LESSON_ENV"] == lesson_env
-    assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0" and not (checkout / "made").exists()
+    for target in ("unit-test", "notebook-test"):  # notebook-test's kernels get LESSON_ENV too (nbmake_guard)
+        extra = [f"NOTEBOOK_TEST_DIR={tmp_path / 'executed'}"] if target == "notebook-test" else []
+        out = make(target, *settings, *extra, ci=None, cwd=checkout)
+        assert out.returncode == 0, out.stderr
+        env = dict(item.split("=", 1) for item in seen.read_text().split("\0") if "=" in item)
+        assert env["DPCOURSE_TEST_DEVICES"] == devices and env["DPCOURSE_TEST_LESSON_ENV"] == lesson_env, target
+        assert not (checkout / "made").exists(), target
+        if target == "unit-test":
+            assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0"
 
 
 @needs_make
