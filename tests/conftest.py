@@ -36,7 +36,6 @@ WHOLE_LESSON_TESTS = frozenset(
         "tests/lessons/test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh",
         "tests/lessons/test_global_mesh.py::test_a_lesson_without_a_global_mesh_run_runs_solved_and_again",
         "tests/lessons/test_global_mesh.py::test_a_learners_own_mesh_of_another_shape_is_run_under_or_named",
-        "tests/lessons/test_optional_packages.py::test_the_lesson_runs_without_the_package_and_says_what_it_would_add",
         "tests/lib/exercises/test_lesson07.py::test_07_1_the_lessons_own_fit_is_not_accepted_as_the_plateau",
     }
 )

@@ -4,8 +4,8 @@ Notebook 03 teaches that form (section 4). The variant inserts, after the
 lesson's first ``mesh = ...`` line, either ``jax.set_mesh(mesh)`` on the
 lesson's own (Auto) mesh or the same mesh rebuilt with Explicit axes and
 then set; the lesson must pass as it stands (marker ``lesson``: whole
-lessons, smoke profile). Where the missing-package matrix has a pair for the
-lesson, the run also has that package missing (tests/lessons/variants.py).
+lessons, smoke profile). Where the missing-package matrix has pairs for the
+lesson, the run also has those packages missing (tests/lessons/variants.py).
 
 A learner's own mesh (2-D Explicit or Auto, a 1-D mesh over half the
 devices, the Explicit twin of the lesson's own), set right after the lesson
@@ -72,7 +72,7 @@ def test_an_unknown_setting_names_the_choices(monkeypatch):
         mesh_kinds_of("04_sharding")
 
 
-RUNS, SOLVED, _ = plan()
+RUNS, SOLVED = plan()
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
-"""Whole-lesson variants: a global mesh set after the lesson's mesh, one optional display package missing, or both; a learner's own mesh set in a cell.
+"""Whole-lesson variants: a global mesh set after the lesson's mesh, optional display packages missing, or both; a learner's own mesh set in a cell.
 
 Each whole-lesson run costs about half a minute, so one run carries both
-kinds of variant where it can: every (package, lesson) pair of the
-missing-package matrix is given to one of that lesson's global-mesh runs, and
-only the pairs left over (lessons before 04, which have no global-mesh run,
-or a lesson with more pairs than runs) run on their own. A failing run names its variant, so the cause is still one
-of at most two changes.
+kinds of variant: every (package, lesson) pair of the missing-package matrix
+rides on one of that lesson's whole runs (a global-mesh run, or the solved
+run of a lesson without one), one pair a run while there are runs free, and
+the pairs left over on the run of that lesson with the fewest (07, with one
+run in each environment, runs without ipywidgets and tqdm at once). A
+failing run names its variant, so the cause is still one of a few changes.
 
 ``make test`` runs both JAX environments, so it shares the global-mesh runs
 between them: ``DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto`` gives 04
@@ -199,16 +200,16 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
     if setting == "both":
         kinds = {lesson: dict.fromkeys([foreign_kind(lesson), "2-D Explicit"]) for lesson in FOREIGN_LESSONS}
         return [
-            *(Variant(lesson, FOREIGN, None, foreign="2-D Explicit", where="start") for lesson in FOREIGN_LESSONS),
+            *(Variant(lesson, FOREIGN, foreign="2-D Explicit", where="start") for lesson in FOREIGN_LESSONS),
             *(
-                Variant(lesson, FOREIGN, None, foreign=kind, where="later")
+                Variant(lesson, FOREIGN, foreign=kind, where="later")
                 for lesson in FOREIGN_LESSONS
                 for kind in kinds[lesson]
             ),
         ]
     first = MESH_KINDS.index(setting.removeprefix("alternating-from-"))
     return [
-        Variant(lesson, FOREIGN, None, foreign=foreign_kind(lesson), where="later")
+        Variant(lesson, FOREIGN, foreign=foreign_kind(lesson), where="later")
         for i, lesson in enumerate(FOREIGN_LESSONS)
         if i % len(MESH_KINDS) == first
     ]
@@ -217,7 +218,7 @@ def foreign_runs(setting: str | None = None) -> list[Variant]:
 AGAIN_SETTING = "DPCOURSE_TEST_RUN_AGAIN"  # "0": no second pass (make test's newest lane: the cells are the same)
 
 
-# --- one optional display or progress package missing (pyproject's `display` extra) ---
+# --- optional display or progress packages missing (pyproject's `display` extra) ---
 DISPLAY = sorted(
     dep.split(">")[0].split("=")[0].strip()
     for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["display"]
@@ -289,14 +290,14 @@ def with_no_tcp(source: str) -> str:
 class Variant(NamedTuple):
     lesson: str
     mesh: str | None  # "Auto", "Explicit", FOREIGN or None (the lesson's own code)
-    missing: str | None  # a package of DISPLAY made uninstalled in the kernel, or None
+    missing: tuple[str, ...] = ()  # packages of DISPLAY made uninstalled in the kernel
     stand_in: bool = False  # the kernel's default backend is a stand-in accelerator (STAND_IN)
     foreign: str | None = None  # FOREIGN's kind (FOREIGN_KINDS)
     where: str = "start"  # FOREIGN's position (POSITIONS)
 
     @property
     def id(self) -> str:
-        parts = [self.lesson, *([self.mesh] if self.mesh else []), *([f"no-{self.missing}"] if self.missing else [])]
+        parts = [self.lesson, *([self.mesh] if self.mesh else []), *(f"no-{package}" for package in self.missing)]
         if self.mesh == FOREIGN:
             parts += [(self.foreign or "2-D Explicit").replace(" ", "-"), self.where]
         return "-".join([*parts, *(["stand-in-accelerator"] if self.stand_in else [])])
@@ -324,24 +325,20 @@ def mesh_kinds_of(lesson: str, setting: str | None = None) -> tuple[str, ...]:
 SOLVED_ONLY = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if p.stem not in MESH_LESSONS]
 
 
-def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant], list[Variant]]:
-    """(the global-mesh runs, the solved runs of SOLVED_ONLY, the missing-package runs left over).
+def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
+    """(the global-mesh runs, the solved runs of SOLVED_ONLY).
 
     Each pair of the missing-package matrix rides on one of its lesson's
-    global-mesh or solved runs where one is free. ``setting``: which mesh
-    kinds each lesson runs with (:func:`mesh_kinds_of`).
+    runs: one that carries none yet, else the one that carries the fewest.
+    ``setting``: which mesh kinds each lesson runs with (:func:`mesh_kinds_of`).
     """
-    runs = {(lesson, kind): None for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
-    runs |= {(lesson, None): None for lesson in SOLVED_ONLY}
-    alone = []
+    runs = {(lesson, kind): () for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
+    runs |= {(lesson, None): () for lesson in SOLVED_ONLY}
     for package, lesson in MATRIX:
-        free = [k for k in (*MESH_KINDS, None) if (lesson, k) in runs and runs[lesson, k] is None]
-        if free:
-            runs[lesson, free[0]] = package
-        else:
-            alone.append(Variant(lesson, None, package))
-    variants = [Variant(lesson, kind, package, kind == STAND_IN_KIND) for (lesson, kind), package in runs.items()]
-    return [v for v in variants if v.mesh], [v for v in variants if not v.mesh], alone
+        key = min((k for k in runs if k[0] == lesson), key=lambda k: len(runs[k]))
+        runs[key] += (package,)
+    variants = [Variant(lesson, kind, missing, kind == STAND_IN_KIND) for (lesson, kind), missing in runs.items()]
+    return [v for v in variants if v.mesh], [v for v in variants if not v.mesh]
 
 
 def execute(variant: Variant, tmp_path: Path, monkeypatch):
@@ -365,7 +362,7 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
     if variant.missing or variant.stand_in:
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BLOCKER), os.environ.get("PYTHONPATH", "")]))
     if variant.missing:
-        monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", variant.missing)
+        monkeypatch.setenv("DPCOURSE_BLOCK_IMPORTS", ",".join(variant.missing))
     if variant.stand_in:
         monkeypatch.setenv(STAND_IN, "1")
         source += STAND_IN_CHECK
@@ -403,8 +400,6 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
     if variant.stand_in and variant.lesson in NO_TCP_LESSONS:
         assert NO_TCP_SAYS in text, f"{variant.id} on a host without TCP does not say so in its sentence"
-    if variant.missing:
-        assert SAYS[variant.missing] in text, (
-            f"{variant.lesson} without {variant.missing} does not say what it would add"
-        )
+    for package in variant.missing:
+        assert SAYS[package] in text, f"{variant.lesson} without {package} does not say what it would add"
     return text
