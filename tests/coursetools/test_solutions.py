@@ -177,7 +177,7 @@ def test_make_test_runs_every_lesson_solved_once_in_each_environment():
     from variants import plan
 
     for setting in ("alternating-from-Auto", "alternating-from-Explicit"):
-        mesh_runs, solved, _ = plan(setting)
+        mesh_runs, solved = plan(setting)
         lessons = [v.lesson for v in [*mesh_runs, *solved]]
         assert sorted(lessons) == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), setting
 
