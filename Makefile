@@ -164,6 +164,7 @@ NEWEST_DEVICES ?= 3
 unit-test notebook-test solutions-test: export DPCOURSE_TEST_DEVICES := $(value LESSON_DEVICES)
 unit-test notebook-test solutions-test: export DPCOURSE_TEST_LESSON_ENV := $(value LESSON_ENV)
 unit-test: export DPCOURSE_TEST_RUN_AGAIN := $(value RUN_AGAIN)
+unit-test: export DPCOURSE_TEST_PLAIN_PASS := $(value PLAIN_PASS_DIR)
 
 # The package and notebook layers run in TEST_WORKERS processes (pytest-xdist): a lesson or a
 # compile keeps about one core busy. TEST_WORKERS=0 runs them in this process.
@@ -179,7 +180,13 @@ UNIT_MARKS ?=
 UNIT_PATHS ?= tests
 # RUN_AGAIN=1: every whole-lesson run runs every code cell again after its last (test-newest: 0, the cells are the same).
 RUN_AGAIN ?= 1
+# PLAIN_PASS_DIR (make test and test-pinned: $(NOTEBOOK_TEST_DIR)): each lesson's first whole-lesson run starts
+# with the plain lesson, unsolved, as notebook-test runs it, and leaves that pass executed there, with its
+# records, for browser-test and site-test; its second pass, solved and strict, is the lesson run again
+# (tests/lessons/variants.py). So the pinned lane runs each lesson twice, not three times.
+PLAIN_PASS_DIR ?=
 unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-compile-installed
+	$(if $(PLAIN_PASS_DIR),rm -rf $(PLAIN_PASS_DIR) && mkdir -p $(PLAIN_PASS_DIR))
 	$(PY) -m pytest $(UNIT_PATHS) $(XDIST) --dist loadscope --no-loadscope-reorder $(if $(UNIT_MARKS),-m "$(UNIT_MARKS)",) \
 	  --ignore=tests/infra --ignore=tests/browser --ignore=tests/hub --ignore=tests/wheelhouse --ignore=tests/site
 
@@ -188,7 +195,8 @@ unit-test: $(VENV)/.dev-installed $(VENV)/.gpu-compile-installed $(VENV)/.tpu-co
 # on JUPYTER_PATH) and checks XLA_FLAGS before any kernel starts. The lessons run as copies
 # in $(NOTEBOOK_TEST_DIR), which keeps them executed (--overwrite) with their records
 # (records.jsonl): browser-test and site-test read them there instead of running them again.
-# LESSON_ENV reaches the kernels (make test: a learner's without the compile extras, so 04, 05, 09
+# make test runs no notebook-test in the pinned lane: the unit layer's plain passes (PLAIN_PASS_DIR)
+# leave the same copies there. LESSON_ENV reaches the kernels (make test: a learner's without the compile extras, so 04, 05, 09
 # and 10 show the stored compiles, which make placement and tests/lib/cross_compile compile for real).
 NBMAKE := -p coursetools.nbmake_guard --nbmake
 NOTEBOOK_TEST_PATHS ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
@@ -228,7 +236,8 @@ include hub.mk
 # Layer 4: every lesson in JupyterLab in a real Chromium (Playwright).
 # Needs a system Chromium (apt-get install chromium); without one it skips
 # loudly, except with CI=true, where that fails.
-# Lessons that notebook-test left executed and current in $(NOTEBOOK_TEST_DIR) are shown
+# Lessons left executed and current in $(NOTEBOOK_TEST_DIR) (by notebook-test, or by the unit
+# layer's plain passes in make test) are shown
 # from there instead of run again (tests/browser/test_browser_lessons.py says which run).
 browser-test: $(VENV)/.dev-installed tools/site/node_modules/.installed
 	$(if $(wildcard $(NOTEBOOK_TEST_DIR)/*.ipynb),DPCOURSE_EXECUTED_LESSONS=$(abspath $(NOTEBOOK_TEST_DIR))) \
@@ -263,7 +272,7 @@ site: $(VENV)/.installed $(SITE_VENV)/.installed tools/site/node_modules/.instal
 	@echo "site: open $(SITE_OUT)/index.html"
 
 # The site's browser test (tests/site) over file:// and a local HTTP server, on a
-# site built from the lessons notebook-test executed ($(NOTEBOOK_TEST_DIR)); a lesson
+# site built from the lessons executed in $(NOTEBOOK_TEST_DIR) (as for browser-test); a lesson
 # without a current copy there is run with the smoke profile (into build/site-run/smoke).
 SITE_TEST_OUT ?= build/site-test
 site-test: $(VENV)/.dev-installed
@@ -273,9 +282,9 @@ site-test: $(VENV)/.dev-installed
 
 # The second environment: the newest JAX release (requirements-newest.txt) on Python 3.12, in
 # .venv-newest, on what a JAX release can change: every lesson's run (tests/lessons: 04-12 solved
-# with a global mesh, Auto and Explicit, the missing-package matrix, 01-03 and 13 solved, smoke
-# profile) and NEWEST_TESTS, the package's tests of the modules that read JAX's private API or
-# XLA's output (devices and backend, compiled HLO, the compiles for GPUs and TPU slices, the
+# with a global mesh, Auto and Explicit, each on the stand-in accelerator, the missing-package matrix,
+# 01-03 and 13 solved, smoke profile) and NEWEST_TESTS, the package's tests of the modules that read
+# JAX's private API or XLA's output (devices and backend, compiled HLO, the compiles for GPUs and TPU slices, the
 # sharded forms, the Pallas kernels, the distributed runtime) or save across meshes and processes
 # (Orbax, which lesson 11 on 3 devices skips). The rest of tests/lib (the exercises' checkers, the
 # launcher's process handling, data, records, costs, charts) and the toolkit's tests run in the
@@ -313,18 +322,18 @@ newest-install:
 	@if [ -n "$(NEWEST_PYTHON)" ]; then $(MAKE) --no-print-directory $(NEWEST_ARGS) dev-install gpu-compile tpu-compile; fi
 
 # Everything in the pinned environment; `make test` adds the newest JAX.
-# notebook-test runs before browser-test and site-test, which show its executed lessons.
+# unit-test (its plain passes) runs before browser-test and site-test, which show the executed lessons.
 # PINNED_CORE keeps both cores busy (two pytest workers or two compiles); PINNED_SIDE's layers
 # mostly wait (a browser, a hub, checkov), so `make test` runs them beside the others:
 # BACKGROUND_SIDE (downloads, checkov, the hub: none reads an executed lesson) from the start,
-# LESSON_SIDE (a browser on notebook-test's lessons, the site built from them) beside test-newest.
-PINNED_CORE = lint workflow-lint placement unit-test notebook-test
+# LESSON_SIDE (a browser on the executed lessons, the site built from them) beside test-newest.
+PINNED_CORE = lint workflow-lint placement unit-test
 BACKGROUND_SIDE = wheelhouse-test infra-test hub-test
 LESSON_SIDE = browser-test site-test
 PINNED_SIDE = $(BACKGROUND_SIDE) $(LESSON_SIDE)
 test-pinned:
 	$(call test_cache_env,pinned) $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" \
-	  $(PINNED_CORE) $(PINNED_SIDE)
+	  PLAIN_PASS_DIR=$(NOTEBOOK_TEST_DIR) $(PINNED_CORE) $(PINNED_SIDE)
 
 # make test's layers compile the same programs again and again (a lesson in the unit layer's
 # variants, in notebook-test, solutions-test, the browser and the site), so each environment
@@ -357,8 +366,10 @@ side-install: $(SIDE_INSTALLS)
 # that failed (should side-install have failed, LESSON_SIDE installs its tools again, in the open).
 # The whole-lesson global-mesh runs are shared between the two environments
 # (DPCOURSE_TEST_MESH_KINDS, tests/lessons/variants.py): each runs every lesson from 04 with a
-# global mesh, 04 Auto, 05 Explicit and so on in the pinned one and the other kind of each in the
-# newest, so together they run both kinds of every lesson; test-pinned and test-newest alone run both.
+# global mesh, 04 Auto, 05 Explicit and so on in the pinned one (after the plain lesson, unsolved:
+# PLAIN_PASS_DIR) and the other kind of each in the newest (with the stand-in accelerator and the
+# missing-package matrix), so together they run both kinds of every lesson; test-pinned and
+# test-newest alone run both.
 BACKGROUND = newest-install side-install $(BACKGROUND_SIDE)
 test: $(VENV)/.dev-installed
 	@mkdir -p build && rm -f $(foreach t,$(BACKGROUND) test-newest,build/$(t).rc)
@@ -367,7 +378,7 @@ test: $(VENV)/.dev-installed
 	  done ) & \
 	background=$$!; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
-	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" $(PINNED_CORE); core=$$?; \
+	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" PLAIN_PASS_DIR=$(NOTEBOOK_TEST_DIR) $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
 	if [ $$installed -ne 0 ]; then \
 	  echo "test: the newest-JAX environment did not install (the end of build/newest-install.log):" >&2; \

@@ -362,7 +362,7 @@ def provenance(stem: str, run: Run, commit: str, gpu: bool) -> str:
         {f"{r['device_count']} x {r['device_kind']} ({r['backend']})" for r in recs if r.get("device_kind")}
     )
     when = _dt.datetime.fromtimestamp(run.created, _dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    how = "python -m coursetools run" if run.kind == "runner" else "the notebook tests (nbmake)"
+    how = "python -m coursetools run" if run.kind == "runner" else "the notebook tests"
     machine = run.machine or machine_label()
     text = (
         f"The outputs below come from running this lesson with the **`{run.profile}` profile** "

@@ -49,7 +49,7 @@ def key_output(lesson: str) -> tuple[str, ...]:
 # learner starts it.
 LIVE_LESSONS = ("07_sweep",)
 
-# Where `make notebook-test` leaves its executed copies (Makefile NOTEBOOK_TEST_DIR);
+# Where `make notebook-test`, or make test's unit layer (PLAIN_PASS_DIR), leaves the executed copies (NOTEBOOK_TEST_DIR);
 # `make browser-test` passes it in this variable.
 EXECUTED_ENV = "DPCOURSE_EXECUTED_LESSONS"
 

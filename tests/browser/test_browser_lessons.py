@@ -10,9 +10,9 @@ must show them with readable labels, take a slider change and a button
 press, and show the result. A screenshot of each lesson is saved under
 ``results/browser/``.
 
-How a lesson gets its outputs: in ``make test``, ``make notebook-test`` has
-just executed every lesson (nbmake, the same smoke profile) and kept the
-copies; ``make browser-test`` names their folder in
+How a lesson gets its outputs: in ``make test``, the unit layer's plain
+passes have just executed every lesson (the same smoke profile, as ``make
+notebook-test`` runs them) and kept the copies; ``make browser-test`` names their folder in
 ``$DPCOURSE_EXECUTED_LESSONS``, and a lesson whose copy is current (the same
 cells) is opened with those outputs instead of being run a second time. The
 lessons in ``lessons.LIVE_LESSONS`` (07, for its controls), and any

@@ -70,6 +70,9 @@ def test_make_test_runs_both_environments(tmp_path):
     checkout = dry_run_checkout(tmp_path)
     plan = make("-n", "test", "NEWEST_PYTHON=/nonexistent/python3.12", ci=None, cwd=checkout).stdout
     assert "requirements-newest.txt" in plan and "--nbmake" in plan
+    # the pinned lane's notebook-test is its unit layer's plain passes: they leave the executed lessons there
+    assert "PLAIN_PASS_DIR=build/notebook-test lint workflow-lint placement unit-test;" in plan
+    assert plan.count("--nbmake-timeout") == 1 and "build/notebook-test-newest" in plan  # the newest lane's 01 alone
     assert "VENV=.venv-newest" in plan
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
@@ -114,7 +117,7 @@ def test_the_lesson_settings_reach_pytest_through_the_environment_as_typed(tmp_p
         assert env["DPCOURSE_TEST_DEVICES"] == devices and env["DPCOURSE_TEST_LESSON_ENV"] == lesson_env, target
         assert not (checkout / "made").exists(), target
         if target == "unit-test":
-            assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0"
+            assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0" and env["DPCOURSE_TEST_PLAIN_PASS"] == ""
 
 
 @needs_make

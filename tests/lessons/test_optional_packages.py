@@ -52,7 +52,7 @@ def test_the_blocker_makes_a_package_look_uninstalled():
 
 @pytest.mark.parametrize("setting", KINDS_CHOICES)
 def test_every_pair_of_the_matrix_rides_on_one_run_and_a_run_carries_one_where_it_can(setting):
-    mesh_runs, solved = plan(setting)
+    mesh_runs, solved = plan(setting, plain=False)
     carried = [(package, v.lesson) for v in [*mesh_runs, *solved] for package in v.missing]
     assert sorted(carried) == sorted(MATRIX) and len(set(carried)) == len(carried)
     for v in [*mesh_runs, *solved]:  # two packages on one run only where the lesson has no run left bare
@@ -64,3 +64,25 @@ def test_every_pair_of_the_matrix_rides_on_one_run_and_a_run_carries_one_where_i
     if setting != "both":  # 07 reaches two packages and has one run in each environment
         (sweep,) = [v for v in mesh_runs if v.lesson == "07_sweep"]
         assert sweep.missing == ("ipywidgets", "tqdm") and "no-ipywidgets-no-tqdm" in sweep.id
+
+
+@pytest.mark.parametrize("setting", KINDS_CHOICES)
+def test_a_run_with_the_plain_lesson_first_has_every_package_and_the_others_carry_the_matrix(setting):
+    """The plain pass is what a learner sees (browser-test and site-test show it): nothing is missing there."""
+    mesh_runs, solved = plan(setting, plain=True)
+    runs = [*mesh_runs, *solved]
+    plain = [v for v in runs if v.plain]
+    assert sorted(v.lesson for v in plain) == sorted({v.lesson for v in runs})  # one a lesson
+    assert not any(v.missing or v.stand_in for v in plain)
+    carried = [(package, v.lesson) for v in runs for package in v.missing]
+    free = {v.lesson for v in runs if not v.plain}
+    assert sorted(carried) == sorted(pair for pair in MATRIX if pair[1] in free)
+
+
+def test_make_test_runs_the_whole_matrix_and_the_stand_in_for_every_lesson_from_04():
+    """make test: the pinned lane's runs start with the plain lesson, the newest lane's carry the rest."""
+    pinned, newest = plan("alternating-from-Auto", plain=True), plan("alternating-from-Explicit", plain=False)
+    assert all(v.plain for v in [*pinned[0], *pinned[1]]) and not any(v.plain for v in [*newest[0], *newest[1]])
+    carried = [(package, v.lesson) for v in [*newest[0], *newest[1]] for package in v.missing]
+    assert sorted(carried) == sorted(MATRIX)
+    assert all(v.stand_in for v in newest[0]) and not any(v.stand_in for v in newest[1])

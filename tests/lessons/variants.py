@@ -20,22 +20,30 @@ Every run has the exercises' solutions filled in and strict checkers
 (``runner.run_notebook(solutions=True)``), and then runs every code cell
 again after the lesson's last (``coursetools.solutions.run_again``; not where
 ``DPCOURSE_TEST_RUN_AGAIN=0``, as in ``make test``'s newest lane), as the
-Makefile's solutions-test does. The lessons without a global-mesh run (before
+Makefile's solutions-test does. Where ``DPCOURSE_TEST_PLAIN_PASS`` names a
+folder (``make test``'s pinned lane), each lesson's first run starts instead
+with the plain lesson, unsolved and not strict, as a learner runs it; then,
+in the same kernel, every code cell of the run's variant again, solved and
+strict. The first pass is notebook-test's run: its executed copy and its
+records go to that folder, which browser-test and site-test show; the second
+is the run again after Run All. Such a run carries no missing package and no
+stand-in accelerator (the copy is what a learner sees): the environment
+whose runs have no plain pass carries those. The lessons without a global-mesh run (before
 04, and ``OWN_PROCESSES``) get a solved run with their own mesh
 (``SOLVED_ONLY``), so every lesson runs solved here once per environment and
 ``make test`` needs no solutions-test. ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value
 ...``) adds settings to the lesson's kernel alone: ``make test``'s pinned lane
 runs the lessons as a learner without the GPU- or TPU-compile extra would.
 
-A stand-in accelerator (``STAND_IN``) rides on every Explicit global-mesh
-run: the kernel gets the device layout of a host with one GPU or one TPU
+A stand-in accelerator (``STAND_IN``) rides on every global-mesh run
+without a plain pass: the kernel gets the device layout of a host with one GPU or one TPU
 chip (``blocker/sitecustomize.py``: a second PJRT client of one device is
 JAX's default backend, the lesson's devices are the simulated CPU devices of
 the other), so an array the lesson makes without a device would land
 outside its devices, as it lands on the chip there. The run must pass, and
 a lesson on simulated devices must end with no array left on the default
-backend. ``make test`` thus runs every lesson from 04 so once, in one of its
-two JAX environments. 08's stand-in run is also on a host that refuses every
+backend. ``make test`` thus runs every lesson from 04 so once, in its
+newest-JAX environment. 08's stand-in run is also on a host that refuses every
 internet socket (``NO_TCP_LESSONS``; a sandboxed TPU host says errno 97): it
 must say so in one sentence and run the rest.
 
@@ -251,7 +259,6 @@ MATRIX = [(package, lesson) for package in DISPLAY for lesson in lessons_reachin
 
 # --- a stand-in accelerator: the default backend is one device outside the lesson's (blocker/sitecustomize.py) ---
 STAND_IN = "DPCOURSE_STAND_IN_ACCELERATOR"
-STAND_IN_KIND = "Explicit"  # the global-mesh runs that carry it
 # The last cell of such a run: a lesson on simulated devices leaves no array on the default backend.
 STAND_IN_CHECK = (
     "\n# %%\nimport jax\n\n"
@@ -294,10 +301,15 @@ class Variant(NamedTuple):
     stand_in: bool = False  # the kernel's default backend is a stand-in accelerator (STAND_IN)
     foreign: str | None = None  # FOREIGN's kind (FOREIGN_KINDS)
     where: str = "start"  # FOREIGN's position (POSITIONS)
+    plain: bool = False  # the run starts with the plain lesson, unsolved (PLAIN_SETTING)
 
     @property
     def id(self) -> str:
-        parts = [self.lesson, *([self.mesh] if self.mesh else []), *(f"no-{package}" for package in self.missing)]
+        parts = [
+            self.lesson,
+            *(["plain-then", self.mesh or "solved"] if self.plain else [self.mesh] if self.mesh else []),
+        ]
+        parts += [f"no-{package}" for package in self.missing]
         if self.mesh == FOREIGN:
             parts += [(self.foreign or "2-D Explicit").replace(" ", "-"), self.where]
         return "-".join([*parts, *(["stand-in-accelerator"] if self.stand_in else [])])
@@ -325,19 +337,42 @@ def mesh_kinds_of(lesson: str, setting: str | None = None) -> tuple[str, ...]:
 SOLVED_ONLY = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")) if p.stem not in MESH_LESSONS]
 
 
-def plan(setting: str | None = None) -> tuple[list[Variant], list[Variant]]:
+# make test's pinned lane: the folder that gets each plain pass's executed copy and records (Makefile PLAIN_PASS_DIR).
+PLAIN_SETTING = "DPCOURSE_TEST_PLAIN_PASS"
+
+
+def plain_pass_folder() -> Path | None:
+    """``$DPCOURSE_TEST_PLAIN_PASS`` as a path (relative ones from the checkout), or None where it is unset."""
+    value = os.environ.get(PLAIN_SETTING, "").strip()
+    return ROOT / value if value else None
+
+
+def plan(setting: str | None = None, plain: bool | None = None) -> tuple[list[Variant], list[Variant]]:
     """(the global-mesh runs, the solved runs of SOLVED_ONLY).
 
-    Each pair of the missing-package matrix rides on one of its lesson's
-    runs: one that carries none yet, else the one that carries the fewest.
+    With ``plain`` (default: whether :func:`plain_pass_folder` is set), each
+    lesson's first run starts with the plain lesson. Each pair of the
+    missing-package matrix rides on one of its lesson's runs without a plain
+    pass: one that carries none yet, else the one that carries the fewest;
+    the stand-in accelerator on every global-mesh run without one.
     ``setting``: which mesh kinds each lesson runs with (:func:`mesh_kinds_of`).
     """
+    plain = plain_pass_folder() is not None if plain is None else plain
     runs = {(lesson, kind): () for lesson in MESH_LESSONS for kind in mesh_kinds_of(lesson, setting)}
     runs |= {(lesson, None): () for lesson in SOLVED_ONLY}
+    first = {}  # lesson -> its run with the plain pass
+    for key in runs if plain else ():
+        first.setdefault(key[0], key)
     for package, lesson in MATRIX:
-        key = min((k for k in runs if k[0] == lesson), key=lambda k: len(runs[k]))
-        runs[key] += (package,)
-    variants = [Variant(lesson, kind, missing, kind == STAND_IN_KIND) for (lesson, kind), missing in runs.items()]
+        free = [k for k in runs if k[0] == lesson and first.get(lesson) != k]
+        if free:
+            key = min(free, key=lambda k: len(runs[k]))
+            runs[key] += (package,)
+    variants = [
+        Variant(lesson, kind, missing, bool(kind) and first.get(lesson) != key, plain=first.get(lesson) == key)
+        for key, missing in runs.items()
+        for lesson, kind in [key]
+    ]
     return [v for v in variants if v.mesh], [v for v in variants if not v.mesh]
 
 
@@ -370,7 +405,10 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
             source = with_no_tcp(source)
     nb = jupytext.reads(source, fmt="py:percent")
     again = os.environ.get(AGAIN_SETTING, "1") != "0"
-    if variant.mesh != FOREIGN and again:  # a whole run: solved, then every code cell again after the last
+    if variant.plain:  # the plain lesson, unsolved; then every code cell of the variant, solved and strict
+        fill_solutions(nb, variant.lesson)
+        nb = with_plain_pass_first(nb, variant.lesson)
+    elif variant.mesh != FOREIGN and again:  # a whole run: solved, then every code cell again after the last
         fill_solutions(nb, variant.lesson)
         first_again = len(nb.cells) + 1  # after run_again's heading
         run_again(nb)
@@ -380,7 +418,70 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
     nbformat.write(nb, path)
     out = tmp_path / "out"
     out.mkdir()
-    return runner.run_notebook(path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=True)
+    done = runner.run_notebook(
+        path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=not variant.plain
+    )
+    folder = plain_pass_folder()
+    if variant.plain and folder and (done.status == "passed" or done.error_cell >= plain_cells(variant.lesson)):
+        keep_plain_pass(out / path.name, out / "records.jsonl", folder)
+    return done
+
+
+# The first cell of a plain run's second pass: strict checkers from here on, and its records apart from the plain pass's.
+SOLVED_PASS = (
+    "import os\n\n"
+    'os.environ["DPCOURSE_EXERCISES_STRICT"] = "1"  # the solved pass: every checker must report success\n'
+    'os.environ["DPCOURSE_RESULTS"] += ".solved"  # the plain pass\'s records stay as it left them\n'
+)
+
+
+def _lesson(lesson: str):
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / f"{lesson}.ipynb", as_version=4)
+
+
+def plain_cells(lesson: str) -> int:
+    """How many cells the lesson has (markdown too): a plain run's first pass."""
+    return len(_lesson(lesson).cells)
+
+
+def with_plain_pass_first(solved, lesson: str):
+    """The lesson's own notebook (``notebooks/NN.ipynb``), then ``solved``'s code cells but the parameters one."""
+    import nbformat
+
+    nb = _lesson(lesson)
+    second = [
+        c for c in solved.cells if c.cell_type == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])
+    ]
+    nb.cells += [
+        nbformat.v4.new_markdown_cell("The lesson again, solved: every code cell after the last one."),
+        nbformat.v4.new_code_cell(SOLVED_PASS),
+        *second,
+    ]
+    return nb
+
+
+def keep_plain_pass(executed: Path, records: Path, folder: Path) -> None:
+    """Write the plain pass of a plain run (its cells of ``executed``) into ``folder``, and add its records there.
+
+    The copy is written whole and then renamed (never half a notebook where browser-test reads it); the
+    records are added in one write, so that a reader sees a lesson's records all or none.
+    """
+    import nbformat
+
+    name = executed.name
+    nb = nbformat.read(executed, as_version=4)
+    lesson = _lesson(executed.stem)
+    nb.cells, nb.metadata = nb.cells[: len(lesson.cells)], lesson.metadata
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{name}.partial"
+    nbformat.write(nb, partial)
+    os.replace(partial, folder / name)
+    text = records.read_text(encoding="utf-8") if records.exists() else ""
+    if text:
+        with open(folder / "records.jsonl", "a", encoding="utf-8") as out:
+            out.write(text if text.endswith("\n") else text + "\n")
 
 
 def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
@@ -393,9 +494,15 @@ def run(variant: Variant, tmp_path: Path, monkeypatch) -> str:
 
     done = execute(variant, tmp_path, monkeypatch)
     count = lesson_device_count(variant.lesson)
-    assert done.status == "passed", (
-        f"{variant.id}{f' on {count} devices' if count else ''}: code cell {done.error_code_cell}: {done.error}"
-    )
+    where = f"code cell {done.error_code_cell}"
+    if variant.plain and done.error_cell is not None:  # which pass, and the cell as that pass counts it
+        lesson = _lesson(variant.lesson)
+        plain_code = sum(c.cell_type == "code" for c in lesson.cells)
+        if done.error_cell < len(lesson.cells):
+            where = f"the plain lesson's code cell {done.error_code_cell}"
+        else:  # the second pass's first code cell sets it up; the lesson's own start at its second
+            where = f"the solved pass's code cell {done.error_code_cell - plain_code - 1} (parameters left out)"
+    assert done.status == "passed", f"{variant.id}{f' on {count} devices' if count else ''}: {where}: {done.error}"
     executed = nbformat.read(tmp_path / "out" / f"{variant.lesson}.ipynb", as_version=4)
     text = json.dumps([c.get("outputs", []) for c in executed.cells if c.cell_type == "code"])
     if variant.stand_in and variant.lesson in NO_TCP_LESSONS:
