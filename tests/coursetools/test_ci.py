@@ -77,7 +77,7 @@ def test_make_test_runs_both_environments(tmp_path):
     # the global-mesh runs shared between the environments (tests/lessons/variants.py)
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto" in plan
     assert "DPCOURSE_TEST_MESH_KINDS=alternating-from-Explicit" in plan
-    # the lesson runs: pinned, each lesson its own count of 2, 4, 8 (the Makefile's default), every cell
+    # the lesson runs: pinned, each lesson its own count of 4, 2, 8 (the Makefile's default), every cell
     # again; newest: 3 devices, no second pass, no `processes` tests; both as a learner without the compile extras
     pinned = [
         line for line in plan.splitlines() if "alternating-from-Auto" in line or "unit-test notebook-test" in line

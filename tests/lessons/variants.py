@@ -471,9 +471,8 @@ def keep_plain_pass(executed: Path, records: Path, folder: Path) -> None:
     import nbformat
 
     name = executed.name
-    nb = nbformat.read(executed, as_version=4)
-    lesson = _lesson(executed.stem)
-    nb.cells, nb.metadata = nb.cells[: len(lesson.cells)], lesson.metadata
+    nb = nbformat.read(executed, as_version=4)  # its metadata keeps the widgets' state (07's controls on the site)
+    nb.cells = nb.cells[: plain_cells(executed.stem)]
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f".{name}.partial"
     nbformat.write(nb, partial)
