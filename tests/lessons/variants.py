@@ -28,16 +28,16 @@ strict. The first pass is notebook-test's run: its executed copy and its
 records go to that folder, which browser-test and site-test show; the second
 is the run again after Run All. Such a run carries no missing package and no
 stand-in accelerator (the copy is what a learner sees): the environment
-whose runs have no plain pass carries those. The lessons without a global-mesh run (before
-04, and ``OWN_PROCESSES``) get a solved run with their own mesh
+whose runs have no plain pass carries those. The lessons without a
+global-mesh run (before 04, and ``OWN_PROCESSES``) get a solved run with their own mesh
 (``SOLVED_ONLY``), so every lesson runs solved here once per environment and
 ``make test`` needs no solutions-test. ``DPCOURSE_TEST_LESSON_ENV`` (``NAME=value
 ...``) adds settings to the lesson's kernel alone: ``make test``'s pinned lane
 runs the lessons as a learner without the GPU- or TPU-compile extra would.
 
 A stand-in accelerator (``STAND_IN``) rides on every global-mesh run
-without a plain pass: the kernel gets the device layout of a host with one GPU or one TPU
-chip (``blocker/sitecustomize.py``: a second PJRT client of one device is
+without a plain pass: the kernel gets the device layout of a host with one
+GPU or one TPU chip (``blocker/sitecustomize.py``: a second PJRT client of one device is
 JAX's default backend, the lesson's devices are the simulated CPU devices of
 the other), so an array the lesson makes without a device would land
 outside its devices, as it lands on the chip there. The run must pass, and
@@ -422,7 +422,8 @@ def execute(variant: Variant, tmp_path: Path, monkeypatch):
         path, out, out / "records.jsonl", profile="smoke", cell_timeout_s=600, solutions=not variant.plain
     )
     folder = plain_pass_folder()
-    if variant.plain and folder and (done.status == "passed" or done.error_cell >= plain_cells(variant.lesson)):
+    failed_later = done.error_cell is not None and done.error_cell >= plain_cells(variant.lesson)
+    if variant.plain and folder and (done.status == "passed" or failed_later):  # the plain pass ran whole
         keep_plain_pass(out / path.name, out / "records.jsonl", folder)
     return done
 
