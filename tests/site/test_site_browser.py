@@ -99,13 +99,22 @@ def _check_page(page, url: str, mode: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["file", "http"])
 def test_every_page_loads_offline_whole_and_fits(mode, page, site_dir, request):
-    """Every page: no console or page error, no failed request, nothing from another host, images with pixels."""
+    """Every page: no console or page error, no failed request, nothing from another host, images with pixels.
+
+    Over file:// each page, once loaded, also goes through axe-core (tools/site/package-lock.json): no serious
+    or critical violation.
+    """
     http_root = request.getfixturevalue("http_root") if mode == "http" else None
+    axe = mode == "file"
+    if axe and axe_missing():
+        pytest.fail(axe_missing(), pytrace=False)
     listed = pages(site_dir)
     assert any(p.startswith("lessons/") for p in listed), f"no lesson pages in {site_dir}"
     failures = {}
     for rel in listed:
         problems = _check_page(page, _url(mode, site_dir, http_root, rel), mode)
+        if axe:
+            problems += [f"accessibility: {v}" for v in severe_violations(page)]
         if problems:
             failures[rel] = problems
     assert not failures, "\n".join(f"{rel}: " + "; ".join(p) for rel, p in failures.items())
@@ -138,17 +147,3 @@ def test_search_finds_all_reduce_in_three_lessons(mode, page, site_dir, request)
     lessons = {h.split("/")[-1].split(".")[0] for h in hrefs if h and "lessons/" in h}
     assert len(lessons) >= 3, f"search for all-reduce found lessons {sorted(lessons)} (links: {hrefs[:20]})"
     assert not page.problems, page.problems
-
-
-def test_no_page_has_a_serious_or_critical_accessibility_violation(page, site_dir):
-    """axe-core (tools/site/package-lock.json) on every page: no serious or critical violation."""
-    reason = axe_missing()
-    if reason:
-        pytest.fail(reason, pytrace=False)
-    failures = {}
-    for rel in pages(site_dir):
-        page.goto((site_dir / rel).as_uri(), wait_until="load")
-        found = severe_violations(page)
-        if found:
-            failures[rel] = found
-    assert not failures, "\n".join(f"{rel}: " + "; ".join(v) for rel, v in failures.items())
