@@ -55,12 +55,7 @@ def xdist_scope(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Hand out the longest units first, and check WHOLE_LESSON_TESTS.
-
-    The whole-lesson runs go first, longest first; then the files holding a
-    test marked ``slow`` or ``processes``; then the rest, each file's tests
-    kept together in their order. So the workers end on short files, not
-    one of them on a minute of processes while the other waits.
+    """Put the whole-lesson runs first, longest first (the longest units go out first), and check WHOLE_LESSON_TESTS.
 
     Raises pytest.UsageError naming a test whose ``lesson`` marker and
     WHOLE_LESSON_TESTS disagree.
@@ -76,18 +71,12 @@ def pytest_collection_modifyitems(config, items):
     from coursetools.nbmake_guard import smoke_seconds
 
     seconds = smoke_seconds()  # the whole-lesson runs longest first, by the lesson's measured smoke time
-    long_files = {
-        item.nodeid.split("::", 1)[0]
-        for item in items
-        if item.get_closest_marker("slow") is not None or item.get_closest_marker("processes") is not None
-    }
-
-    def order(item):
-        if item.get_closest_marker("lesson") is not None:
-            return (0, -seconds.get(item.nodeid.partition("[")[2][:-1].split("-")[0], 0.0))
-        return (1 if item.nodeid.split("::", 1)[0] in long_files else 2, 0.0)
-
-    items.sort(key=order)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("lesson") is None,
+            -seconds.get(item.nodeid.partition("[")[2][:-1].split("-")[0], 0.0),
+        )
+    )
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -187,38 +187,6 @@ def test_the_unit_layers_scopes_keep_a_file_together_and_each_whole_lesson_run_a
     assert conftest.xdist_scope("tests/lib/test_show.py::test_number_formatting[1.5-1.5]") == "tests/lib/test_show.py"
 
 
-def test_the_unit_layer_hands_out_the_lesson_runs_then_files_with_slow_tests_then_the_rest():
-    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-
-    class Item:
-        def __init__(self, nodeid, *marks):
-            self.nodeid, self.marks = nodeid, marks
-
-        def get_closest_marker(self, name):
-            return name if name in self.marks else None
-
-    run = "tests/lessons/test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh"
-    items = [
-        Item("tests/a.py::test_1"),
-        Item("tests/b.py::test_1"),
-        Item(f"{run}[01_setup-plain-then-Auto]", "lesson"),
-        Item("tests/b.py::test_2", "processes"),
-        Item("tests/a.py::test_2"),
-        Item(f"{run}[13_elastic-plain-then-Auto]", "lesson"),
-    ]
-    conftest.pytest_collection_modifyitems(None, items)
-    assert [item.nodeid.rsplit("/", 1)[1] for item in items] == [
-        "test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh[13_elastic-plain-then-Auto]",
-        "test_global_mesh.py::test_the_lesson_runs_with_a_global_mesh[01_setup-plain-then-Auto]",
-        "b.py::test_1",
-        "b.py::test_2",
-        "a.py::test_1",
-        "a.py::test_2",
-    ]
-
-
 def test_make_unit_tests_xdist_option_gets_the_scopes_of_conftest():
     # pytest-xdist's own grouping (loadgroup) stopped working under pytest 9.2 without a word: the
     # unit-test recipe's --dist must be the mode tests/conftest.py builds its scheduler for.

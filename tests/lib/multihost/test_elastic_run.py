@@ -27,7 +27,6 @@ def cpu_devices():
     return sorted(jax.devices("cpu"), key=lambda d: d.id)[:2]
 
 
-@pytest.mark.slow
 @no_tcp
 def test_a_preempted_run_saves_one_agreed_step_a_notice_during_the_restore_too_and_the_restart_is_the_training(
     tmp_path, cpu_devices
@@ -61,7 +60,6 @@ def test_a_preempted_run_saves_one_agreed_step_a_notice_during_the_restore_too_a
     assert max_abs_diff(reference, resumed.params) <= TOL
 
 
-@pytest.mark.slow
 @no_tcp
 def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_changed_reference(tmp_path, cpu_devices):
     lost = elastic_run.run_local(
@@ -92,7 +90,6 @@ def test_the_survivor_goes_on_with_the_whole_batch_and_the_restart_equals_the_ch
     assert "without training a step: the checkpoint folder" in elastic_run.ending(again)
 
 
-@pytest.mark.slow
 @no_tcp
 @pytest.mark.parametrize("who, where", [(1, "collective"), (0, "between")], ids=["in-the-all-reduce", "process-0"])
 def test_a_loss_this_backend_does_not_recover_from_ends_within_its_bound_in_one_sentence(tmp_path, who, where):
