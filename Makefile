@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 PROFILE ?=
 SMOKE_TIMEOUT ?= 600
 
-.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install side-install placement placement-store gpu-compile tpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install
+.PHONY: site site-test timings time-make-test course test test-pinned test-newest newest-install side-install placement placement-store gpu-compile tpu-compile lint workflow-lint unit-test notebook-test solutions-test browser-test lab edit reset sync clean install dev-install requirements-install
 
 # With a wheelhouse (make wheelhouse, or one handed out at a workshop) the
 # installs use only its files: no network. WHEELHOUSE_CHECK refuses one that
@@ -39,13 +39,20 @@ $(PY):
 # an InformationOnly notice (setuptools/warnings.py), not a fault: dpcourse/ is that folder, on
 # purpose. PYTHONWARNINGS reaches the build backend's process and drops just that notice.
 EDITABLE_NOTICE ?= ignore:Editable installation
+# make test installs the newest-JAX environment's requirements (requirements-install) beside this
+# environment's install: only the editable installs, which write dpcourse.egg-info here, take turns.
+PIP_REQUIREMENTS = $(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
 $(VENV)/.installed: $(REQUIREMENTS) pyproject.toml | $(PY)
 	@$(WHEELHOUSE_CHECK)
-	$(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) -r $(REQUIREMENTS)
+	$(PIP_REQUIREMENTS)
 	PYTHONWARNINGS="$(EDITABLE_NOTICE)" $(PY) -m pip install --quiet $(WHEELHOUSE_FLAGS) --no-deps -e .
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/coursetools-repo.pth"
 	$(if $(wildcard $(WHEELHOUSE)/fashion-mnist/*.gz),$(PY) tools/wheelhouse_data.py unpack --src $(WHEELHOUSE),)
 	touch $@
+
+requirements-install: | $(PY)
+	@$(WHEELHOUSE_CHECK)
+	$(PIP_REQUIREMENTS)
 
 $(VENV)/.dev-installed: $(DEV_REQUIREMENTS) $(VENV)/.installed
 	$(PY) -m pip install --quiet -r $(DEV_REQUIREMENTS)
@@ -356,11 +363,14 @@ SIDE_INSTALLS = $(VENV)/.infra-installed $(CHECKOV_VENV)/.installed $(SITE_VENV)
   tools/site/node_modules/.installed $(VENV)/.hub-installed tools/hub/node_modules/.installed
 side-install: $(SIDE_INSTALLS)
 
-# Three lanes on two cores. In the background, one after the other, each into build/<target>.log
-# with its exit status in build/<target>.rc (mostly network, disk and waiting): the newest-JAX
-# environment installs, then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs
-# (the wheelhouse, the infrastructure, the hub), so two builds of the package never write
-# dpcourse.egg-info at once; they start once .venv is installed. Meanwhile PINNED_CORE runs. Then
+# Three lanes on two cores. The newest-JAX environment's requirements install from the start,
+# beside .venv's install, which keeps one core busy (build/newest-requirements.log; should they
+# fail, newest-install fails the same way, in its log). Once .venv is installed, in the
+# background, one after the other, each into build/<target>.log with its exit status in
+# build/<target>.rc (mostly network, disk and waiting): the newest-JAX environment's package
+# (newest-install), then what PINNED_SIDE needs (side-install), then BACKGROUND_SIDE runs (the
+# wheelhouse, the infrastructure, the hub), so two builds of the package never write
+# dpcourse.egg-info at once. Meanwhile PINNED_CORE runs. Then
 # test-newest (two workers, build/test-newest.log) runs beside LESSON_SIDE, whose two
 # layers run at once, each one's output printed whole when it ends (--output-sync). A background layer that
 # fails does not stop the others; each background log is printed at the end, with a line naming any
@@ -372,12 +382,16 @@ side-install: $(SIDE_INSTALLS)
 # missing-package matrix), so together they run both kinds of every lesson; test-pinned and
 # test-newest alone run both.
 BACKGROUND = newest-install side-install $(BACKGROUND_SIDE)
-test: $(VENV)/.dev-installed
-	@mkdir -p build && rm -f $(foreach t,$(BACKGROUND) test-newest,build/$(t).rc)
-	@( for t in $(BACKGROUND); do \
+test:
+	@mkdir -p build && rm -f $(foreach t,$(BACKGROUND) test-newest pinned-install,build/$(t).rc)
+	@( $(if $(NEWEST_PYTHON),$(MAKE) --no-print-directory $(NEWEST_ARGS) requirements-install > build/newest-requirements.log 2>&1;) \
+	  while [ ! -f build/pinned-install.rc ]; do sleep 1; done; [ "$$(cat build/pinned-install.rc)" = 0 ] || exit 1; \
+	  for t in $(BACKGROUND); do \
 	    $(call test_cache_env,pinned) $(MAKE) --no-print-directory $$t > build/$$t.log 2>&1; echo $$? > build/$$t.rc; \
 	  done ) & \
 	background=$$!; \
+	$(MAKE) --no-print-directory $(VENV)/.dev-installed; echo $$? > build/pinned-install.rc; \
+	if [ "$$(cat build/pinned-install.rc)" -ne 0 ]; then wait $$background; exit 1; fi; \
 	$(call test_cache_env,pinned) DPCOURSE_TEST_MESH_KINDS=alternating-from-Auto \
 	  $(MAKE) --no-print-directory LESSON_ENV="$(WITHOUT_GPU_EXTRA)" PLAIN_PASS_DIR=$(NOTEBOOK_TEST_DIR) $(PINNED_CORE); core=$$?; \
 	while [ ! -f build/newest-install.rc ]; do sleep 2; done; installed=$$(cat build/newest-install.rc); \
