@@ -71,8 +71,9 @@ def test_the_wheel_installs_fresh_and_runs_lesson_05_outside_the_repository(tmp_
         for r in meta.split("\n")
         if r and "extra" not in r
     }
+    # --no-compile: byte-compiling every installed file takes more CPU than the few modules the lesson imports.
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel), *_pins(names)],
+        [str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel), *_pins(names)],
         capture_output=True,
         text=True,
         timeout=1800,
