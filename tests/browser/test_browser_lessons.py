@@ -1,6 +1,7 @@
 """Every lesson in JupyterLab in a real Chromium, as a learner sees it.
 
-For each ``notebooks/NN_name.ipynb``: open it by its address in the lab and
+For each ``notebooks/NN_name.ipynb``, in turn in one lab (loaded once by
+its address, each lesson then opened there and closed after its checks):
 check that no cell raised or printed a traceback, that every code cell ran,
 and that the lesson's key output (``lessons.KEY_OUTPUT``) is on the page;
 then, at 1280 x 800 with the file browser open, measure every cell for
@@ -114,12 +115,21 @@ def exercise_controls(page, lesson: str, path: str, run: labpage.LessonRun) -> N
 
 
 def run_lesson(
-    page, lab, lesson: str, screenshots, timeout_s: float = LESSON_TIMEOUT_S, executed: dict | None = None
+    page,
+    lab,
+    lesson: str,
+    screenshots,
+    timeout_s: float = LESSON_TIMEOUT_S,
+    executed: dict | None = None,
+    in_open_lab: bool | None = None,
 ) -> labpage.LessonRun:
     """Open ``lesson`` by its address, run all cells from the menu (or show ``executed``), check what it shows.
 
     ``executed`` (a notebook with outputs, from :func:`lessons.executed_copy`)
     is written over the workspace's copy and opened as it is, with no run.
+    ``in_open_lab``: True, ``page`` already shows this lab with no document
+    open, and the lesson is opened there, not by loading the lab again; True
+    or False, the lesson is closed at the end, so the page can show the next.
     Returns the run with every problem found; its screenshot is saved whether
     or not there are problems (at the first failing cell if there is one).
     """
@@ -127,11 +137,15 @@ def run_lesson(
     run = labpage.LessonRun(lesson)
     start = time.monotonic()
     page.set_viewport_size({"width": 1280, "height": 800})
+    page.js_errors = []
     try:
         if executed is not None:
             (lab.root / path).write_text(json.dumps(executed), encoding="utf-8")
-        page.goto(labpage.lab_url(lab.url, lab.token, path, workspace=f"lesson-{lesson}"))
-        labpage.wait_for_lab(page)
+        if in_open_lab:
+            page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", path)
+        else:
+            page.goto(labpage.lab_url(lab.url, lab.token, path, workspace=f"lesson-{lesson}"))
+            labpage.wait_for_lab(page)
         labpage.wait_for_kernel(page, path)
         run.notes.append(f"lab and kernel ready after {time.monotonic() - start:.1f} s")
         if executed is None:
@@ -175,23 +189,47 @@ def run_lesson(
             page.screenshot(path=run.screenshot)
         except Exception as err:  # noqa: BLE001
             run.notes.append(f"screenshot failed: {err}")
+        if in_open_lab is not None:
+            try:
+                labpage.close_all(page, discard=True)  # the lesson closed before its kernel ends
+            except Exception as err:  # noqa: BLE001
+                run.problem(f"closing the lesson failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
         lab.shutdown_kernels()
     return run
 
 
-def visit(page, lab, lesson: str, screenshots) -> labpage.LessonRun:
+def visit(page, lab, lesson: str, screenshots, in_open_lab: bool | None = None) -> labpage.LessonRun:
     """The lesson in the browser: its current executed copy when there is one (not a live lesson), else a run."""
     executed, why = (
         (None, "a live lesson") if lesson in LIVE_LESSONS else executed_copy(NOTEBOOKS / f"{lesson}.ipynb", EXECUTED)
     )
-    run = run_lesson(page, lab, lesson, screenshots, executed=executed)
+    run = run_lesson(page, lab, lesson, screenshots, executed=executed, in_open_lab=in_open_lab)
     run.notes.insert(0, f"shown from the {why}" if executed is not None else f"run in the browser ({why})")
     return run
 
 
+@pytest.fixture(scope="module")
+def lab_page(browser):
+    """One page for every lesson in turn: a learner's lab, loaded once, each lesson opened and closed in it.
+
+    Yields a dict: ``page``, and ``open`` (whether the page shows the lab with nothing open; after a
+    lesson with a problem it is loaded again, so one lesson's failure never reaches the next).
+    """
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.js_errors = []
+    page.on("pageerror", lambda err: page.js_errors.append(str(err)[:300]))
+    try:
+        yield {"page": page, "open": False}
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("lesson", lesson_names())
-def test_lesson_in_the_browser(page, lab, screenshots, lesson):
-    run = RUNS[lesson] = visit(page, lab, lesson, screenshots)
+def test_lesson_in_the_browser(lab_page, lab, screenshots, lesson):
+    run = RUNS[lesson] = visit(lab_page["page"], lab, lesson, screenshots, in_open_lab=lab_page["open"])
+    lab_page["open"] = not run.problems
     print(f"{lesson}: {run.seconds:.1f} s in the browser; {'; '.join(run.notes)}")
     assert not run.problems, run.report()
 
