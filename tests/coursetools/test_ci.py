@@ -115,6 +115,7 @@ def test_the_lesson_settings_reach_pytest_through_the_environment_as_typed(tmp_p
         assert out.returncode == 0, out.stderr
         env = dict(item.split("=", 1) for item in seen.read_text().split("\0") if "=" in item)
         assert env["DPCOURSE_TEST_DEVICES"] == devices and env["DPCOURSE_TEST_LESSON_ENV"] == lesson_env, target
+        assert env["XLA_FLAGS"].split()[0] == "--xla_backend_optimization_level=0", target  # TEST_XLA_FLAGS
         assert not (checkout / "made").exists(), target
         if target == "unit-test":
             assert env["DPCOURSE_TEST_RUN_AGAIN"] == "0" and env["DPCOURSE_TEST_PLAIN_PASS"] == ""
