@@ -84,17 +84,37 @@ def lab():
         server.cleanup()
 
 
-@pytest.fixture()
-def page(browser):
-    """A fresh browser context (no cookies) and page, 1280 x 900."""
+def _new_page(browser):
+    """A fresh browser context (no cookies) and its page, 1280 x 900; JavaScript errors collect in ``page.js_errors``."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(60_000)
     new_page = context.new_page()
     # JavaScript errors in the lab: reported with each lesson's notes.
     new_page.js_errors = []
     new_page.on("pageerror", lambda err: new_page.js_errors.append(str(err)[:300]))
+    return context, new_page
+
+
+@pytest.fixture()
+def page(browser):
+    """A fresh browser context (no cookies) and page, 1280 x 900."""
+    context, new_page = _new_page(browser)
     try:
         yield new_page
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def lab_page(browser):
+    """One page for a module's lessons in turn: a learner's lab, loaded once, each lesson opened and closed in it.
+
+    Yields a dict: ``page``, and ``open`` (whether the page shows the lab with nothing open; after a
+    lesson with a problem it is loaded again, so one lesson's failure never reaches the next).
+    """
+    context, new_page = _new_page(browser)
+    try:
+        yield {"page": new_page, "open": False}
     finally:
         context.close()
 

@@ -208,24 +208,6 @@ def visit(page, lab, lesson: str, screenshots, in_open_lab: bool | None = None) 
     return run
 
 
-@pytest.fixture(scope="module")
-def lab_page(browser):
-    """One page for every lesson in turn: a learner's lab, loaded once, each lesson opened and closed in it.
-
-    Yields a dict: ``page``, and ``open`` (whether the page shows the lab with nothing open; after a
-    lesson with a problem it is loaded again, so one lesson's failure never reaches the next).
-    """
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    page.js_errors = []
-    page.on("pageerror", lambda err: page.js_errors.append(str(err)[:300]))
-    try:
-        yield {"page": page, "open": False}
-    finally:
-        context.close()
-
-
 @pytest.mark.parametrize("lesson", lesson_names())
 def test_lesson_in_the_browser(lab_page, lab, screenshots, lesson):
     run = RUNS[lesson] = visit(lab_page["page"], lab, lesson, screenshots, in_open_lab=lab_page["open"])
